@@ -1,0 +1,38 @@
+# epcap: two commands on a fresh machine -- `make run` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.epcap-installed
+PYTEST := $(PY) -m pytest
+
+.PHONY: run test test-fast bench mutation lint clean venv
+
+venv: $(STAMP)
+
+# torch is pinned and installed before the package: a bare `torch` pulls a multi-GB CUDA build.
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/epcap run
+
+test: $(STAMP)
+	$(PYTEST) -q
+
+test-fast: $(STAMP)
+	$(PYTEST) -q -m "not slow and not slurm"
+
+bench: $(STAMP)
+	@set -e; for f in tests/benchmarks/bench_*.py; do echo "== $$f"; $(PY) $$f; done
+
+mutation: $(STAMP)
+	$(PY) scripts/mutation.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf mutants .mutmut-cache .pytest_cache .hypothesis

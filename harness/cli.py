@@ -1,0 +1,133 @@
+"""The `epcap` command line (SPEC section 7). Thin: parse options, call one function, exit.
+
+Each command's body lives in its room as `cli_<command>(...) -> int` (the exit code);
+harness errors (`EpcapError`) become a one-line message on stderr and their exit code.
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib import import_module
+
+import click
+
+from harness import __version__
+from harness.errors import EpcapError
+
+STAGES = ("preflight", "measure", "select", "validate", "time", "report")
+
+
+def _call(target: str, **kwargs) -> None:
+    """Run `module:function` with kwargs; map its return and harness errors to exit codes."""
+    module, func = target.split(":")
+    try:
+        code = getattr(import_module(module), func)(**kwargs)
+    except EpcapError as exc:
+        click.echo(f"epcap: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    sys.exit(code or 0)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="epcap")
+def main() -> None:
+    """epcap: measure, round, validate and time MoE expert-parallel dispatch capacity.
+
+    Exit codes: 0 done; 1 findings; 2 bad input or usage; 3 campaign stopped on a bug.
+    """
+
+
+@main.command()
+@click.argument("runbook", required=False, type=click.Path(dir_okay=False))
+@click.option("--results", "results", type=click.Path(file_okay=False),
+              help="Results root (default: results/). The campaign writes results/<campaign>/.")
+@click.option("--launcher", type=click.Choice(["local", "slurm"]),
+              help="Override the runbook's launcher.")
+@click.option("--dry-run", is_flag=True, help="Print the plan (cells, commands, budgets); run nothing.")
+@click.option("--fresh", is_flag=True,
+              help="Start a new campaign directory instead of resuming (never overwrites).")
+@click.option("--stage", "stages", multiple=True, type=click.Choice(STAGES),
+              help="Run only these stages (repeatable); refuses if earlier results are missing.")
+@click.option("--until", type=click.Choice(STAGES), help="Stop after this stage.")
+def run(runbook, results, launcher, dry_run, fresh, stages, until) -> None:
+    """Run a campaign: preflight, measure, select, validate, time, report.
+
+    RUNBOOK defaults to runbooks/local-cpu.yaml. Running the same command again resumes.
+    """
+    _call("harness.campaign:cli_run", runbook=runbook, results=results, launcher=launcher,
+          dry_run=dry_run, fresh=fresh, stages=tuple(stages), until=until)
+
+
+@main.command()
+@click.argument("results_dir", type=click.Path(file_okay=False))
+def status(results_dir) -> None:
+    """Stage, cells done / left, failures by class and ETA of a campaign directory."""
+    _call("harness.campaign:cli_status", results_dir=results_dir)
+
+
+@main.command()
+@click.option("--seq", type=int, required=True, help="Sequence length.")
+@click.option("--mbs", type=int, required=True, help="Micro batch size.")
+@click.option("--topk", type=int, required=True, help="Router top-k.")
+@click.option("--required", type=float, help="A required capacity R (peak = ceil(R x N)).")
+@click.option("--peak", type=int, help="A measured peak actual_valid_recv, in slots.")
+@click.option("--check", type=str, help="Check whether capacity C is executable.")
+@click.option("--pad-multiple", type=int, default=128, show_default=True)
+@click.option("--decimals", type=int, default=None, help="Legacy grid: keep D decimals.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def capacity(seq, mbs, topk, required, peak, check, pad_multiple, decimals, as_json) -> None:
+    """Round a requirement onto the executable grid, or check a capacity."""
+    _call("harness.core_cli:cli_capacity", seq=seq, mbs=mbs, topk=topk, required=required,
+          peak=peak, check=check, pad_multiple=pad_multiple, decimals=decimals, as_json=as_json)
+
+
+@main.command()
+@click.argument("logs", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--warmup", type=int, default=0, show_default=True,
+              help="Skip dispatch rows with iter < WARMUP.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def parse(logs, warmup, as_json) -> None:
+    """Summarize dispatch telemetry of one or more logs (peak demand, saturation, malformed rows)."""
+    _call("harness.core_cli:cli_parse", logs=tuple(logs), warmup=warmup, as_json=as_json)
+
+
+@main.command()
+@click.argument("target")
+@click.option("--errata", type=click.Path(dir_okay=False), help="Errata registry YAML.")
+@click.option("--git-repo", "git_repos", multiple=True, metavar="NAME=PATH",
+              help="A clone used for commit ancestry (repeatable).")
+@click.option("--out", type=click.Path(dir_okay=False), help="Write the verdicts as TSV.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@click.option("--strict", is_flag=True, help="Exit 1 if anything is INVALID or UNKNOWN.")
+def audit(target, errata, git_repos, out, as_json, strict) -> None:
+    """Sort uploaded results into VALID, INVALID (with reasons) and UNKNOWN."""
+    _call("harness.audit:cli_audit", target=target, errata=errata, git_repos=tuple(git_repos),
+          out=out, as_json=as_json, strict=strict)
+
+
+@main.command()
+@click.argument("results_dir", type=click.Path(file_okay=False))
+@click.option("--out", type=click.Path(file_okay=False), help="Output directory (default: RESULTS_DIR/report).")
+def report(results_dir, out) -> None:
+    """Write report.md, figures and demand.tsv for a campaign."""
+    _call("harness.report:cli_report", results_dir=results_dir, out=out)
+
+
+@main.command()
+@click.argument("results_dir", type=click.Path(file_okay=False))
+@click.option("--repo", required=True, metavar="ORG/NAME", help="HuggingFace dataset repository.")
+@click.option("--dry-run", is_flag=True, help="List what would be uploaded where.")
+def publish(results_dir, repo, dry_run) -> None:
+    """Audit, then upload a VALID campaign to a HuggingFace dataset under a new path."""
+    _call("harness.publish:cli_publish", results_dir=results_dir, repo=repo, dry_run=dry_run)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def doctor(as_json) -> None:
+    """Health probe: driver, idle GPUs, ECC errors (says no-gpu on a CPU machine)."""
+    _call("harness.health:cli_doctor", as_json=as_json)
+
+
+if __name__ == "__main__":
+    main()

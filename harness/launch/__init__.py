@@ -1,0 +1,1 @@
+"""Launchers run one cell's processes: `local` (subprocesses) or `slurm` (sbatch/srun)."""
