@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.plan import Cell
-from harness.runbook import BackendConfig, ModelSpec, PhaseConfig, Runbook, Shape
+from harness.runbook import BackendConfig, ModelSpec, PhaseConfig, Runbook, Shape, SlurmConfig
 
 TIMING_TAG = "[EPCAP_TIMING]"
 
@@ -80,6 +80,7 @@ class RunRequest:
     cell_dir: Path
     device_memory_bytes: int | None = None
     paths: dict[str, str] = field(default_factory=dict)
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)   # nodes, gpus_per_node (cluster)
 
     @classmethod
     def for_cell(cls, runbook: Runbook, cell: Cell, cell_dir: Path) -> RunRequest:
@@ -88,7 +89,7 @@ class RunRequest:
                    backend=runbook.backend(cell.backend), phase=phase,
                    pad_multiple=runbook.capacity.pad_multiple, seed=runbook.seed,
                    cell_dir=cell_dir, device_memory_bytes=runbook.device_memory_bytes,
-                   paths=dict(runbook.paths))
+                   paths=dict(runbook.paths), slurm=runbook.slurm)
 
 
 class Backend(ABC):

@@ -6,8 +6,16 @@ validation (`load_runbook`) live here too; see docs/runbook.md for the YAML sche
 
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
+
+import yaml
+
+from harness.errors import BadInput
 
 
 @dataclass(frozen=True)
@@ -111,9 +119,384 @@ class Runbook:
     paths: dict[str, str] = field(default_factory=dict)           # cluster paths (megatron, data)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     gpu_hours_per_cell: float | None = None
+    max_parallel_cells: int = 1     # cells in flight at once (independent models)
 
     def model(self, name: str) -> ModelSpec:
         return next(m for m in self.models if m.name == name)
 
     def backend(self, name: str) -> BackendConfig:
         return next(b for b in self.backends if b.name == name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading and validation (docs/runbook.md). Every error names file, line and field.
+# ---------------------------------------------------------------------------------------------
+
+
+TOP_KEYS = ("campaign", "models_file", "models", "shape", "backends", "capacity", "measure",
+            "timing", "limits", "launcher", "device_memory_gb", "seed", "repositories",
+            "paths", "slurm", "gpu_hours_per_cell", "max_parallel_cells")
+REQUIRED_TOP = ("campaign", "models", "shape", "backends")
+BACKEND_KINDS = ("reference", "cluster")
+LAUNCHERS = ("local", "slurm")
+
+
+class _Doc:
+    """A YAML document as plain Python values plus the line of every node (1-based)."""
+
+    def __init__(self, path: Path, text: str) -> None:
+        self.path = path
+        self.lines: dict[tuple, int] = {}
+        try:
+            node = yaml.compose(text, Loader=yaml.SafeLoader)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+            line = mark.line + 1 if mark is not None else None
+            problem = getattr(exc, "problem", None) or str(exc)
+            raise BadInput(f"YAML syntax error: {problem}", path=str(path), line=line) from exc
+        self.raw: dict[tuple, str] = {}
+        self.data = self._build(node, ()) if node is not None else None
+
+    def _build(self, node, where: tuple):
+        self.lines[where] = node.start_mark.line + 1
+        if isinstance(node, yaml.MappingNode):
+            out = {}
+            for knode, vnode in node.value:
+                key = yaml.SafeLoader("").construct_object(knode)
+                if key in out:
+                    raise BadInput("duplicate key", path=str(self.path),
+                                   line=knode.start_mark.line + 1, field=_fmt(where + (key,)))
+                self.lines[where + (key,)] = knode.start_mark.line + 1
+                out[key] = self._build(vnode, where + (key,))
+                self.lines[where + (key,)] = knode.start_mark.line + 1
+            return out
+        if isinstance(node, yaml.SequenceNode):
+            return [self._build(v, where + (i,)) for i, v in enumerate(node.value)]
+        if isinstance(node, yaml.ScalarNode):
+            self.raw[where] = node.value
+        return yaml.SafeLoader("").construct_object(node, deep=True)
+
+    def error(self, where: tuple, message: str) -> BadInput:
+        """BadInput at the line of `where` (or its nearest parent that has one)."""
+        probe = where
+        while probe and probe not in self.lines:
+            probe = probe[:-1]
+        return BadInput(message, path=str(self.path), line=self.lines.get(probe),
+                        field=_fmt(where) or None)
+
+
+def _fmt(where: tuple) -> str:
+    """('backends', 1, 'kind') -> 'backends[1].kind'."""
+    out = ""
+    for part in where:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _read_doc(path: Path, where_from: str | None = None) -> _Doc:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise BadInput("file not found", path=str(path), field=where_from) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(f"cannot read: {exc}", path=str(path), field=where_from) from exc
+    return _Doc(path, text)
+
+
+def _mapping(doc: _Doc, value, where: tuple, allowed: tuple[str, ...] | None) -> dict:
+    """Check `value` is a mapping with string keys, all of them in `allowed` (None = any)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise doc.error(where, f"must be a mapping, got {_typename(value)}")
+    for key in value:
+        if not isinstance(key, str):
+            raise doc.error(where, f"keys must be strings, got {key!r}")
+        if allowed is not None and key not in allowed:
+            raise doc.error(where + (key,),
+                            f"unknown key; allowed: {', '.join(allowed)}")
+    return value
+
+
+def _typename(value) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _check_type(doc: _Doc, value, want, where: tuple):
+    """Coerce/check one scalar or list against a dataclass field annotation."""
+    origin = typing.get_origin(want)
+    args = typing.get_args(want)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _check_type(doc, value, inner[0], where)
+    if want is bool:
+        if not isinstance(value, bool):
+            raise doc.error(where, f"must be true or false, got {value!r}")
+        return value
+    if want is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise doc.error(where, f"must be an integer, got {value!r}")
+        return value
+    if want is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise doc.error(where, f"must be a number, got {value!r}")
+        return float(value)
+    if want is str:
+        if not isinstance(value, str):
+            raise doc.error(where, f"must be a string, got {value!r}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise doc.error(where, f"must be a list, got {_typename(value)}")
+        out = []
+        for i, item in enumerate(value):
+            if isinstance(item, bool) or not isinstance(item, (str, int, float)):
+                raise doc.error(where + (i,), f"must be a string, got {item!r}")
+            out.append(str(item))
+        return tuple(out)
+    if want is dict or origin is dict:
+        return dict(_mapping(doc, value, where, None))
+    return value
+
+
+def _hints(cls) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def _fields_from(doc: _Doc, cls, value, where: tuple, skip: tuple[str, ...] = (),
+                 rename: dict[str, str] | None = None) -> dict:
+    """Validate a mapping against dataclass `cls` fields; returns constructor kwargs."""
+    names = [f.name for f in dataclasses.fields(cls) if f.name not in skip]
+    rename = rename or {}
+    allowed = tuple(rename.get(n, n) for n in names)
+    data = _mapping(doc, value, where, allowed)
+    hints = _hints(cls)
+    out = {}
+    for name in names:
+        key = rename.get(name, name)
+        if key in data:
+            out[name] = _check_type(doc, data[key], hints[name], where + (key,))
+    return out
+
+
+def _require(doc: _Doc, data: dict, keys: tuple[str, ...], where: tuple) -> None:
+    for key in keys:
+        if key not in data:
+            raise doc.error(where, f"missing required key {key!r}")
+
+
+def canonical_capacity(doc: _Doc, value, where: tuple) -> str:
+    """A capacity as a decimal string with at least two decimals: 2 / 2.0 / "2" -> "2.00"."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise doc.error(where, f"must be a decimal capacity like \"2.00\", got {value!r}")
+    text = doc.raw.get(where, str(value)).strip() if not isinstance(value, str) else value.strip()
+    try:
+        dec = Decimal(text)
+    except InvalidOperation as exc:
+        raise doc.error(where, f"must be a decimal capacity like \"2.00\", got {value!r}") from exc
+    if not dec.is_finite() or dec <= 0:
+        raise doc.error(where, f"must be a positive capacity, got {value!r}")
+    text = format(dec, "f")
+    whole, _, frac = text.partition(".")
+    return f"{whole}.{frac.ljust(2, '0')}"
+
+
+def _models(doc: _Doc, data: dict, base: Path) -> tuple[ModelSpec, ...]:
+    zoo_rel = data.get("models_file", "models.yaml")
+    if not isinstance(zoo_rel, str):
+        raise doc.error(("models_file",), f"must be a path string, got {zoo_rel!r}")
+    zoo_doc = _read_doc((base / zoo_rel), "models_file")
+    zoo_raw = _mapping(zoo_doc, zoo_doc.data, (), ("models",)).get("models")
+    zoo = _mapping(zoo_doc, zoo_raw, ("models",), None)
+    entries = data["models"]
+    if not isinstance(entries, list) or not entries:
+        raise doc.error(("models",), "must be a non-empty list of model names or {name: ...}")
+    out: list[ModelSpec] = []
+    for i, entry in enumerate(entries):
+        where = ("models", i)
+        overrides: dict = {}
+        if isinstance(entry, dict):
+            if "name" not in entry:
+                raise doc.error(where, "missing required key 'name'")
+            name = entry["name"]
+            overrides = _fields_from(doc, ModelSpec, entry, where)
+            overrides.pop("name", None)
+        else:
+            name = entry
+        if not isinstance(name, str):
+            raise doc.error(where, f"must be a model name, got {name!r}")
+        if name not in zoo:
+            raise doc.error(where, f"unknown model {name!r}; known: {', '.join(sorted(zoo))} "
+                            f"(in {zoo_doc.path})")
+        base_fields = _fields_from(zoo_doc, ModelSpec, zoo[name], ("models", name),
+                                   skip=("name",))
+        fields = {**base_fields, **overrides, "name": name}
+        missing = [f.name for f in dataclasses.fields(ModelSpec)
+                   if f.default is dataclasses.MISSING and f.name not in fields]
+        if missing:
+            raise zoo_doc.error(("models", name), f"missing required fields {missing}")
+        spec = ModelSpec(**fields)
+        _check_model(doc if overrides else zoo_doc, spec, where if overrides else ("models", name))
+        if any(m.name == name for m in out):
+            raise doc.error(where, f"model {name!r} listed twice")
+        out.append(spec)
+    return tuple(out)
+
+
+def _check_model(doc: _Doc, spec: ModelSpec, where: tuple) -> None:
+    for name in ("layers", "hidden", "experts", "topk", "expert_ffn"):
+        if getattr(spec, name) <= 0:
+            raise doc.error(where + (name,), "must be positive")
+    if spec.topk > spec.experts:
+        raise doc.error(where + ("topk",), f"top-k {spec.topk} exceeds experts {spec.experts}")
+    if not 0 <= spec.first_dense_layers < spec.layers:
+        raise doc.error(where + ("first_dense_layers",), "must be in [0, layers)")
+
+
+def _backends(doc: _Doc, data: dict) -> tuple[BackendConfig, ...]:
+    entries = data["backends"]
+    if not isinstance(entries, list) or not entries:
+        raise doc.error(("backends",), "must be a non-empty list of backends")
+    out: list[BackendConfig] = []
+    for i, entry in enumerate(entries):
+        where = ("backends", i)
+        fields = _fields_from(doc, BackendConfig, entry, where)
+        _require(doc, entry, ("name", "kind"), where)
+        if fields["kind"] not in BACKEND_KINDS:
+            raise doc.error(where + ("kind",), "must be reference or cluster")
+        fields.setdefault("module", fields["name"])
+        if any(b.name.lower() == fields["name"].lower() for b in out):
+            raise doc.error(where + ("name",), f"backend {fields['name']!r} listed twice")
+        out.append(BackendConfig(**fields))
+    if not any(b.select for b in out):
+        raise doc.error(("backends",), "at least one backend needs select: true")
+    return tuple(out)
+
+
+def _capacity(doc: _Doc, data: dict) -> CapacityConfig:
+    where = ("capacity",)
+    raw = _mapping(doc, data.get("capacity"), where,
+                   ("measure", "pad_multiple", "grid", "max_remeasure", "max_validate_steps"))
+    fields = _fields_from(doc, CapacityConfig, {k: v for k, v in raw.items()
+                                                if k not in ("measure", "grid")},
+                          where, skip=("measure", "decimals"))
+    if "measure" in raw:
+        fields["measure"] = canonical_capacity(doc, raw["measure"], where + ("measure",))
+    grid = raw.get("grid", "exact")
+    if grid == "exact":
+        fields["decimals"] = None
+    elif isinstance(grid, str) and grid.startswith("decimals-") and grid[9:].isdigit():
+        fields["decimals"] = int(grid[9:])
+    else:
+        raise doc.error(where + ("grid",), f"must be exact or decimals-<D>, got {grid!r}")
+    cfg = CapacityConfig(**fields)
+    for name in ("pad_multiple",):
+        if getattr(cfg, name) <= 0:
+            raise doc.error(where + (name,), "must be positive")
+    for name in ("max_remeasure", "max_validate_steps"):
+        if getattr(cfg, name) < 0:
+            raise doc.error(where + (name,), "must be >= 0")
+    return cfg
+
+
+def _phase(doc: _Doc, data: dict, key: str, default: PhaseConfig) -> PhaseConfig:
+    if key not in data:
+        return default
+    fields = _fields_from(doc, PhaseConfig, data[key], (key,))
+    phase = dataclasses.replace(default, **fields)
+    if phase.warmup < 0:
+        raise doc.error((key, "warmup"), "must be >= 0")
+    for name in ("iters", "trials"):
+        if getattr(phase, name) < 1:
+            raise doc.error((key, name), "must be >= 1")
+    return phase
+
+
+def _shape(doc: _Doc, data: dict) -> Shape:
+    fields = _fields_from(doc, Shape, data["shape"], ("shape",))
+    _require(doc, data["shape"], ("seq", "micro_batch", "global_batch", "ep"), ("shape",))
+    for name, value in fields.items():
+        if value <= 0:
+            raise doc.error(("shape", name), "must be positive")
+    return Shape(**fields)
+
+
+def _paths_map(doc: _Doc, data: dict, key: str, base: Path, resolve: bool) -> dict:
+    raw = _mapping(doc, data.get(key), (key,), None)
+    out = {}
+    for name, value in raw.items():
+        if not isinstance(value, str):
+            raise doc.error((key, name), f"must be a path string, got {value!r}")
+        out[name] = (base / value).resolve() if resolve else value
+    return out
+
+
+def _check_capacities(doc: _Doc, runbook: Runbook) -> None:
+    """The measurement capacity must be executable for every model's N (SPEC section 2)."""
+    cap = runbook.capacity.measure
+    pad = runbook.capacity.pad_multiple
+    for model in runbook.models:
+        n = runbook.shape.uniform_tokens(model.topk)
+        budget = int(float(cap) * n)
+        if budget % pad:
+            nxt = _next_executable_hint(cap, n, pad)
+            raise doc.error(("capacity", "measure"),
+                            f"capacity {cap} is not executable for {model.name}: "
+                            f"N = {n}, budget int({cap} x {n}) = {budget} is not a multiple "
+                            f"of pad_multiple {pad}{nxt}")
+
+
+def _next_executable_hint(cap: str, n: int, pad: int) -> str:
+    try:
+        from harness.capacity import next_executable
+        return f"; next executable: {next_executable(cap, n, pad)}"
+    except Exception:  # noqa: BLE001 - a hint only
+        return ""
+
+
+def load_runbook(path: str | Path) -> Runbook:
+    """Load and validate a runbook YAML; raises BadInput naming file:line: field."""
+    path = Path(path)
+    doc = _read_doc(path)
+    data = _mapping(doc, doc.data, (), TOP_KEYS)
+    _require(doc, data, REQUIRED_TOP, ())
+    base = path.parent
+    campaign = _check_type(doc, data["campaign"], str, ("campaign",))
+    if not campaign or "/" in campaign or campaign.startswith(".") or not campaign.isprintable():
+        raise doc.error(("campaign",), f"must be a plain directory name, got {campaign!r}")
+    launcher = _check_type(doc, data.get("launcher", "local"), str, ("launcher",))
+    if launcher not in LAUNCHERS:
+        raise doc.error(("launcher",), "must be local or slurm")
+    mem = data.get("device_memory_gb")
+    if mem is not None:
+        mem = _check_type(doc, mem, float, ("device_memory_gb",))
+        if mem <= 0:
+            raise doc.error(("device_memory_gb",), "must be positive")
+    gph = data.get("gpu_hours_per_cell")
+    if gph is not None:
+        gph = _check_type(doc, gph, float, ("gpu_hours_per_cell",))
+    slurm = _fields_from(doc, SlurmConfig, data.get("slurm"), ("slurm",))
+    limits = _fields_from(doc, Limits, data.get("limits"), ("limits",))
+    runbook = Runbook(
+        path=path, campaign=campaign, models=_models(doc, data, base), shape=_shape(doc, data),
+        backends=_backends(doc, data), capacity=_capacity(doc, data),
+        measure=_phase(doc, data, "measure", PhaseConfig(warmup=1, iters=4)),
+        timing=_phase(doc, data, "timing", PhaseConfig(warmup=2, iters=10, trials=3)),
+        limits=Limits(**limits), launcher=launcher,
+        device_memory_bytes=None if mem is None else int(mem * 2**30),
+        seed=_check_type(doc, data.get("seed", 1234), int, ("seed",)),
+        repositories=_paths_map(doc, data, "repositories", base, resolve=True),
+        paths=_paths_map(doc, data, "paths", base, resolve=False),
+        slurm=SlurmConfig(**slurm), gpu_hours_per_cell=gph,
+        max_parallel_cells=_check_type(doc, data.get("max_parallel_cells", 1), int,
+                                       ("max_parallel_cells",)))
+    if runbook.max_parallel_cells < 1:
+        raise doc.error(("max_parallel_cells",), "must be >= 1")
+    if runbook.limits.run_timeout_s <= 0:
+        raise doc.error(("limits", "run_timeout_s"), "must be positive")
+    if runbook.limits.infra_retries < 0:
+        raise doc.error(("limits", "infra_retries"), "must be >= 0")
+    _check_capacities(doc, runbook)
+    return runbook

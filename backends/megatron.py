@@ -1,0 +1,220 @@
+"""Shared Megatron-LM launch command for the cluster adapters (echo, ultraep, moonep).
+
+One cell becomes `torchrun ... <megatron>/pretrain_gpt.py <model, shape, dispatcher args>`.
+Each adapter subclasses `MegatronBackend` and supplies only its dispatcher flags and failure
+signatures. Everything here is an assumption about the run scripts' Megatron-LM fork,
+documented in docs/cluster.md and overridable from the runbook (`flags`, `options`).
+
+Rendezvous: an argv gets no shell expansion, so `$MASTER_ADDR` cannot be written into it.
+One node: `torchrun --standalone` (local rendezvous, nothing to expand). Several nodes: a
+fixed `sh -c` trampoline expands the MASTER_ADDR/MASTER_PORT the launcher exports and passes
+every other argument through "$@" untouched (no user text is ever parsed by a shell).
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+from backends.base import DEFAULT_FAILURE_PATTERNS, Backend, LaunchSpec, RunRequest
+from harness.capacity import budget_tokens
+from harness.errors import BadInput
+from harness.runbook import ModelSpec
+
+# The fixed multi-node trampoline: "$@" carries the real torchrun arguments verbatim.
+RDZV_TRAMPOLINE = 'exec "$0" --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" "$@"'
+
+# Signatures every Megatron run can print, on top of backends.base.DEFAULT_FAILURE_PATTERNS.
+MEGATRON_FAILURE_PATTERNS: dict[str, tuple[str, ...]] = {
+    "assert": (r"Assertion `.*` failed", r"RuntimeError: .*[Aa]ssert(?:ion)? failed"),
+    "badflag": (r"error: unrecognized arguments", r"error: ambiguous option",
+                r"error: argument --\S+: expected", r"invalid choice:"),
+    "does_not_fit": (r"CUDA error: out of memory", r"cudaErrorMemoryAllocation",
+                     r"CUBLAS_STATUS_ALLOC_FAILED",
+                     r"(?:nvshmem|NVSHMEM).*(?:malloc|alloc\w*).*(?:fail|FAIL)",
+                     r"(?:nvshmem|NVSHMEM).*[Ss]ymmetric heap"
+                     r".*(?:exhausted|insufficient|too small)"),
+    "infra": (r"NCCL WARN .*(?:NET/IB|Connection closed|remote process exited)",
+              r"srun: error: Node failure", r"TCPStore.*(?:Broken pipe|Connection refused)",
+              r"ibv_\w+ failed", r"Socket Timeout"),
+}
+
+# Telemetry and timing switches the run scripts' dispatcher hook reads (docs/cluster.md).
+TELEMETRY_ENV = "MOE_DROP_DEBUG"
+
+
+def merge_patterns(*tables: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+    """Concatenate pattern tables class by class, keeping order and dropping duplicates."""
+    out: dict[str, tuple[str, ...]] = {}
+    for table in tables:
+        for cls_name, pats in table.items():
+            seen = out.get(cls_name, ())
+            out[cls_name] = seen + tuple(p for p in pats if p not in seen)
+    return out
+
+
+def model_args(model: ModelSpec) -> list[str]:
+    """Megatron model-architecture arguments for one zoo entry."""
+    dense_ffn = model.dense_ffn or model.expert_ffn
+    args = ["--num-layers", str(model.layers), "--hidden-size", str(model.hidden),
+            "--ffn-hidden-size", str(dense_ffn),
+            "--num-attention-heads", str(model.heads)]
+    if 0 < model.kv_heads < model.heads:
+        args += ["--group-query-attention", "--num-query-groups", str(model.kv_heads)]
+    args += ["--num-experts", str(model.experts), "--moe-router-topk", str(model.topk),
+             "--moe-ffn-hidden-size", str(model.expert_ffn)]
+    if model.shared_ffn:
+        args += ["--moe-shared-expert-intermediate-size", str(model.shared_ffn)]
+    if model.first_dense_layers:
+        freq = f"([0]*{model.first_dense_layers}+[1]*{model.moe_layers})"
+        args += ["--moe-layer-freq", freq]
+    args += ["--moe-router-dtype", model.router_dtype]
+    return args
+
+
+def common_args() -> list[str]:
+    """Architecture family and training settings shared by every zoo model."""
+    return ["--transformer-impl", "transformer_engine",
+            "--position-embedding-type", "rope", "--normalization", "RMSNorm", "--swiglu",
+            "--untie-embeddings-and-output-weights", "--disable-bias-linear",
+            "--attention-dropout", "0.0", "--hidden-dropout", "0.0",
+            "--moe-grouped-gemm", "--moe-router-load-balancing-type", "aux_loss",
+            "--moe-aux-loss-coeff", "1e-3",
+            "--tensor-model-parallel-size", "1", "--pipeline-model-parallel-size", "1",
+            "--bf16", "--use-distributed-optimizer",
+            "--lr", "1.0e-4", "--min-lr", "1.0e-5", "--lr-decay-style", "constant",
+            "--weight-decay", "0.1", "--clip-grad", "1.0", "--init-method-std", "0.02",
+            "--eval-iters", "0", "--eval-interval", "1000000", "--log-interval", "1"]
+
+
+def train_iters(req: RunRequest) -> int:
+    """Iterations of this run: warmup plus measured iterations (x trials when timing)."""
+    phase = req.phase
+    trials = phase.trials if req.cell.purpose == "time" else 1
+    return phase.warmup + phase.iters * max(1, trials)
+
+
+def shape_args(req: RunRequest) -> list[str]:
+    """Sequence, batch and parallel sizes, iterations and seed."""
+    shape, iters = req.shape, train_iters(req)
+    return ["--seq-length", str(shape.seq), "--max-position-embeddings", str(shape.seq),
+            "--micro-batch-size", str(shape.micro_batch),
+            "--global-batch-size", str(shape.global_batch),
+            "--expert-model-parallel-size", str(shape.ep),
+            "--train-iters", str(iters), "--exit-interval", str(iters),
+            "--seed", str(req.seed)]
+
+
+def data_args(req: RunRequest) -> list[str]:
+    """Mock data (paths.data absent or `mock`) or a real --data-path with its tokenizer."""
+    data = req.paths.get("data", "mock")
+    if data in ("", "mock"):
+        return ["--mock-data", "--tokenizer-type", "NullTokenizer",
+                "--vocab-size", str(req.model.vocab)]
+    tokenizer = req.paths.get("tokenizer")
+    if not tokenizer:
+        raise BadInput("real data needs paths.tokenizer (or set paths.data: mock)",
+                       field="paths.tokenizer")
+    tok_model = str(PurePosixPath(tokenizer) / req.model.hf_name)
+    return ["--data-path", data, "--split", "100,0,0",
+            "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", tok_model]
+
+
+def fill_template(arg: str, values: dict[str, str]) -> str:
+    """Replace `{capacity}`-style placeholders in a runbook-supplied argument (no eval)."""
+    for key, value in values.items():
+        arg = arg.replace("{" + key + "}", value)
+    return arg
+
+
+class MegatronBackend(Backend):
+    """A dispatch library run inside Megatron-LM `pretrain_gpt.py` under torchrun."""
+
+    library = "base"                      # --moe-flex-dispatcher-backend value
+    patterns: dict[str, tuple[str, ...]] = {}
+
+    def dispatcher_args(self, req: RunRequest) -> list[str]:
+        """Library selection and capacity flags; `options.dispatcher_args` replaces them."""
+        values = self.template_values(req)
+        custom = self.config.options.get("dispatcher_args")
+        if custom is not None:
+            return [fill_template(str(a), values) for a in custom]
+        return ["--moe-token-dispatcher-type", "flex",
+                "--moe-flex-dispatcher-backend", self.library,
+                "--moe-expert-rank-capacity-factor", values["capacity"]]
+
+    def template_values(self, req: RunRequest) -> dict[str, str]:
+        """Values a runbook `dispatcher_args` template may use."""
+        n = req.shape.uniform_tokens(req.model.topk)
+        return {"capacity": req.cell.capacity, "pad_multiple": str(req.pad_multiple),
+                "budget": str(budget_tokens(req.cell.capacity, n)), "uniform_tokens": str(n),
+                "library": self.library}
+
+    def check(self, req: RunRequest) -> None:
+        """Refuse requests this library cannot run (hook for subclasses)."""
+
+    def topology(self, req: RunRequest) -> tuple[int, int]:
+        """(nodes, gpus_per_node) from the runbook's slurm section, checked against EP."""
+        nodes, gpus = req.slurm.nodes, req.slurm.gpus_per_node
+        if nodes < 1 or gpus < 1:
+            raise BadInput(f"cluster backend {self.name!r} needs slurm.nodes >= 1 and "
+                           f"slurm.gpus_per_node >= 1 (got {nodes}, {gpus})",
+                           field="slurm.gpus_per_node")
+        world, shape = nodes * gpus, req.shape
+        if world % shape.ep:
+            raise BadInput(f"world size {world} (nodes x gpus_per_node) is not a multiple of "
+                           f"ep {shape.ep}", field="shape.ep")
+        if shape.global_batch % (shape.micro_batch * world):
+            raise BadInput(f"global_batch {shape.global_batch} is not a multiple of "
+                           f"micro_batch x world size ({shape.micro_batch} x {world})",
+                           field="shape.global_batch")
+        return nodes, gpus
+
+    def launcher_args(self, req: RunRequest, nodes: int, gpus: int) -> list[str]:
+        """torchrun and its rendezvous (standalone on one node; trampoline on several)."""
+        torchrun = str(self.config.options.get("torchrun", "torchrun"))
+        if nodes == 1:
+            return [torchrun, "--standalone", "--nnodes", "1", "--nproc-per-node", str(gpus)]
+        return ["sh", "-c", RDZV_TRAMPOLINE, torchrun, "--nnodes", str(nodes),
+                "--nproc-per-node", str(gpus), "--rdzv-backend", "c10d",
+                "--rdzv-id", req.cell.name]
+
+    def script(self, req: RunRequest) -> str:
+        """Absolute path of pretrain_gpt.py from paths.megatron."""
+        megatron = req.paths.get("megatron")
+        if not megatron:
+            raise BadInput("cluster backends need paths.megatron (the Megatron-LM checkout)",
+                           field="paths.megatron")
+        name = str(self.config.options.get("script", "pretrain_gpt.py"))
+        return str(PurePosixPath(megatron) / name)
+
+    def env(self, req: RunRequest) -> dict[str, str]:
+        """Telemetry and timing switches plus runbook `options.env` (which wins)."""
+        values = self.template_values(req)
+        env = {TELEMETRY_ENV: "1", "PYTHONUNBUFFERED": "1", "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+               "EPCAP_CELL": req.cell.name, "EPCAP_PURPOSE": req.cell.purpose,
+               "EPCAP_CAPACITY": values["capacity"], "EPCAP_BUDGET_TOKENS": values["budget"],
+               "EPCAP_PAD_MULTIPLE": values["pad_multiple"]}
+        if req.cell.purpose == "time":
+            env.update({"EPCAP_TIMING": "1", "EPCAP_TIMING_WARMUP": str(req.phase.warmup),
+                        "EPCAP_TIMING_ITERS": str(req.phase.iters),
+                        "EPCAP_TIMING_TRIALS": str(req.phase.trials)})
+        extra = self.config.options.get("env", {}) or {}
+        env.update({str(k): str(v) for k, v in extra.items()})
+        return env
+
+    def command(self, req: RunRequest) -> LaunchSpec:
+        """The full launch: torchrun around pretrain_gpt.py, one task per node."""
+        self.check(req)
+        nodes, gpus = self.topology(req)
+        argv = (self.launcher_args(req, nodes, gpus) + [self.script(req)]
+                + model_args(req.model) + common_args() + shape_args(req) + data_args(req)
+                + self.dispatcher_args(req) + [str(f) for f in req.model.flags]
+                + [str(f) for f in self.config.flags])
+        return LaunchSpec(argv=argv, env=self.env(req), ntasks=nodes, nodes=nodes,
+                          gpus_per_node=gpus, cwd=req.paths.get("megatron"))
+
+    def failure_patterns(self) -> dict[str, tuple[str, ...]]:
+        """Defaults, Megatron's, the library's own, then runbook `options.failure_patterns`."""
+        extra = self.config.options.get("failure_patterns", {}) or {}
+        return merge_patterns(DEFAULT_FAILURE_PATTERNS, MEGATRON_FAILURE_PATTERNS,
+                              self.patterns, {k: tuple(v) for k, v in extra.items()})

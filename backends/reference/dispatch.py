@@ -1,0 +1,220 @@
+"""Capacity-bounded expert-parallel dispatch and combine on torch.distributed.
+
+Placement is contiguous: rank r hosts experts [r*E/ep, (r+1)*E/ep). Each rank orders its
+(token, expert) slots by expert, then token. Drop policy (echo, ultraep, and moonep when its
+budget < N): a receiver fills its `budget` slots in source-rank order, then expert order, then
+token order; every later slot is dropped at the source and never moves.
+
+MoonEP balance: the global slot list in (home rank, expert, source rank, token) order; each
+home rank keeps its first N slots, the excess of over-loaded ranks is poured, in that order,
+into the free room of under-loaded ranks (rank order) as replicas of the hot experts, so every
+rank receives exactly N slots.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+def _excl_cumsum(t: torch.Tensor) -> torch.Tensor:
+    return torch.cumsum(t, 0) - t
+
+
+def clip_to_budget(incoming: torch.Tensor, budget: int) -> torch.Tensor:
+    """Slots kept of incoming[src, expert] by a buffer of `budget` slots (src, then expert order)."""
+    flat = incoming.reshape(-1)
+    room = (budget - _excl_cumsum(flat)).clamp(min=0)
+    return torch.minimum(flat, room).reshape(incoming.shape)
+
+
+def moonep_plan(counts: torch.Tensor, n: int) -> torch.Tensor:
+    """plan[src, dst, expert]: slots of counts[src, expert] that dst receives, dst totals == n."""
+    ep, experts = counts.shape
+    per_rank = experts // ep
+    home = torch.arange(experts, device=counts.device) // per_rank
+    load = counts.sum(0).reshape(ep, per_rank).sum(1)
+    if int(load.sum()) != ep * n:
+        raise ValueError(f"moonep needs ep*N={ep * n} slots in total, got {int(load.sum())}")
+    seg = counts.t().reshape(-1)                       # segments (expert, src), expert-major
+    seg_home = home.repeat_interleave(ep)
+    p0 = _excl_cumsum(seg) - _excl_cumsum(load)[seg_home]
+    p1 = p0 + seg
+    plan = torch.zeros(ep, ep, experts, dtype=counts.dtype, device=counts.device)
+    seg_src = torch.arange(ep, device=counts.device).repeat(experts)
+    seg_exp = torch.arange(experts, device=counts.device).repeat_interleave(ep)
+    at_home = (torch.clamp(p1, max=n) - p0).clamp(min=0)
+    plan[seg_src, seg_home, seg_exp] += at_home
+    excess_before = _excl_cumsum((load - n).clamp(min=0))[seg_home]
+    o0 = excess_before + p0.clamp(min=n) - n
+    o1 = excess_before + p1.clamp(min=n) - n
+    deficit = (n - load).clamp(min=0)
+    lo = _excl_cumsum(deficit)
+    hi = lo + deficit
+    overlap = (torch.minimum(o1[:, None], hi[None, :]) - torch.maximum(o0[:, None], lo[None, :]))
+    overlap = overlap.clamp(min=0)                     # [segments, dst]
+    plan += overlap.reshape(experts, ep, ep).permute(1, 2, 0)
+    return plan
+
+
+def moonep_slot_dest(sorted_ids: torch.Tensor, counts: torch.Tensor, n: int, me: int) -> torch.Tensor:
+    """Destination rank of each of rank `me`'s slots, given in (expert, token) order."""
+    ep, experts = counts.shape
+    per_rank = experts // ep
+    home = sorted_ids // per_rank
+    load = counts.sum(0).reshape(ep, per_rank).sum(1)
+    seg = counts.t().reshape(-1)
+    p0 = (_excl_cumsum(seg) - _excl_cumsum(load)[torch.arange(experts, device=counts.device)
+                                                  .repeat_interleave(ep) // per_rank])
+    p0 = p0.reshape(experts, ep)[:, me]
+    rank_in_expert = torch.arange(sorted_ids.numel(), device=sorted_ids.device) - \
+        _excl_cumsum(counts[me])[sorted_ids]
+    pos = p0[sorted_ids] + rank_in_expert
+    excess_before = _excl_cumsum((load - n).clamp(min=0))
+    over = excess_before[home] + pos - n
+    cum_deficit = torch.cumsum((n - load).clamp(min=0), 0)
+    spill = torch.searchsorted(cum_deficit, over, right=True)
+    return torch.where(pos < n, home, spill)
+
+
+@dataclass
+class Plan:
+    """One layer's dispatch plan on one rank."""
+
+    order: torch.Tensor        # flat slot indices (token*K + k) in (expert, token) order
+    sorted_ids: torch.Tensor   # expert id of each slot in that order
+    slot_dest: torch.Tensor    # destination rank of each slot in that order
+    send_keep: torch.Tensor    # [ep_dst, E] kept slots this rank sends per (dst, expert)
+    recv_keep: torch.Tensor    # [ep_src, E] kept slots this rank receives per (src, expert)
+    demand: int                # slots routed to this rank before clipping
+
+
+def _sorted_slots(ids: torch.Tensor, experts: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Flat slot order by (expert, token), the sorted expert ids, per-expert counts."""
+    flat = ids.reshape(-1)
+    order = torch.sort(flat, stable=True).indices
+    return order, flat[order], torch.bincount(flat, minlength=experts)
+
+
+def plan_clipped(ids: torch.Tensor, experts: int, ep: int, me: int, budget: int,
+                 group=None) -> Plan:
+    """echo/ultraep: counts via all_to_all_single, receiver clips, kept counts sent back."""
+    per_rank = experts // ep
+    order, sorted_ids, cnt = _sorted_slots(ids, experts)
+    recv = torch.empty_like(cnt)
+    dist.all_to_all_single(recv, cnt, group=group)            # [src, local expert]
+    recv = recv.reshape(ep, per_rank)
+    keep = clip_to_budget(recv, budget)
+    back = torch.empty_like(cnt)
+    dist.all_to_all_single(back, keep.reshape(-1).contiguous(), group=group)
+    arange_e = torch.arange(experts, device=ids.device)
+    send_keep = torch.zeros(ep, experts, dtype=cnt.dtype, device=ids.device)
+    send_keep[arange_e // per_rank, arange_e] = back
+    recv_keep = torch.zeros(ep, experts, dtype=cnt.dtype, device=ids.device)
+    recv_keep[:, me * per_rank:(me + 1) * per_rank] = keep
+    return Plan(order, sorted_ids, sorted_ids // per_rank, send_keep, recv_keep,
+                int(recv.sum()))
+
+
+def plan_balanced(ids: torch.Tensor, experts: int, ep: int, me: int, budget: int,
+                  group=None) -> Plan:
+    """moonep: global per-expert counts via all_to_all_single, replicas for exact-N balance."""
+    order, sorted_ids, cnt = _sorted_slots(ids, experts)
+    n = ids.numel()
+    counts = torch.empty(ep * experts, dtype=cnt.dtype, device=ids.device)
+    dist.all_to_all_single(counts, cnt.repeat(ep), group=group)
+    counts = counts.reshape(ep, experts)
+    plan = moonep_plan(counts, n)
+    if budget < n:
+        plan = torch.stack([clip_to_budget(plan[:, d, :], budget) for d in range(ep)], dim=1)
+    dest = moonep_slot_dest(sorted_ids, counts, n, me)
+    return Plan(order, sorted_ids, dest, plan[me], plan[:, me, :], n)
+
+
+def kept_send_slots(plan: Plan, experts: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Flat slot indices kept and sent, in (dst, expert, token) order, and the kept mask."""
+    key = plan.slot_dest * experts + plan.sorted_ids
+    by_key = torch.sort(key, stable=True).indices
+    key_sorted = key[by_key]
+    group_size = torch.bincount(key_sorted, minlength=plan.send_keep.numel())
+    rank_in_group = torch.arange(key.numel(), device=key.device) - \
+        _excl_cumsum(group_size)[key_sorted]
+    kept = rank_in_group < plan.send_keep.reshape(-1)[key_sorted]
+    slots = plan.order[by_key][kept]
+    mask = torch.zeros(plan.order.numel(), dtype=torch.bool, device=key.device)
+    mask[slots] = True
+    return slots, mask
+
+
+@dataclass
+class Dispatched:
+    """What dispatch leaves behind for the expert transform and the combine."""
+
+    recv: torch.Tensor         # [received slots, hidden] bf16, (src, expert, token) order
+    recv_expert: torch.Tensor  # expert id of each received row
+    send_slots: torch.Tensor   # flat slot indices sent, in send order
+    kept_mask: torch.Tensor    # [S*K] slot kept (not dropped)
+    send_split: list[int]
+    recv_split: list[int]
+
+
+def dispatch(x: torch.Tensor, topk: int, plan: Plan, experts: int, group=None) -> Dispatched:
+    """Move the kept slots' hidden states to their destination ranks (all_to_all_single)."""
+    slots, mask = kept_send_slots(plan, experts)
+    send_split = plan.send_keep.sum(1).tolist()
+    recv_split = plan.recv_keep.sum(1).tolist()
+    send = x.index_select(0, slots // topk)
+    recv = x.new_empty(sum(recv_split), x.shape[1])
+    dist.all_to_all_single(recv, send, recv_split, send_split, group=group)
+    ep = plan.recv_keep.shape[0]
+    exp_ids = torch.arange(experts, device=x.device).repeat(ep)
+    recv_expert = torch.repeat_interleave(exp_ids, plan.recv_keep.reshape(-1))
+    return Dispatched(recv, recv_expert, slots, mask, send_split, recv_split)
+
+
+def expert_scale(experts: int, device=None) -> torch.Tensor:
+    """The per-expert transform: expert e multiplies its rows by (e + 1) / E."""
+    return (torch.arange(experts, device=device, dtype=torch.float32) + 1.0) / experts
+
+
+def expert_transform(d: Dispatched, experts: int) -> torch.Tensor:
+    """Apply each received row's expert (a scale) in fp32, back to the hidden dtype."""
+    scale = expert_scale(experts, d.recv.device)[d.recv_expert]
+    return (d.recv.float() * scale.unsqueeze(1)).to(d.recv.dtype)
+
+
+def combine(y: torch.Tensor, d: Dispatched, weights: torch.Tensor, tokens: int,
+            group=None) -> torch.Tensor:
+    """Return expert outputs to their sources and sum them with the router weights (fp32)."""
+    back = y.new_empty(sum(d.send_split), y.shape[1])
+    dist.all_to_all_single(back, y, d.send_split, d.recv_split, group=group)
+    w = weights.reshape(-1).float().index_select(0, d.send_slots)
+    out = torch.zeros(tokens, y.shape[1], dtype=torch.float32, device=y.device)
+    topk = weights.shape[1]
+    out.index_add_(0, d.send_slots // topk, back.float() * w.unsqueeze(1))
+    return out
+
+
+def reference_output(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
+                     kept_mask: torch.Tensor, experts: int) -> torch.Tensor:
+    """What combine must return, computed locally: sum over kept slots of w * expert(x)."""
+    scale = expert_scale(experts, x.device)
+    kept = kept_mask.reshape(ids.shape)
+    out = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float32, device=x.device)
+    xf = x.float()
+    for k in range(ids.shape[1]):
+        yk = (xf * scale[ids[:, k]].unsqueeze(1)).to(x.dtype).float()
+        wk = torch.where(kept[:, k], weights[:, k].float(), torch.zeros_like(weights[:, k].float()))
+        out += yk * wk.unsqueeze(1)
+    return out
+
+
+def check_combine(out: torch.Tensor, ref: torch.Tensor, where: str) -> None:
+    """Assert combine == reference for every token (a mismatch is a bug of the emulation)."""
+    if not torch.allclose(out, ref, rtol=1e-5, atol=1e-5):
+        bad = (out - ref).abs().amax(dim=1)
+        tok = int(torch.argmax(bad))
+        raise AssertionError(f"combine mismatch at {where}: token {tok} max |diff| "
+                             f"{float(bad[tok]):.3g} ({int((bad > 1e-5).sum())} tokens differ)")

@@ -1,0 +1,93 @@
+"""The worker's command line (torch-free, so bad flags and OOM fail before torch loads)."""
+
+from __future__ import annotations
+
+import argparse
+from types import SimpleNamespace
+
+PURPOSES = ("measure", "validate", "time", "canary")
+
+
+def _positive(text: str) -> int:
+    val = int(text)
+    if val <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return val
+
+
+def _non_negative(text: str) -> int:
+    val = int(text)
+    if val < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return val
+
+
+def _capacity(text: str) -> str:
+    val = float(text)
+    if not val > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return text
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """All flags of `python -m backends.reference`."""
+    ap = argparse.ArgumentParser(prog="python -m backends.reference",
+                                 description="epcap reference EP dispatch emulation "
+                                             "(torch.distributed; not the real libraries)")
+    m = ap.add_argument_group("model")
+    m.add_argument("--model", default="MODEL", help="model name (seeds the routing)")
+    m.add_argument("--layers", type=_positive, required=True)
+    m.add_argument("--first-dense-layers", type=_non_negative, default=0)
+    m.add_argument("--hidden", type=_positive, required=True)
+    m.add_argument("--experts", type=_positive, required=True)
+    m.add_argument("--topk", type=_positive, required=True)
+    m.add_argument("--expert-ffn", type=_positive, required=True)
+    m.add_argument("--shared-ffn", type=_non_negative, default=0)
+    m.add_argument("--router-dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
+    m.add_argument("--routing-sigma", type=float, default=1.0)
+    s = ap.add_argument_group("shape and run")
+    s.add_argument("--seq", type=_positive, required=True)
+    s.add_argument("--micro-batch", type=_positive, default=1)
+    s.add_argument("--ep", type=_positive, required=True, help="EP size = number of ranks")
+    s.add_argument("--capacity", type=_capacity, default="2.00")
+    s.add_argument("--personality", choices=("echo", "ultraep", "moonep"), default="echo")
+    s.add_argument("--warmup", type=_non_negative, default=1)
+    s.add_argument("--iters", type=_positive, default=4)
+    s.add_argument("--trials", type=_positive, default=1)
+    s.add_argument("--purpose", choices=PURPOSES, default="measure")
+    s.add_argument("--seed", type=int, default=1234)
+    s.add_argument("--device-memory-bytes", type=_positive, default=None)
+    s.add_argument("--pad-multiple", type=_positive, default=128)
+    s.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    s.add_argument("--trace", default=None, help="replay this JSONL routing trace")
+    s.add_argument("--record-trace", default=None, help="write the routing used to this file")
+    s.add_argument("--pg-timeout-s", type=_positive, default=300)
+    s.add_argument("--ranks", type=_positive, default=None,
+                   help="standalone: spawn this many local ranks (default: --ep)")
+    s.add_argument("--log-dir", default=None,
+                   help="standalone: write rank<R>.log files here instead of stdout")
+    return ap
+
+
+def model_of(args: argparse.Namespace) -> SimpleNamespace:
+    """ModelSpec-shaped view of the flags (for the memory model)."""
+    return SimpleNamespace(name=args.model, layers=args.layers, hidden=args.hidden,
+                           experts=args.experts, topk=args.topk, expert_ffn=args.expert_ffn,
+                           shared_ffn=args.shared_ffn, first_dense_layers=args.first_dense_layers)
+
+
+def shape_of(args: argparse.Namespace) -> SimpleNamespace:
+    """Shape-shaped view of the flags."""
+    return SimpleNamespace(seq=args.seq, micro_batch=args.micro_batch, ep=args.ep)
+
+
+def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Cross-flag checks; argparse error (exit 2) on violation."""
+    if args.experts % args.ep:
+        ap.error(f"--experts ({args.experts}) must be divisible by --ep ({args.ep})")
+    if args.topk > args.experts:
+        ap.error(f"--topk ({args.topk}) must be <= --experts ({args.experts})")
+    if args.first_dense_layers >= args.layers:
+        ap.error("--first-dense-layers must leave at least one MoE layer")
+    if args.ranks is not None and args.ranks != args.ep:
+        ap.error(f"--ranks ({args.ranks}) must equal --ep ({args.ep})")

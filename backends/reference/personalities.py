@@ -1,0 +1,49 @@
+"""The three library contracts the reference backend emulates: echo, ultraep, moonep."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LIBRARIES = {"echo": "ECHO", "ultraep": "UltraEP", "moonep": "MoonEP"}
+
+
+@dataclass(frozen=True)
+class Personality:
+    """What differs between the emulated libraries."""
+
+    name: str
+    library: str
+    balanced: bool             # moonep: redundant experts, every rank receives exactly N
+    pad_check: bool            # ultraep: budget must be a multiple of pad_multiple
+    fp32_router: bool          # ultraep: router probabilities must be fp32
+    overflow_flag: bool        # ultraep: prints [EPCAP_OVERFLOW] when a buffer clips
+
+
+def personality(name: str) -> Personality:
+    """The personality called `name` (echo | ultraep | moonep)."""
+    if name not in LIBRARIES:
+        raise ValueError(f"unknown personality {name!r}; expected one of {sorted(LIBRARIES)}")
+    ultra = name == "ultraep"
+    return Personality(name, LIBRARIES[name], balanced=name == "moonep", pad_check=ultra,
+                       fp32_router=ultra, overflow_flag=ultra)
+
+
+def check_budget(p: Personality, budget: int, pad_multiple: int) -> None:
+    """UltraEP's allocation assertion, before iteration 0."""
+    if p.pad_check and budget % pad_multiple != 0:
+        raise AssertionError(f"num_permuted_tokens ({budget}) must be a multiple of "
+                             f"pad_multiple ({pad_multiple})")
+
+
+def check_router_dtype(p: Personality, dtype_name: str) -> None:
+    """UltraEP's kernel assertion on the router probabilities' dtype."""
+    if p.fp32_router and dtype_name != "torch.float32":
+        raise AssertionError(f"ultra_ep.cpp:909: Assertion `topk_weights.scalar_type() == "
+                             f"torch::kFloat32` failed: router probabilities must be fp32, "
+                             f"got {dtype_name}")
+
+
+def banner(p: Personality) -> str:
+    """The first log line: this is the emulation, not the library."""
+    return (f"[EPCAP_REFERENCE] backend=reference personality={p.name} emulates "
+            f"{p.library}'s documented contract; not the {p.library} library")

@@ -1,0 +1,226 @@
+"""One EP rank of the reference emulation: route, dispatch, transform, combine, verify, log."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+from .dispatch import (
+    check_combine,
+    combine,
+    dispatch,
+    expert_transform,
+    plan_balanced,
+    plan_clipped,
+    reference_output,
+)
+from .memory import estimate_memory_bytes
+from .options import model_of, shape_of
+from .personalities import Personality, check_budget, check_router_dtype, personality
+from .routing import expert_popularity, load_trace, route, weights_for_ids, write_trace
+from .timing import Stopwatch, quantile, step_times, summarize
+
+
+def say(text: str) -> None:
+    """One flushed log line on stdout (each rank's stdout is its log)."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def pick_device(choice: str, local_rank: int) -> torch.device:
+    """cpu, or the local rank's GPU; auto = cuda when available."""
+    if choice == "auto":
+        choice = "cuda" if torch.cuda.is_available() else "cpu"
+    if choice == "cuda":
+        idx = local_rank % torch.cuda.device_count()
+        torch.cuda.set_device(idx)
+        return torch.device("cuda", idx)
+    return torch.device("cpu")
+
+
+def init_group(device: torch.device, rank: int, world: int, timeout_s: int) -> None:
+    """gloo on CPU, NCCL on CUDA; rendezvous from MASTER_ADDR/MASTER_PORT."""
+    if device.type == "cpu" and "GLOO_SOCKET_IFNAME" not in os.environ and \
+            os.environ.get("MASTER_ADDR") in ("127.0.0.1", "localhost"):
+        os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    kwargs = {"device_id": device} if device.type == "cuda" else {}
+    dist.init_process_group(backend, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
+
+
+class RankRun:
+    """State of one rank's run; `run()` does the iterations and prints the telemetry."""
+
+    def __init__(self, args: argparse.Namespace, rank: int, device: torch.device) -> None:
+        self.a, self.rank, self.device = args, rank, device
+        self.p: Personality = personality(args.personality)
+        self.tokens = args.seq * args.micro_batch
+        self.n = self.tokens * args.topk
+        self.budget = int(float(args.capacity) * self.n)
+        self.layers = list(range(args.first_dense_layers, args.layers))
+        self.sw = Stopwatch(device)
+        self.trace = None
+        self.recorded: list[tuple[int, int, int, list]] = []
+        self.samples: dict[str, list[list[float]]] = {"dispatch": [], "combine": []}
+
+    def total_iters(self) -> int:
+        a = self.a
+        return a.warmup + (a.trials * a.iters if a.purpose == "time" else a.iters)
+
+    def hidden_states(self) -> torch.Tensor:
+        """This rank's tokens: seeded N(0,1) bf16 [S, hidden], reused for every layer."""
+        gen = torch.Generator().manual_seed(self.a.seed * 7919 + self.rank)
+        x = torch.randn(self.tokens, self.a.hidden, generator=gen)
+        return x.to(device=self.device, dtype=torch.bfloat16)
+
+    def routing(self, it: int, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(ids, weights) for this rank at (iteration, layer): trace replay or seeded routing."""
+        a = self.a
+        if self.trace is not None:
+            ids, w = self.trace.lookup(it, layer, self.rank)
+            if w is None:
+                pop = expert_popularity(a.seed, a.model, layer, a.experts, a.routing_sigma)
+                w = weights_for_ids(ids, pop, a.router_dtype)
+        else:
+            r = route(a.seed, a.model, layer, it, self.rank, self.tokens, a.experts, a.topk,
+                      a.routing_sigma, a.router_dtype)
+            ids, w = r.ids, r.weights
+        if a.record_trace:
+            self.recorded.append((it, layer, self.rank, ids.tolist()))
+        return ids.to(self.device), w.to(self.device)
+
+    def setup(self) -> None:
+        """Checks before iteration 0 and the setup_metadata rows."""
+        check_budget(self.p, self.budget, self.a.pad_multiple)
+        if self.a.trace:
+            self.trace = load_trace(self.a.trace, self.a.experts, self.a.topk, self.tokens)
+        exact = ",".join([str(self.n)] * self.a.ep)
+        for layer in self.layers:
+            say(f"[MOE_DROP_DEBUG][setup_metadata] iter=0 layer={layer} rank={self.rank} "
+                f"budget={self.budget} exact_recv_per_rank=[{exact}]")
+
+    def step(self, x: torch.Tensor, it: int, layer: int, timed: bool) -> tuple[float, float]:
+        """One layer's dispatch + transform + combine (+ verification); returns times (ms)."""
+        a = self.a
+        ids, w = self.routing(it, layer)
+        check_router_dtype(self.p, str(w.dtype))
+        planner = plan_balanced if self.p.balanced else plan_clipped
+        if timed:
+            dist.barrier()
+        t0 = self.sw.start()
+        plan = planner(ids, a.experts, a.ep, self.rank, self.budget)
+        d = dispatch(x, a.topk, plan, a.experts)
+        h_disp = self.sw.stop(t0)
+        y = expert_transform(d, a.experts)
+        if timed:
+            dist.barrier()
+        t1 = self.sw.start()
+        out = combine(y, d, w, self.tokens)
+        h_comb = self.sw.stop(t1)
+        if a.purpose != "time" or it < max(a.warmup, 1):
+            ref = reference_output(x, ids, w, d.kept_mask, a.experts)
+            check_combine(out, ref, f"iter={it} layer={layer} rank={self.rank}")
+        self.report(it, layer, plan, d)
+        return self.sw.ms(h_disp), self.sw.ms(h_comb)
+
+    def report(self, it: int, layer: int, plan, d) -> None:
+        """The dispatch row (and UltraEP's overflow flag); guards the buffer invariants."""
+        actual = int(d.recv.shape[0])
+        want = min(plan.demand, self.budget)
+        if actual != want:
+            raise AssertionError(f"received {actual} slots, expected min(demand "
+                                 f"{plan.demand}, budget {self.budget}) = {want}")
+        extra = ""
+        if self.p.balanced:
+            per_rank = self.a.experts // self.a.ep
+            hosted = (plan.recv_keep.sum(0) > 0).nonzero().flatten() // per_rank
+            extra = f" redundant_experts={int((hosted != self.rank).sum())}"
+        say(f"[MOE_DROP_DEBUG][dispatch] iter={it} layer={layer} rank={self.rank} "
+            f"expected_recv={self.n} actual_valid_recv={actual} budget={self.budget}{extra}")
+        if self.p.overflow_flag and plan.demand > self.budget:
+            say(f"[EPCAP_OVERFLOW] iter={it} layer={layer} rank={self.rank} "
+                f"budget={self.budget} dropped_slots={plan.demand - self.budget}")
+
+    def run(self) -> int:
+        a = self.a
+        self.setup()
+        x = self.hidden_states()
+        for it in range(self.total_iters()):
+            timed = a.purpose == "time" and it >= a.warmup
+            if timed and (it - a.warmup) % a.iters == 0:
+                self.samples["dispatch"].append([])
+                self.samples["combine"].append([])
+            for layer in self.layers:
+                td, tc = self.step(x, it, layer, timed)
+                if timed:
+                    self.samples["dispatch"][-1].append(td)
+                    self.samples["combine"][-1].append(tc)
+        if a.purpose == "time":
+            self.emit_timing()
+        if a.record_trace:
+            self.save_trace()
+        say(f"[EPCAP_REFERENCE] done rank={self.rank} iterations={self.total_iters()} "
+            f"layers={len(self.layers)}")
+        return 0
+
+    def emit_timing(self) -> None:
+        """Slowest-rank steps, per-rank medians, peak memory; rank 0 prints [EPCAP_TIMING]."""
+        a = self.a
+        steps = {}
+        for kind, trials in self.samples.items():
+            flat = step_times([x for t in trials for x in t], self.device)
+            per = len(trials[0])
+            steps[kind] = [flat[i * per:(i + 1) * per] for i in range(len(trials))]
+        mine = [x for t in self.samples["dispatch"] for x in t]
+        local = torch.tensor([quantile(mine, 0.5), quantile(mine, 0.9)], dtype=torch.float64,
+                             device=self.device)
+        gathered = [torch.zeros_like(local) for _ in range(a.ep)]
+        dist.all_gather(gathered, local)
+        peak, source = self.peak_memory()
+        if self.rank != 0:
+            return
+        out = summarize(steps["dispatch"], steps["combine"], a.iters, self.tokens, a.topk,
+                        a.hidden, 2, self.sw.timer)
+        out.update(peak_mem_bytes=peak, peak_mem_source=source,
+                   personality=a.personality, ranks=a.ep, capacity=a.capacity,
+                   budget_tokens=self.budget,
+                   rank_dispatch_ms_median=[float(g[0]) for g in gathered],
+                   rank_dispatch_ms_p90=[float(g[1]) for g in gathered])
+        say("[EPCAP_TIMING] " + json.dumps(out, separators=(",", ":")))
+
+    def peak_memory(self) -> tuple[int, str]:
+        """Measured CUDA peak (max over ranks) on GPU, else the memory model's total."""
+        if self.device.type == "cuda":
+            t = torch.tensor([torch.cuda.max_memory_allocated(self.device)], device=self.device)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            return int(t.item()), "measured"
+        est = estimate_memory_bytes(model_of(self.a), shape_of(self.a), self.a.capacity,
+                                    self.a.personality, self.a.ep)
+        return int(est["total"]), "modelled"
+
+    def save_trace(self) -> None:
+        """Gather every rank's routing to rank 0, which writes the trace atomically."""
+        parts = [None] * self.a.ep if self.rank == 0 else None
+        dist.gather_object(self.recorded, parts, dst=0)
+        if self.rank == 0:
+            records = [r for part in parts for r in part]
+            write_trace(self.a.record_trace, self.a.experts, self.a.topk, self.tokens, records)
+
+
+def run_rank(args: argparse.Namespace, rank: int, world: int, local_rank: int) -> int:
+    """Join the process group, run, leave."""
+    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
+    device = pick_device(args.device, local_rank)
+    init_group(device, rank, world, args.pg_timeout_s)
+    try:
+        return RankRun(args, rank, device).run()
+    finally:
+        sys.stdout.flush()
+        dist.destroy_process_group()

@@ -1,0 +1,308 @@
+"""Report figures (matplotlib, Agg, no pyplot state): capacity, over-provisioning, demand, timing.
+
+Each `plot_*` function takes plain records built by harness.report and writes one PNG
+atomically (temp file + os.replace). matplotlib is imported here only, and this module is
+imported lazily by the report, so commands that draw nothing never pay for it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch, Rectangle  # noqa: E402
+
+DPI = 110
+GRID_MAX_LINES = 60     # denser grids are drawn only next to each point
+PLACEHOLDER_HATCH = "///"
+
+
+@dataclass(frozen=True)
+class CapPoint:
+    """One capacity_selection.tsv row as numbers (None = empty cell)."""
+
+    model: str
+    backend: str
+    uniform_tokens: int | None
+    required: float | None
+    selected: float | None
+    over_provision: float | None
+    required_text: str
+    selected_text: str
+
+
+@dataclass(frozen=True)
+class TimePoint:
+    """One timing.tsv row as numbers (None = empty cell or column absent)."""
+
+    model: str
+    backend: str
+    status: str
+    dispatch: tuple[float | None, float | None, float | None]   # p10, median, p90 (ms)
+    combine: tuple[float | None, float | None, float | None]
+    noise_floor_pct: float | None
+
+
+@dataclass(frozen=True)
+class DemandMap:
+    """Per-rank peak demand of one measurement run: ranks x layers."""
+
+    run: str
+    backend: str
+    ranks: list[int]
+    layers: list[int]
+    ratio: np.ndarray          # max over iterations of actual_valid_recv / expected_recv
+    saturated: np.ndarray      # bool: some row at this (rank, layer) had actual >= budget
+    budget_ratio: float        # budget / expected_recv of the run
+
+
+def backend_colors(backends: list[str]) -> dict[str, str]:
+    """A stable colour per backend name (sorted, case-insensitive), shared by all figures."""
+    palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf"]
+    names = sorted({b for b in backends}, key=str.lower)
+    return {b: palette[i % len(palette)] for i, b in enumerate(names)}
+
+
+def save_png(fig: Figure, path: Path) -> None:
+    """Write the figure as PNG through a temp file in the same directory, then os.replace."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        fig.savefig(tmp, format="png", dpi=DPI)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _by_model(items: list) -> dict[str, list]:
+    """Group records by model, keeping first-seen order."""
+    out: dict[str, list] = {}
+    for it in items:
+        out.setdefault(it.model, []).append(it)
+    return out
+
+
+def _grid_lines(ax, n: int, pad: int, lo: float, hi: float, xs: list[float],
+                ys: list[float]) -> str:
+    """Draw executable capacities k*pad/n in [lo, hi]; local ticks when the grid is too dense."""
+    step = pad / n
+    k0, k1 = math.floor(lo / step), math.ceil(hi / step)
+    if k1 - k0 <= GRID_MAX_LINES:
+        for k in range(k0, k1 + 1):
+            ax.axhline(k * step, color="0.82", lw=0.7, zorder=0)
+        return f"grid step {pad}/N = {step:.6g}"
+    for x, y in zip(xs, ys, strict=True):
+        kc = round(y / step)
+        for k in range(kc - 3, kc + 4):
+            ax.hlines(k * step, x - 0.3, x + 0.3, color="0.65", lw=0.7, zorder=0)
+    return f"grid step {pad}/N = {step:.6g}\n(dense: only rungs next to each point)"
+
+
+def plot_capacity(points: list[CapPoint], path: Path, pad: int = 128,
+                  colors: dict[str, str] | None = None) -> Figure:
+    """Figure 1: required vs selected capacity per model and backend on the executable grid."""
+    groups = _by_model(points)
+    colors = colors or backend_colors([p.backend for p in points])
+    fig = Figure(figsize=(max(7.5, 3.6 * len(groups)), 4.6), layout="constrained")
+    axes = fig.subplots(1, len(groups), squeeze=False)[0]
+    for ax, (model, pts) in zip(axes, groups.items(), strict=True):
+        xs = list(range(len(pts)))
+        vals = [v for p in pts for v in (p.required, p.selected) if v is not None]
+        lo, hi = (min(vals), max(vals)) if vals else (1.0, 2.0)
+        margin = max(0.02, 0.08 * (hi - lo))
+        lo, hi = lo - margin, hi + margin
+        n = pts[0].uniform_tokens
+        note = "N unknown: grid not drawn"
+        if n:
+            marks = [(x, p.selected if p.selected is not None else p.required)
+                     for x, p in zip(xs, pts, strict=True)]
+            marks = [(x, y) for x, y in marks if y is not None]
+            note = _grid_lines(ax, n, pad, lo, hi, [x for x, _ in marks], [y for _, y in marks])
+        for x, p in zip(xs, pts, strict=True):
+            c = colors[p.backend]
+            if p.required is not None:
+                ax.plot([x], [p.required], "o", mfc="white", mec=c, mew=1.6, ms=8, zorder=3)
+                ax.annotate(p.required_text, (x, p.required), xytext=(8, -10),
+                            textcoords="offset points", fontsize=7, color="0.25")
+            if p.selected is not None:
+                ax.plot([x], [p.selected], "D", color=c, ms=7, zorder=3)
+                ax.annotate(p.selected_text, (x, p.selected), xytext=(8, 3),
+                            textcoords="offset points", fontsize=7, color=c)
+            if p.required is not None and p.selected is not None:
+                ax.plot([x, x], [p.required, p.selected], color=c, lw=1.2, zorder=2)
+            if p.selected is None:
+                ax.text(x, (lo + hi) / 2, "not selected", rotation=90, ha="center",
+                        va="center", fontsize=8, color="0.3")
+        ax.set_ylim(lo, hi)
+        ax.set_xlim(-0.6, len(pts) - 0.4)
+        ax.set_xticks(xs, [p.backend for p in pts])
+        ax.set_title(f"{model}\nN = S·K = {n if n else '?'}; {note}", fontsize=8)
+    axes[0].set_ylabel("capacity = budget / (S·K)")
+    handles = [
+        Line2D([], [], ls="", marker="o", mfc="white", mec="0.2", ms=8,
+                                label="required (peak actual_valid_recv / N)"),
+        Line2D([], [], ls="", marker="D", color="0.2", ms=7,
+                                label="selected (executable)"),
+        Line2D([], [], color="0.75", lw=1,
+                                label=f"executable grid: budget = k·{pad} slots"),
+    ]
+    fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=8)
+    fig.suptitle("Required vs selected capacity", fontsize=11)
+    save_png(fig, path)
+    return fig
+
+
+def plot_overprovision(points: list[CapPoint], path: Path,
+                       colors: dict[str, str] | None = None) -> Figure:
+    """Figure 2: selected budget / measured peak, as % above the peak, per model and backend."""
+    groups = _by_model(points)
+    backends = list(dict.fromkeys(p.backend for p in points))
+    colors = colors or backend_colors(backends)
+    width = 0.8 / max(1, len(backends))
+    fig = Figure(figsize=(max(5.0, 1.9 * len(groups) + 2), 4.2), layout="constrained")
+    ax = fig.subplots()
+    top = 0.0
+    for gi, (_model, pts) in enumerate(groups.items()):
+        for p in pts:
+            x = gi - 0.4 + width * (backends.index(p.backend) + 0.5)
+            if p.over_provision is None:
+                ax.text(x, 0, "no selection", rotation=90, ha="center", va="bottom", fontsize=7)
+                continue
+            pct = (p.over_provision - 1.0) * 100.0
+            top = max(top, pct)
+            ax.bar(x, pct, width * 0.9, color=colors[p.backend])
+            ax.annotate(f"+{pct:.2f}%", (x, pct), xytext=(0, 2), textcoords="offset points",
+                        ha="center", fontsize=7)
+    ax.set_ylim(0, max(1.0, top * 1.25))
+    ax.set_xticks(range(len(groups)), list(groups))
+    ax.set_ylabel("over-provisioning: % above measured peak\n(selected budget / peak − 1)")
+    ax.legend(handles=[Patch(color=colors[b], label=b) for b in backends], fontsize=8,
+              title="backend", title_fontsize=8)
+    ax.set_title("Over-provisioning of the selected capacity (value labels rounded to 0.01%)",
+                 fontsize=10)
+    save_png(fig, path)
+    return fig
+
+
+def plot_demand(model: str, maps: list[DemandMap], path: Path) -> Figure:
+    """Figure 3: one heatmap (ranks x layers) per measurement run of a model, shared colour scale."""
+    vmin = min(float(np.nanmin(m.ratio)) for m in maps)
+    vmax = max(float(np.nanmax(m.ratio)) for m in maps)
+    if vmax - vmin < 1e-9:
+        vmax = vmin + 1e-3
+    ncols = max(len(m.layers) for m in maps)
+    width = min(18.0, max(8.5, 0.16 * ncols + 4))
+    height = min(24.0, 1.6 + sum(0.8 + 0.25 * len(m.ranks) for m in maps))
+    fig = Figure(figsize=(width, height), layout="constrained")
+    axes = fig.subplots(len(maps), 1, squeeze=False,
+                        height_ratios=[len(m.ranks) + 2 for m in maps])[:, 0]
+    image = None
+    for ax, m in zip(axes, maps, strict=True):
+        image = ax.imshow(m.ratio, aspect="auto", cmap="viridis", vmin=vmin, vmax=vmax,
+                          interpolation="nearest")
+        rr, cc = np.nonzero(m.saturated)
+        if len(rr):
+            ax.plot(cc, rr, "x", color="#ff3030", ms=7, mew=2)
+        rstep = max(1, len(m.ranks) // 16)
+        ax.set_yticks(range(0, len(m.ranks), rstep), [str(r) for r in m.ranks[::rstep]],
+                      fontsize=7)
+        step = max(1, len(m.layers) // 24)
+        ax.set_xticks(range(0, len(m.layers), step), [str(v) for v in m.layers[::step]],
+                      fontsize=7)
+        ax.set_ylabel("rank", fontsize=8)
+        sat = int(m.saturated.sum())
+        ax.set_title(f"{m.run}\nbudget = {m.budget_ratio:.4g} × expected_recv; "
+                     f"saturated (rank, layer) cells: {sat}", fontsize=8, loc="left")
+    axes[-1].set_xlabel("layer", fontsize=8)
+    cbar = fig.colorbar(image, ax=list(axes), aspect=30)
+    cbar.set_label("peak demand / uniform share =\nmax over iterations of "
+                   "actual_valid_recv / expected_recv", fontsize=8)
+    handles = [Line2D([], [], ls="", marker="x", color="#ff3030", mew=2,
+                      label="saturated: some iteration had actual_valid_recv ≥ budget "
+                            "(tokens dropped; the run's requirement is only a lower bound)")]
+    fig.legend(handles=handles, loc="outside lower left", fontsize=7)
+    fig.suptitle(f"{model}: per-rank peak dispatch demand across layers (measurement runs)",
+                 fontsize=10)
+    save_png(fig, path)
+    return fig
+
+
+def _whisker(ax, x: float, trio, color: str, marker: str) -> None:
+    """Median marker with a p10-p90 whisker; a missing p10 draws median..p90 only."""
+    p10, med, p90 = trio
+    if med is None:
+        return
+    lo = p10 if p10 is not None else med
+    hi = p90 if p90 is not None else med
+    ax.errorbar([x], [med], yerr=[[med - lo], [hi - med]], fmt=marker, color=color, ms=6,
+                capsize=4, lw=1.3, zorder=3)
+
+
+def _noise_band(ax, x: float, med: float | None, pct: float | None, color: str) -> None:
+    """Shade median ± noise floor % around a median."""
+    if med is None or pct is None:
+        return
+    half = med * pct / 100.0
+    ax.add_patch(Rectangle((x - 0.12, med - half), 0.24, 2 * half, color=color, alpha=0.18,
+                           lw=0, zorder=1))
+
+
+def _placeholder(ax, x: float, status: str) -> None:
+    """A hatched, labelled full-height box for a pair that has no timing."""
+    label = "does not fit" if status == "does_not_fit" else f"not timed: {status or 'no row'}"
+    ax.add_patch(Rectangle((x - 0.38, 0.0), 0.76, 1.0, transform=ax.get_xaxis_transform(),
+                           fill=False, hatch=PLACEHOLDER_HATCH, ec="0.45", lw=0.8, zorder=1))
+    ax.text(x, 0.5, label, transform=ax.get_xaxis_transform(), rotation=90, ha="center",
+            va="center", fontsize=9, color="0.15",
+            bbox={"facecolor": "white", "edgecolor": "0.45", "pad": 2})
+
+
+def plot_timing(points: list[TimePoint], path: Path, missing_p10: bool,
+                colors: dict[str, str] | None = None) -> Figure:
+    """Figure 4: dispatch and combine median with p10-p90 and the noise floor, per model."""
+    groups = _by_model(points)
+    colors = colors or backend_colors([p.backend for p in points])
+    fig = Figure(figsize=(max(7.5, 3.4 * len(groups)), 4.8), layout="constrained")
+    axes = fig.subplots(1, len(groups), squeeze=False)[0]
+    for ax, (model, pts) in zip(axes, groups.items(), strict=True):
+        highs = [v for p in pts if p.status == "ok" for v in (*p.dispatch, *p.combine)
+                 if v is not None]
+        for x, p in enumerate(pts):
+            if p.status != "ok" or p.dispatch[1] is None:
+                _placeholder(ax, x, p.status)
+                continue
+            c = colors[p.backend]
+            for off, trio, mk in ((-0.2, p.dispatch, "o"), (0.2, p.combine, "s")):
+                _noise_band(ax, x + off, trio[1], p.noise_floor_pct, c)
+                _whisker(ax, x + off, trio, c, mk)
+            if p.noise_floor_pct is not None:
+                ax.annotate(f"noise {p.noise_floor_pct:g}%", (x, 0), xycoords=("data", "axes fraction"),
+                            xytext=(0, 3), textcoords="offset points", ha="center", fontsize=6.5,
+                            color="0.3")
+        ax.set_ylim(0, (max(highs) * 1.2) if highs else 1.0)
+        ax.set_xlim(-0.6, len(pts) - 0.4)
+        ax.set_xticks(range(len(pts)), [p.backend for p in pts])
+        ax.set_title(model, fontsize=9)
+    axes[0].set_ylabel("time per call (ms)")
+    whisk = "p10–p90" if not missing_p10 else "median–p90 (p10 not recorded)"
+    handles = [
+        Line2D([], [], ls="", marker="o", color="0.2", label="dispatch median"),
+        Line2D([], [], ls="", marker="s", color="0.2", label="combine median"),
+        Line2D([], [], color="0.2", label=f"whisker: {whisk}"),
+        Patch(color="0.2", alpha=0.2, label="median ± trial-to-trial noise floor"),
+        Patch(fill=False, hatch=PLACEHOLDER_HATCH, ec="0.45", label="does not fit / not timed"),
+    ]
+    fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=7.5)
+    fig.suptitle("Dispatch and combine time at each model's common timing capacity",
+                 fontsize=11)
+    save_png(fig, path)
+    return fig

@@ -1,0 +1,225 @@
+"""Health probe: NVIDIA driver present, every GPU idle, zero uncorrected ECC errors (via NVML).
+
+Used by `epcap doctor`, by preflight (`probe()`), and on each cell's node before its ranks
+start (`python -m harness.health --pre-cell`, written into Slurm batch scripts). The checks
+are a pure function over readings (`evaluate`), so every failure path is testable without a
+GPU; `read_nvml` is the only code that talks to the driver. On a machine without GPUs, NVML
+or driver the status is `no-gpu` and ok=True (reference backends run on CPUs), unless the
+caller requires GPUs (`--require-gpus N`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+
+DEFAULT_MAX_USED_MIB = 1024
+PRE_CELL_FAIL_EXIT = 97         # batch scripts map this exit to "health probe failed"
+HEALTH_TAG = "[EPCAP_HEALTH]"
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """What NVML said about one GPU. ECC counts are None where the GPU does not support them."""
+
+    index: int
+    name: str = ""
+    uuid: str = ""
+    memory_used_mib: float = 0.0
+    compute_pids: tuple[int, ...] = ()
+    ecc_volatile_uncorrected: int | None = None
+    ecc_aggregate_uncorrected: int | None = None
+    error: str = ""                 # a reading that failed (NVML error text)
+
+
+@dataclass
+class HealthReport:
+    """Verdict of one probe. status: ok | no-gpu | unhealthy. failures name GPU and check."""
+
+    ok: bool
+    status: str
+    gpus: list[dict] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    driver: str | None = None
+    reason: str = ""                # why no-gpu (no NVML, no driver, no device)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class NoGpu(Exception):
+    """NVML, its driver or any device is missing: the machine is CPU-only for our purposes."""
+
+
+def gpu_failures(gpu: GpuReading, max_used_mib: float) -> list[str]:
+    """The failed checks of one GPU, each as 'gpu<i> (<uuid>): <check>: <detail>'."""
+    who = f"gpu{gpu.index}" + (f" ({gpu.uuid})" if gpu.uuid else "")
+    if gpu.error:
+        return [f"{who}: readable: {gpu.error}"]
+    out = []
+    if gpu.compute_pids:
+        pids = ",".join(str(p) for p in gpu.compute_pids)
+        out.append(f"{who}: idle: {len(gpu.compute_pids)} compute process(es) running "
+                   f"(pids {pids})")
+    if gpu.memory_used_mib >= max_used_mib:
+        out.append(f"{who}: idle: {gpu.memory_used_mib:.0f} MiB memory used "
+                   f"(threshold {max_used_mib:.0f} MiB)")
+    for kind, count in (("volatile", gpu.ecc_volatile_uncorrected),
+                        ("aggregate", gpu.ecc_aggregate_uncorrected)):
+        if count:
+            out.append(f"{who}: ecc: {count} uncorrected {kind} ECC error(s)")
+    return out
+
+
+def evaluate(driver: str | None, gpus: list[GpuReading],
+             max_used_mib: float = DEFAULT_MAX_USED_MIB, require_gpus: int = 0) -> HealthReport:
+    """Pure verdict over readings: every GPU idle and ECC-clean; enough GPUs if required."""
+    rows = [asdict(g) for g in gpus]
+    if not gpus:
+        if require_gpus > 0:
+            return HealthReport(False, "unhealthy", rows,
+                                [f"driver: {require_gpus} GPU(s) required, none visible"],
+                                driver, "no GPU visible")
+        return HealthReport(True, "no-gpu", rows, [], driver, "no GPU visible")
+    failures = [f for g in gpus for f in gpu_failures(g, max_used_mib)]
+    if len(gpus) < require_gpus:
+        failures.append(f"driver: {require_gpus} GPU(s) required, {len(gpus)} visible")
+    return HealthReport(not failures, "ok" if not failures else "unhealthy", rows, failures,
+                        driver)
+
+
+def _ecc(nvml, handle, counter) -> int | None:
+    """Uncorrected ECC count of one counter type, None where unsupported."""
+    try:
+        return int(nvml.nvmlDeviceGetTotalEccErrors(
+            handle, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, counter))
+    except nvml.NVMLError:
+        return None
+
+
+def _as_text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _read_gpu(nvml, index: int) -> GpuReading:
+    """One GPU's readings; an NVML error becomes a failed (unreadable) reading."""
+    try:
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        procs = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        return GpuReading(
+            index=index, name=_as_text(nvml.nvmlDeviceGetName(handle)),
+            uuid=_as_text(nvml.nvmlDeviceGetUUID(handle)),
+            memory_used_mib=nvml.nvmlDeviceGetMemoryInfo(handle).used / 2**20,
+            compute_pids=tuple(int(p.pid) for p in procs),
+            ecc_volatile_uncorrected=_ecc(nvml, handle, nvml.NVML_VOLATILE_ECC),
+            ecc_aggregate_uncorrected=_ecc(nvml, handle, nvml.NVML_AGGREGATE_ECC))
+    except nvml.NVMLError as exc:
+        return GpuReading(index=index, error=str(exc))
+
+
+def read_nvml(indices: list[int] | None = None) -> tuple[str, list[GpuReading]]:
+    """(driver version, readings) from NVML; raises NoGpu without NVML, driver or devices."""
+    try:
+        import pynvml as nvml
+    except ImportError as exc:
+        raise NoGpu("NVML Python bindings (nvidia-ml-py) not installed") from exc
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:            # NVMLError subclasses: library/driver not found
+        raise NoGpu(f"NVML did not initialise: {exc}") from exc
+    try:
+        driver = _as_text(nvml.nvmlSystemGetDriverVersion())
+        count = nvml.nvmlDeviceGetCount()
+        if count == 0:
+            raise NoGpu("driver loaded but no GPU visible")
+        wanted = range(count) if indices is None else [i for i in indices if i < count]
+        return driver, [_read_gpu(nvml, i) for i in wanted]
+    finally:
+        nvml.nvmlShutdown()
+
+
+def probe(max_used_mib: int = DEFAULT_MAX_USED_MIB, require_gpus: int = 0,
+          indices: list[int] | None = None) -> HealthReport:
+    """Read the GPUs (all, or `indices`) and judge them; `no-gpu` on a CPU-only machine."""
+    try:
+        driver, gpus = read_nvml(indices)
+    except NoGpu as exc:
+        report = evaluate(None, [], max_used_mib, require_gpus)
+        report.reason = str(exc)
+        return report
+    return evaluate(driver, gpus, max_used_mib, require_gpus)
+
+
+def job_gpu_indices(environ: dict[str, str]) -> list[int] | None:
+    """GPU indices Slurm allocated to this job (SLURM_JOB_GPUS), None when not set or unparsable."""
+    text = environ.get("SLURM_JOB_GPUS") or environ.get("SLURM_STEP_GPUS") or ""
+    try:
+        return [int(x) for x in text.split(",")] if text.strip() else None
+    except ValueError:
+        return None
+
+
+def _table(report: HealthReport) -> None:
+    """Print the report as a small rich table (one row per GPU) plus failures."""
+    from rich.console import Console
+    from rich.table import Table
+    console = Console()
+    console.print(f"health: [bold]{report.status}[/bold]"
+                  + (f"  driver {report.driver}" if report.driver else "")
+                  + (f"  ({report.reason})" if report.reason else ""))
+    if report.gpus:
+        table = Table("gpu", "name", "mem used MiB", "compute procs", "ECC vol", "ECC agg")
+        for g in report.gpus:
+            table.add_row(str(g["index"]), g["name"] or g["error"],
+                          f"{g['memory_used_mib']:.0f}", str(len(g["compute_pids"])),
+                          _na(g["ecc_volatile_uncorrected"]), _na(g["ecc_aggregate_uncorrected"]))
+        console.print(table)
+    for failure in report.failures:
+        console.print(f"[red]FAIL[/red] {failure}", highlight=False)
+
+
+def _na(value) -> str:
+    return "n/a" if value is None else str(value)
+
+
+def cli_doctor(as_json: bool = False, max_used_mib: int = DEFAULT_MAX_USED_MIB) -> int:
+    """`epcap doctor`: probe and print (table or one JSON document); exit 1 when unhealthy."""
+    report = probe(max_used_mib)
+    if as_json:
+        print(json.dumps(report.to_dict(), sort_keys=True))
+    else:
+        _table(report)
+    return 0 if report.ok else 1
+
+
+def pre_cell(require_gpus: int, max_used_mib: int, environ: dict[str, str]) -> int:
+    """Node-side check before a cell's ranks start: prints one verdict line per failure."""
+    report = probe(max_used_mib, require_gpus, job_gpu_indices(environ))
+    host = os.uname().nodename
+    if report.ok:
+        print(f"{HEALTH_TAG} {host}: {report.status} ({len(report.gpus)} GPU(s))", flush=True)
+        return 0
+    for failure in report.failures:
+        print(f"{HEALTH_TAG} FAIL {host}: {failure}", file=sys.stderr, flush=True)
+    return PRE_CELL_FAIL_EXIT
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m harness.health [--pre-cell] [--require-gpus N] [--max-used-mib M] [--json]`."""
+    parser = argparse.ArgumentParser(prog="python -m harness.health")
+    parser.add_argument("--pre-cell", action="store_true",
+                        help="node-side check before a cell; exit 97 naming failed GPU checks")
+    parser.add_argument("--require-gpus", type=int, default=0)
+    parser.add_argument("--max-used-mib", type=int, default=DEFAULT_MAX_USED_MIB)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if args.pre_cell:
+        return pre_cell(args.require_gpus, args.max_used_mib, dict(os.environ))
+    return cli_doctor(args.json, args.max_used_mib)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

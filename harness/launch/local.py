@@ -1,0 +1,194 @@
+"""Local launcher: `ntasks` subprocesses per cell, each in its own session (process group).
+
+Every rank gets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT on
+top of os.environ + spec.env, and writes stdout+stderr to cell_dir/rank<R>.log. A cell whose
+logs stop growing for `timeout_s` is killed (every rank's process group) and ends `timeout`.
+When one rank fails, the others get a short grace period and are then killed, so a collective
+waiting on a dead peer never hangs the campaign.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from backends.base import LaunchSpec
+from harness.launch.base import JobHandle, JobResult, Launcher
+
+PEER_GRACE_S = 3.0          # after one rank fails, how long the others may take to exit
+KILL_WAIT_S = 2.0           # SIGTERM -> SIGKILL escalation
+MARKER_ENV = "EPCAP_CELL_DIR"
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def log_size(paths: list[Path]) -> int:
+    """Summed size of the logs that exist (log growth = progress)."""
+    total = 0
+    for path in paths:
+        try:
+            total += path.stat().st_size
+        except OSError:
+            pass
+    return total
+
+
+def _group_alive(pgid: int, marker: str | None) -> bool:
+    """Whether process group `pgid` exists and (when checkable) belongs to this cell."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    if marker is None:
+        return True
+    try:
+        environ = Path(f"/proc/{pgid}/environ").read_bytes()
+    except OSError:
+        return True         # leader gone or no /proc: the group still exists; trust it
+    return f"{MARKER_ENV}={marker}".encode() in environ.split(b"\0")
+
+
+def kill_groups(pgids: list[int], marker: str | None = None) -> None:
+    """SIGTERM each live group, wait briefly, then SIGKILL what is left."""
+    live = [g for g in pgids if _group_alive(g, marker)]
+    for pgid in live:
+        _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + KILL_WAIT_S
+    while live and time.monotonic() < deadline:
+        time.sleep(0.05)
+        live = [g for g in live if _group_exists(g)]
+    for pgid in live:
+        _signal_group(pgid, signal.SIGKILL)
+
+
+def _group_exists(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class _Job:
+    """In-memory state of one running cell."""
+
+    def __init__(self, procs: list[subprocess.Popen], logs: list[Path], timeout_s: float):
+        self.procs = procs
+        self.logs = logs
+        self.timeout_s = timeout_s
+        self.started = time.monotonic()
+        self.last_size = -1
+        self.last_growth = self.started
+        self.first_fail: float | None = None
+        self.result: JobResult | None = None
+
+
+class LocalLauncher(Launcher):
+    """Runs cells as local subprocess groups."""
+
+    name = "local"
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, _Job] = {}
+
+    def submit(self, cell_name: str, spec: LaunchSpec, cell_dir: Path,
+               timeout_s: float) -> JobHandle:
+        """Start spec.ntasks ranks now; returns a handle with their pids (= pgids)."""
+        cell_dir = Path(cell_dir)
+        cell_dir.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        procs, logs = [], []
+        for rank in range(spec.ntasks):
+            env = {**os.environ, **spec.env, "RANK": str(rank), "LOCAL_RANK": str(rank),
+                   "WORLD_SIZE": str(spec.ntasks), "LOCAL_WORLD_SIZE": str(spec.ntasks),
+                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                   MARKER_ENV: str(cell_dir.resolve())}
+            log = cell_dir / f"rank{rank}.log"
+            with open(log, "wb") as out:
+                procs.append(subprocess.Popen(
+                    spec.argv, env=env, cwd=spec.cwd, stdin=subprocess.DEVNULL, stdout=out,
+                    stderr=subprocess.STDOUT, start_new_session=True))
+            logs.append(log)
+        pids = [p.pid for p in procs]
+        self._jobs[str(pids[0])] = _Job(procs, logs, timeout_s)
+        return JobHandle(cell_name=cell_name, cell_dir=cell_dir, job_id=str(pids[0]),
+                         extra={"pids": pids, "pgids": pids, "port": port,
+                                "marker": str(cell_dir.resolve())})
+
+    def poll(self, handle: JobHandle) -> JobResult | None:
+        """None while running; else how the cell ended (completed/failed/timeout)."""
+        job = self._jobs.get(handle.job_id)
+        if job is None:
+            return JobResult("failed", None, [], None, "unknown job (launcher restarted)")
+        if job.result is not None:
+            return job.result
+        now = time.monotonic()
+        codes = [p.poll() for p in job.procs]
+        if all(c is not None for c in codes):
+            return self._finish(job, "completed" if all(c == 0 for c in codes) else "failed",
+                                _first_failure(codes), "")
+        size = log_size(job.logs)
+        if size != job.last_size:
+            job.last_size, job.last_growth = size, now
+        if now - job.last_growth > job.timeout_s:
+            self._kill(job)
+            return self._finish(job, "timeout", None,
+                                f"no log growth for {job.timeout_s:g} s")
+        if any(c not in (None, 0) for c in codes):
+            job.first_fail = job.first_fail or now
+            if now - job.first_fail > PEER_GRACE_S:
+                self._kill(job)
+                codes = [p.poll() if p.poll() is not None else p.wait() for p in job.procs]
+                return self._finish(job, "failed", _first_failure(codes),
+                                    "peers killed after a rank failed")
+        return None
+
+    def cancel(self, handle: JobHandle) -> None:
+        """Kill every rank's process group (also for a handle from an earlier driver)."""
+        job = self._jobs.get(handle.job_id)
+        if job is not None:
+            self._kill(job)
+            if job.result is None:
+                self._finish(job, "cancelled", None, "cancelled")
+            return
+        pgids = [int(p) for p in handle.extra.get("pgids", [])]
+        kill_groups(pgids, handle.extra.get("marker"))
+
+    def _kill(self, job: _Job) -> None:
+        kill_groups([p.pid for p in job.procs])
+        for proc in job.procs:
+            try:
+                proc.wait(timeout=KILL_WAIT_S)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def _finish(self, job: _Job, state: str, code: int | None, detail: str) -> JobResult:
+        # reap any rank of a finished job, and kill strays left in the groups
+        kill_groups([p.pid for p in job.procs])
+        job.result = JobResult(state, code, list(job.logs),
+                               round(time.monotonic() - job.started, 3), detail)
+        return job.result
+
+
+def _first_failure(codes: list[int | None]) -> int | None:
+    """The first non-zero exit code (negative = killed by that signal), else 0."""
+    for code in codes:
+        if code not in (None, 0):
+            return code
+    return 0 if all(c == 0 for c in codes) else None

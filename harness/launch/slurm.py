@@ -1,0 +1,488 @@
+"""Slurm launcher: one `sbatch` job per cell, `srun` for its ranks, state from `sacct`.
+
+The batch script is written to `cell_dir/slurm.sbatch`; every runbook value in it is quoted
+with `shlex.quote` and values with control characters are refused, so nothing from a runbook
+reaches a shell unquoted. The job name is derived from the campaign, the cell name and the
+cell directory, so a restarted driver finds its job (`find_existing`) instead of submitting
+twice. Ranks write `cell_dir/rank<R>.log` (stdout and stderr); the batch script's own output
+goes to `cell_dir/slurm-<jobid>.out`; the node-side health probe to `cell_dir/health<N>.log`.
+
+State comes from `sacct`, falling back to `scontrol show job`, then `squeue --states=all`.
+With `TaskPlugin=task/none` Slurm kills a step over its memory limit (JobAcctGatherParams=
+OverMemoryKill) but records the job as FAILED/CANCELLED, not OUT_OF_MEMORY; slurmstepd's
+"exceeded memory limit" line in the logs is then read as `oom` too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from backends.base import LaunchSpec
+from harness.errors import BadInput, EpcapError
+from harness.health import DEFAULT_MAX_USED_MIB, PRE_CELL_FAIL_EXIT
+from harness.launch.base import JobHandle, JobResult, Launcher
+from harness.runbook import SlurmConfig
+
+CMD_TIMEOUT_S = 30.0            # every Slurm client call
+UNKNOWN_GRACE_S = 120.0         # a job no Slurm command knows for this long -> node_fail
+MIN_POLL_S = 1.0                # at most one sacct query per job per second (drivers poll fast)
+SCRIPT_NAME = "slurm.sbatch"
+JOB_FILE = "slurm_job.json"
+NAME_PREFIX = "epcap."
+META_TAG = "# epcap-meta:"
+
+RUNNING_STATES = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED",
+                            "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SIGNALING",
+                            "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD"})
+TERMINAL_STATES = {"COMPLETED": "completed", "FAILED": "failed", "TIMEOUT": "timeout",
+                   "DEADLINE": "timeout", "NODE_FAIL": "node_fail", "BOOT_FAIL": "node_fail",
+                   "PREEMPTED": "node_fail", "OUT_OF_MEMORY": "oom", "CANCELLED": "cancelled",
+                   "REVOKED": "cancelled", "SPECIAL_EXIT": "failed"}
+MEMORY_KILL = re.compile(r"exceeded (?:job )?memory limit|oom[-_ ]kill|OUT_OF_MEMORY",
+                         re.IGNORECASE)
+TIME_RE = re.compile(r"^(?:\d+-\d{1,2}(?::\d{1,2}){0,2}|\d+(?::\d{1,2}){0,2}|UNLIMITED|INFINITE)$")
+MEM_RE = re.compile(r"^\d+[KMGT]?$", re.IGNORECASE)
+ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+RANK_WRAPPER = ('export RANK="$SLURM_PROCID" WORLD_SIZE="$SLURM_NTASKS" '
+                'LOCAL_RANK="$SLURM_LOCALID"; exec "$@"')
+
+
+class SlurmError(EpcapError):
+    """A Slurm command failed or is missing (message carries its stderr)."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class SlurmState:
+    """One reading of a job: Slurm's state word, ExitCode text, elapsed, and who said it."""
+
+    state: str
+    exit_code: str = ""
+    elapsed: str = ""
+    source: str = ""
+
+
+# ---- pure helpers (unit-tested without Slurm) -------------------------------------------
+
+def job_name(campaign: str, cell_name: str, cell_dir: Path) -> str:
+    """`epcap.<campaign>.<cell>.<hash of the cell dir>`: stable across driver restarts."""
+    digest = hashlib.sha256(str(Path(cell_dir).resolve()).encode()).hexdigest()[:8]
+    return f"{NAME_PREFIX}{campaign}.{cell_name}.{digest}"
+
+
+def campaign_prefix(campaign: str) -> str:
+    """Job-name prefix of every job of one campaign (for cancel_all)."""
+    return f"{NAME_PREFIX}{campaign}."
+
+
+def check_value(value: str, field: str, where: str | None) -> str:
+    """Refuse values a batch script line cannot hold safely (newlines, control chars)."""
+    if CONTROL_RE.search(value):
+        raise BadInput(f"control character in {value!r}", path=where, field=field)
+    return value
+
+
+def time_minutes(text: str) -> float:
+    """Minutes in a Slurm time string (min, min:sec, h:m:s, d-h, d-h:m, d-h:m:s)."""
+    if text.upper() in ("UNLIMITED", "INFINITE"):
+        return float("inf")
+    days, _, rest = text.rpartition("-") if "-" in text else ("0", "", text)
+    parts = [int(p) for p in rest.split(":")]
+    if "-" in text:                          # d-h[:m[:s]]
+        h, m, s = (parts + [0, 0])[:3]
+    elif len(parts) == 3:
+        h, m, s = parts
+    else:                                    # m or m:s
+        h, (m, s) = 0, (parts + [0])[:2]
+    return int(days) * 1440 + h * 60 + m + s / 60
+
+
+def sbatch_options(slurm: SlurmConfig, spec: LaunchSpec, name: str, cell_dir: Path,
+                   where: str | None = None) -> list[str]:
+    """The `#SBATCH` arguments of one cell, validated; each is one sbatch argument."""
+    if not TIME_RE.match(slurm.time_limit):
+        raise BadInput(f"not a Slurm time ({slurm.time_limit!r}); use e.g. 00:30:00",
+                       path=where, field="slurm.time_limit")
+    if slurm.mem_per_task is not None and not MEM_RE.match(str(slurm.mem_per_task)):
+        raise BadInput(f"not a Slurm memory size ({slurm.mem_per_task!r}); use e.g. 16G",
+                       path=where, field="slurm.mem_per_task")
+    nodes = spec.nodes if spec.nodes > 1 else slurm.nodes
+    gpus = spec.gpus_per_node or slurm.gpus_per_node
+    opts = [f"--job-name={name}", f"--output={Path(cell_dir) / 'slurm-%j.out'}",
+            f"--chdir={spec.cwd or cell_dir}", f"--nodes={nodes}", f"--ntasks={spec.ntasks}",
+            f"--time={slurm.time_limit}"]
+    if slurm.partition:
+        opts.append(f"--partition={check_value(slurm.partition, 'slurm.partition', where)}")
+    if slurm.account:
+        opts.append(f"--account={check_value(slurm.account, 'slurm.account', where)}")
+    if gpus > 0:
+        opts.append(f"--gres=gpu:{int(gpus)}")
+    if slurm.mem_per_task:
+        opts.append(f"--mem-per-cpu={slurm.mem_per_task}")
+    for i, extra in enumerate(slurm.extra_sbatch):
+        check_value(str(extra), f"slurm.extra_sbatch[{i}]", where)
+        if not str(extra).startswith("-"):
+            raise BadInput(f"{extra!r} is not an sbatch option (must start with '-')",
+                           path=where, field=f"slurm.extra_sbatch[{i}]")
+        opts.append(str(extra))
+    for opt in opts:
+        check_value(opt, "slurm", where)
+    return opts
+
+
+def batch_script(options: list[str], spec: LaunchSpec, cell_dir: Path, python: str,
+                 gpus_per_node: int = 0, max_used_mib: int = DEFAULT_MAX_USED_MIB,
+                 meta: dict | None = None) -> str:
+    """The batch script: #SBATCH lines, env, MASTER_ADDR/PORT, health probe, srun of the ranks."""
+    q = shlex.quote
+    cell = Path(cell_dir)
+    for key, value in spec.env.items():
+        if not ENV_KEY_RE.match(key):
+            raise BadInput(f"not an environment variable name: {key!r}", field="env")
+        check_value(str(value), f"env.{key}", None)
+    lines = ["#!/bin/bash", "# epcap cell batch script (generated; every value shell-quoted)"]
+    if meta:
+        lines.append(f"{META_TAG} {json.dumps(meta, sort_keys=True)}")
+    lines += [f"#SBATCH {q(opt)}" for opt in options]
+    lines += ["set -u", f"export EPCAP_CELL_DIR={q(str(cell))}"]
+    lines += [f"export {key}={q(str(value))}" for key, value in spec.env.items()]
+    lines += ['MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+              "export MASTER_ADDR",
+              "export MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 20000 ))"]
+    health = [q(python), "-m", "harness.health", "--pre-cell",
+              "--require-gpus", str(int(gpus_per_node)), "--max-used-mib", str(int(max_used_mib))]
+    lines += ['srun --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=0 '
+              f"--output={q(str(cell / 'health%t.log'))} " + " ".join(health)
+              + f" || exit {PRE_CELL_FAIL_EXIT}"]
+    srun = ["srun", f"--ntasks={int(spec.ntasks)}", "--kill-on-bad-exit=1",
+            f"--output={q(str(cell / 'rank%t.log'))}", "bash", "-c", q(RANK_WRAPPER),
+            "epcap-rank"] + [q(str(a)) for a in spec.argv]
+    lines += [" ".join(srun), "rc=$?", 'echo "[EPCAP_SLURM] srun exit $rc"', 'exit "$rc"', ""]
+    return "\n".join(lines)
+
+
+def exit_code_of(text: str) -> int | None:
+    """Slurm 'code:signal' -> the exit code, or -signal when killed by a signal."""
+    code, _, sig = (text or "").partition(":")
+    try:
+        code_i, sig_i = int(code), int(sig or 0)
+    except ValueError:
+        return None
+    return -sig_i if code_i == 0 and sig_i else code_i
+
+
+def elapsed_s(text: str) -> float | None:
+    """Seconds in Slurm's [D-]HH:MM:SS elapsed text."""
+    if not text or not re.match(r"^(\d+-)?[\d:]+$", text):
+        return None
+    return time_minutes(text if "-" in text or text.count(":") == 2 else f"0:{text}") * 60
+
+
+def map_state(reading: SlurmState, memory_killed: bool = False) -> str | None:
+    """Launcher state for a Slurm state word; None while queued or running."""
+    word = reading.state.split()[0].rstrip("+").upper() if reading.state else ""
+    if word in RUNNING_STATES or not word:
+        return None
+    state = TERMINAL_STATES.get(word, "failed")
+    if memory_killed and state in ("failed", "cancelled"):
+        return "oom"
+    return state
+
+
+def parse_sacct(out: str) -> SlurmState | None:
+    """First `State|ExitCode|Elapsed` line of `sacct -X -n -P` output."""
+    for line in out.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) >= 2 and parts[0]:
+            return SlurmState(parts[0], parts[1], parts[2] if len(parts) > 2 else "", "sacct")
+    return None
+
+
+def parse_scontrol(out: str) -> SlurmState | None:
+    """JobState/ExitCode/RunTime from `scontrol show job -o` output."""
+    fields = dict(tok.split("=", 1) for tok in out.split() if "=" in tok)
+    if "JobState" not in fields:
+        return None
+    return SlurmState(fields["JobState"], fields.get("ExitCode", ""), fields.get("RunTime", ""),
+                      "scontrol")
+
+
+# ---- the launcher ---------------------------------------------------------------------------
+
+def run_cmd(argv: list[str], timeout: float = CMD_TIMEOUT_S,
+            cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run a Slurm client (argv list, no shell) with a timeout; SlurmError if it is missing."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd,
+                              stdin=subprocess.DEVNULL, check=False)
+    except FileNotFoundError as exc:
+        raise SlurmError(f"{argv[0]} not found: is Slurm installed on this host?") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise SlurmError(f"{argv[0]} did not answer within {timeout:g} s") from exc
+
+
+def _try(argv: list[str]) -> str | None:
+    """stdout of a query that may fail (job unknown, daemon down): None on any failure."""
+    try:
+        proc = run_cmd(argv)
+    except SlurmError:
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def slurm_available() -> tuple[bool, str]:
+    """(True, '') when `sinfo` answers, else (False, why) -- used to skip Slurm tests."""
+    try:
+        proc = run_cmd(["sinfo", "-h", "-o", "%P %a"], timeout=15)
+    except SlurmError as exc:
+        return False, str(exc)
+    if proc.returncode != 0:
+        return False, f"sinfo failed: {proc.stderr.strip() or proc.returncode}"
+    return True, ""
+
+
+def query_state(job_id: str) -> SlurmState | None:
+    """The job's state from sacct, else scontrol, else squeue; None when none knows it."""
+    out = _try(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,ExitCode,Elapsed"])
+    reading = parse_sacct(out) if out else None
+    if reading:
+        return reading
+    out = _try(["scontrol", "show", "job", job_id, "-o"])
+    reading = parse_scontrol(out) if out else None
+    if reading:
+        return reading
+    out = _try(["squeue", "--states=all", "-h", "-j", job_id, "-o", "%T"])
+    word = out.strip().split("\n")[0] if out else ""
+    return SlurmState(word, "", "", "squeue") if word else None
+
+
+def _tail_matches(path: Path, pattern: re.Pattern, limit: int = 256 * 1024) -> str | None:
+    """The first line in the last `limit` bytes of a file that matches, else None."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, path.stat().st_size - limit))
+            for raw in handle:
+                line = raw.decode("utf-8", "replace").rstrip()
+                if pattern.search(line):
+                    return line
+    except OSError:
+        return None
+    return None
+
+
+class SlurmLauncher(Launcher):
+    """Submits each cell as one sbatch job; see the module docstring."""
+
+    name = "slurm"
+
+    def __init__(self, runbook=None) -> None:
+        self.slurm: SlurmConfig = getattr(runbook, "slurm", None) or SlurmConfig()
+        self.campaign: str = getattr(runbook, "campaign", None) or "epcap"
+        path = getattr(runbook, "path", None)
+        self.where = str(path) if path else None
+        self.python = sys.executable
+
+    # -- submit ----------------------------------------------------------------------------
+    def write_script(self, cell_name: str, spec: LaunchSpec, cell_dir: Path,
+                     timeout_s: float | None = None) -> Path:
+        """Write cell_dir/slurm.sbatch atomically; returns its path."""
+        cell_dir = Path(cell_dir).resolve()
+        cell_dir.mkdir(parents=True, exist_ok=True)
+        name = job_name(self.campaign, cell_name, cell_dir)
+        opts = sbatch_options(self.slurm, spec, name, cell_dir, self.where)
+        gpus = spec.gpus_per_node or self.slurm.gpus_per_node
+        meta = {"cell": cell_name, "ntasks": spec.ntasks, "timeout_s": timeout_s}
+        text = batch_script(opts, spec, cell_dir, self.python, gpus, meta=meta)
+        path = cell_dir / SCRIPT_NAME
+        _write_atomic(path, text)
+        return path
+
+    def submit(self, cell_name: str, spec: LaunchSpec, cell_dir: Path,
+               timeout_s: float) -> JobHandle:
+        """sbatch the cell's batch script; returns at once with the job id."""
+        cell_dir = Path(cell_dir).resolve()
+        script = self.write_script(cell_name, spec, cell_dir, timeout_s)
+        proc = run_cmd(["sbatch", "--parsable", str(script)], cwd=cell_dir)
+        job_id = proc.stdout.strip().split(";")[0]
+        if proc.returncode != 0 or not job_id.isdigit():
+            raise SlurmError(f"sbatch refused {script}: {proc.stderr.strip() or proc.stdout}")
+        name = job_name(self.campaign, cell_name, cell_dir)
+        _write_atomic(cell_dir / JOB_FILE, json.dumps({"job_id": job_id, "job_name": name}))
+        return self._handle(cell_name, cell_dir, job_id, spec.ntasks, timeout_s)
+
+    def _handle(self, cell_name: str, cell_dir: Path, job_id: str, ntasks: int,
+                timeout_s: float | None) -> JobHandle:
+        return JobHandle(cell_name=cell_name, cell_dir=cell_dir, job_id=job_id,
+                         extra={"job_name": job_name(self.campaign, cell_name, cell_dir),
+                                "ntasks": ntasks, "timeout_s": timeout_s,
+                                "batch_log": str(cell_dir / f"slurm-{job_id}.out")})
+
+    # -- find after a restart ----------------------------------------------------------------
+    def find_existing(self, cell_name: str, cell_dir: Path) -> JobHandle | None:
+        """The newest job with this cell's name submitted from this cell dir, else None."""
+        cell_dir = Path(cell_dir).resolve()
+        script = cell_dir / SCRIPT_NAME
+        if not script.is_file():
+            return None                     # nothing was ever submitted from this directory
+        name = job_name(self.campaign, cell_name, cell_dir)
+        ids = set(self.job_ids_named(name, since=script.stat().st_mtime - 120))
+        try:
+            recorded = json.loads((cell_dir / JOB_FILE).read_text()).get("job_id")
+        except (OSError, ValueError):
+            recorded = None
+        if recorded and (recorded in ids or query_state(str(recorded)) is not None):
+            ids.add(str(recorded))
+        if not ids:
+            return None
+        meta = script_meta(script)
+        return self._handle(cell_name, cell_dir, max(ids, key=int),
+                            int(meta.get("ntasks") or 1), meta.get("timeout_s"))
+
+    def job_ids_named(self, name: str, since: float | None = None) -> list[str]:
+        """Ids of jobs called `name`, queued/running (squeue) or finished (sacct)."""
+        ids = []
+        out = _try(["squeue", "-h", "--states=all", "--name", name, "-o", "%i"])
+        ids += out.split() if out else []
+        argv = ["sacct", "-X", "-n", "-P", "--name", name, "-o", "JobID"]
+        start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since or time.time() - 86400))
+        out = _try(argv + ["-S", start])
+        ids += [line.strip() for line in out.splitlines()] if out else []
+        return sorted({i for i in ids if i.isdigit()}, key=int)
+
+    # -- poll --------------------------------------------------------------------------------
+    def poll(self, handle: JobHandle) -> JobResult | None:
+        """None while queued or running; else how the job ended (see TERMINAL_STATES)."""
+        now = time.monotonic()
+        if now - handle.extra.get("queried_at", -MIN_POLL_S) < MIN_POLL_S:
+            return None
+        handle.extra["queried_at"] = now
+        reading = query_state(handle.job_id)
+        if reading is None:
+            return self._unknown(handle)
+        handle.extra.pop("unknown_since", None)
+        if map_state(reading) is None:
+            return self._check_progress(handle, reading)
+        return self._result(handle, reading)
+
+    def _unknown(self, handle: JobHandle) -> JobResult | None:
+        """A job no Slurm command knows: wait a grace period (accounting lag), then node_fail."""
+        since = handle.extra.setdefault("unknown_since", time.monotonic())
+        if time.monotonic() - since < UNKNOWN_GRACE_S:
+            return None
+        return JobResult("node_fail", None, self.log_paths(handle), None,
+                         f"job {handle.job_id} unknown to sacct, scontrol and squeue")
+
+    def _check_progress(self, handle: JobHandle, reading: SlurmState) -> JobResult | None:
+        """Driver-side no-progress limit (like the local launcher): logs must keep growing."""
+        limit = handle.extra.get("timeout_s")
+        if not limit or not reading.state.startswith("RUNNING"):
+            return None
+        size = sum(p.stat().st_size for p in self.log_paths(handle) if p.exists())
+        now = time.monotonic()
+        if size != handle.extra.get("log_size"):
+            handle.extra["log_size"], handle.extra["grew_at"] = size, now
+        if now - handle.extra["grew_at"] <= limit:
+            return None
+        self.cancel(handle)
+        handle.extra["driver_timeout"] = True
+        return JobResult("timeout", None, self.log_paths(handle), None,
+                         f"no log growth for {limit:g} s; job {handle.job_id} cancelled")
+
+    def _result(self, handle: JobHandle, reading: SlurmState) -> JobResult:
+        """Terminal reading -> JobResult (memory kills and failed health probes recognised)."""
+        logs = self.log_paths(handle)
+        batch_log = Path(handle.extra.get("batch_log", ""))
+        mem_line = next(filter(None, (_tail_matches(p, MEMORY_KILL) for p in logs + [batch_log]
+                                      if p.is_file())), None)
+        state = map_state(reading, memory_killed=mem_line is not None)
+        code = exit_code_of(reading.exit_code)
+        detail = f"slurm {reading.state} exit {reading.exit_code or '?'} ({reading.source})"
+        if handle.extra.get("driver_timeout") and state == "cancelled":
+            state = "timeout"
+        if state == "oom":
+            detail += f"; {mem_line or 'OUT_OF_MEMORY'}"
+        health = self.health_failures(handle)
+        if state == "failed" and code == PRE_CELL_FAIL_EXIT and health:
+            state, logs = "node_fail", logs + self.health_logs(handle)
+            detail += "; health probe failed: " + "; ".join(health)
+        return JobResult(state, code, logs, elapsed_s(reading.elapsed), detail)
+
+    def log_paths(self, handle: JobHandle) -> list[Path]:
+        """cell_dir/rank<R>.log for every task."""
+        ntasks = int(handle.extra.get("ntasks") or 1)
+        return [Path(handle.cell_dir) / f"rank{r}.log" for r in range(ntasks)]
+
+    def health_logs(self, handle: JobHandle) -> list[Path]:
+        return sorted(Path(handle.cell_dir).glob("health*.log"))
+
+    def health_failures(self, handle: JobHandle) -> list[str]:
+        """The `[EPCAP_HEALTH] FAIL` lines the node-side probe wrote."""
+        out = []
+        for path in self.health_logs(handle):
+            try:
+                out += [ln.strip() for ln in path.read_text(errors="replace").splitlines()
+                        if "FAIL" in ln]
+            except OSError:
+                pass
+        return out
+
+    # -- cancel ------------------------------------------------------------------------------
+    def cancel(self, handle: JobHandle) -> None:
+        """scancel the job (by id; by name when the id is unknown). Finished jobs are fine."""
+        if handle.job_id:
+            argv = ["scancel", str(handle.job_id)]
+        else:
+            argv = ["scancel", "--name", job_name(self.campaign, handle.cell_name,
+                                                   Path(handle.cell_dir).resolve())]
+        for _ in range(3):
+            try:
+                proc = run_cmd(argv)
+            except SlurmError:
+                time.sleep(1)
+                continue
+            if proc.returncode == 0 or "already completing or completed" in proc.stderr \
+                    or "Invalid job id" in proc.stderr:
+                return
+            time.sleep(1)
+
+    def cancel_all(self, campaign: str | None = None) -> list[str]:
+        """scancel every queued or running job of a campaign (by job-name prefix); the ids."""
+        prefix = campaign_prefix(campaign or self.campaign)
+        out = _try(["squeue", "-h", "-o", "%i|%j"]) or ""
+        ids = [line.split("|", 1)[0] for line in out.splitlines()
+               if "|" in line and line.split("|", 1)[1].startswith(prefix)]
+        if ids:
+            run_cmd(["scancel", *ids])
+        return ids
+
+
+def script_meta(script: Path) -> dict:
+    """The epcap-meta JSON of a written batch script (ntasks, timeout_s), {} if absent."""
+    for line in script.read_text(errors="replace").splitlines():
+        if line.startswith(META_TAG):
+            try:
+                return json.loads(line[len(META_TAG):])
+            except ValueError:
+                return {}
+    return {}
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write via a temp file + fsync + os.replace."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)

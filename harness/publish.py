@@ -1,0 +1,177 @@
+"""`epcap publish`: audit a campaign, then upload it, VALID only, under a path never used before.
+
+The target path is `<campaign>/<utc-timestamp>-<run-id>/` in a HuggingFace dataset
+repository; run-id is a digest of the campaign's tables and provenance. The token comes
+from huggingface_hub's own login or environment: this module never reads, prints or writes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from harness.audit import AuditResult, audit_target
+from harness.errors import BadInput
+from harness.provenance import secret_values
+from harness.results import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV, read_rows
+
+REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
+DIGESTED = (ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV, "provenance.txt", "runbook.yaml")
+SCAN_BLOCK = 1 << 20
+
+
+def refusal(result: AuditResult) -> list[str]:
+    """Why a results directory may not be published (empty list: it may)."""
+    paths = [u.path for u in result.uploads]
+    if paths != ["."]:
+        return [f"RESULTS_DIR must be one campaign directory; found uploads at {paths}"]
+    upload = result.uploads[0]
+    if upload.verdict == "VALID":
+        return []
+    return [f"audit verdict {upload.verdict}: {', '.join(upload.reasons)}", *upload.why]
+
+
+def local_files(root: Path) -> tuple[list[str], list[str]]:
+    """Regular files to upload (relative posix paths), and links/hidden files left out."""
+    files, skipped = [], []
+    for folder, dirnames, filenames in os.walk(root, followlinks=False):
+        rel = Path(folder).relative_to(root)
+        for d in list(dirnames):
+            if d.startswith(".") or os.path.islink(os.path.join(folder, d)):
+                skipped.append((rel / d).as_posix())
+                dirnames.remove(d)
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = (rel / name).as_posix()
+            full = os.path.join(folder, name)
+            hidden_or_link = name.startswith(".") or os.path.islink(full)
+            (skipped if hidden_or_link or not os.path.isfile(full) else files).append(path)
+    return files, skipped
+
+
+def files_with_secrets(root: Path, files: list[str]) -> list[str]:
+    """Files containing the value of a secret-named environment variable (never uploaded)."""
+    needles = [v.encode() for v in secret_values()]
+    if not needles:
+        return []
+    overlap = max(len(n) for n in needles) - 1
+    leaks = []
+    for rel in files:
+        tail = b""
+        with open(root / rel, "rb") as handle:
+            for block in iter(lambda h=handle: h.read(SCAN_BLOCK), b""):
+                window = tail + block
+                if any(n in window for n in needles):
+                    leaks.append(rel)
+                    break
+                tail = window[-overlap:] if overlap else b""
+    return leaks
+
+
+def campaign_name(root: Path) -> str:
+    """The campaign column of the tables, else the directory name; safe as a path part."""
+    names: set[str] = set()
+    for table in (ATTEMPTS_TSV, SELECTION_TSV):
+        try:
+            names |= {r.get("campaign") or "" for r in read_rows(root / table)}
+        except (OSError, UnicodeDecodeError):
+            continue
+    names.discard("")
+    name = names.pop() if len(names) == 1 else root.resolve().name
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name).strip("._") or "campaign"
+
+
+def run_id(root: Path) -> str:
+    """12 hex digits of sha256 over the campaign's tables, provenance and runbook."""
+    digest = hashlib.sha256()
+    for name in DIGESTED:
+        path = root / name
+        if path.is_file() and not path.is_symlink():
+            digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+def target_prefix(root: Path, now: datetime | None = None) -> str:
+    """`<campaign>/<utc-timestamp>-<run-id>/`."""
+    stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+    return f"{campaign_name(root)}/{stamp}-{run_id(root)}/"
+
+
+def existing_paths(repo: str) -> tuple[list[str] | None, str]:
+    """Files already in the dataset repository, or None and why when it cannot be listed."""
+    from huggingface_hub import HfApi
+    try:
+        return HfApi().list_repo_files(repo, repo_type="dataset"), ""
+    except Exception as exc:  # noqa: BLE001 -- offline, missing repo, auth: all reported
+        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+def glob_escape(path: str) -> str:
+    """An fnmatch pattern matching exactly this path."""
+    return re.sub(r"([*?\[])", r"[\1]", path)
+
+
+def upload(root: Path, repo: str, prefix: str, files: list[str]) -> str:
+    """Upload exactly `files` under prefix; returns the commit URL."""
+    from huggingface_hub import HfApi
+    info = HfApi().upload_folder(repo_id=repo, repo_type="dataset", folder_path=str(root),
+                                 path_in_repo=prefix.rstrip("/"),
+                                 allow_patterns=[glob_escape(f) for f in files],
+                                 commit_message=f"epcap publish {prefix.rstrip('/')}")
+    return str(getattr(info, "commit_url", "") or info)
+
+
+def cli_publish(results_dir: str, repo: str, dry_run: bool = False) -> int:
+    """`epcap publish`: 0 uploaded (or dry run listed), 1 refused or failed."""
+    root = Path(results_dir)
+    if not REPO_ID.fullmatch(repo or ""):
+        raise BadInput(f"expected ORG/NAME, got {repo!r}", field="--repo")
+    if not root.is_dir():
+        raise BadInput("not a directory", path=str(results_dir))
+    why = refusal(audit_target(root))
+    if why:
+        return say_refused(why)
+    files, skipped = local_files(root)
+    leaks = files_with_secrets(root, files)
+    if leaks:
+        return say_refused([f"{f} contains the value of a secret-named environment variable"
+                            for f in leaks])
+    prefix = target_prefix(root)
+    existing, problem = existing_paths(repo)
+    if existing is not None and any(p.startswith(prefix) for p in existing):
+        return say_refused([f"hf://datasets/{repo}/{prefix} is already used"])
+    if dry_run:
+        print_plan(root, repo, prefix, files, skipped, problem)
+        return 0
+    try:
+        url = upload(root, repo, prefix, files)
+    except Exception as exc:  # noqa: BLE001 -- report the hub's error in one line
+        print(f"epcap publish: upload failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    print(f"uploaded {len(files)} files to hf://datasets/{repo}/{prefix} {url}")
+    return 0
+
+
+def say_refused(why: list[str]) -> int:
+    """Print why publishing was refused; exit code 1."""
+    print("epcap publish: refused:", file=sys.stderr)
+    for line in why:
+        print(f"  {line}", file=sys.stderr)
+    return 1
+
+
+def print_plan(root: Path, repo: str, prefix: str, files: list[str], skipped: list[str],
+               problem: str) -> None:
+    """The dry run: every local file and the path it would get."""
+    print(f"dry run: would upload {len(files)} files to hf://datasets/{repo}/{prefix}")
+    for rel in files:
+        print(f"  {root / rel} -> {prefix}{rel}")
+    for rel in skipped:
+        print(f"  {root / rel} (link or hidden: not uploaded)")
+    if problem:
+        print(f"note: existing paths not checked ({problem}); the timestamped path is new "
+              f"unless another upload used this second and these exact results")

@@ -1,0 +1,694 @@
+"""`epcap report`: a campaign's results as report.md, PNG figures and a tidy demand.tsv.
+
+Reads only the results directory (SPEC section 4): the three TSVs, provenance.txt, the cells'
+rank logs (through harness.telemetry), the campaign statistics (harness.events) and the audit
+verdict (harness.audit). Numbers from the TSVs are printed as the TSV strings, unchanged;
+derived numbers (percentages) are labelled as such with their precision. A part whose input or
+module is missing becomes a "not available: <why>" line, never a crash or an invented value.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.errors import BadInput
+
+ATTEMPTS = "capacity_attempts.tsv"
+SELECTION = "capacity_selection.tsv"
+TIMING = "timing.tsv"
+BASELINE = "echo"           # the library the others are compared with (SPEC section 3)
+PAD_MULTIPLE = 128          # SPEC P; the report does not re-read the runbook
+DEMAND_PURPOSES = ("measure", "validate")
+DEMAND_COLUMNS = ("run", "iteration", "layer", "rank", "actual_valid_recv", "budget",
+                  "expected_recv")
+
+# Columns each part reads (SPEC section 4); others present are shown or ignored.
+NEED_ATTEMPTS = ("model", "backend", "purpose", "attempt", "capacity", "status", "cell_dir")
+NEED_SELECTION = ("model", "backend", "required_capacity", "peak_actual_valid_recv",
+                  "uniform_tokens", "measured_at_capacity", "selected_capacity",
+                  "selected_budget_tokens", "over_provision", "validated",
+                  "validate_attempts", "timing_capacity")
+NEED_TIMING = ("model", "backend", "timing_capacity", "budget_tokens", "status", "trials",
+               "iters", "dispatch_ms_median", "dispatch_ms_p90", "combine_ms_median",
+               "combine_ms_p90", "step_cv", "noise_floor_pct", "algbw_gbps",
+               "peak_mem_bytes", "cell_dir")
+FAILURE_CLASSES = ("does_not_fit", "assert", "badflag", "crash", "timeout", "infra")
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+@dataclass
+class Table:
+    """One TSV as strings: `rows` are dicts; `line` of row i is i + 2 (header is line 1)."""
+
+    path: Path
+    columns: list[str]
+    rows: list[dict[str, str]]
+
+    def has(self, column: str) -> bool:
+        """Whether the file carries this (possibly appended, optional) column."""
+        return column in self.columns
+
+
+def read_tsv(path: Path, required: tuple[str, ...]) -> Table | None:
+    """Read a SPEC TSV as strings (empty = not applicable); None when the file is absent."""
+    if not path.is_file():
+        return None
+    import pandas as pd
+
+    try:
+        df = pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False, na_filter=False,
+                         quoting=csv.QUOTE_NONE, encoding="utf-8")
+    except pd.errors.EmptyDataError as exc:
+        raise BadInput("empty file: no header row", path=str(path), line=1) from exc
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise BadInput(f"not a valid TSV: {exc}", path=str(path)) from exc
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise BadInput(f"missing column (have: {', '.join(df.columns)})", path=str(path),
+                       line=1, field=missing[0])
+    return Table(path, list(df.columns), df.to_dict("records"))
+
+
+def num(table: Table, i: int, column: str) -> float | None:
+    """The float in row i's column; None for an empty cell or absent column; else BadInput."""
+    text = table.rows[i].get(column, "").strip()
+    if text == "":
+        return None
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise BadInput(f"not a number: {text!r}", path=str(table.path), line=i + 2,
+                       field=column) from exc
+    if value != value:      # NaN is not a value a TSV should carry
+        raise BadInput("NaN is not a number", path=str(table.path), line=i + 2, field=column)
+    return value
+
+
+def read_provenance(path: Path) -> list[tuple[str, str]]:
+    """`key: value` lines in file order; blank and `#` lines skipped; anything else BadInput."""
+    pairs = []
+    text = path.read_text(encoding="utf-8", errors="replace")
+    for no, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        key, sep, value = line.partition(":")
+        if not sep or not key.strip():
+            raise BadInput("expected `key: value`", path=str(path), line=no, field="provenance")
+        pairs.append((key.strip(), value.strip()))
+    return pairs
+
+
+@dataclass(frozen=True)
+class CellName:
+    """A cell directory name parsed per SPEC section 4."""
+
+    name: str
+    model: str
+    backend: str
+    purpose: str
+    tag: str
+    attempt: int
+
+
+def parse_cell_name(name: str) -> CellName | None:
+    """`<MODEL>__<backend>__<purpose>__cap<TAG>__a<N>`, else None (not a cell directory)."""
+    parts = name.split("__")
+    if len(parts) != 5 or not parts[3].startswith("cap"):
+        return None
+    if not re.fullmatch(r"a\d+", parts[4]):
+        return None
+    return CellName(name, parts[0], parts[1], parts[2], parts[3], int(parts[4][1:]))
+
+
+def cell_logs(cell_dir: Path) -> list[Path]:
+    """The rank logs of one cell (rank<R>.log by rank; any *.log when there are none)."""
+    logs = list(cell_dir.glob("rank*.log")) or list(cell_dir.glob("*.log"))
+
+    def key(p: Path) -> tuple[int, str]:
+        m = re.search(r"(\d+)", p.stem)
+        return (int(m.group(1)) if m else -1, p.name)
+
+    return sorted(logs, key=key)
+
+
+# --------------------------------------------------------------------------- derived
+
+
+def exceeds_noise(base_median: float, other_median: float, base_floor_pct: float,
+                  other_floor_pct: float) -> tuple[float, bool]:
+    """(Δ%, exceeds): Δ = (other - base) / base; exceeds when |Δ| > max of the two floors."""
+    delta_pct = (other_median - base_median) / base_median * 100.0
+    return delta_pct, abs(delta_pct) > max(base_floor_pct, other_floor_pct)
+
+
+def pair_order(tables: list[Table | None]) -> list[tuple[str, str]]:
+    """Every (model, backend) pair seen in the TSVs, in first-seen order."""
+    seen: dict[tuple[str, str], None] = {}
+    for t in tables:
+        for r in t.rows if t else []:
+            seen.setdefault((r["model"], r["backend"]), None)
+    return list(seen)
+
+
+def not_fitting(attempts: Table | None, timing: Table | None) -> dict[tuple[str, str], list[str]]:
+    """(model, backend) -> where it did not fit (attempt cells or the timing row)."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for t, what in ((attempts, "attempt"), (timing, "timing row")):
+        for r in t.rows if t else []:
+            if r["status"] == "does_not_fit":
+                where = r.get("cell_dir") or what
+                out.setdefault((r["model"], r["backend"]), []).append(f"{what}: {where}")
+    return out
+
+
+# --------------------------------------------------------------------------- markdown
+
+
+def md_escape(text: str) -> str:
+    """Make a cell safe for a Markdown table (pipes, newlines)."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def md_table(headers: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table padded to column width, so it reads in a terminal too."""
+    cells = [[md_escape(h) for h in headers]] + [[md_escape(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in cells]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def na(why: str) -> str:
+    """The one line a missing part becomes."""
+    return f"_not available: {why}_"
+
+
+# --------------------------------------------------------------------------- sections
+
+
+@dataclass
+class Context:
+    """Everything the sections read, loaded once."""
+
+    results_dir: Path
+    out: Path
+    attempts: Table | None
+    selection: Table | None
+    timing: Table | None
+    pairs: list[tuple[str, str]]
+    dnf: dict[tuple[str, str], list[str]]
+    figures: list[str] = field(default_factory=list)
+    unavailable: list[str] = field(default_factory=list)
+
+    def missing(self, part: str, why: str) -> str:
+        """Record that a part could not be built and return its 'not available' line."""
+        self.unavailable.append(f"{part}: {why}")
+        return na(why)
+
+
+def _impl_note(ctx: Context) -> list[str]:
+    """State which rows are the torch.distributed emulation rather than the libraries."""
+    impls: dict[str, set[str]] = {}
+    recorded = False
+    for t in (ctx.attempts, ctx.timing):
+        if t and t.has("backend_impl"):
+            recorded = True
+            for r in t.rows:
+                if r["backend_impl"]:
+                    impls.setdefault(r["backend_impl"], set()).add(r["backend"])
+    if not recorded:
+        return ["> **backend_impl not recorded** in these TSVs: this report cannot tell whether "
+                "the rows come from the real libraries or from the reference emulation."]
+    lines = []
+    if "reference" in impls:
+        names = ", ".join(sorted(impls["reference"], key=str.lower))
+        lines.append(f"> **Emulation, not the libraries.** Rows with `backend_impl=reference` "
+                     f"({names}) were produced by the torch.distributed reference emulation "
+                     "(`backends/reference`), which imitates each library's capacity-bounded "
+                     "dispatch. Their capacities and timings describe the emulation, not "
+                     "ECHO, UltraEP or MoonEP.")
+    others = sorted(k for k in impls if k != "reference")
+    if others:
+        lines.append("> Rows with backend_impl " + ", ".join(f"`{k}`" for k in others)
+                     + " come from the named library implementation.")
+    return lines
+
+
+def section_overview(ctx: Context) -> list[str]:
+    """Every (model, backend) pair with its selection, timing status and fit."""
+    sel = {(r["model"], r["backend"]): r for r in ctx.selection.rows} if ctx.selection else {}
+    tim = {(r["model"], r["backend"]): r for r in ctx.timing.rows} if ctx.timing else {}
+    rows = []
+    for pair in ctx.pairs:
+        s, t = sel.get(pair, {}), tim.get(pair, {})
+        rows.append([pair[0], pair[1], s.get("selected_capacity", ""),
+                     t.get("timing_capacity", s.get("timing_capacity", "")),
+                     t.get("status", "no timing row"),
+                     "DOES NOT FIT" if pair in ctx.dnf else ""])
+    out = ["## Overview", ""]
+    if not rows:
+        return out + [ctx.missing("overview", "no rows in any TSV"), ""]
+    out += [md_table(["model", "backend", "selected_capacity", "timing_capacity",
+                      "timing status", "fit"], rows), ""]
+    return out
+
+
+def section_selection(ctx: Context) -> list[str]:
+    """The selection table (TSV strings verbatim) and figures 1 and 2."""
+    out = ["## Capacity selection", ""]
+    if ctx.selection is None:
+        return out + [ctx.missing("selection", f"{SELECTION} not found (select stage not run)"), ""]
+    on_grid = _grid_checker(ctx)
+    cols = [c for c in NEED_SELECTION]
+    rows = [[r[c] for c in cols] + [on_grid(r)] for r in ctx.selection.rows]
+    out += [md_table(cols + ["executable (checked)"], rows), "",
+            "Capacity = budget / (S·K) where S·K = `uniform_tokens` (N); budgets in (token, "
+            "expert) slots. `over_provision` = selected budget / measured peak. "
+            "`executable (checked)` re-checks `int(selected_capacity × N) % "
+            f"{PAD_MULTIPLE} == 0` with harness.capacity.", ""]
+    for name, alt in (("fig1_capacity.png", "Required vs selected capacity"),
+                      ("fig2_overprovision.png", "Over-provisioning")):
+        if name in ctx.figures:
+            out += [f"![{alt}]({name})", ""]
+    return out
+
+
+def _grid_checker(ctx: Context):
+    """A row -> 'yes'/'NO'/'' function using harness.capacity, or a stated absence."""
+    try:
+        from harness.capacity import is_executable
+    except Exception as exc:  # noqa: BLE001 - any failure to import degrades this column
+        why = f"harness.capacity not importable ({type(exc).__name__}: {exc})"
+        ctx.missing("executable check", why)
+        return lambda r: "n/a: harness.capacity missing"
+
+    def check(r: dict[str, str]) -> str:
+        if not r["selected_capacity"] or not r["uniform_tokens"]:
+            return ""
+        ok = is_executable(r["selected_capacity"], int(r["uniform_tokens"]), PAD_MULTIPLE)
+        return "yes" if ok else "NO"
+
+    return check
+
+
+def _timing_points(ctx: Context):
+    """TimePoint records for figure 4, plus placeholders for pairs that did not fit untimed."""
+    from harness.figures import TimePoint
+
+    t = ctx.timing
+    points, seen = [], set()
+    for i, r in enumerate(t.rows if t else []):
+        seen.add((r["model"], r["backend"]))
+        trio = [tuple(num(t, i, f"{m}_ms_{q}") for q in ("p10", "median", "p90"))
+                for m in ("dispatch", "combine")]
+        points.append(TimePoint(r["model"], r["backend"], r["status"], trio[0], trio[1],
+                                num(t, i, "noise_floor_pct")))
+    for pair in ctx.dnf:
+        if pair not in seen:
+            points.append(TimePoint(pair[0], pair[1], "does_not_fit", (None,) * 3, (None,) * 3,
+                                    None))
+    return points
+
+
+def _versus_baseline(t: Table) -> dict[int, list[str]]:
+    """Row index -> [dispatch Δ text, combine Δ text] against the baseline of the same model."""
+    base = {r["model"]: i for i, r in enumerate(t.rows)
+            if r["backend"].lower() == BASELINE and r["status"] == "ok"}
+    out = {}
+    for i, r in enumerate(t.rows):
+        if r["backend"].lower() == BASELINE:
+            out[i] = ["baseline", "baseline"]
+            continue
+        out[i] = [_delta_text(t, base.get(r["model"]), i, m) for m in ("dispatch", "combine")]
+    return out
+
+
+def _delta_text(t: Table, b: int | None, i: int, metric: str) -> str:
+    """'+12.34% > 2.5%: EXCEEDS noise' style cell, or why there is no comparison."""
+    if t.rows[i]["status"] != "ok":
+        return f"n/a: {t.rows[i]['status'] or 'no status'}"
+    if b is None:
+        return f"n/a: no {BASELINE.upper()} timing for this model"
+    col = f"{metric}_ms_median"
+    med_b, med_o = num(t, b, col), num(t, i, col)
+    nf_b, nf_o = num(t, b, "noise_floor_pct"), num(t, i, "noise_floor_pct")
+    if med_b is None or med_o is None or med_b <= 0:
+        return "n/a: median missing"
+    if nf_b is None or nf_o is None:
+        return "n/a: noise floor missing"
+    delta, over = exceeds_noise(med_b, med_o, nf_b, nf_o)
+    floor = t.rows[b]["noise_floor_pct"] if nf_b >= nf_o else t.rows[i]["noise_floor_pct"]
+    verdict = "EXCEEDS noise" if over else "within noise"
+    return f"{delta:+.2f}% vs floor {floor}%: {verdict}"
+
+
+def section_timing(ctx: Context) -> list[str]:
+    """The timing table with the noise-floor comparison against the baseline, and figure 4."""
+    out = ["## Timing", ""]
+    t = ctx.timing
+    if t is None:
+        return out + [ctx.missing("timing", f"{TIMING} not found (time stage not run)"), ""]
+    versus = _versus_baseline(t)
+    main = ["model", "backend", "status", "timing_capacity", "budget_tokens"]
+    for m in ("dispatch", "combine"):
+        main += [c for c in (f"{m}_ms_p10", f"{m}_ms_median", f"{m}_ms_p90") if t.has(c)]
+    main += ["noise_floor_pct"]
+    rows = [[r[c] for c in main] + versus[i] for i, r in enumerate(t.rows)]
+    vs = BASELINE.upper()
+    out += [md_table(main + [f"dispatch Δ vs {vs}", f"combine Δ vs {vs}"], rows), ""]
+    extra = ["model", "backend", "trials", "iters", "step_cv", "algbw_gbps", "peak_mem_bytes"]
+    extra += [c for c in ("timer", "backend_impl") if t.has(c)] + ["cell_dir"]
+    out += [md_table(extra, [[r[c] for c in extra] for r in t.rows]), ""]
+    if not t.has("dispatch_ms_p10"):
+        out += ["p10 columns not recorded in timing.tsv: whiskers run from the median to p90.",
+                ""]
+    out += [f"Times in ms per call as recorded by each timed run (median, p10, p90). "
+            f"**Δ vs {vs}** = (median − {vs} median) / {vs} median of the same model, shown "
+            "to 0.01%; it **exceeds the noise floor** when |Δ| > max(noise_floor_pct of the "
+            f"two rows). Within the floor the two libraries are not distinguishable. A pair "
+            "that does not fit has no times: it is marked, never zero.", ""]
+    if "fig4_timing.png" in ctx.figures:
+        out += ["![Dispatch and combine timing](fig4_timing.png)", ""]
+    return out
+
+
+def section_demand(ctx: Context, demand_note: str, demand_figs: list[tuple[str, str]]) -> list[str]:
+    """Per-rank peak demand heatmaps and the demand.tsv pointer."""
+    out = ["## Per-rank peak demand", "", demand_note, ""]
+    for model, name in demand_figs:
+        out += [f"![{model}: per-rank peak demand]({name})", ""]
+    return out
+
+
+def section_dnf(ctx: Context) -> list[str]:
+    """Every (model, backend) pair that did not fit, with where it happened."""
+    out = ["## Does not fit", ""]
+    if not ctx.dnf:
+        return out + ["No (model, backend) pair ran out of memory.", ""]
+    rows = [[m, b, "; ".join(w)] for (m, b), w in ctx.dnf.items()]
+    return out + [md_table(["model", "backend", "where"], rows), "",
+                  "does_not_fit is data (out of memory for that pair), not an error.", ""]
+
+
+def section_failures(ctx: Context) -> list[str]:
+    """Attempt counts by status, failure classes first, with the cells of each failure."""
+    out = ["## Failures by class", ""]
+    a = ctx.attempts
+    if a is None:
+        return out + [ctx.missing("failures", f"{ATTEMPTS} not found"), ""]
+    by: dict[str, list[dict[str, str]]] = {}
+    for r in a.rows:
+        by.setdefault(r["status"], []).append(r)
+    rows = []
+    for status in list(FAILURE_CLASSES) + sorted(set(by) - set(FAILURE_CLASSES)):
+        cells = by.get(status, [])
+        shown = ", ".join(r["cell_dir"] for r in cells[:6]) + (" …" if len(cells) > 6 else "")
+        kind = "failure" if status in FAILURE_CLASSES else "outcome"
+        rows.append([status, kind, str(len(cells)), shown if status in FAILURE_CLASSES else ""])
+    out += [md_table(["status", "kind", "attempts", "cells"], rows), ""]
+    if a.has("failure_line"):
+        lines = [[r["cell_dir"], r["status"], r["failure_line"]] for r in a.rows
+                 if r["status"] in FAILURE_CLASSES and r["failure_line"]]
+        if lines:
+            out += [md_table(["cell", "status", "matching log line"], lines), ""]
+    return out + [f"From the `status` column of {ATTEMPTS} ({len(a.rows)} attempts).", ""]
+
+
+def section_audit(ctx: Context) -> list[str]:
+    """The SPEC section 6 verdict of this campaign (harness.audit.audit_target)."""
+    out = ["## Audit verdict", ""]
+    try:
+        from harness.audit import audit_target
+    except Exception as exc:  # noqa: BLE001 - a missing room degrades to a stated line
+        return out + [ctx.missing("audit", f"harness.audit not importable ({type(exc).__name__}: {exc})"), ""]
+    try:
+        result = audit_target(ctx.results_dir)
+    except Exception as exc:  # noqa: BLE001 - the report still stands without the audit
+        return out + [ctx.missing("audit", f"audit_target failed ({type(exc).__name__}: {exc})"), ""]
+    rows = []
+    for up in getattr(result, "uploads", []) or []:
+        reasons = _field(up, "reasons") or []
+        ignored = _field(up, "ignored_cells") or []
+        rows.append([str(_field(up, "path") or "."), str(_field(up, "verdict")),
+                     ", ".join(map(str, reasons)) or "-", str(len(ignored))])
+    summary = getattr(result, "summary", None) or {}
+    if rows:
+        out += [md_table(["upload", "verdict", "reasons", "ignored cells"], rows), ""]
+    out += ["Summary: " + (", ".join(f"{k} {v}" for k, v in summary.items()) or "none"), ""]
+    return out
+
+
+def _field(obj, key: str):
+    """obj[key] for a dict, obj.key otherwise (the audit result may use either)."""
+    return obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
+
+
+def section_provenance(ctx: Context) -> list[str]:
+    """provenance.txt as a key/value table (values verbatim)."""
+    out = ["## Provenance", ""]
+    path = ctx.results_dir / "provenance.txt"
+    if not path.is_file():
+        return out + [ctx.missing("provenance", "provenance.txt not found"), ""]
+    pairs = read_provenance(path)
+    return out + [md_table(["key", "value"], [[k, v] for k, v in pairs]), ""]
+
+
+def section_campaign(ctx: Context) -> list[str]:
+    """Wall span vs busy time and the ETA error (harness.events.campaign_stats)."""
+    out = ["## Campaign time", ""]
+    try:
+        from harness.events import campaign_stats
+    except Exception as exc:  # noqa: BLE001
+        return out + [ctx.missing("campaign time", f"harness.events not importable ({type(exc).__name__}: {exc})"), ""]
+    try:
+        stats = campaign_stats(ctx.results_dir)
+    except Exception as exc:  # noqa: BLE001
+        return out + [ctx.missing("campaign time", f"campaign_stats failed ({type(exc).__name__}: {exc})"), ""]
+    rows = [[k, _fmt(stats.get(k))] for k in ("stage", "runs_done", "runs_left", "wall_span_s",
+                                               "busy_s", "eta_error")]
+    for frac, value in (stats.get("eta_error_at") or {}).items():
+        rows.append([f"eta_error at {frac} of runs", _fmt(value)])
+    wall, busy = stats.get("wall_span_s"), stats.get("busy_s")
+    if isinstance(wall, (int, float)) and isinstance(busy, (int, float)) and wall > 0:
+        rows.append(["busy share (derived, 0.1%)", f"{busy / wall * 100:.1f}%"])
+    fails = stats.get("failures_by_class") or {}
+    rows.append(["failures_by_class", ", ".join(f"{k} {v}" for k, v in fails.items()) or "none"])
+    return out + [md_table(["quantity", "value"], rows), "",
+                  "wall_span_s: first start to last finish; busy_s: summed run time of the "
+                  "backend processes; eta_error: estimated / actual time (1.0 = exact).", ""]
+
+
+def _fmt(value) -> str:
+    """A stats value as text; None is 'not recorded'."""
+    if value is None:
+        return "not recorded"
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+# --------------------------------------------------------------------------- demand
+
+
+def demand_cells(results_dir: Path) -> list[CellName]:
+    """Measure and validate cells present under cells/, ordered by model, backend, name."""
+    root = results_dir / "cells"
+    cells = [parse_cell_name(p.name) for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
+    picked = [c for c in cells if c and c.purpose in DEMAND_PURPOSES]
+    return sorted(picked, key=lambda c: (c.model, c.backend, c.purpose, c.attempt, c.name))
+
+
+def build_demand(ctx: Context):
+    """Write demand.tsv; return (note line, {cell name: rows DataFrame} of measure cells)."""
+    path = ctx.out / "demand.tsv"
+    try:
+        from harness.telemetry import rows_table
+    except Exception as exc:  # noqa: BLE001
+        if path.exists():
+            path.unlink()
+        why = f"harness.telemetry not importable ({type(exc).__name__}: {exc})"
+        return ctx.missing("demand", why), {}
+    cells = demand_cells(ctx.results_dir)
+    measured = {}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+        fh.write("\t".join(DEMAND_COLUMNS) + "\n")
+        for c in cells:
+            logs = cell_logs(ctx.results_dir / "cells" / c.name)
+            df = rows_table(logs) if logs else None
+            if df is None or len(df) == 0:
+                continue
+            df = df.rename(columns={"iter": "iteration"}).assign(run=c.name)
+            df[list(DEMAND_COLUMNS)].to_csv(fh, sep="\t", header=False, index=False,
+                                            lineterminator="\n")
+            if c.purpose == "measure":
+                measured[c.name] = df
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    note = (f"[`demand.tsv`](demand.tsv): one row per dispatch telemetry row of the "
+            f"{len(cells)} measure and validate cells (columns: {', '.join(DEMAND_COLUMNS)}). "
+            "Heatmaps: measure cells only; value = max over all iterations (no warmup skipped) "
+            "of actual_valid_recv / expected_recv per (rank, layer).")
+    if not cells:
+        note = ctx.missing("demand", "no measure or validate cell directories under cells/")
+    return note, measured
+
+
+def demand_maps(measured: dict) -> dict[str, list]:
+    """model -> DemandMap list built from the measure cells' rows."""
+    from harness.figures import DemandMap
+
+    out: dict[str, list] = {}
+    for name, df in measured.items():
+        cell = parse_cell_name(name)
+        d = df.assign(ratio=df["actual_valid_recv"] / df["expected_recv"],
+                      sat=df["actual_valid_recv"] >= df["budget"])
+        g = d.groupby(["rank", "layer"]).agg(ratio=("ratio", "max"), sat=("sat", "any"))
+        ratio = g["ratio"].unstack("layer")
+        sat = g["sat"].unstack("layer").reindex_like(ratio).fillna(False).astype(bool)
+        budget_ratio = float((d["budget"] / d["expected_recv"]).max())
+        out.setdefault(cell.model, []).append(DemandMap(
+            name, cell.backend, [int(r) for r in ratio.index], [int(v) for v in ratio.columns],
+            ratio.to_numpy(dtype=float), sat.to_numpy(dtype=bool), budget_ratio))
+    return out
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def _safe(name: str) -> str:
+    """A model name usable in a file name."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+def draw_figures(ctx: Context, measured: dict) -> list[tuple[str, str]]:
+    """Draw every figure the inputs allow; return the demand figures as (model, file)."""
+    from harness import figures as fg
+
+    for old in ctx.out.glob("fig[1-4]_*.png"):
+        old.unlink()
+    colors = fg.backend_colors([b for _, b in ctx.pairs])
+    if ctx.selection is not None and ctx.selection.rows:
+        points = _cap_points(ctx.selection)
+        fg.plot_capacity(points, ctx.out / "fig1_capacity.png", PAD_MULTIPLE, colors)
+        fg.plot_overprovision(points, ctx.out / "fig2_overprovision.png", colors)
+        ctx.figures += ["fig1_capacity.png", "fig2_overprovision.png"]
+    tpoints = _timing_points(ctx)
+    if tpoints:
+        missing_p10 = ctx.timing is None or not ctx.timing.has("dispatch_ms_p10")
+        fg.plot_timing(tpoints, ctx.out / "fig4_timing.png", missing_p10, colors)
+        ctx.figures.append("fig4_timing.png")
+    demand = []
+    maps_by_model = demand_maps(measured)
+    order = list(dict.fromkeys(m for m, _ in ctx.pairs))
+    for model, maps in sorted(maps_by_model.items(),
+                              key=lambda kv: (order.index(kv[0]) if kv[0] in order else 1e9, kv[0])):
+        name = f"fig3_demand_{_safe(model)}.png"
+        fg.plot_demand(model, maps, ctx.out / name)
+        ctx.figures.append(name)
+        demand.append((model, name))
+    return demand
+
+
+def _cap_points(t: Table):
+    """CapPoint records from the selection table."""
+    from harness.figures import CapPoint
+
+    pts = []
+    for i, r in enumerate(t.rows):
+        n = num(t, i, "uniform_tokens")
+        pts.append(CapPoint(r["model"], r["backend"], int(n) if n else None,
+                            num(t, i, "required_capacity"), num(t, i, "selected_capacity"),
+                            num(t, i, "over_provision"), r["required_capacity"],
+                            r["selected_capacity"]))
+    return pts
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Atomic text write: temp file in the same directory, fsync, os.replace."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def load_context(results_dir: Path, out: Path) -> Context:
+    """Read the TSVs; refuse a directory that holds no campaign results at all."""
+    if not results_dir.is_dir():
+        raise BadInput("not a directory", path=str(results_dir))
+    known = [ATTEMPTS, SELECTION, TIMING, "events.jsonl", "provenance.txt"]
+    if not any((results_dir / k).exists() for k in known):
+        raise BadInput(f"not a campaign results directory: none of {', '.join(known)}",
+                       path=str(results_dir))
+    attempts = read_tsv(results_dir / ATTEMPTS, NEED_ATTEMPTS)
+    selection = read_tsv(results_dir / SELECTION, NEED_SELECTION)
+    timing = read_tsv(results_dir / TIMING, NEED_TIMING)
+    pairs = pair_order([selection, timing, attempts])
+    return Context(results_dir, out, attempts, selection, timing, pairs,
+                   not_fitting(attempts, timing))
+
+
+def _campaign_name(ctx: Context) -> str:
+    """The campaign column of the first TSV row, else the directory name."""
+    for t in (ctx.attempts, ctx.selection, ctx.timing):
+        if t and t.rows and t.rows[0].get("campaign"):
+            return t.rows[0]["campaign"]
+    return ctx.results_dir.name
+
+
+def _render(results_dir: Path, out: Path) -> Context:
+    """Build everything into `out`; return the context (figures drawn, parts unavailable)."""
+    ctx = load_context(results_dir, out)
+    out.mkdir(parents=True, exist_ok=True)
+    demand_note, measured = build_demand(ctx)
+    demand_figs = draw_figures(ctx, measured)
+    if not measured and not any(u.startswith("demand") for u in ctx.unavailable):
+        demand_note += "\n\n" + ctx.missing("demand heatmaps", "no measure cell has telemetry rows")
+    body = [f"# epcap report: {_campaign_name(ctx)}", "",
+            f"Results: `{results_dir.name}/` · generated "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} · numbers in tables are "
+            "the TSV strings unchanged unless a column says derived.", ""]
+    body += _impl_note(ctx) + [""]
+    body += section_overview(ctx) + section_selection(ctx)
+    body += section_demand(ctx, demand_note, demand_figs)
+    body += section_timing(ctx) + section_dnf(ctx) + section_failures(ctx)
+    body += section_audit(ctx) + section_provenance(ctx) + section_campaign(ctx)
+    if ctx.unavailable:
+        body += ["## Parts not available", ""] + [f"- {u}" for u in ctx.unavailable] + [""]
+    _write_text(out / "report.md", "\n".join(body).rstrip() + "\n")
+    return ctx
+
+
+def build_report(results_dir: Path, out: Path | None = None) -> Path:
+    """Write report.md, figures and demand.tsv for a campaign; return the report.md path."""
+    results_dir = Path(results_dir)
+    out = Path(out) if out is not None else results_dir / "report"
+    _render(results_dir, out)
+    return out / "report.md"
+
+
+def cli_report(results_dir: str, out: str | None = None) -> int:
+    """`epcap report RESULTS_DIR [--out DIR]`: build the report; say where, and what is missing."""
+    results = Path(results_dir)
+    target = Path(out) if out else results / "report"
+    ctx = _render(results, target)
+    print(f"report: {target / 'report.md'} ({len(ctx.figures)} figures)")
+    for part in ctx.unavailable:
+        print(f"  not available: {part}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(cli_report(sys.argv[1]))

@@ -1,0 +1,365 @@
+"""Dispatch telemetry (SPEC section 1): stream logs of any size into rows and a summary.
+
+Logs are read in large binary blocks of whole lines. A block without a tag is skipped with
+one C-level search; a block whose tagged rows all have the canonical field order is parsed
+by one regex pass and numpy; any other block (setup rows, odd key order, malformed rows)
+goes through the line-by-line parser, which is the reference for what a row means.
+Memory is bounded by the block size plus 24 bytes per distinct (iter, layer, rank).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+from harness.errors import BadInput
+
+DISPATCH_TAG = "[MOE_DROP_DEBUG][dispatch]"
+SETUP_TAG = "[MOE_DROP_DEBUG][setup_metadata]"
+FIELDS = ("iter", "layer", "rank", "expected_recv", "actual_valid_recv", "budget")
+BLOCK_BYTES = 4 << 20        # bytes read per block
+MAX_LINE = 16 << 20          # a longer line is skipped (malformed when tagged)
+MAX_LISTED = 10_000          # malformed line numbers kept in a summary
+MAX_DETAILS = 100            # "path:line: reason" strings kept in a summary
+COMPACT_KEYS = 4_000_000     # pending (iter, layer, rank) keys before deduplicating
+_INT = re.compile(r"[0-9]{1,18}")
+_NOT_DIGIT = bytes(b for b in range(256) if b not in b"0123456789 ")
+_KEY = np.dtype((np.void, 24))
+
+PathLike = str | Path
+
+
+@dataclass(frozen=True)
+class DispatchRow:
+    """One well-formed dispatch row and where it was read."""
+
+    path: str
+    line_no: int
+    iter: int
+    layer: int
+    rank: int
+    expected_recv: int
+    actual_valid_recv: int
+    budget: int
+
+
+@dataclass
+class LogSummary:
+    """Summary of one run's logs; the first fields are SPEC section 7's `parse --json` keys."""
+
+    rows: int = 0
+    setup_rows: int = 0
+    malformed_rows: int = 0
+    malformed_lines: list[int] = field(default_factory=list)
+    saturated_rows: int = 0
+    expected_recv: int | None = None
+    budget: int | None = None
+    peak_actual_valid_recv: int | None = None
+    required_capacity: float | None = None
+    lower_bound: bool | None = None
+    ranks: int = 0
+    layers: int = 0
+    iterations: int = 0
+    complete: bool = False
+    used_rows: int = 0
+    saturated_used_rows: int = 0
+    duplicate_rows: int = 0
+    missing_rows: int = 0
+    expected_ranks: int = 0
+    expected_layers: int = 0
+    expected_iterations: int = 0
+    budget_values: list[int] = field(default_factory=list)
+    expected_recv_values: list[int] = field(default_factory=list)
+    malformed: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict (SPEC section 7 keys plus the extra ones)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class _Tags:
+    """The byte tags of one backend and the fast-path regex built from them."""
+
+    dispatch: bytes
+    setup: bytes
+    any: re.Pattern
+    fast: re.Pattern
+
+
+@dataclass
+class _Block:
+    """What one block of lines yielded."""
+
+    rows: np.ndarray                       # n x 6 int64, FIELDS order
+    line_nos: list[int] | None = None      # per row; None on the fast path
+    bad: list[tuple[int, str]] = field(default_factory=list)
+    setup_rows: int = 0
+    setup_ranks: list[int] = field(default_factory=list)
+
+
+def make_tags(tags: dict[str, str] | None = None) -> _Tags:
+    """Tags of SPEC section 1, or a backend's native ones ({"dispatch": .., "setup": ..})."""
+    tags = tags or {}
+    dispatch = tags.get("dispatch", DISPATCH_TAG).encode()
+    setup = tags.get("setup", SETUP_TAG).encode()
+    both = sorted((dispatch, setup), key=len, reverse=True)
+    fast = (re.escape(dispatch) + rb" (iter=\d{1,18} layer=\d{1,18} rank=\d{1,18} "
+            rb"expected_recv=[1-9]\d{0,17} actual_valid_recv=\d{1,18} budget=\d{1,18})(?=\s)")
+    return _Tags(dispatch, setup, re.compile(b"|".join(map(re.escape, both))), re.compile(fast))
+
+
+def _fields(segment: bytes) -> dict[str, str]:
+    """key=value tokens of a row (first occurrence of a key wins; other tokens ignored)."""
+    out: dict[str, str] = {}
+    for token in segment.decode("utf-8", "replace").split():
+        key, sep, value = token.partition("=")
+        if sep and key not in out:
+            out[key] = value
+    return out
+
+
+def _dispatch_values(fields: dict[str, str]) -> tuple[int, ...] | str:
+    """The six integers of a dispatch row, or the reason it is malformed."""
+    values = []
+    for name in FIELDS:
+        if name not in fields:
+            return f"missing field {name}"
+        if not _INT.fullmatch(fields[name]):
+            return f"non-integer value {name}={fields[name]!r}"
+        values.append(int(fields[name]))
+    if values[3] == 0:
+        return "expected_recv must be positive"
+    return tuple(values)
+
+
+def _slow_block(block: bytes, first_line: int, tags: _Tags) -> _Block:
+    """Parse every tagged row of a block line by line (the reference parser)."""
+    out = _Block(rows=np.empty((0, 6), np.int64), line_nos=[])
+    rows: list[tuple[int, ...]] = []
+    hits = list(tags.any.finditer(block))
+    line_no, counted = first_line, 0
+    for i, hit in enumerate(hits):
+        line_no += block.count(b"\n", counted, hit.start())
+        counted = hit.start()
+        end = block.find(b"\n", hit.end())
+        if i + 1 < len(hits):
+            end = min(end, hits[i + 1].start())
+        fields = _fields(block[hit.end():end])
+        if hit.group() == tags.setup:
+            out.setup_rows += 1
+            if _INT.fullmatch(fields.get("rank", "")):
+                out.setup_ranks.append(int(fields["rank"]))
+            continue
+        values = _dispatch_values(fields)
+        if isinstance(values, str):
+            out.bad.append((line_no, values))
+        else:
+            rows.append(values)
+            out.line_nos.append(line_no)
+    if rows:
+        out.rows = np.array(rows, dtype=np.int64)
+    return out
+
+
+def _fast_block(block: bytes, tags: _Tags) -> _Block | None:
+    """Parse a block whose tagged rows are all canonical dispatch rows; else None."""
+    if block.count(tags.setup):
+        return None
+    found = tags.fast.findall(block)
+    if len(found) != block.count(tags.dispatch):
+        return None
+    digits = b" ".join(found).translate(None, _NOT_DIGIT)
+    rows = np.fromstring(digits, dtype=np.int64, sep=" ") if found else np.empty(0, np.int64)
+    return _Block(rows=rows.reshape(-1, 6))
+
+
+def _unterminated(text: bytes, line_no: int, tags: _Tags, reason: str) -> _Block:
+    """A last line without newline, or an over-long line: each tag in it is malformed."""
+    hits = len(tags.any.findall(text))
+    return _Block(rows=np.empty((0, 6), np.int64), line_nos=[], bad=[(line_no, reason)] * hits)
+
+
+def _distinct_values(values: np.ndarray) -> list[int]:
+    """Distinct values of a column (cheap when they are all equal, the usual case)."""
+    if len(values) == 0:
+        return []
+    if values.min() == values.max():
+        return [int(values[0])]
+    return np.unique(values).tolist()
+
+
+def _open(path: PathLike):
+    """Open a log for binary reading; a missing or unreadable file is bad input."""
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise BadInput("no such log file", path=str(path)) from None
+    except IsADirectoryError:
+        raise BadInput("is a directory, not a log file", path=str(path)) from None
+    except OSError as exc:
+        raise BadInput(f"cannot read log: {exc.strerror}", path=str(path)) from None
+
+
+def _skip_line(fh) -> bytes:
+    """Read past the end of the current line; return what follows its newline."""
+    while data := fh.read(BLOCK_BYTES):
+        cut = data.find(b"\n")
+        if cut >= 0:
+            return data[cut + 1:]
+    return b""
+
+
+def _scan(path: PathLike, tags: _Tags, fast: bool = True) -> Iterator[_Block]:
+    """Yield the parsed blocks of one log, in order, with bounded memory."""
+    line_no, pending = 1, b""
+    with _open(path) as fh:
+        while data := fh.read(BLOCK_BYTES):
+            pending += data
+            cut = pending.rfind(b"\n") + 1
+            if cut:
+                block, pending = pending[:cut], pending[cut:]
+                parsed = _fast_block(block, tags) if fast else None
+                yield parsed or _slow_block(block, line_no, tags)
+                line_no += block.count(b"\n")
+            elif len(pending) > MAX_LINE:
+                yield _unterminated(pending, line_no, tags, f"line longer than {MAX_LINE} bytes")
+                pending = _skip_line(fh)
+                line_no += 1
+    if pending:
+        yield _unterminated(pending, line_no, tags, "truncated last line (no newline)")
+
+
+def _as_paths(paths: PathLike | Iterable[PathLike]) -> list[PathLike]:
+    """Accept one path or an iterable of paths."""
+    return [paths] if isinstance(paths, (str, Path)) else list(paths)
+
+
+def iter_rows(paths: PathLike | Iterable[PathLike],
+              tags: dict[str, str] | None = None) -> Iterator[DispatchRow]:
+    """Every well-formed dispatch row of the logs, in order, with its path and line."""
+    compiled = make_tags(tags)
+    for path in _as_paths(paths):
+        for block in _scan(path, compiled, fast=False):
+            for line_no, values in zip(block.line_nos, block.rows.tolist(), strict=True):
+                yield DispatchRow(str(path), line_no, *values)
+
+
+def rows_table(paths: PathLike | Iterable[PathLike], tags: dict[str, str] | None = None):
+    """The well-formed dispatch rows as a pandas DataFrame with the FIELDS columns."""
+    import pandas as pd
+
+    compiled = make_tags(tags)
+    arrays = [b.rows for p in _as_paths(paths) for b in _scan(p, compiled)]
+    data = np.concatenate(arrays) if arrays else np.empty((0, 6), np.int64)
+    return pd.DataFrame(data, columns=list(FIELDS))
+
+
+class _Accumulator:
+    """Folds blocks into the numbers of a LogSummary."""
+
+    def __init__(self, warmup: int) -> None:
+        self.warmup = warmup
+        self.s = LogSummary()
+        self.peaks: dict[int, int] = {}
+        self.budgets: set[int] = set()
+        self.setup_ranks: set[int] = set()
+        self.keys: list[np.ndarray] = []
+        self.wide: list[np.ndarray] = []
+        self.pending_keys = 0
+
+    def add(self, path: PathLike, block: _Block) -> None:
+        """Fold one block in."""
+        s = self.s
+        s.setup_rows += block.setup_rows
+        self.setup_ranks.update(block.setup_ranks)
+        for line_no, reason in block.bad:
+            s.malformed_rows += 1
+            if len(s.malformed_lines) < MAX_LISTED:
+                s.malformed_lines.append(line_no)
+            if len(s.malformed) < MAX_DETAILS:
+                s.malformed.append(f"{path}:{line_no}: {reason}")
+        if len(block.rows):
+            self._add_rows(block.rows)
+
+    def _add_rows(self, rows: np.ndarray) -> None:
+        """Fold well-formed rows in: counts, saturation, peaks, distinct keys."""
+        it, exp, act, bud = rows[:, 0], rows[:, 3], rows[:, 4], rows[:, 5]
+        saturated, used = act >= bud, it >= self.warmup
+        s = self.s
+        s.rows += len(rows)
+        s.saturated_rows += int(saturated.sum())
+        s.used_rows += int(used.sum())
+        s.saturated_used_rows += int((saturated & used).sum())
+        self.budgets.update(_distinct_values(bud))
+        for value in _distinct_values(exp[used]):
+            peak = int(act[used & (exp == value)].max())
+            self.peaks[value] = max(self.peaks.get(value, peak), peak)
+        narrow = (it < 1 << 31) & (rows[:, 1] < 1 << 16) & (rows[:, 2] < 1 << 16)
+        self.keys.append(it[narrow] << 32 | rows[narrow, 1] << 16 | rows[narrow, 2])
+        self.wide.append(np.ascontiguousarray(rows[~narrow, :3]).view(_KEY).ravel())
+        self.pending_keys += len(rows)
+        if self.pending_keys > COMPACT_KEYS:
+            self.keys, self.wide = [np.unique(np.concatenate(self.keys))], [self._wide()]
+            self.pending_keys = len(self.keys[0]) + len(self.wide[0])
+
+    def _wide(self) -> np.ndarray:
+        """Distinct keys too large for the packed int64 form."""
+        return np.unique(np.concatenate(self.wide)) if self.wide else np.empty(0, _KEY)
+
+    def _distinct(self) -> np.ndarray:
+        """Distinct (iter, layer, rank) rows seen so far, as an n x 3 array."""
+        packed = np.unique(np.concatenate(self.keys)) if self.keys else np.empty(0, np.int64)
+        unpacked = np.stack([packed >> 32, packed >> 16 & 0xFFFF, packed & 0xFFFF], axis=1)
+        return np.concatenate([unpacked, self._wide().view(np.int64).reshape(-1, 3)])
+
+    def finish(self, ranks: int | None, layers: int | None, iters: int | None) -> LogSummary:
+        """The summary, with requirement and completeness filled in."""
+        s = self.s
+        s.budget_values = sorted(self.budgets)
+        s.expected_recv_values = sorted(self.peaks)
+        s.budget = s.budget_values[-1] if s.budget_values else None
+        if self.peaks:
+            ratio, expected = max((Fraction(p, e), e) for e, p in self.peaks.items())
+            s.expected_recv, s.peak_actual_valid_recv = expected, self.peaks[expected]
+            s.required_capacity = float(ratio)
+            s.lower_bound = s.saturated_used_rows > 0
+        self._completeness(ranks, layers, iters)
+        return s
+
+    def _completeness(self, ranks: int | None, layers: int | None, iters: int | None) -> None:
+        """Seen vs expected ranks x layers x iterations; missing and duplicate rows."""
+        s = self.s
+        keys = self._distinct()
+        seen = [np.unique(keys[:, col]).tolist() for col in range(3)]
+        s.iterations, s.layers, s.ranks = (len(v) for v in seen)
+        all_ranks = self.setup_ranks.union(seen[2])
+        span = max(all_ranks) - min(all_ranks) + 1 if all_ranks else 0
+        s.expected_ranks = span if ranks is None else ranks
+        s.expected_layers = s.layers if layers is None else layers
+        s.expected_iterations = s.iterations if iters is None else iters
+        grid = s.expected_ranks * s.expected_layers * s.expected_iterations
+        s.duplicate_rows = s.rows - len(keys)
+        s.missing_rows = max(grid - len(keys), 0)
+        s.complete = (s.rows > 0 and len(keys) == grid and s.ranks == s.expected_ranks
+                      and s.layers == s.expected_layers and s.iterations == s.expected_iterations)
+
+
+def summarize(paths: PathLike | Iterable[PathLike], warmup: int = 0,
+              expected_ranks: int | None = None, expected_layers: int | None = None,
+              expected_iters: int | None = None,
+              tags: dict[str, str] | None = None) -> LogSummary:
+    """Summarize the logs of one run, read as one stream (see the module docstring)."""
+    if warmup < 0:
+        raise BadInput(f"must be >= 0, got {warmup}", field="warmup")
+    compiled = make_tags(tags)
+    acc = _Accumulator(warmup)
+    for path in _as_paths(paths):
+        for block in _scan(path, compiled):
+            acc.add(path, block)
+    return acc.finish(expected_ranks, expected_layers, expected_iters)

@@ -1,0 +1,95 @@
+"""Benchmark (not a test): `epcap parse` vs `grep -c` on a generated ~200 MB log.
+
+Generates a log of 8 ranks x 94 layers x many iterations with torchrun-style prefixes and
+non-telemetry noise lines in a temporary directory, times both commands on the same file
+(best of three, page cache warm), prints MB/s, the ratio to grep and epcap's peak RSS, and
+deletes the file. Targets: ratio >= 0.25, peak RSS < 200 MB. Exit 1 when a target is missed.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RANKS, LAYERS, TARGET_BYTES = 8, 94, 200 * 1024 * 1024
+N, BUDGET = 65536, 131072
+TRIALS = 3
+
+
+def generate(path: Path, target: int = TARGET_BYTES, seed: int = 0) -> int:
+    """Write the log; return the number of dispatch rows."""
+    rnd = random.Random(seed)
+    noise = [f"[rank{r}]: iteration {{it}} | lr 1.0e-4 | loss 2.{r}13 | grad norm 0.9\n"
+             for r in range(RANKS)]
+    rows = it = size = 0
+    with open(path, "w", encoding="utf-8") as fh:
+        for r in range(RANKS):
+            fh.write(f"[rank{r}]:[MOE_DROP_DEBUG][setup_metadata] iter=0 layer=1 rank={r} "
+                     f"budget={BUDGET} exact_recv_per_rank=[{','.join([str(N)] * RANKS)}]\n")
+        while size < target:
+            parts = []
+            for layer in range(1, LAYERS + 1):
+                for r in range(RANKS):
+                    act = N + rnd.randrange(-2000, 4000)
+                    parts.append(f"[rank{r}]:[MOE_DROP_DEBUG][dispatch] iter={it} layer={layer} "
+                                 f"rank={r} expected_recv={N} actual_valid_recv={act} "
+                                 f"budget={BUDGET} observed_loss={N - act}\n")
+                if layer % 10 == 0:
+                    parts.append(noise[layer % RANKS].format(it=it))
+            parts.extend(line.format(it=it) for line in noise)
+            text = "".join(parts)
+            fh.write(text)
+            size += len(text)
+            rows += LAYERS * RANKS
+            it += 1
+    return rows
+
+
+def timed(argv: list[str]) -> tuple[float, int, bytes]:
+    """Run argv; return (wall seconds, the child's peak RSS in bytes, stdout)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"{argv[0]} exited {proc.returncode}")
+    return wall, usage.ru_maxrss * 1024, out
+
+
+def main() -> int:
+    """Generate, time, print, clean up."""
+    epcap = shutil.which("epcap") or str(Path(sys.executable).with_name("epcap"))
+    tmp = Path(tempfile.mkdtemp(prefix="epcap-bench-"))
+    try:
+        log = tmp / "rank-all.log"
+        t0 = time.perf_counter()
+        rows = generate(log)
+        mb = log.stat().st_size / 1e6
+        print(f"generated {mb:.1f} MB, {rows} dispatch rows in {time.perf_counter() - t0:.1f} s")
+        grep = [timed(["grep", "-c", r"\[MOE_DROP_DEBUG\]\[dispatch\]", str(log)])
+                for _ in range(TRIALS)]
+        ours = [timed([epcap, "parse", str(log), "--json"]) for _ in range(TRIALS)]
+        g_s, o_s = min(t for t, _, _ in grep), min(t for t, _, _ in ours)
+        rss = max(r for _, r, _ in ours)
+        assert int(grep[0][2]) == rows, "grep count differs from the generated rows"
+        assert f'"rows": {rows},' in ours[0][2].decode(), "epcap rows differ from generated"
+        ratio = g_s / o_s
+        print(f"grep -c     : {g_s:.3f} s  {mb / g_s:8.1f} MB/s")
+        print(f"epcap parse : {o_s:.3f} s  {mb / o_s:8.1f} MB/s")
+        print(f"ratio to grep: {ratio:.2f}x (target >= 0.25)")
+        print(f"epcap peak RSS: {rss / 2**20:.1f} MiB (target < 200 MB)")
+        return 0 if ratio >= 0.25 and rss < 200e6 else 1
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,444 @@
+"""epcap report: figures exist as PNGs, every pair and does_not_fit pair is named, numbers are
+the TSVs' strings, missing parts degrade to stated lines, bad input exits 2.
+
+The campaign is synthetic (built by `make_sample`): two models x (echo, ultraep selected;
+moonep timed only), one lower-bound re-measure, one validation step-up and one does_not_fit.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import report as rp
+from harness.errors import BadInput
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+N = 2048                                  # S·K = 256 x 8
+RANKS, LAYERS, ITERS = 4, 3, 3
+
+SPEC_ATTEMPTS = ("campaign", "model", "backend", "purpose", "attempt", "capacity",
+                 "capacity_tag", "uniform_tokens", "budget_tokens", "status", "rows",
+                 "malformed_rows", "saturated_rows", "peak_actual_valid_recv",
+                 "required_capacity", "cell_dir", "started_utc", "finished_utc", "wall_s")
+EXTRA_ATTEMPTS = ("backend_impl", "exit_code", "failure_line")
+SPEC_SELECTION = ("campaign", "model", "backend", "required_capacity", "peak_actual_valid_recv",
+                  "uniform_tokens", "measured_at_capacity", "selected_capacity",
+                  "selected_budget_tokens", "over_provision", "validated", "validate_attempts",
+                  "timing_capacity")
+SPEC_TIMING = ("campaign", "model", "backend", "timing_capacity", "budget_tokens", "status",
+               "trials", "iters", "dispatch_ms_median", "dispatch_ms_p90", "combine_ms_median",
+               "combine_ms_p90", "step_cv", "noise_floor_pct", "algbw_gbps", "peak_mem_bytes",
+               "cell_dir")
+EXTRA_TIMING = ("dispatch_ms_p10", "combine_ms_p10", "timer", "backend_impl")
+
+# (model, backend, purpose, capacity, attempt, peak, status)
+CELLS = [
+    ("QWEN3_30B", "echo", "measure", "2.00", 1, 2300, "ok"),
+    ("QWEN3_30B", "echo", "validate", "1.125", 1, 2300, "ok"),
+    ("QWEN3_30B", "ultraep", "measure", "2.00", 1, 2400, "ok"),
+    ("QWEN3_30B", "ultraep", "validate", "1.1875", 1, 2400, "ok"),
+    ("QWEN2_57B", "echo", "measure", "2.00", 1, 2600, "ok"),
+    ("QWEN2_57B", "echo", "validate", "1.3125", 1, 2600, "ok"),
+    ("QWEN2_57B", "ultraep", "measure", "2.00", 1, 4096, "lower_bound"),
+    ("QWEN2_57B", "ultraep", "measure", "3.00", 2, 4200, "ok"),
+    ("QWEN2_57B", "ultraep", "validate", "2.0625", 1, 4224, "drops"),
+    ("QWEN2_57B", "ultraep", "validate", "2.125", 2, 4300, "ok"),
+]
+SELECTION = [
+    ("QWEN3_30B", "echo", "1.123047", "2300", "2.00", "1.125", "2304", "1.001739", "true", "1", "1.1875"),
+    ("QWEN3_30B", "ultraep", "1.171875", "2400", "2.00", "1.1875", "2432", "1.013333", "true", "1", "1.1875"),
+    ("QWEN2_57B", "echo", "1.269531", "2600", "2.00", "1.3125", "2688", "1.033846", "true", "1", "2.125"),
+    ("QWEN2_57B", "ultraep", "2.050781", "4200", "3.00", "2.125", "4352", "1.036190", "true", "2", "2.125"),
+]
+# model, backend, cap, budget, status, d_med, d_p90, c_med, c_p90, noise, d_p10, c_p10
+TIMING = [
+    ("QWEN3_30B", "echo", "1.1875", "2432", "ok", "1.234", "1.456", "2.01", "2.3", "3.5", "1.1", "1.9"),
+    ("QWEN3_30B", "ultraep", "1.1875", "2432", "ok", "1.5", "1.7", "2.05", "2.4", "4.25", "1.4", "1.95"),
+    ("QWEN3_30B", "moonep", "1.1875", "2432", "ok", "1.26", "1.5", "3.2", "3.6", "2.0", "1.2", "3.0"),
+    ("QWEN2_57B", "echo", "2.125", "4352", "ok", "2.5", "2.9", "4.0", "4.4", "5.0", "2.3", "3.8"),
+    ("QWEN2_57B", "ultraep", "2.125", "4352", "ok", "2.45", "2.8", "5.1", "5.6", "5.5", "2.3", "4.9"),
+    ("QWEN2_57B", "moonep", "2.125", "4352", "does_not_fit", "", "", "", "", "", "", ""),
+]
+
+
+def cell_name(model, backend, purpose, cap, attempt) -> str:
+    """SPEC 4 cell directory name (tag: '.' -> 'p', at least two decimals)."""
+    whole, _, frac = cap.partition(".")
+    return f"{model}__{backend}__{purpose}__cap{whole}p{frac.ljust(2, '0')}__a{attempt}"
+
+
+def demand_rows(budget: int, peak: int) -> list[tuple[int, int, int, int]]:
+    """(iter, layer, rank, actual) with max(actual) == min(peak, budget) at iter 1 layer 2 rank 1."""
+    rows = []
+    for it in range(ITERS):
+        for layer in range(LAYERS):
+            for rank in range(RANKS):
+                actual = N - 150 + 37 * rank + 23 * layer + 11 * it
+                if (it, layer, rank) == (1, 2, 1):
+                    actual = peak
+                rows.append((it, layer, rank, min(actual, budget, max(peak, N - 150))))
+    return rows
+
+
+def write_logs(cell_dir: Path, budget: int, peak: int, drops: bool) -> tuple[int, int]:
+    """One log per rank with noise lines, setup rows and dispatch rows; return (rows, saturated)."""
+    rows = demand_rows(budget, peak)
+    if drops:                                        # a clipped row at a second place
+        rows = [(i, la, r, budget if (i, la, r) == (2, 0, 3) else a) for i, la, r, a in rows]
+    saturated = sum(1 for *_, a in rows if a >= budget)
+    for rank in range(RANKS):
+        lines = [f"[rank{rank}]: starting reference backend", "some unrelated noise iter=3"]
+        lines.append(f"[rank{rank}]: [MOE_DROP_DEBUG][setup_metadata] iter=0 layer=0 rank={rank} "
+                     f"budget={budget} exact_recv_per_rank=[{','.join([str(N)] * RANKS)}]")
+        for it, layer, r, actual in rows:
+            if r == rank:
+                lines.append(f"{rank}: [MOE_DROP_DEBUG][dispatch] iter={it} layer={layer} "
+                             f"rank={r} expected_recv={N} actual_valid_recv={actual} "
+                             f"budget={budget} observed_loss={N - actual}")
+        (cell_dir / f"rank{rank}.log").write_text("\n".join(lines) + "\n")
+    return len(rows), saturated
+
+
+def _tsv(path: Path, columns, rows) -> None:
+    path.write_text("\t".join(columns) + "\n" + "".join(
+        "\t".join(r.get(c, "") for c in columns) + "\n" for r in rows))
+
+
+def make_sample(root: Path, extras: bool = True) -> Path:
+    """Build a synthetic SPEC 4 campaign directory under root; return it."""
+    res = root / "sample"
+    (res / "cells").mkdir(parents=True)
+    attempts = []
+    for model, backend, purpose, cap, att, peak, status in CELLS:
+        name = cell_name(model, backend, purpose, cap, att)
+        (res / "cells" / name).mkdir()
+        budget = int(float(cap) * N)
+        rows, sat = write_logs(res / "cells" / name, budget, peak, status == "drops")
+        attempts.append(dict(
+            campaign="sample", model=model, backend=backend, purpose=purpose, attempt=str(att),
+            capacity=cap, capacity_tag=name.split("__")[3], uniform_tokens=str(N),
+            budget_tokens=str(budget), status=status, rows=str(rows), malformed_rows="0",
+            saturated_rows=str(sat), peak_actual_valid_recv=str(min(peak, budget)),
+            required_capacity=repr(round(min(peak, budget) / N, 6)), cell_dir=f"cells/{name}",
+            started_utc="2026-11-29T10:00:00Z", finished_utc="2026-11-29T10:00:05Z",
+            wall_s="5.0", backend_impl="reference", exit_code="0", failure_line=""))
+    for model, backend, cap, budget, status, *_ in TIMING:
+        name = cell_name(model, backend, "time", cap, 1)
+        (res / "cells" / name).mkdir()
+        dnf = status == "does_not_fit"
+        attempts.append(dict(
+            campaign="sample", model=model, backend=backend, purpose="time", attempt="1",
+            capacity=cap, capacity_tag=name.split("__")[3], uniform_tokens=str(N),
+            budget_tokens=budget, status=status, rows="" if dnf else "36",
+            malformed_rows="", saturated_rows="", peak_actual_valid_recv="",
+            required_capacity="", cell_dir=f"cells/{name}", started_utc="2026-11-29T10:01:00Z",
+            finished_utc="2026-11-29T10:01:03Z", wall_s="3.0", backend_impl="reference",
+            exit_code="1" if dnf else "0",
+            failure_line=("rank0.log:12: torch.OutOfMemoryError: CUDA out of memory | tried"
+                          if dnf else "")))
+    sel_rows = [dict(zip(SPEC_SELECTION, ("sample",) + s[:2] + (s[2], s[3], str(N)) + s[4:],
+                         strict=True)) for s in SELECTION]
+    tim_rows = []
+    for model, backend, cap, budget, status, dm, d9, cm, c9, nf, d1, c1 in TIMING:
+        dnf = status == "does_not_fit"
+        tim_rows.append(dict(
+            campaign="sample", model=model, backend=backend, timing_capacity=cap,
+            budget_tokens=budget, status=status, trials="" if dnf else "3",
+            iters="" if dnf else "10", dispatch_ms_median=dm, dispatch_ms_p90=d9,
+            combine_ms_median=cm, combine_ms_p90=c9, step_cv="" if dnf else "0.021",
+            noise_floor_pct=nf, algbw_gbps="" if dnf else "0.75",
+            peak_mem_bytes="" if dnf else "123456789",
+            cell_dir=f"cells/{cell_name(model, backend, 'time', cap, 1)}",
+            dispatch_ms_p10=d1, combine_ms_p10=c1, timer="perf_counter",
+            backend_impl="reference"))
+    a_cols = SPEC_ATTEMPTS + (EXTRA_ATTEMPTS if extras else ())
+    t_cols = SPEC_TIMING + (EXTRA_TIMING if extras else ())
+    _tsv(res / "capacity_attempts.tsv", a_cols, attempts)
+    _tsv(res / "capacity_selection.tsv", SPEC_SELECTION, sel_rows)
+    _tsv(res / "timing.tsv", t_cols, tim_rows)
+    (res / "provenance.txt").write_text(
+        "harness_version: 0.1.0\nharness_commit: abc1234\nhostnames: node1\n"
+        "gpu_model: no-gpu\ntorch: 2.13.0\n"
+        "repo.blackwell_run_scripts: e3f7c0b 2026-01-02T03:04:05Z main dirty=false\n")
+    t0 = 1_764_410_000.0
+    events = [{"ev": "campaign_start", "t": t0, "stage": "preflight"}]
+    for i in range(4):
+        events.append({"ev": "cell_finish", "t": t0 + 10 * (i + 1), "wall_s": 8.0,
+                       "status": "ok", "eta_s": 40.0 - 10 * i, "runs_left": 3 - i,
+                       "stage": "measure"})
+    events.append({"ev": "campaign_done", "t": t0 + 45})
+    (res / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    return res
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def md_tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
+    """Every Markdown table in text as (headers, rows), cells stripped and unescaped."""
+    tables, block = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            block.append(line)
+            continue
+        if len(block) >= 2:
+            split = [[c.strip().replace("\\|", "|")
+                      for c in re.split(r"(?<!\\)\|", row.strip())[1:-1]] for row in block]
+            tables.append((split[0], split[2:]))
+        block = []
+    return tables
+
+
+def tsv_rows(path: Path) -> list[dict[str, str]]:
+    """A TSV as string dicts (the test's own reader, independent of harness.report)."""
+    head, *lines = path.read_text().splitlines()
+    cols = head.split("\t")
+    return [dict(zip(cols, ln.split("\t"), strict=True)) for ln in lines]
+
+
+def mismatches(report_text: str, res: Path) -> list[str]:
+    """Table cells (row keyed by model, backend) whose value no TSV holds for that pair/column."""
+    truth: dict[tuple[str, str], list[dict[str, str]]] = {}
+    for name in ("capacity_selection.tsv", "timing.tsv"):
+        for r in tsv_rows(res / name):
+            truth.setdefault((r["model"], r["backend"]), []).append(r)
+    bad, compared = [], 0
+    for headers, rows in md_tables(report_text):
+        if "model" not in headers or "backend" not in headers:
+            continue
+        for row in rows:
+            cell = dict(zip(headers, row, strict=True))
+            sources = truth.get((cell["model"], cell["backend"]), [])
+            for col, val in cell.items():
+                known = [r[col] for r in sources if col in r]
+                if col in ("model", "backend") or not known:
+                    continue
+                compared += 1
+                if val not in known:
+                    bad.append(f"{cell['model']}/{cell['backend']} {col}: {val!r} not in {known}")
+    assert compared > 100, f"too few numbers compared ({compared}): the parser missed tables"
+    return bad
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """Width and height from the IHDR chunk; asserts the PNG signature."""
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC, f"{path.name} is not a PNG"
+    assert data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The sample campaign and its report, built once for the read-only tests."""
+    res = make_sample(tmp_path_factory.mktemp("rep"))
+    t0 = time.perf_counter()
+    path = rp.build_report(res)
+    return res, path, time.perf_counter() - t0
+
+
+# --------------------------------------------------------------------------- tests
+
+
+def test_every_figure_is_a_nonempty_png(built):
+    res, path, _ = built
+    text = path.read_text()
+    names = ["fig1_capacity.png", "fig2_overprovision.png", "fig4_timing.png",
+             "fig3_demand_QWEN3_30B.png", "fig3_demand_QWEN2_57B.png"]
+    for name in names:
+        f = path.parent / name
+        w, h = png_size(f)
+        assert f.stat().st_size > 10_000 and w > 300 and h > 200, name
+        assert f"]({name})" in text, f"{name} not linked (relative) from report.md"
+    assert not list(path.parent.glob(".*tmp")), "temp files left behind"
+
+
+def test_report_names_every_pair_and_every_does_not_fit(built):
+    res, path, _ = built
+    text = path.read_text()
+    tables = md_tables(text)
+    pairs = {(r["model"], r["backend"]) for n in ("capacity_attempts.tsv", "timing.tsv")
+             for r in tsv_rows(res / n)}
+    overview = next(rows for h, rows in tables if "fit" in h)
+    assert {(r[0], r[1]) for r in overview} == pairs
+    dnf = next(rows for h, rows in tables if h == ["model", "backend", "where"])
+    assert {(r[0], r[1]) for r in dnf} == {("QWEN2_57B", "moonep")}
+    assert "DOES NOT FIT" in next(r for r in overview if r[:2] == ["QWEN2_57B", "moonep"])
+
+
+def test_numbers_in_report_equal_the_tsvs(built):
+    res, path, _ = built
+    text = path.read_text()
+    assert mismatches(text, res) == []
+    # the comparison can fail: a reformatted number is caught
+    assert "1.013333" in text
+    assert mismatches(text.replace("1.013333", "1.0133"), res) != []
+    assert mismatches(text.replace("| 1.234 ", "| 1.23  "), res) != []
+
+
+def test_emulation_is_named_and_timing_has_noise_column(built):
+    _, path, _ = built
+    text = path.read_text()
+    assert "backend_impl=reference" in text and "not ECHO, UltraEP or MoonEP" in text
+    headers, rows = next((h, r) for h, r in md_tables(text) if "dispatch Δ vs ECHO" in h)
+    col = {(r[0], r[1]): dict(zip(headers, r, strict=True)) for r in rows}
+    # QWEN3_30B ultraep dispatch 1.5 vs echo 1.234: +21.56% > max(3.5, 4.25)
+    assert col[("QWEN3_30B", "ultraep")]["dispatch Δ vs ECHO"].startswith("+21.56% vs floor 4.25%: EXCEEDS")
+    # moonep dispatch 1.26 vs 1.234: +2.11% < 3.5
+    assert "within noise" in col[("QWEN3_30B", "moonep")]["dispatch Δ vs ECHO"]
+    assert col[("QWEN2_57B", "moonep")]["dispatch Δ vs ECHO"] == "n/a: does_not_fit"
+    assert col[("QWEN2_57B", "echo")]["combine Δ vs ECHO"] == "baseline"
+
+
+def test_noise_floor_rule_boundary():
+    # |Δ| equal to the larger floor (exact in binary: 12.5%) is not a difference; above is
+    assert rp.exceeds_noise(8.0, 9.0, 12.5, 5.0) == (12.5, False)
+    assert rp.exceeds_noise(8.0, 9.001, 12.5, 5.0)[1] is True
+    assert rp.exceeds_noise(8.0, 6.999, 5.0, 12.5)[1] is True           # faster counts too
+    assert rp.exceeds_noise(8.0, 7.0, 5.0, 12.5) == (-12.5, False)
+    # the larger floor rules: 8% is within max(5, 10) though above min(5, 10)
+    delta, over = rp.exceeds_noise(10.0, 10.8, 5.0, 10.0)
+    assert delta == pytest.approx(8.0) and over is False
+    assert abs(delta) > min(5.0, 10.0)                                   # a min() bug would flag it
+
+
+def test_demand_tsv_is_tidy_and_complete(built):
+    res, path, _ = built
+    pytest.importorskip("harness.telemetry")
+    rows = tsv_rows(path.parent / "demand.tsv")
+    assert list(rows[0])[:6] == ["run", "iteration", "layer", "rank", "actual_valid_recv",
+                                 "budget"]
+    attempts = [r for r in tsv_rows(res / "capacity_attempts.tsv")
+                if r["purpose"] in ("measure", "validate")]
+    assert len(rows) == sum(int(a["rows"]) for a in attempts)
+    for a in attempts:
+        run = a["cell_dir"].split("/")[-1]
+        mine = [int(r["actual_valid_recv"]) for r in rows if r["run"] == run]
+        assert max(mine) == int(a["peak_actual_valid_recv"]), run
+    assert not any(r["run"].split("__")[2] == "time" for r in rows)
+
+
+def test_heatmaps_mark_saturation_only_where_it_happened(built):
+    res, _, _ = built
+    pytest.importorskip("harness.telemetry")
+    ctx = rp.load_context(res, res / "report")
+    _, measured = rp.build_demand(ctx)
+    maps = rp.demand_maps(measured)
+    assert sorted(maps) == ["QWEN2_57B", "QWEN3_30B"]
+    sat = {m.run: int(m.saturated.sum()) for ms in maps.values() for m in ms}
+    lb = cell_name("QWEN2_57B", "ultraep", "measure", "2.00", 1)
+    assert sat.pop(lb) == 1 and set(sat.values()) == {0}
+    m = next(m for m in maps["QWEN3_30B"] if m.backend == "echo")
+    assert m.ratio.shape == (RANKS, LAYERS)
+    assert m.ratio.max() == pytest.approx(2300 / N) and m.budget_ratio == pytest.approx(2.0)
+
+
+def test_timing_figure_draws_does_not_fit_placeholder(tmp_path):
+    from harness import figures as fg
+
+    pts = [fg.TimePoint("M", "echo", "ok", (1.0, 1.2, 1.5), (2.0, 2.1, 2.5), 3.0),
+           fg.TimePoint("M", "moonep", "does_not_fit", (None,) * 3, (None,) * 3, None)]
+    fig = fg.plot_timing(pts, tmp_path / "t.png", missing_p10=False)
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert "does not fit" in texts
+    hatched = [p for ax in fig.axes for p in ax.patches if p.get_hatch()]
+    assert len(hatched) == 1
+    assert png_size(tmp_path / "t.png")[0] > 300
+
+
+def test_capacity_figure_draws_the_grid(tmp_path):
+    from harness import figures as fg
+
+    pts = [fg.CapPoint("M", "echo", 2048, 1.123, 1.125, 1.0017, "1.123", "1.125")]
+    fig = fg.plot_capacity(pts, tmp_path / "c.png")
+    ax = fig.axes[0]
+    ys = sorted({round(line.get_ydata()[0], 9) for line in ax.get_lines()
+                 if len(line.get_ydata()) == 2 and line.get_ydata()[0] == line.get_ydata()[1]})
+    assert 1.125 in ys and 1.0625 in ys            # k * 128 / 2048 rungs around the points
+    assert all(abs(y / (128 / 2048) - round(y / (128 / 2048))) < 1e-9 for y in ys)
+
+
+def test_optional_columns_absent(tmp_path):
+    res = make_sample(tmp_path, extras=False)
+    text = rp.build_report(res).read_text()
+    assert "backend_impl not recorded" in text
+    assert "p10 columns not recorded" in text
+    assert (res / "report" / "fig4_timing.png").stat().st_size > 10_000
+
+
+def test_missing_rooms_degrade_to_stated_lines(tmp_path, monkeypatch):
+    res = make_sample(tmp_path)
+    for mod in ("harness.audit", "harness.events", "harness.telemetry", "harness.capacity"):
+        monkeypatch.setitem(sys.modules, mod, None)          # import now raises ImportError
+    path = rp.build_report(res)
+    text = path.read_text()
+    for mod in ("harness.audit", "harness.events", "harness.telemetry", "harness.capacity"):
+        assert f"{mod} not importable" in text
+    assert "## Parts not available" in text
+    assert not (path.parent / "demand.tsv").exists()
+    assert (path.parent / "fig1_capacity.png").exists()
+    assert not list(path.parent.glob("fig3_*.png"))
+
+
+def test_partial_campaign_without_timing(tmp_path):
+    res = make_sample(tmp_path)
+    (res / "timing.tsv").unlink()
+    text = rp.build_report(res).read_text()
+    assert "not available: timing.tsv not found" in text
+    # the does_not_fit attempt still shows as a placeholder, never as missing
+    assert (res / "report" / "fig4_timing.png").exists()
+
+
+def test_bad_values_name_file_line_field(tmp_path):
+    res = make_sample(tmp_path)
+    p = res / "capacity_selection.tsv"
+    p.write_text(p.read_text().replace("1.036190", "1.03x"))
+    with pytest.raises(BadInput) as err:
+        rp.build_report(res)
+    assert "capacity_selection.tsv:5: over_provision" in str(err.value)
+    t = res / "timing.tsv"
+    t.write_text(t.read_text().replace("noise_floor_pct", "noise"))
+    p.write_text(p.read_text().replace("1.03x", "1.036190"))
+    with pytest.raises(BadInput, match=r"timing.tsv:1: noise_floor_pct"):
+        rp.build_report(res)
+
+
+def test_not_a_campaign_dir(tmp_path):
+    with pytest.raises(BadInput, match="not a campaign results directory"):
+        rp.build_report(tmp_path)
+    with pytest.raises(BadInput, match="not a directory"):
+        rp.build_report(tmp_path / "nope")
+
+
+def test_cli_exit_codes_and_out_dir(tmp_path):
+    res = make_sample(tmp_path)
+    out = tmp_path / "elsewhere"
+    exe = Path(sys.executable).parent / "epcap"
+    ok = subprocess.run([str(exe), "report", str(res), "--out", str(out)],
+                        capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    assert (out / "report.md").exists() and "report:" in ok.stdout
+    bad = subprocess.run([str(exe), "report", str(tmp_path / "missing")],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "not a directory" in bad.stderr
+
+
+def test_rebuild_replaces_stale_figures_and_is_fast(built, tmp_path):
+    res, _, first = built
+    copy = tmp_path / "copy"
+    shutil.copytree(res, copy)
+    stale = copy / "report" / "fig3_demand_OLD.png"
+    stale.write_bytes(PNG_MAGIC)
+    t0 = time.perf_counter()
+    rp.build_report(copy)
+    assert not stale.exists()
+    assert time.perf_counter() - t0 < 5.0 and first < 8.0      # first includes imports

@@ -1,0 +1,358 @@
+"""Slurm launcher without Slurm: batch script generation, quoting, state mapping, find/cancel."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from backends.base import LaunchSpec
+from harness.errors import BadInput
+from harness.launch import slurm as S
+from harness.launch.base import JobHandle
+from harness.runbook import SlurmConfig
+
+HOSTILE = "x'; touch PWNED; echo \"$(touch PWNED2)\" `touch PWNED3` $HOME \\ ;"
+
+
+class FakeRunbook:
+    def __init__(self, slurm: SlurmConfig, campaign: str = "camp", path: str = "rb.yaml"):
+        self.slurm, self.campaign, self.path = slurm, campaign, Path(path)
+
+
+def spec(**kw) -> LaunchSpec:
+    base = dict(argv=["python", "-m", "backends.reference", "--x", HOSTILE],
+                env={"EPCAP_A": HOSTILE, "B": "plain"}, ntasks=4)
+    base.update(kw)
+    return LaunchSpec(**base)
+
+
+# ---- names ----------------------------------------------------------------------------------
+
+def test_job_name_stable_and_specific(tmp_path):
+    a = S.job_name("camp", "M__echo__measure__cap2p00__a1", tmp_path / "c")
+    assert a == S.job_name("camp", "M__echo__measure__cap2p00__a1", tmp_path / "c")
+    assert a.startswith("epcap.camp.M__echo__measure__cap2p00__a1.")
+    assert a != S.job_name("camp", "M__echo__measure__cap2p00__a2", tmp_path / "c")
+    assert a != S.job_name("camp", "M__echo__measure__cap2p00__a1", tmp_path / "other")
+    assert a != S.job_name("camp2", "M__echo__measure__cap2p00__a1", tmp_path / "c")
+
+
+# ---- #SBATCH options ------------------------------------------------------------------------
+
+def test_options_from_runbook(tmp_path):
+    cfg = SlurmConfig(partition="gpu", account="proj 1", nodes=2, gpus_per_node=8,
+                      time_limit="01:00:00", mem_per_task="16G",
+                      extra_sbatch=("--exclusive", "--constraint=h100&ib"))
+    opts = S.sbatch_options(cfg, spec(), "NAME", tmp_path)
+    assert opts == ["--job-name=NAME", f"--output={tmp_path}/slurm-%j.out",
+                    f"--chdir={tmp_path}", "--nodes=2", "--ntasks=4", "--time=01:00:00",
+                    "--partition=gpu", "--account=proj 1", "--gres=gpu:8",
+                    "--mem-per-cpu=16G", "--exclusive", "--constraint=h100&ib"]
+
+
+def test_no_gres_without_gpus(tmp_path):
+    opts = S.sbatch_options(SlurmConfig(), spec(), "N", tmp_path)
+    assert not any(o.startswith("--gres") for o in opts)
+    opts = S.sbatch_options(SlurmConfig(), spec(gpus_per_node=1), "N", tmp_path)
+    assert "--gres=gpu:1" in opts
+
+
+@pytest.mark.parametrize("cfg, field", [
+    (SlurmConfig(partition="gpu\n#SBATCH --uid=0"), "slurm.partition"),
+    (SlurmConfig(account="a\rb"), "slurm.account"),
+    (SlurmConfig(time_limit="half an hour"), "slurm.time_limit"),
+    (SlurmConfig(mem_per_task="16 gigs"), "slurm.mem_per_task"),
+    (SlurmConfig(extra_sbatch=("--x=1", "--y\nrm -rf /")), "slurm.extra_sbatch[1]"),
+    (SlurmConfig(extra_sbatch=("exclusive",)), "slurm.extra_sbatch[0]"),
+])
+def test_bad_values_refused_with_field(tmp_path, cfg, field):
+    with pytest.raises(BadInput) as err:
+        S.sbatch_options(cfg, spec(), "N", tmp_path, where="rb.yaml")
+    assert err.value.field == field and str(err.value).startswith("rb.yaml: ")
+
+
+@pytest.mark.parametrize("text, minutes", [("30", 30), ("5:30", 5.5), ("01:00:00", 60),
+                                           ("1-02", 1560), ("1-00:30:00", 1470),
+                                           ("UNLIMITED", float("inf"))])
+def test_time_minutes(text, minutes):
+    assert S.TIME_RE.match(text) and S.time_minutes(text) == minutes
+
+
+# ---- the script itself ----------------------------------------------------------------------
+
+def sbatch_lines(text: str) -> list[str]:
+    """What sbatch reads from #SBATCH lines (it splits them like a shell, as tested in e2e)."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("#SBATCH "):
+            words = shlex.split(line[len("#SBATCH "):])
+            assert len(words) == 1, line
+            out += words
+    return out
+
+
+def test_sbatch_lines_round_trip(tmp_path):
+    cfg = SlurmConfig(account="it's \"mine\" $(id)", extra_sbatch=("--comment=a b; c",))
+    opts = S.sbatch_options(cfg, spec(), "N", tmp_path)
+    text = S.batch_script(opts, spec(), tmp_path, "/usr/bin/python3")
+    assert sbatch_lines(text) == opts
+
+
+def test_env_key_must_be_a_name(tmp_path):
+    with pytest.raises(BadInput):
+        S.batch_script([], spec(env={"A;rm -rf /": "1"}), tmp_path, "python3")
+    with pytest.raises(BadInput):
+        S.batch_script([], spec(env={"A": "line1\nline2"}), tmp_path, "python3")
+
+
+def fake_bin(tmp_path: Path) -> Path:
+    """srun/scontrol stand-ins: srun runs its command like a task, recording the argv."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "scontrol").write_text("#!/bin/sh\necho node-a; echo node-b\n")
+    (bindir / "srun").write_text(
+        "#!/bin/sh\n"
+        "for a in \"$@\"; do case \"$a\" in --*) shift;; *) break;; esac; done\n"
+        "export SLURM_PROCID=0 SLURM_NTASKS=4 SLURM_LOCALID=0\n"
+        "exec \"$@\"\n")
+    for name in ("scontrol", "srun"):
+        (bindir / name).chmod(0o755)
+    return bindir
+
+
+def run_script(tmp_path: Path, argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    record = tmp_path / "argv.json"
+    prog = ("import json, os, sys; json.dump({'argv': sys.argv[1:], 'env': dict(os.environ)}, "
+            f"open({str(record)!r}, 'w'))")
+    sp = LaunchSpec(argv=["python3", "-c", prog, *argv], env=env, ntasks=4)
+    text = S.batch_script([], sp, tmp_path, "true")      # health step: `true` passes
+    script = tmp_path / "job.sh"
+    script.write_text(text)
+    path = f"{fake_bin(tmp_path)}:{os.environ['PATH']}"
+    proc = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True,
+                          env={"PATH": path, "SLURM_JOB_ID": "12345",
+                               "SLURM_JOB_NODELIST": "node-[a-b]", "SLURM_JOB_NUM_NODES": "1"},
+                          timeout=30)
+    return proc
+
+
+def test_script_passes_argv_and_env_verbatim(tmp_path):
+    argv = [HOSTILE, "--flag=a b", "", "*", "$SLURM_JOB_ID"]
+    proc = run_script(tmp_path, argv, {"EPCAP_A": HOSTILE})
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads((tmp_path / "argv.json").read_text())
+    assert got["argv"] == argv
+    assert got["env"]["EPCAP_A"] == HOSTILE
+    assert got["env"]["MASTER_ADDR"] == "node-a"
+    assert got["env"]["MASTER_PORT"] == str(20000 + 12345 % 20000)
+    assert got["env"]["RANK"] == "0" and got["env"]["WORLD_SIZE"] == "4"
+    assert got["env"]["EPCAP_CELL_DIR"] == str(tmp_path)
+    assert not list(tmp_path.glob("PWNED*"))
+
+
+def test_script_propagates_rank_exit_code(tmp_path):
+    sp = LaunchSpec(argv=["python3", "-c", "import sys; sys.exit(3)"], ntasks=1)
+    script = tmp_path / "job.sh"
+    script.write_text(S.batch_script([], sp, tmp_path, "true"))
+    env = {"PATH": f"{fake_bin(tmp_path)}:{os.environ['PATH']}", "SLURM_JOB_ID": "1",
+           "SLURM_JOB_NODELIST": "n", "SLURM_JOB_NUM_NODES": "1"}
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, timeout=30)
+    assert proc.returncode == 3
+
+
+def test_failed_health_step_stops_before_ranks(tmp_path):
+    sp = LaunchSpec(argv=["touch", str(tmp_path / "RAN")], ntasks=1)
+    script = tmp_path / "job.sh"
+    script.write_text(S.batch_script([], sp, tmp_path, "false"))    # health step fails
+    env = {"PATH": f"{fake_bin(tmp_path)}:{os.environ['PATH']}", "SLURM_JOB_ID": "1",
+           "SLURM_JOB_NODELIST": "n", "SLURM_JOB_NUM_NODES": "1"}
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, timeout=30)
+    assert proc.returncode == S.PRE_CELL_FAIL_EXIT and not (tmp_path / "RAN").exists()
+
+
+def test_write_script_is_atomic_and_carries_meta(tmp_path):
+    launcher = S.SlurmLauncher(FakeRunbook(SlurmConfig(partition="p")))
+    path = launcher.write_script("cellX", spec(ntasks=3), tmp_path / "cell", 42.0)
+    assert path.name == "slurm.sbatch" and not list(path.parent.glob(".*tmp*"))
+    assert S.script_meta(path) == {"cell": "cellX", "ntasks": 3, "timeout_s": 42.0}
+    assert "--job-name=epcap.camp.cellX." in path.read_text()
+
+
+# ---- state mapping ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("word, state", [
+    ("COMPLETED", "completed"), ("FAILED", "failed"), ("TIMEOUT", "timeout"),
+    ("NODE_FAIL", "node_fail"), ("OUT_OF_MEMORY", "oom"), ("CANCELLED by 0", "cancelled"),
+    ("BOOT_FAIL", "node_fail"), ("PREEMPTED", "node_fail"), ("DEADLINE", "timeout"),
+    ("PENDING", None), ("RUNNING", None), ("CONFIGURING", None), ("COMPLETING", None),
+    ("SUSPENDED", None), ("", None), ("SOMETHING_NEW", "failed")])
+def test_map_state(word, state):
+    assert S.map_state(S.SlurmState(word)) == state
+
+
+def test_memory_kill_turns_failed_and_cancelled_into_oom_only():
+    assert S.map_state(S.SlurmState("FAILED"), memory_killed=True) == "oom"
+    assert S.map_state(S.SlurmState("CANCELLED by 0"), memory_killed=True) == "oom"
+    assert S.map_state(S.SlurmState("COMPLETED"), memory_killed=True) == "completed"
+    assert S.map_state(S.SlurmState("TIMEOUT"), memory_killed=True) == "timeout"
+
+
+@pytest.mark.parametrize("text, code", [("3:0", 3), ("0:0", 0), ("0:9", -9), ("137:0", 137),
+                                        ("", None), ("x:y", None)])
+def test_exit_code_of(text, code):
+    assert S.exit_code_of(text) == code
+
+
+def test_parsers():
+    assert S.parse_sacct("FAILED|3:0|00:01:05\n") == S.SlurmState("FAILED", "3:0", "00:01:05",
+                                                                    "sacct")
+    assert S.parse_sacct("") is None
+    out = "JobId=7 JobName=x JobState=TIMEOUT Reason=TimeLimit ExitCode=0:15 RunTime=00:01:30"
+    assert S.parse_scontrol(out) == S.SlurmState("TIMEOUT", "0:15", "00:01:30", "scontrol")
+    assert S.parse_scontrol("garbage") is None
+    assert S.elapsed_s("00:01:05") == 65 and S.elapsed_s("1-00:00:01") == 86401
+    assert S.elapsed_s("") is None
+
+
+# ---- poll / find / cancel with Slurm commands faked ------------------------------------------
+
+@pytest.fixture(autouse=True)
+def no_poll_rate_limit(monkeypatch):
+    monkeypatch.setattr(S, "MIN_POLL_S", 0.0)
+
+
+def test_poll_rate_limited(tmp_path, monkeypatch):
+    monkeypatch.setattr(S, "MIN_POLL_S", 30.0)
+    calls = []
+    monkeypatch.setattr(S, "query_state", lambda job_id: calls.append(job_id) or
+                        S.SlurmState("RUNNING"))
+    h, launcher = handle(tmp_path), S.SlurmLauncher()
+    assert launcher.poll(h) is None and launcher.poll(h) is None
+    assert calls == ["77"]
+
+
+def handle(tmp_path: Path, ntasks: int = 2, timeout_s: float | None = None) -> JobHandle:
+    launcher = S.SlurmLauncher(FakeRunbook(SlurmConfig()))
+    return launcher._handle("cell", tmp_path, "77", ntasks, timeout_s)
+
+
+def fake_state(monkeypatch, reading):
+    monkeypatch.setattr(S, "query_state", lambda job_id: reading)
+
+
+def test_poll_memory_kill_in_rank_log_is_oom(tmp_path, monkeypatch):
+    (tmp_path / "rank0.log").write_text("step 1\n")
+    (tmp_path / "rank1.log").write_text(
+        "slurmstepd-vm: error: StepId=77.1 exceeded memory limit (6e8 > 1e8), being killed\n")
+    fake_state(monkeypatch, S.SlurmState("FAILED", "137:0", "00:00:04", "sacct"))
+    result = S.SlurmLauncher().poll(handle(tmp_path))
+    assert result.state == "oom" and result.exit_code == 137 and result.wall_s == 4
+    assert "exceeded memory limit" in result.detail
+    assert result.log_paths == [tmp_path / "rank0.log", tmp_path / "rank1.log"]
+
+
+def test_poll_plain_failure_stays_failed(tmp_path, monkeypatch):
+    (tmp_path / "rank0.log").write_text("Traceback ...\nValueError: memory layout\n")
+    fake_state(monkeypatch, S.SlurmState("FAILED", "3:0", "00:00:01", "sacct"))
+    result = S.SlurmLauncher().poll(handle(tmp_path))
+    assert (result.state, result.exit_code) == ("failed", 3)
+
+
+def test_poll_failed_health_probe_is_node_fail(tmp_path, monkeypatch):
+    (tmp_path / "health0.log").write_text(
+        "[EPCAP_HEALTH] FAIL n1: gpu3 (GPU-3): ecc: 2 uncorrected volatile ECC error(s)\n")
+    fake_state(monkeypatch, S.SlurmState("FAILED", f"{S.PRE_CELL_FAIL_EXIT}:0", "", "sacct"))
+    result = S.SlurmLauncher().poll(handle(tmp_path))
+    assert result.state == "node_fail" and "gpu3 (GPU-3): ecc" in result.detail
+    assert tmp_path / "health0.log" in result.log_paths
+
+
+def test_exit_97_without_health_failure_is_plain_failure(tmp_path, monkeypatch):
+    fake_state(monkeypatch, S.SlurmState("FAILED", f"{S.PRE_CELL_FAIL_EXIT}:0", "", "sacct"))
+    assert S.SlurmLauncher().poll(handle(tmp_path)).state == "failed"
+
+
+def test_poll_running_is_none(tmp_path, monkeypatch):
+    fake_state(monkeypatch, S.SlurmState("PENDING", "0:0", "", "squeue"))
+    assert S.SlurmLauncher().poll(handle(tmp_path)) is None
+
+
+def test_unknown_job_waits_then_node_fail(tmp_path, monkeypatch):
+    fake_state(monkeypatch, None)
+    h = handle(tmp_path)
+    launcher = S.SlurmLauncher()
+    assert launcher.poll(h) is None
+    monkeypatch.setattr(S, "UNKNOWN_GRACE_S", 0.0)
+    assert launcher.poll(h).state == "node_fail"
+
+
+def test_no_progress_cancels_and_reports_timeout(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(S, "run_cmd", lambda argv, **kw: calls.append(argv) or
+                        subprocess.CompletedProcess(argv, 0, "", ""))
+    fake_state(monkeypatch, S.SlurmState("RUNNING", "0:0", "", "sacct"))
+    (tmp_path / "rank0.log").write_text("started\n")
+    h, launcher = handle(tmp_path, ntasks=1, timeout_s=0.2), S.SlurmLauncher()
+    assert launcher.poll(h) is None
+    time.sleep(0.1)
+    (tmp_path / "rank0.log").write_text("started\nprogress\n")        # growth resets the clock
+    assert launcher.poll(h) is None
+    time.sleep(0.3)
+    result = launcher.poll(h)
+    assert result.state == "timeout" and calls == [["scancel", "77"]]
+    fake_state(monkeypatch, S.SlurmState("CANCELLED by 0", "0:15", "", "sacct"))
+    assert launcher.poll(h).state == "timeout"                       # not "cancelled" later
+
+
+def test_find_existing_without_script_asks_nobody(tmp_path, monkeypatch):
+    monkeypatch.setattr(S, "run_cmd", lambda *a, **k: pytest.fail("Slurm was queried"))
+    assert S.SlurmLauncher().find_existing("cell", tmp_path) is None
+
+
+def test_find_existing_picks_newest_job_of_the_name(tmp_path, monkeypatch):
+    launcher = S.SlurmLauncher(FakeRunbook(SlurmConfig()))
+    launcher.write_script("cell", spec(ntasks=3), tmp_path, 60.0)
+    seen = []
+
+    def fake(argv, **kw):
+        seen.append(argv)
+        out = "12\n" if argv[0] == "squeue" else "9\n12\n"
+        return subprocess.CompletedProcess(argv, 0, out, "")
+    monkeypatch.setattr(S, "run_cmd", fake)
+    found = launcher.find_existing("cell", tmp_path)
+    assert found.job_id == "12" and found.extra["ntasks"] == 3 and found.extra["timeout_s"] == 60
+    name = S.job_name("camp", "cell", tmp_path)
+    assert all(name in argv for argv in seen)
+
+
+def test_cancel_all_matches_prefix_exactly(monkeypatch):
+    calls = []
+
+    def fake(argv, **kw):
+        calls.append(argv)
+        out = "5|epcap.c1.cellA.1234\n6|epcap.c10.cellA.1234\n7|other\n8|epcap.c1.cellB.99\n"
+        return subprocess.CompletedProcess(argv, 0, out if argv[0] == "squeue" else "", "")
+    monkeypatch.setattr(S, "run_cmd", fake)
+    assert S.SlurmLauncher().cancel_all("c1") == ["5", "8"]
+    assert calls[-1] == ["scancel", "5", "8"]
+
+
+def test_cancel_tolerates_finished_job(monkeypatch):
+    calls = []
+    monkeypatch.setattr(S, "run_cmd", lambda argv, **kw: calls.append(argv) or
+                        subprocess.CompletedProcess(argv, 1, "", "Job/step already completing "
+                                                                 "or completed"))
+    S.SlurmLauncher().cancel(JobHandle("c", Path("/nonexistent"), "5"))
+    assert calls == [["scancel", "5"]]
+
+
+def test_slurm_missing_is_reported(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    ok, why = S.slurm_available()
+    assert not ok and "sinfo not found" in why

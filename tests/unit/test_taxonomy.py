@@ -1,0 +1,215 @@
+"""Failure taxonomy: every class, per backend, from log fixtures; order; streaming; edge cases.
+
+Fixtures: tests/fixtures/logs/cluster/<backend>/<case>/rank*.log with cases.json saying the
+launcher state, exit code, expected class and the line that decides it (regenerate with
+tests/fixtures/logs/cluster/generate.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from backends import load_backend
+from backends.base import DEFAULT_FAILURE_PATTERNS
+from harness.errors import BadInput
+from harness.runbook import BackendConfig
+from harness.selection import requirement
+from harness.taxonomy import (
+    CLASS_ORDER,
+    Outcome,
+    classify,
+    classify_logs,
+    find_signature,
+    is_bug,
+    iter_log_lines,
+)
+from harness.telemetry import summarize
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "logs" / "cluster"
+CASES = json.loads((FIXTURES / "cases.json").read_text(encoding="utf-8"))
+ALL_STATUSES = {"does_not_fit", "assert", "badflag", "crash", "timeout", "infra", None}
+
+
+def patterns_of(backend: str) -> dict:
+    return load_backend(BackendConfig(backend, "cluster", backend)).failure_patterns()
+
+
+def logs_of(case: dict) -> list[Path]:
+    return [FIXTURES / p for p in case["logs"]]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c['backend']}-{c['name']}" for c in CASES])
+def test_fixture_classifies(case):
+    rows = summarize(logs_of(case)).rows
+    assert rows == case["rows"], "fixture row count disagrees with harness.telemetry"
+    out = classify_logs(case["exit_code"], case["state"], logs_of(case),
+                        patterns_of(case["backend"]), rows)
+    assert out.status == case["status"], out.reason
+    decides = case["decides"]
+    if decides:
+        assert Path(out.path) == FIXTURES / decides["path"]
+        assert (out.line_no, out.line) == (decides["line_no"], decides["line"])
+    else:
+        assert out.path is None and out.line_no is None
+
+
+@pytest.mark.parametrize("backend", ["echo", "ultraep", "moonep"])
+def test_every_class_has_a_fixture_per_backend(backend):
+    assert {c["status"] for c in CASES if c["backend"] == backend} == ALL_STATUSES
+
+
+def first_in_stream(case: dict) -> str | None:
+    """The class of the first signature line in stream order (the buggy alternative)."""
+    pats = patterns_of(case["backend"])
+    for _, _, text in iter_log_lines(logs_of(case)):
+        for cls_name in CLASS_ORDER:
+            if any(re.search(p, text) for p in pats[cls_name]):
+                return cls_name
+    return None
+
+
+@pytest.mark.parametrize("backend", ["echo", "ultraep", "moonep"])
+@pytest.mark.parametrize("name", ["assert", "does_not_fit"])
+def test_priority_fixtures_discriminate(backend, name):
+    """These fixtures put an infra line first: stream-order matching would misclassify."""
+    case = next(c for c in CASES if c["backend"] == backend and c["name"] == name)
+    assert first_in_stream(case) == "infra"
+    assert classify_logs(case["exit_code"], case["state"], logs_of(case),
+                         patterns_of(backend), 0).status == name
+
+
+def test_setup_metadata_only_yields_no_requirement_and_says_so():
+    case = next(c for c in CASES if c["backend"] == "ultraep" and c["name"] == "setup_only")
+    summary = summarize(logs_of(case))
+    assert summary.setup_rows == 1 and summary.rows == 0
+    assert summary.required_capacity is None and summary.peak_actual_valid_recv is None
+    with pytest.raises(BadInput, match="no requirement"):
+        requirement(summary)
+    out = classify_logs(0, "completed", logs_of(case), patterns_of("ultraep"), summary.rows)
+    assert out.status == "crash"
+    assert "no dispatch telemetry rows" in out.reason and "setup_metadata" in out.reason
+
+
+def lines(*texts: str, path: str = "rank0.log"):
+    return [(path, i, t) for i, t in enumerate(texts, start=1)]
+
+
+def test_assert_beats_oom_in_the_same_and_a_later_line():
+    pats = patterns_of("ultraep")
+    both = "RuntimeError: CUDA out of memory while AssertionError raised"
+    assert classify(1, "failed", lines(both), pats, 0).status == "assert"
+    out = classify(1, "failed", lines("CUDA out of memory", "x", "AssertionError: boom"), pats, 0)
+    assert (out.status, out.line_no) == ("assert", 3)
+
+
+def test_first_line_of_the_winning_class_is_reported():
+    pats = patterns_of("echo")
+    out = classify(1, "failed", lines("NCCL error 1", "CUDA out of memory A",
+                                      "CUDA out of memory B"), pats, 0)
+    assert (out.status, out.line_no, out.line) == ("does_not_fit", 2, "CUDA out of memory A")
+
+
+def test_launcher_state_decides_first():
+    pats = patterns_of("ultraep")
+    bug = lines("AssertionError: x")
+    timed_out = classify(None, "timeout", bug, pats, 5)
+    assert timed_out.status == "timeout" and timed_out.path is None
+    assert "also shows assert at rank0.log:1" in timed_out.reason
+    assert classify(137, "oom", bug, pats, 0).status == "does_not_fit"
+    assert classify(None, "node_fail", bug, pats, 0).status == "infra"
+    assert classify(None, "cancelled", bug, pats, 0).status == "assert"
+    assert classify(None, "cancelled", lines("fine"), pats, 0).status == "infra"
+
+
+def test_clean_exit_needs_rows_and_ignores_noise():
+    pats = patterns_of("moonep")
+    noise = lines("[W] Connection reset by peer during shutdown")
+    assert classify(0, "completed", noise, pats, 1).status is None
+    assert classify(0, "completed", noise, pats, 0).status == "infra"
+    assert classify(0, "completed", lines("bye"), pats, 0).status == "crash"
+    assert classify(1, "failed", lines("bye"), pats, 40).status == "crash"   # rows don't save it
+    assert classify(0, "failed", lines("bye"), pats, 40).status == "crash"
+
+
+def test_streaming_stops_at_the_first_assert():
+    consumed = []
+
+    def stream():
+        for i, text in enumerate(["CUDA out of memory", "AssertionError: stop here"], start=1):
+            consumed.append(i)
+            yield ("r.log", i, text)
+        raise AssertionError("classifier read past the deciding line")
+
+    out = classify(1, "failed", stream(), DEFAULT_FAILURE_PATTERNS, 0)
+    assert (out.status, out.line_no) == ("assert", 2) and consumed == [1, 2]
+
+
+def test_iter_log_lines_numbers_crlf_and_bad_bytes(tmp_path):
+    log = tmp_path / "rank0.log"
+    log.write_bytes(b"a\r\nb\xff\rstill b\nlast-no-newline")
+    got = list(iter_log_lines([log]))
+    assert [(n, t) for _, n, t in got] == [(1, "a"), (2, "b\ufffd\rstill b"),
+                                           (3, "last-no-newline")]
+    assert classify_logs(1, "failed", [log, tmp_path / "missing.log"],
+                         DEFAULT_FAILURE_PATTERNS, 0).status == "crash"
+
+
+def test_large_log_is_classified_in_one_pass(tmp_path):
+    log = tmp_path / "big.log"
+    filler = "[rank0]: [MOE_DROP_DEBUG][dispatch] iter=1 layer=2 rank=0 expected_recv=1 " \
+             "actual_valid_recv=1 budget=128\n"
+    with open(log, "w", encoding="utf-8") as fh:
+        fh.write(filler * 50_000)
+        fh.write("[rank0]: torch.OutOfMemoryError: CUDA out of memory.\n")
+    out = classify_logs(1, "failed", [log], patterns_of("ultraep"), 50_000)
+    assert (out.status, out.line_no) == ("does_not_fit", 50_001)
+
+
+def test_runbook_pattern_additions_take_effect():
+    line = lines("ECHO watchdog: peer GPU 3 fell off the bus")
+    plain = load_backend(BackendConfig("echo", "cluster", "echo")).failure_patterns()
+    assert classify(1, "failed", line, plain, 0).status == "crash"
+    cfg = BackendConfig("echo", "cluster", "echo",
+                        options={"failure_patterns": {"infra": ["fell off the bus"]}})
+    assert classify(1, "failed", line, load_backend(cfg).failure_patterns(), 0).status == "infra"
+
+
+def test_bad_patterns_and_states_are_bad_input():
+    with pytest.raises(BadInput, match="unknown failure class"):
+        find_signature(lines("x"), {"oops": ("x",)})
+    with pytest.raises(BadInput, match="failure_patterns.assert"):
+        find_signature(lines("x"), {"assert": ("(unclosed",)})
+    with pytest.raises(BadInput, match="launcher state"):
+        classify(0, "exploded", lines("x"), DEFAULT_FAILURE_PATTERNS, 1)
+
+
+def test_outcome_helpers():
+    assert is_bug(Outcome("assert")) and is_bug(Outcome("badflag"))
+    assert not is_bug(Outcome("does_not_fit")) and not is_bug(Outcome(None))
+    assert Outcome("infra", "p", 3, "l", "why").to_dict() == {
+        "status": "infra", "path": "p", "line_no": 3, "line": "l", "reason": "why"}
+
+
+POOL = {"assert": "[rank2]: RuntimeError: num_permuted_tokens (66846) must be a multiple of "
+                  "pad_multiple (128)",
+        "badflag": "pretrain_gpt.py: error: unrecognized arguments: --x",
+        "does_not_fit": "[rank1]: nvshmem_malloc: allocation of 8 bytes failed",
+        "infra": "[rank0]: ncclSystemError: System call (e.g. socket, malloc) failed",
+        None: "[rank0]: iteration 3/ 12 | lm loss: 1.1E+01"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(list(POOL)), max_size=12))
+def test_highest_class_present_wins_at_its_first_line(kinds):
+    out = classify(1, "failed", lines(*(POOL[k] for k in kinds)), patterns_of("ultraep"), 0)
+    present = [c for c in CLASS_ORDER if c in kinds]
+    if not present:
+        assert (out.status, out.line_no) == ("crash", None)
+    else:
+        assert (out.status, out.line_no) == (present[0], kinds.index(present[0]) + 1)
