@@ -362,7 +362,12 @@ def load_cells(root: Path, folder: Path, upload: Upload) -> None:
         return
     if not cells.is_dir():
         return
-    for entry in sorted(os.scandir(cells), key=lambda e: e.name):
+    try:
+        entries = sorted(os.scandir(cells), key=lambda e: e.name)
+    except OSError as exc:
+        upload.cells["."] = Cell(".", problem=f"cells/ unreadable ({exc.strerror or exc})")
+        return
+    for entry in entries:
         if IGNORED_TAG.search(entry.name):
             upload.ignored_cells.append(entry.name)
         elif entry.is_symlink():
@@ -488,13 +493,16 @@ def print_table(result: AuditResult) -> None:
 
     colour = {"VALID": "green", "INVALID": "red", "UNKNOWN": "yellow"}
     table = RichTable(title=f"epcap audit {result.target}")
-    for name in ("upload", "verdict", "reasons", "ignored", "why"):
-        table.add_column(name, overflow="fold")
+    for name in ("upload", "verdict", "reasons", "ignored"):
+        table.add_column(name, no_wrap=True)
+    table.add_column("why", overflow="fold")
     for u in result.uploads:
         table.add_row(u.path, f"[{colour[u.verdict]}]{u.verdict}[/]", "\n".join(u.reasons),
                       str(len(u.ignored_cells)) if u.ignored_cells else "",
                       "\n".join(u.why))
     console = Console()
+    if not console.is_terminal:          # piped: do not squeeze into 80 columns
+        console = Console(width=200)
     console.print(table)
     console.print(" ".join(f"{k}={v}" for k, v in result.summary.items()))
 

@@ -33,6 +33,7 @@ REASON_CODES = (NATURAL, NO_MEASURE_VALIDATE, FABRICATED, UNEXECUTABLE, MIXED_TI
 PASS, FAIL, UNKNOWN, NOT_APPLICABLE = "pass", "fail", "unknown", "n/a"
 IGNORED_TAG = re.compile(r"__cap1p75(?:__|$)")   # abandoned descent capacity (SPEC section 6)
 IGNORED_CAPACITY_TAG = "cap1p75"
+CELL_TAG = re.compile(r"__cap(\d+)p(\d+)(?:__|$)")
 DEFAULT_PAD_MULTIPLE = 128
 ECHO = "echo"
 
@@ -240,7 +241,11 @@ def executable_row(row: Row, upload: Upload) -> tuple[bool | None, str]:
 
 
 def check_unexecutable(table: Table, upload: Upload) -> Check:
-    """A capacity that is not executable for its shape can only have crashed (SPEC section 2)."""
+    """A capacity that is not executable for its shape can only have crashed (SPEC section 2).
+
+    Rows are checked, and so are cell directories no row names (e.g. `__cap1p02` crash
+    cells); a directory whose shape cannot be found is not a recorded result and is skipped.
+    """
     bad, unknown = [], []
     for row in table.rows:
         ok, why = executable_row(row, upload)
@@ -248,7 +253,32 @@ def check_unexecutable(table: Table, upload: Upload) -> Check:
             bad.append(f"{where(table, row)}: {why} is not executable")
         elif ok is None:
             unknown.append(f"{where(table, row)}: {why}")
+    bad += unexecutable_cells(table, upload)
     return verdict_of(bad, [], UNEXECUTABLE, unknown)
+
+
+def unexecutable_cells(table: Table, upload: Upload) -> list[str]:
+    """Cell directories (not named by any row) tagged with a capacity their shape rejects."""
+    named = {cell_name(r) for r in table.rows}
+    per_model: dict[str, set[str]] = {}
+    for row in table.rows:
+        if row.get("uniform_tokens").isdigit():
+            per_model.setdefault(row.get("model"), set()).add(row.get("uniform_tokens"))
+    bad = []
+    for name, cell in sorted(upload.cells.items()):
+        match = CELL_TAG.search(name)
+        if name in named or not match:
+            continue
+        n = find_uniform_tokens(cell.cell_json) if cell.cell_json else None
+        shapes = per_model.get(name.split("__", 1)[0], set())
+        n = n or (int(next(iter(shapes))) if len(shapes) == 1 else None)
+        capacity = f"{match.group(1)}.{match.group(2)}"
+        try:
+            if n and not is_executable(capacity, n, upload.pad_multiple):
+                bad.append(f"cells/{name}: capacity {capacity} at N={n} is not executable")
+        except EpcapError:
+            continue
+    return bad
 
 
 def check_mixed_timing(table: Table, upload: Upload) -> Check:
@@ -290,14 +320,18 @@ RULES: tuple[Rule, ...] = (
 
 
 def apply_rule(rule: Rule, upload: Upload) -> Check:
-    """Run a rule over every usable source; a malformed table turns a pass into unknown."""
-    checks, missing = [], []
+    """Run a rule over every usable source.
+
+    A present table that cannot be read, or has malformed rows, leaves the rule UNKNOWN
+    unless some source fails it; a source lacking a column is skipped when another decides.
+    """
+    checks, missing, broken = [], [], []
     for source in rule.sources:
         table = upload.tables.get(source.table)
         if table is None:
             continue
         if table.unreadable:
-            missing.append(f"{table.name}: {table.unreadable}")
+            broken.append(f"{table.name}: {table.unreadable}")
             continue
         absent = [c for c in source.columns if c not in table.columns]
         if absent:
@@ -308,18 +342,22 @@ def apply_rule(rule: Rule, upload: Upload) -> Check:
             check = Check(rule.code, UNKNOWN, [f"malformed rows not read: "
                                                f"{first(table.malformed)}"])
         checks.append(check)
-    return fold(rule, checks, missing)
+    return fold(rule, checks, missing, broken)
 
 
-def fold(rule: Rule, checks: list[Check], missing: list[str]) -> Check:
-    """Combine one rule's checks over its sources."""
-    for state in (FAIL, PASS):
-        hits = [c for c in checks if c.state == state]
-        if hits:
-            return Check(rule.code, state, [w for c in hits for w in c.why])
+def fold(rule: Rule, checks: list[Check], missing: list[str], broken: list[str]) -> Check:
+    """Combine one rule's checks over its sources: fail, else unreadable, else pass."""
+    failed = [w for c in checks if c.state == FAIL for w in c.why]
+    if failed:
+        return Check(rule.code, FAIL, failed)
     unknown = [w for c in checks if c.state == UNKNOWN for w in c.why]
-    if unknown or missing:
-        return Check(rule.code, UNKNOWN, [first(unknown + missing)])
+    if broken or unknown:
+        return Check(rule.code, UNKNOWN, [first(broken + unknown)])
+    passed = [w for c in checks if c.state == PASS for w in c.why]
+    if passed:
+        return Check(rule.code, PASS, passed)
+    if missing:
+        return Check(rule.code, UNKNOWN, [first(missing)])
     if checks:
         return checks[0]
     if rule.required:

@@ -110,8 +110,12 @@ def requirement_of(summary: dict):
 
 
 def validation_ok(summary: dict) -> bool:
+    """Zero drops shown: rows present, none saturated, none malformed, none missing."""
     from harness import selection
-    return selection.validation_verdict(_summary_obj(summary)) == "accept"
+    try:
+        return selection.validation_verdict(_summary_obj(summary)) == "accept"
+    except BadInput:
+        return False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,7 +183,7 @@ def measure_pair(ctx: Context, model: str, backend: str) -> Generator[Request, O
 def select_pair(ctx: Context, model: str, backend: str, measured: dict) -> dict | None:
     """Round the requirement onto the grid; None (and an empty row) when nothing to select."""
     out: Outcome = measured["outcome"]
-    if out.status not in ("ok", "lower_bound"):
+    if out.status != "ok":          # does_not_fit, a failure, or still a lower bound
         ctx.set_selection(model, backend, selection_row(
             ctx, model, backend, measured_at_capacity=measured["capacity"], validated=False,
             validate_attempts=0))
@@ -308,7 +312,8 @@ class Campaign:
         self.cursor: dict[tuple, int] = {}
         self.attempts: dict[tuple, int] = {}
         self.done_runs = 0
-        self.estimator = EtaEstimator({m.name: model_size(m) for m in runbook.models})
+        self.estimator = EtaEstimator({m.name: model_size(m) for m in runbook.models},
+                                      iterations_per_purpose(runbook))
         self.backends: dict[str, object] = {}
         self.provenance: dict[str, str] = {}
         self.active: list[Active] = []
@@ -320,7 +325,7 @@ class Campaign:
             if ev["ev"] in ("cell_submit", "cell_start", "cell_finish"):
                 key = (ev["model"], ev["backend"], ev["purpose"])
                 self.attempts[key] = max(self.attempts.get(key, 0), int(ev["attempt"]))
-            if ev["ev"] == "cell_finish":
+            if ev["ev"] == "cell_finish" and not rerun_on_resume(ev):
                 key = (ev["model"], ev["backend"], ev["purpose"])
                 self.finished.setdefault(key, []).append(ev)
                 self.done_runs += 1
@@ -331,10 +336,10 @@ class Campaign:
 
     def unfinished_starts(self) -> list[dict]:
         """Cells submitted by an earlier driver that never finished nor were abandoned."""
-        closed = {e["cell"] for e in self.events
-                  if e["ev"] in ("cell_finish", "cell_abandoned")}
+        events = read_events(self.root / EVENTS)
+        closed = {e["cell"] for e in events if e["ev"] in ("cell_finish", "cell_abandoned")}
         seen, out = set(), []
-        for ev in self.events:
+        for ev in events:
             if ev["ev"] in ("cell_submit", "cell_start") and ev["cell"] not in closed:
                 if ev["cell"] in seen:
                     out = [e for e in out if e["cell"] != ev["cell"]]
@@ -400,7 +405,11 @@ class Campaign:
         cdir.mkdir(parents=True, exist_ok=True)
         backend = self.backend(req.backend)
         rb = canary_runbook(self.rb) if req.purpose == "canary" else self.rb
-        spec = backend.command(RunRequest.for_cell(rb, cell, cdir))
+        try:
+            spec = backend.command(RunRequest.for_cell(rb, cell, cdir))
+        except ValueError as exc:
+            raise BadInput(f"backend {req.backend!r} cannot build its command: {exc}",
+                           path=str(self.rb.path), field="backends") from exc
         write_cell_json(cdir, cell, spec, status="running")
         self.write_cell_provenance(cdir, cell, spec)
         self.log.append("cell_submit", **cell_fields(cell), cell_dir=str(cdir),
@@ -417,9 +426,8 @@ class Campaign:
                        "cell.env_keys": " ".join(sorted(spec.env)),
                        "cell.started_utc": utc_now()})
         try:
-            from harness.provenance import redact_argv, secret_values, write_provenance
-            fields["cell.argv"] = shlex.join(redact_argv([str(a) for a in spec.argv],
-                                                         secret_values()))
+            from harness.provenance import write_provenance
+            fields["cell.argv"] = shlex.join(redacted(spec.argv))
             write_provenance(cdir / "provenance.txt", fields)
         except ImportError:
             write_text_atomic(cdir / "provenance.txt",
@@ -659,7 +667,8 @@ def analyse(rb: Runbook, act: Active, result, n: int) -> Outcome:
     cell, backend = act.cell, act.backend
     logs = [p for p in (result.log_paths or sorted(cell_dir_of(act).glob("rank*.log")))
             if Path(p).is_file()]
-    summary = summarize(logs, tags=backend.telemetry_tags()) if logs else None
+    summary = summarize(logs, tags=backend.telemetry_tags(), **expectations(rb, cell, backend)
+                        ) if logs else None
     rows = summary.rows if summary else 0
     verdict = classify_logs(result.exit_code, result.state, logs, backend.failure_patterns(),
                             rows)
@@ -677,6 +686,22 @@ def analyse(rb: Runbook, act: Active, result, n: int) -> Outcome:
     sdict = summary.to_dict() if summary else None
     row = attempt_row(rb, act, result, summary, status, failure, timing, n)
     return Outcome(cell, status, sdict, timing, row, failure)
+
+
+def expectations(rb: Runbook, cell: Cell, backend) -> dict:
+    """Ranks x layers x iterations a complete log holds (reference backends only).
+
+    The reference worker logs every rank, MoE layer and iteration (warmup included; a timed
+    run logs warmup + iters x trials). Cluster adapters' iteration numbering is theirs, so
+    their completeness is judged from the rows seen.
+    """
+    if backend.config.kind != "reference":
+        return {}
+    run_rb = canary_runbook(rb) if cell.purpose == "canary" else rb
+    phase = run_rb.timing if cell.purpose == "time" else run_rb.measure
+    iters = phase.warmup + phase.iters * (phase.trials if cell.purpose == "time" else 1)
+    return {"expected_ranks": rb.shape.ep, "expected_layers": rb.model(cell.model).moe_layers,
+            "expected_iters": iters}
 
 
 def cell_dir_of(act: Active) -> Path:
@@ -707,6 +732,18 @@ def attempt_row(rb: Runbook, act: Active, result, summary, status: str, failure:
     }
 
 
+def iterations_per_purpose(rb: Runbook) -> dict[str, int]:
+    """Iterations one run of each purpose class does (the ETA's prior for unseen ones)."""
+    can = canary_runbook(rb).measure
+    return {"canary": can.warmup + can.iters, "select": rb.measure.warmup + rb.measure.iters,
+            "time": rb.timing.warmup + rb.timing.iters * rb.timing.trials}
+
+
+def rerun_on_resume(ev: dict) -> bool:
+    """Runs that stopped the campaign (a bug, a failed canary) run again after a fix."""
+    return ev["status"] in BUGS or (ev["purpose"] == "canary" and ev["status"] not in OK_CANARY)
+
+
 def outcome_of(ev: dict) -> Outcome:
     cell = Cell(ev["campaign"], ev["model"], ev["backend"], ev["purpose"], ev["capacity"],
                 int(ev["attempt"]))
@@ -726,11 +763,21 @@ def _jsonable(value):
 
 def write_cell_json(cdir: Path, cell: Cell, spec, status: str, **extra) -> None:
     """cell.json: the cell, argv, env KEYS only (never values), status and results."""
-    doc = {"cell": dataclasses.asdict(cell), "name": cell.name, "argv": list(spec.argv),
+    doc = {"cell": dataclasses.asdict(cell), "name": cell.name, "argv": redacted(spec.argv),
            "env_keys": sorted(spec.env), "ntasks": spec.ntasks, "nodes": spec.nodes,
            "gpus_per_node": spec.gpus_per_node, "cwd": spec.cwd, "status": status}
     doc.update(extra)
     write_text_atomic(cdir / "cell.json", json.dumps(_jsonable(doc), indent=1) + "\n")
+
+
+def redacted(argv) -> list[str]:
+    """argv with the values of secret-named environment variables masked."""
+    argv = [str(a) for a in argv]
+    try:
+        from harness.provenance import redact_argv, secret_values
+    except ImportError:
+        return argv
+    return redact_argv(argv, secret_values())
 
 
 def canary_runbook(rb: Runbook) -> Runbook:
@@ -917,11 +964,17 @@ def _restore_signals(old: dict) -> None:
         signal.signal(sig, h)
 
 
+def default_runbook() -> Path:
+    """runbooks/local-cpu.yaml here, else the one shipped next to the harness package."""
+    here = Path(DEFAULT_RUNBOOK)
+    return here if here.is_file() else Path(__file__).resolve().parents[1] / DEFAULT_RUNBOOK
+
+
 def cli_run(runbook: str | None = None, results: str | None = None,
             launcher: str | None = None, dry_run: bool = False, fresh: bool = False,
             stages: tuple[str, ...] = (), until: str | None = None) -> int:
     """`epcap run`: load and check the runbook, then run or resume the campaign."""
-    rb = load_runbook(runbook or DEFAULT_RUNBOOK)
+    rb = load_runbook(runbook or default_runbook())
     check_planned_capacities(rb)
     launcher_name = launcher or rb.launcher
     root_dir = Path(results or "results")
@@ -936,7 +989,7 @@ def cli_run(runbook: str | None = None, results: str | None = None,
     root = choose_dir(root_dir, rb.campaign, fresh)
     if root.exists():
         check_fingerprint(root, rb)
-    command_line = ["epcap", "run", *(sys.argv[2:] if len(sys.argv) > 2 else [str(rb.path)])]
+    command_line = ["epcap", *sys.argv[1:]]
     old = _install_signals()
     try:
         return run_campaign(rb, root, launch, stages, until, command_line)
@@ -949,24 +1002,27 @@ def run_campaign(rb: Runbook, root: Path, launch, stages: tuple[str, ...], until
     """Create or resume `root` and drive the pipelines to the end (or the stop stage)."""
     view = ProgressView()
     new = not (root / EVENTS).exists()
-    root.mkdir(parents=True, exist_ok=True)
     ctx = Context(rb, stages, until)
     camp = Campaign(rb, root, launch, ctx, view, command_line)
+    camp.check_replay_inputs()                      # before anything is written
+    root.mkdir(parents=True, exist_ok=True)
     t_start = time.monotonic()
     if new:
         freeze_runbook(root, rb)
         camp.log.append("campaign_start", campaign=rb.campaign, runbook=str(rb.path),
                         **runbook_fingerprint(rb), command_line=command_line,
                         launcher=launch.name, stage="preflight")
-    camp.log.append("run_start", resume=not new, command_line=command_line,
-                    stages=list(stages), until=until)
-    camp.reap_stale()
-    camp.write_tables(derived=False)
-    camp.check_replay_inputs()
     try:
+        camp.log.append("run_start", resume=not new, command_line=command_line,
+                        stages=list(stages), until=until)
+        camp.reap_stale()
+        camp.write_tables(derived=False)
         return drive(camp, rb, root, view, new, t_start)
     except Interrupted as exc:
+        for sig in (signal.SIGINT, signal.SIGTERM):     # a second signal must not cut cleanup
+            signal.signal(sig, signal.SIG_IGN)
         camp.cancel_active(f"interrupted by {exc}")
+        camp.reap_stale()                   # a cell caught between submit and its record
         camp.log.append("checkpoint", reason=str(exc), runs_done=camp.done_runs)
         camp.write_tables()
         view.stop()

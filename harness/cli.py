@@ -17,7 +17,7 @@ from harness.errors import EpcapError
 STAGES = ("preflight", "measure", "select", "validate", "time", "report")
 
 
-def _call(target: str, **kwargs) -> None:
+def _call(target: str, /, **kwargs) -> None:
     """Run `module:function` with kwargs; map its return and harness errors to exit codes."""
     module, func = target.split(":")
     try:

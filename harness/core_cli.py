@@ -168,11 +168,10 @@ def _print_parse(doc: dict) -> None:
         table.add_column(Path(name).name if name != "combined" else name, justify="right")
     for key in _SHOWN:
         table.add_row(key, *(_cell(e[key]) for _, e in columns))
-    console = Console()
-    console.print(table)
+    Console().print(table)
     for _, entry in columns[: len(doc["logs"])]:
         for detail in entry["malformed"][:10]:
-            console.print(f"malformed: {detail}", markup=False, highlight=False)
+            print(f"malformed: {detail}")
 
 
 __all__ = ["cli_capacity", "cli_parse", "LogSummary"]

@@ -24,6 +24,7 @@ from matplotlib.patches import Patch, Rectangle  # noqa: E402
 DPI = 110
 GRID_MAX_LINES = 60     # denser grids are drawn only next to each point
 PLACEHOLDER_HATCH = "///"
+ANNOTATE_MAX_CELLS = 160   # heatmaps this small get their values written in the cells
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class TimePoint:
     dispatch: tuple[float | None, float | None, float | None]   # p10, median, p90 (ms)
     combine: tuple[float | None, float | None, float | None]
     noise_floor_pct: float | None
+    capacity: str = ""           # timing_capacity as written in the TSV
 
 
 @dataclass(frozen=True)
@@ -118,9 +120,12 @@ def plot_capacity(points: list[CapPoint], path: Path, pad: int = 128,
         xs = list(range(len(pts)))
         vals = [v for p in pts for v in (p.required, p.selected) if v is not None]
         lo, hi = (min(vals), max(vals)) if vals else (1.0, 2.0)
-        margin = max(0.02, 0.08 * (hi - lo))
-        lo, hi = lo - margin, hi + margin
         n = pts[0].uniform_tokens
+        if n and vals:      # show the rung below the lowest requirement: minimality is visible
+            step = pad / n
+            lo = min(lo, math.floor(lo / step - 1e-9) * step) if hi - lo < 40 * step else lo
+        margin = max(0.01, 0.06 * (hi - lo))
+        lo, hi = lo - margin, hi + margin
         note = "N unknown: grid not drawn"
         if n:
             marks = [(x, p.selected if p.selected is not None else p.required)
@@ -149,11 +154,9 @@ def plot_capacity(points: list[CapPoint], path: Path, pad: int = 128,
     axes[0].set_ylabel("capacity = budget / (S·K)")
     handles = [
         Line2D([], [], ls="", marker="o", mfc="white", mec="0.2", ms=8,
-                                label="required (peak actual_valid_recv / N)"),
-        Line2D([], [], ls="", marker="D", color="0.2", ms=7,
-                                label="selected (executable)"),
-        Line2D([], [], color="0.75", lw=1,
-                                label=f"executable grid: budget = k·{pad} slots"),
+               label="required (peak actual_valid_recv / N)"),
+        Line2D([], [], ls="", marker="D", color="0.2", ms=7, label="selected (executable)"),
+        Line2D([], [], color="0.75", lw=1, label=f"executable grid: budget = k·{pad} slots"),
     ]
     fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=8)
     fig.suptitle("Required vs selected capacity", fontsize=11)
@@ -168,9 +171,9 @@ def plot_overprovision(points: list[CapPoint], path: Path,
     backends = list(dict.fromkeys(p.backend for p in points))
     colors = colors or backend_colors(backends)
     width = 0.8 / max(1, len(backends))
-    fig = Figure(figsize=(max(5.0, 1.9 * len(groups) + 2), 4.2), layout="constrained")
+    fig = Figure(figsize=(max(7.0, 1.9 * len(groups) + 2), 4.2), layout="constrained")
     ax = fig.subplots()
-    top = 0.0
+    top = bottom = 0.0
     for gi, (_model, pts) in enumerate(groups.items()):
         for p in pts:
             x = gi - 0.4 + width * (backends.index(p.backend) + 0.5)
@@ -178,16 +181,18 @@ def plot_overprovision(points: list[CapPoint], path: Path,
                 ax.text(x, 0, "no selection", rotation=90, ha="center", va="bottom", fontsize=7)
                 continue
             pct = (p.over_provision - 1.0) * 100.0
-            top = max(top, pct)
+            top, bottom = max(top, pct), min(bottom, pct)     # below 0: budget < peak (a bug)
             ax.bar(x, pct, width * 0.9, color=colors[p.backend])
-            ax.annotate(f"+{pct:.2f}%", (x, pct), xytext=(0, 2), textcoords="offset points",
-                        ha="center", fontsize=7)
-    ax.set_ylim(0, max(1.0, top * 1.25))
+            ax.annotate(f"{pct:+.2f}%", (x, pct), xytext=(0, 2 if pct >= 0 else -10),
+                        textcoords="offset points", ha="center", fontsize=7)
+    ax.axhline(0, color="0.3", lw=0.8)
+    ax.set_ylim(bottom * 1.25, max(1.0, top * 1.25))
     ax.set_xticks(range(len(groups)), list(groups))
+    ax.set_xlim(-0.6, len(groups) - 0.4)
     ax.set_ylabel("over-provisioning: % above measured peak\n(selected budget / peak − 1)")
     ax.legend(handles=[Patch(color=colors[b], label=b) for b in backends], fontsize=8,
               title="backend", title_fontsize=8)
-    ax.set_title("Over-provisioning of the selected capacity (value labels rounded to 0.01%)",
+    ax.set_title("Over-provisioning of the selected capacity\n(value labels rounded to 0.01%)",
                  fontsize=10)
     save_png(fig, path)
     return fig
@@ -209,9 +214,13 @@ def plot_demand(model: str, maps: list[DemandMap], path: Path) -> Figure:
     for ax, m in zip(axes, maps, strict=True):
         image = ax.imshow(m.ratio, aspect="auto", cmap="viridis", vmin=vmin, vmax=vmax,
                           interpolation="nearest")
+        small = m.ratio.size <= ANNOTATE_MAX_CELLS
+        if small:
+            _annotate_cells(ax, m.ratio, (vmin + vmax) / 2)
         rr, cc = np.nonzero(m.saturated)
-        if len(rr):
-            ax.plot(cc, rr, "x", color="#ff3030", ms=7, mew=2)
+        if len(rr):         # beside the value on small maps, centred on large ones
+            shift = (0.32, -0.22) if small else (0.0, 0.0)
+            ax.plot(cc + shift[0], rr + shift[1], "x", color="#ff3030", ms=7, mew=2)
         rstep = max(1, len(m.ranks) // 16)
         ax.set_yticks(range(0, len(m.ranks), rstep), [str(r) for r in m.ranks[::rstep]],
                       fontsize=7)
@@ -220,11 +229,12 @@ def plot_demand(model: str, maps: list[DemandMap], path: Path) -> Figure:
                       fontsize=7)
         ax.set_ylabel("rank", fontsize=8)
         sat = int(m.saturated.sum())
+        shown = "; values to 2 decimals" if m.ratio.size <= ANNOTATE_MAX_CELLS else ""
         ax.set_title(f"{m.run}\nbudget = {m.budget_ratio:.4g} × expected_recv; "
-                     f"saturated (rank, layer) cells: {sat}", fontsize=8, loc="left")
+                     f"saturated (rank, layer) cells: {sat}{shown}", fontsize=8, loc="left")
     axes[-1].set_xlabel("layer", fontsize=8)
     cbar = fig.colorbar(image, ax=list(axes), aspect=30)
-    cbar.set_label("peak demand / uniform share =\nmax over iterations of "
+    cbar.set_label("peak demand / uniform share\n= max over iterations of\n"
                    "actual_valid_recv / expected_recv", fontsize=8)
     handles = [Line2D([], [], ls="", marker="x", color="#ff3030", mew=2,
                       label="saturated: some iteration had actual_valid_recv ≥ budget "
@@ -234,6 +244,14 @@ def plot_demand(model: str, maps: list[DemandMap], path: Path) -> Figure:
                  fontsize=10)
     save_png(fig, path)
     return fig
+
+
+def _annotate_cells(ax, ratio: np.ndarray, mid: float) -> None:
+    """Write each cell's value (2 decimals) on small heatmaps, dark on light colours."""
+    for (r, c), v in np.ndenumerate(ratio):
+        if v == v:
+            ax.text(c, r, f"{v:.2f}", ha="center", va="center", fontsize=7,
+                    color="black" if v > mid else "white")
 
 
 def _whisker(ax, x: float, trio, color: str, marker: str) -> None:
@@ -276,6 +294,9 @@ def plot_timing(points: list[TimePoint], path: Path, missing_p10: bool,
     for ax, (model, pts) in zip(axes, groups.items(), strict=True):
         highs = [v for p in pts if p.status == "ok" for v in (*p.dispatch, *p.combine)
                  if v is not None]
+        highs += [m * (1 + p.noise_floor_pct / 100) for p in pts
+                  if p.status == "ok" and p.noise_floor_pct is not None
+                  for m in (p.dispatch[1], p.combine[1]) if m is not None]
         for x, p in enumerate(pts):
             if p.status != "ok" or p.dispatch[1] is None:
                 _placeholder(ax, x, p.status)
@@ -285,20 +306,22 @@ def plot_timing(points: list[TimePoint], path: Path, missing_p10: bool,
                 _noise_band(ax, x + off, trio[1], p.noise_floor_pct, c)
                 _whisker(ax, x + off, trio, c, mk)
             if p.noise_floor_pct is not None:
-                ax.annotate(f"noise {p.noise_floor_pct:g}%", (x, 0), xycoords=("data", "axes fraction"),
-                            xytext=(0, 3), textcoords="offset points", ha="center", fontsize=6.5,
-                            color="0.3")
-        ax.set_ylim(0, (max(highs) * 1.2) if highs else 1.0)
+                ax.annotate(f"noise ±{p.noise_floor_pct:.3g}%", (x, 1),
+                            xycoords=("data", "axes fraction"), xytext=(0, -10),
+                            textcoords="offset points", ha="center", fontsize=6.5, color="0.3")
+        ax.set_ylim(0, (max(highs) * 1.15) if highs else 1.0)
         ax.set_xlim(-0.6, len(pts) - 0.4)
         ax.set_xticks(range(len(pts)), [p.backend for p in pts])
-        ax.set_title(model, fontsize=9)
+        caps = sorted({p.capacity for p in pts if p.capacity})
+        ax.set_title(f"{model}\ncapacity {', '.join(caps) or '?'}", fontsize=9)
     axes[0].set_ylabel("time per call (ms)")
     whisk = "p10–p90" if not missing_p10 else "median–p90 (p10 not recorded)"
     handles = [
         Line2D([], [], ls="", marker="o", color="0.2", label="dispatch median"),
         Line2D([], [], ls="", marker="s", color="0.2", label="combine median"),
         Line2D([], [], color="0.2", label=f"whisker: {whisk}"),
-        Patch(color="0.2", alpha=0.2, label="median ± trial-to-trial noise floor"),
+        Patch(color="0.2", alpha=0.2,
+              label="median ± trial-to-trial noise floor (noise_floor_pct, shown to 3 digits)"),
         Patch(fill=False, hatch=PLACEHOLDER_HATCH, ec="0.45", label="does not fit / not timed"),
     ]
     fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=7.5)

@@ -13,8 +13,9 @@ import sys
 import time
 from collections.abc import Iterable
 
-SHRINK = 1.0            # pseudo-observations pulling each factor toward 0
+SHRINK = 0.1            # pseudo-observations pulling each factor toward 0 (stability)
 ROUNDS = 12             # backfitting rounds
+DECAY = 0.9             # weight of a run per newer run: recent durations count more (drift)
 
 
 def model_size(model) -> float:
@@ -30,8 +31,9 @@ def purpose_class(purpose: str) -> str:
 class EtaEstimator:
     """Predicts run durations from those measured so far (per backend, model size, purpose)."""
 
-    def __init__(self, sizes: dict[str, float]) -> None:
+    def __init__(self, sizes: dict[str, float], iters: dict[str, int] | None = None) -> None:
         self.sizes = sizes
+        self.iters = iters or {}        # purpose class -> iterations per run (prior for unseen)
         self.obs: list[tuple[str, str, str, float]] = []
         self._fit: tuple | None = None
 
@@ -47,17 +49,22 @@ class EtaEstimator:
         return self._fit
 
     def _backfit(self) -> tuple:
-        mu = sum(o[3] for o in self.obs) / len(self.obs)
+        """Weighted backfitting of mu and the three factor tables (newest runs weigh most)."""
+        n = len(self.obs)
+        weights = [DECAY ** (n - 1 - i) for i in range(n)]
         factors: list[dict[str, float]] = [{}, {}, {}]
+        mu = 0.0
         for _ in range(ROUNDS):
+            mu = sum(w * (o[3] - sum(factors[j].get(o[j], 0.0) for j in range(3)))
+                     for w, o in zip(weights, self.obs, strict=True)) / sum(weights)
             for k in range(3):
                 sums: dict[str, float] = {}
-                counts: dict[str, int] = {}
-                for obs in self.obs:
+                counts: dict[str, float] = {}
+                for w, obs in zip(weights, self.obs, strict=True):
                     resid = obs[3] - mu - sum(factors[j].get(obs[j], 0.0)
                                               for j in range(3) if j != k)
-                    sums[obs[k]] = sums.get(obs[k], 0.0) + resid
-                    counts[obs[k]] = counts.get(obs[k], 0) + 1
+                    sums[obs[k]] = sums.get(obs[k], 0.0) + w * resid
+                    counts[obs[k]] = counts.get(obs[k], 0.0) + w
                 factors[k] = {key: sums[key] / (counts[key] + SHRINK) for key in sums}
         return mu, factors, self._size_slope(factors[1])
 
@@ -84,7 +91,20 @@ class EtaEstimator:
             m = line[0] + line[1] * math.log(self.sizes[model])
         else:
             m = 0.0
-        return math.exp(mu + bfac.get(backend, 0.0) + m + pfac.get(purpose_class(purpose), 0.0))
+        return math.exp(mu + bfac.get(backend, 0.0) + m + self._purpose(pfac, purpose))
+
+    def _purpose(self, pfac: dict[str, float], purpose: str) -> float:
+        """The purpose factor; an unmeasured purpose scales with its iteration count, at the
+        per-log-iteration slope seen between two measured purposes (else 0)."""
+        cls = purpose_class(purpose)
+        if cls in pfac:
+            return pfac[cls]
+        seen = [(math.log(self.iters[c]), v) for c, v in pfac.items() if self.iters.get(c)]
+        if cls not in self.iters or len({x for x, _ in seen}) < 2:
+            return 0.0
+        (x0, y0), (x1, y1) = min(seen), max(seen)
+        slope = max(0.0, (y1 - y0) / (x1 - x0))
+        return y1 + slope * (math.log(self.iters[cls]) - x1)
 
     def eta(self, remaining: Iterable[tuple[str, str, str]], parallel: int = 1) -> float | None:
         """Seconds for the remaining (backend, model, purpose) runs, or None (no data)."""

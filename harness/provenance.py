@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import importlib.util
 import os
 import platform
 import re
@@ -27,7 +28,7 @@ from pathlib import Path
 from harness import __version__
 
 SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
-REDACTED = "<redacted>"
+REDACTED = "REDACTED"        # shell-safe: shlex.join leaves it unquoted
 MIN_SCRUB_LEN = 8            # shorter secret values cannot be told from words like "true"
 READ_CAP_BYTES = 1 << 20     # provenance.txt of an upload is untrusted: read at most 1 MiB
 GIT_TIMEOUT_S = 10.0
@@ -184,6 +185,10 @@ def _gpu_summary(names: list[str], driver: str, source: str) -> dict[str, str]:
 
 def _torch_facts() -> dict[str, str]:
     """torch, CUDA and NCCL versions as torch reports them; `not-installed` when absent."""
+    if "torch" not in sys.modules:
+        light = _torch_facts_unimported()
+        if light is not None:
+            return light
     try:
         import torch
     except ImportError:
@@ -197,6 +202,26 @@ def _torch_facts() -> dict[str, str]:
         except Exception:  # noqa: BLE001 -- torch raises RuntimeError/AttributeError variously
             nccl = "not-installed"
     return {"torch": torch.__version__, "cuda": cuda, "nccl": nccl}
+
+
+def _torch_facts_unimported() -> dict[str, str] | None:
+    """For a CPU build, read torch/version.py as text (importing torch costs seconds);
+    None when torch has CUDA (NCCL's version needs the import) or the file is unclear."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return {"torch": "not-installed", "cuda": "not-installed", "nccl": "not-installed"}
+    try:
+        text = (Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text()
+    except OSError:
+        return None
+    version = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.M)
+    cpu_build = re.search(r"^cuda\s*(?::[^=\n]*)?=\s*None\s*$", text, re.M)
+    if not version or not cpu_build:
+        return None
+    return {"torch": version.group(1), "cuda": "not-installed", "nccl": "not-installed"}
 
 
 def _nvshmem_version() -> str:

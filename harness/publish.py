@@ -10,9 +10,11 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import socket
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from harness.audit import AuditResult, audit_target
 from harness.errors import BadInput
@@ -101,9 +103,23 @@ def target_prefix(root: Path, now: datetime | None = None) -> str:
     return f"{campaign_name(root)}/{stamp}-{run_id(root)}/"
 
 
+def hub_reachable(timeout_s: float = 3.0) -> str:
+    """'' when the hub endpoint accepts a TCP connection, else why (skips the hub's retries)."""
+    from huggingface_hub import constants
+    parts = urlsplit(constants.ENDPOINT)
+    try:
+        socket.create_connection((parts.hostname or "", parts.port or 443), timeout_s).close()
+    except OSError as exc:
+        return f"{parts.hostname} unreachable: {exc}"
+    return ""
+
+
 def existing_paths(repo: str) -> tuple[list[str] | None, str]:
     """Files already in the dataset repository, or None and why when it cannot be listed."""
     from huggingface_hub import HfApi
+    unreachable = hub_reachable()
+    if unreachable:
+        return None, unreachable
     try:
         return HfApi().list_repo_files(repo, repo_type="dataset"), ""
     except Exception as exc:  # noqa: BLE001 -- offline, missing repo, auth: all reported

@@ -23,7 +23,7 @@ ATTEMPTS = "capacity_attempts.tsv"
 SELECTION = "capacity_selection.tsv"
 TIMING = "timing.tsv"
 BASELINE = "echo"           # the library the others are compared with (SPEC section 3)
-PAD_MULTIPLE = 128          # SPEC P; the report does not re-read the runbook
+PAD_MULTIPLE = 128          # SPEC P, when the frozen runbook.yaml does not say otherwise
 DEMAND_PURPOSES = ("measure", "validate")
 DEMAND_COLUMNS = ("run", "iteration", "layer", "rank", "actual_valid_recv", "budget",
                   "expected_recv")
@@ -61,11 +61,12 @@ def read_tsv(path: Path, required: tuple[str, ...]) -> Table | None:
     """Read a SPEC TSV as strings (empty = not applicable); None when the file is absent."""
     if not path.is_file():
         return None
+    _check_field_counts(path)
     import pandas as pd
 
     try:
         df = pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False, na_filter=False,
-                         quoting=csv.QUOTE_NONE, encoding="utf-8")
+                         quoting=csv.QUOTE_NONE, encoding="utf-8", index_col=False)
     except pd.errors.EmptyDataError as exc:
         raise BadInput("empty file: no header row", path=str(path), line=1) from exc
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
@@ -75,6 +76,22 @@ def read_tsv(path: Path, required: tuple[str, ...]) -> Table | None:
         raise BadInput(f"missing column (have: {', '.join(df.columns)})", path=str(path),
                        line=1, field=missing[0])
     return Table(path, list(df.columns), df.to_dict("records"))
+
+
+def _check_field_counts(path: Path) -> None:
+    """Every non-blank line has the header's number of fields; else BadInput naming the line."""
+    with open(path, encoding="utf-8", errors="replace", newline="") as fh:
+        width = None
+        for no, line in enumerate(fh, start=1):
+            line = line.rstrip("\r\n")
+            if not line.strip():
+                continue
+            fields = line.count("\t") + 1
+            if width is None:
+                width = fields
+            elif fields != width:
+                raise BadInput(f"{fields} fields where the header has {width}", path=str(path),
+                               line=no, field="row")
 
 
 def num(table: Table, i: int, column: str) -> float | None:
@@ -104,6 +121,23 @@ def read_provenance(path: Path) -> list[tuple[str, str]]:
             raise BadInput("expected `key: value`", path=str(path), line=no, field="provenance")
         pairs.append((key.strip(), value.strip()))
     return pairs
+
+
+def read_pad_multiple(results_dir: Path) -> tuple[int, str]:
+    """(P, where from): capacity.pad_multiple of the frozen runbook.yaml, else SPEC's 128."""
+    path = results_dir / "runbook.yaml"
+    if not path.is_file():
+        return PAD_MULTIPLE, "default (no runbook.yaml)"
+    import yaml
+
+    try:
+        book = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise BadInput(f"not valid YAML: {exc}", path=str(path)) from exc
+    pad = (book.get("capacity") or {}).get("pad_multiple") if isinstance(book, dict) else None
+    if isinstance(pad, int) and not isinstance(pad, bool) and pad > 0:
+        return pad, "runbook.yaml capacity.pad_multiple"
+    return PAD_MULTIPLE, "default (runbook.yaml does not set capacity.pad_multiple)"
 
 
 @dataclass(frozen=True)
@@ -150,12 +184,14 @@ def exceeds_noise(base_median: float, other_median: float, base_floor_pct: float
 
 
 def pair_order(tables: list[Table | None]) -> list[tuple[str, str]]:
-    """Every (model, backend) pair seen in the TSVs, in first-seen order."""
+    """Every (model, backend) pair seen in the TSVs, grouped by model (first-seen orders)."""
     seen: dict[tuple[str, str], None] = {}
     for t in tables:
         for r in t.rows if t else []:
             seen.setdefault((r["model"], r["backend"]), None)
-    return list(seen)
+    models = list(dict.fromkeys(m for m, _ in seen))
+    backends = list(dict.fromkeys(b for _, b in seen))
+    return sorted(seen, key=lambda p: (models.index(p[0]), backends.index(p[1])))
 
 
 def not_fitting(attempts: Table | None, timing: Table | None) -> dict[tuple[str, str], list[str]]:
@@ -205,6 +241,7 @@ class Context:
     timing: Table | None
     pairs: list[tuple[str, str]]
     dnf: dict[tuple[str, str], list[str]]
+    pad: tuple[int, str] = (PAD_MULTIPLE, "default")
     figures: list[str] = field(default_factory=list)
     unavailable: list[str] = field(default_factory=list)
 
@@ -224,7 +261,7 @@ def _impl_note(ctx: Context) -> list[str]:
             for r in t.rows:
                 if r["backend_impl"]:
                     impls.setdefault(r["backend_impl"], set()).add(r["backend"])
-    if not recorded:
+    if not recorded or not impls:
         return ["> **backend_impl not recorded** in these TSVs: this report cannot tell whether "
                 "the rows come from the real libraries or from the reference emulation."]
     lines = []
@@ -257,7 +294,8 @@ def section_overview(ctx: Context) -> list[str]:
     if not rows:
         return out + [ctx.missing("overview", "no rows in any TSV"), ""]
     out += [md_table(["model", "backend", "selected_capacity", "timing_capacity",
-                      "timing status", "fit"], rows), ""]
+                      "timing status", "fit"], rows), "",
+            "Empty cell = not applicable (e.g. a backend that is timed but not selected).", ""]
     return out
 
 
@@ -273,7 +311,8 @@ def section_selection(ctx: Context) -> list[str]:
             "Capacity = budget / (S·K) where S·K = `uniform_tokens` (N); budgets in (token, "
             "expert) slots. `over_provision` = selected budget / measured peak. "
             "`executable (checked)` re-checks `int(selected_capacity × N) % "
-            f"{PAD_MULTIPLE} == 0` with harness.capacity.", ""]
+            f"{ctx.pad[0]} == 0` with harness.capacity (pad multiple {ctx.pad[0]}: "
+            f"{ctx.pad[1]}).", ""]
     for name, alt in (("fig1_capacity.png", "Required vs selected capacity"),
                       ("fig2_overprovision.png", "Over-provisioning")):
         if name in ctx.figures:
@@ -293,7 +332,7 @@ def _grid_checker(ctx: Context):
     def check(r: dict[str, str]) -> str:
         if not r["selected_capacity"] or not r["uniform_tokens"]:
             return ""
-        ok = is_executable(r["selected_capacity"], int(r["uniform_tokens"]), PAD_MULTIPLE)
+        ok = is_executable(r["selected_capacity"], int(float(r["uniform_tokens"])), ctx.pad[0])
         return "yes" if ok else "NO"
 
     return check
@@ -310,7 +349,7 @@ def _timing_points(ctx: Context):
         trio = [tuple(num(t, i, f"{m}_ms_{q}") for q in ("p10", "median", "p90"))
                 for m in ("dispatch", "combine")]
         points.append(TimePoint(r["model"], r["backend"], r["status"], trio[0], trio[1],
-                                num(t, i, "noise_floor_pct")))
+                                num(t, i, "noise_floor_pct"), r["timing_capacity"]))
     for pair in ctx.dnf:
         if pair not in seen:
             points.append(TimePoint(pair[0], pair[1], "does_not_fit", (None,) * 3, (None,) * 3,
@@ -481,9 +520,15 @@ def section_campaign(ctx: Context) -> list[str]:
         rows.append(["busy share (derived, 0.1%)", f"{busy / wall * 100:.1f}%"])
     fails = stats.get("failures_by_class") or {}
     rows.append(["failures_by_class", ", ".join(f"{k} {v}" for k, v in fails.items()) or "none"])
-    return out + [md_table(["quantity", "value"], rows), "",
-                  "wall_span_s: first start to last finish; busy_s: summed run time of the "
-                  "backend processes; eta_error: estimated / actual time (1.0 = exact).", ""]
+    out += [md_table(["quantity", "value"], rows), "",
+            "wall_span_s: first start to last finish; busy_s: summed run time of the "
+            "backend processes; eta_error: estimated / actual remaining time (1.0 = exact).", ""]
+    if not stats.get("done"):
+        out += ["The campaign was not marked done when this report was built (a report built "
+                "as the last stage of `epcap run` precedes that mark): the ETA error exists "
+                "only once the campaign is done; run `epcap report` on this directory again "
+                "to fill it in.", ""]
+    return out
 
 
 def _fmt(value) -> str:
@@ -548,6 +593,9 @@ def demand_maps(measured: dict) -> dict[str, list]:
     out: dict[str, list] = {}
     for name, df in measured.items():
         cell = parse_cell_name(name)
+        df = df[df["expected_recv"] > 0]          # a zero uniform share has no ratio
+        if df.empty:
+            continue
         d = df.assign(ratio=df["actual_valid_recv"] / df["expected_recv"],
                       sat=df["actual_valid_recv"] >= df["budget"])
         g = d.groupby(["rank", "layer"]).agg(ratio=("ratio", "max"), sat=("sat", "any"))
@@ -568,6 +616,19 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
+def _draw(ctx: Context, name: str, plot, *args) -> bool:
+    """Draw one figure; a plotting error becomes a stated missing part, not a lost report."""
+    try:
+        plot(*args)
+    except BadInput:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the tables still stand without this figure
+        ctx.missing(f"figure {name}", f"drawing failed ({type(exc).__name__}: {exc})")
+        return False
+    ctx.figures.append(name)
+    return True
+
+
 def draw_figures(ctx: Context, measured: dict) -> list[tuple[str, str]]:
     """Draw every figure the inputs allow; return the demand figures as (model, file)."""
     from harness import figures as fg
@@ -577,23 +638,23 @@ def draw_figures(ctx: Context, measured: dict) -> list[tuple[str, str]]:
     colors = fg.backend_colors([b for _, b in ctx.pairs])
     if ctx.selection is not None and ctx.selection.rows:
         points = _cap_points(ctx.selection)
-        fg.plot_capacity(points, ctx.out / "fig1_capacity.png", PAD_MULTIPLE, colors)
-        fg.plot_overprovision(points, ctx.out / "fig2_overprovision.png", colors)
-        ctx.figures += ["fig1_capacity.png", "fig2_overprovision.png"]
+        _draw(ctx, "fig1_capacity.png", fg.plot_capacity, points,
+              ctx.out / "fig1_capacity.png", ctx.pad[0], colors)
+        _draw(ctx, "fig2_overprovision.png", fg.plot_overprovision, points,
+              ctx.out / "fig2_overprovision.png", colors)
     tpoints = _timing_points(ctx)
     if tpoints:
         missing_p10 = ctx.timing is None or not ctx.timing.has("dispatch_ms_p10")
-        fg.plot_timing(tpoints, ctx.out / "fig4_timing.png", missing_p10, colors)
-        ctx.figures.append("fig4_timing.png")
+        _draw(ctx, "fig4_timing.png", fg.plot_timing, tpoints, ctx.out / "fig4_timing.png",
+              missing_p10, colors)
     demand = []
-    maps_by_model = demand_maps(measured)
     order = list(dict.fromkeys(m for m, _ in ctx.pairs))
-    for model, maps in sorted(maps_by_model.items(),
-                              key=lambda kv: (order.index(kv[0]) if kv[0] in order else 1e9, kv[0])):
+    rank = {m: i for i, m in enumerate(order)}
+    for model, maps in sorted(demand_maps(measured).items(),
+                              key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])):
         name = f"fig3_demand_{_safe(model)}.png"
-        fg.plot_demand(model, maps, ctx.out / name)
-        ctx.figures.append(name)
-        demand.append((model, name))
+        if _draw(ctx, name, fg.plot_demand, model, maps, ctx.out / name):
+            demand.append((model, name))
     return demand
 
 
@@ -637,7 +698,7 @@ def load_context(results_dir: Path, out: Path) -> Context:
     timing = read_tsv(results_dir / TIMING, NEED_TIMING)
     pairs = pair_order([selection, timing, attempts])
     return Context(results_dir, out, attempts, selection, timing, pairs,
-                   not_fitting(attempts, timing))
+                   not_fitting(attempts, timing), read_pad_multiple(results_dir))
 
 
 def _campaign_name(ctx: Context) -> str:

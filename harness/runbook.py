@@ -298,9 +298,8 @@ def canonical_capacity(doc: _Doc, value, where: tuple) -> str:
         raise doc.error(where, f"must be a decimal capacity like \"2.00\", got {value!r}") from exc
     if not dec.is_finite() or dec <= 0:
         raise doc.error(where, f"must be a positive capacity, got {value!r}")
-    text = format(dec, "f")
-    whole, _, frac = text.partition(".")
-    return f"{whole}.{frac.ljust(2, '0')}"
+    from harness.capacity import format_capacity
+    return format_capacity(format(dec, "f"))
 
 
 def _models(doc: _Doc, data: dict, base: Path) -> tuple[ModelSpec, ...]:

@@ -1,10 +1,10 @@
 """Dispatch telemetry (SPEC section 1): stream logs of any size into rows and a summary.
 
-Logs are read in large binary blocks of whole lines. A block without a tag is skipped with
-one C-level search; a block whose tagged rows all have the canonical field order is parsed
-by one regex pass and numpy; any other block (setup rows, odd key order, malformed rows)
-goes through the line-by-line parser, which is the reference for what a row means.
-Memory is bounded by the block size plus 24 bytes per distinct (iter, layer, rank).
+Logs are read in large binary blocks of whole lines. A block whose dispatch rows all have
+the canonical field order is parsed by one regex pass and numpy (a block without a tag costs
+a few C-level searches); any other block (odd key order, malformed rows) goes through the
+line-by-line parser, which is the reference for what a row means. Memory is bounded by a
+few blocks plus 8 bytes (24 for huge values) per distinct (iter, layer, rank).
 """
 
 from __future__ import annotations
@@ -90,6 +90,8 @@ class _Tags:
     setup: bytes
     any: re.Pattern
     fast: re.Pattern
+    setup_line: re.Pattern
+    nested: bool                 # one tag contains the other: no fast path
 
 
 @dataclass
@@ -108,10 +110,13 @@ def make_tags(tags: dict[str, str] | None = None) -> _Tags:
     tags = tags or {}
     dispatch = tags.get("dispatch", DISPATCH_TAG).encode()
     setup = tags.get("setup", SETUP_TAG).encode()
-    both = sorted((dispatch, setup), key=len, reverse=True)
+    both = sorted((dispatch, setup), reverse=True)  # a tag's extension before the tag itself
     fast = (re.escape(dispatch) + rb" (iter=\d{1,18} layer=\d{1,18} rank=\d{1,18} "
             rb"expected_recv=[1-9]\d{0,17} actual_valid_recv=\d{1,18} budget=\d{1,18})(?=\s)")
-    return _Tags(dispatch, setup, re.compile(b"|".join(map(re.escape, both))), re.compile(fast))
+    alternatives = b"|".join(map(re.escape, both))
+    setup_line = re.escape(setup) + rb"((?:(?!" + alternatives + rb")[^\n])*)"
+    return _Tags(dispatch, setup, re.compile(alternatives), re.compile(fast),
+                 re.compile(setup_line), dispatch in setup or setup in dispatch)
 
 
 def _fields(segment: bytes) -> dict[str, str]:
@@ -150,13 +155,12 @@ def _slow_block(block: bytes, first_line: int, tags: _Tags) -> _Block:
         end = block.find(b"\n", hit.end())
         if i + 1 < len(hits):
             end = min(end, hits[i + 1].start())
-        fields = _fields(block[hit.end():end])
+        segment = block[hit.end():end]
         if hit.group() == tags.setup:
             out.setup_rows += 1
-            if _INT.fullmatch(fields.get("rank", "")):
-                out.setup_ranks.append(int(fields["rank"]))
+            out.setup_ranks.extend(r for r in [_setup_rank(segment)] if r is not None)
             continue
-        values = _dispatch_values(fields)
+        values = _dispatch_values(_fields(segment))
         if isinstance(values, str):
             out.bad.append((line_no, values))
         else:
@@ -167,16 +171,25 @@ def _slow_block(block: bytes, first_line: int, tags: _Tags) -> _Block:
     return out
 
 
+def _setup_rank(segment: bytes) -> int | None:
+    """The rank of a setup row (its text up to the next tag or newline), if it names one."""
+    rank = _fields(segment).get("rank", "")
+    return int(rank) if _INT.fullmatch(rank) else None
+
+
 def _fast_block(block: bytes, tags: _Tags) -> _Block | None:
-    """Parse a block whose tagged rows are all canonical dispatch rows; else None."""
-    if block.count(tags.setup):
-        return None
+    """Parse a block whose dispatch rows are all canonical; else None (use the slow path)."""
     found = tags.fast.findall(block)
-    if len(found) != block.count(tags.dispatch):
+    if tags.nested or len(found) != block.count(tags.dispatch):
         return None
     digits = b" ".join(found).translate(None, _NOT_DIGIT)
     rows = np.fromstring(digits, dtype=np.int64, sep=" ") if found else np.empty(0, np.int64)
-    return _Block(rows=rows.reshape(-1, 6))
+    out = _Block(rows=rows.reshape(-1, 6))
+    if tags.setup in block:
+        ranks = [_setup_rank(m.group(1)) for m in tags.setup_line.finditer(block)]
+        out.setup_rows = len(ranks)
+        out.setup_ranks = [r for r in ranks if r is not None]
+    return out
 
 
 def _unterminated(text: bytes, line_no: int, tags: _Tags, reason: str) -> _Block:
@@ -185,13 +198,19 @@ def _unterminated(text: bytes, line_no: int, tags: _Tags, reason: str) -> _Block
     return _Block(rows=np.empty((0, 6), np.int64), line_nos=[], bad=[(line_no, reason)] * hits)
 
 
+def _sorted_unique(values: np.ndarray) -> np.ndarray:
+    """Sorted distinct values (sort + neighbour compare: faster than numpy's hash unique)."""
+    values = np.sort(values)
+    return values[np.concatenate([values[:1] == values[:1], values[1:] != values[:-1]])]
+
+
 def _distinct_values(values: np.ndarray) -> list[int]:
     """Distinct values of a column (cheap when they are all equal, the usual case)."""
     if len(values) == 0:
         return []
     if values.min() == values.max():
         return [int(values[0])]
-    return np.unique(values).tolist()
+    return _sorted_unique(values).tolist()
 
 
 def _open(path: PathLike):
@@ -208,11 +227,10 @@ def _open(path: PathLike):
 
 def _skip_line(fh) -> bytes:
     """Read past the end of the current line; return what follows its newline."""
-    while data := fh.read(BLOCK_BYTES):
-        cut = data.find(b"\n")
-        if cut >= 0:
-            return data[cut + 1:]
-    return b""
+    data = fh.read(BLOCK_BYTES)
+    while data and b"\n" not in data:
+        data = fh.read(BLOCK_BYTES)
+    return data.partition(b"\n")[2]
 
 
 def _scan(path: PathLike, tags: _Tags, fast: bool = True) -> Iterator[_Block]:
@@ -305,18 +323,21 @@ class _Accumulator:
         self.wide.append(np.ascontiguousarray(rows[~narrow, :3]).view(_KEY).ravel())
         self.pending_keys += len(rows)
         if self.pending_keys > COMPACT_KEYS:
-            self.keys, self.wide = [np.unique(np.concatenate(self.keys))], [self._wide()]
+            self.keys, self.wide = [_sorted_unique(np.concatenate(self.keys))], [self._wide()]
             self.pending_keys = len(self.keys[0]) + len(self.wide[0])
 
     def _wide(self) -> np.ndarray:
         """Distinct keys too large for the packed int64 form."""
         return np.unique(np.concatenate(self.wide)) if self.wide else np.empty(0, _KEY)
 
-    def _distinct(self) -> np.ndarray:
-        """Distinct (iter, layer, rank) rows seen so far, as an n x 3 array."""
-        packed = np.unique(np.concatenate(self.keys)) if self.keys else np.empty(0, np.int64)
-        unpacked = np.stack([packed >> 32, packed >> 16 & 0xFFFF, packed & 0xFFFF], axis=1)
-        return np.concatenate([unpacked, self._wide().view(np.int64).reshape(-1, 3)])
+    def _seen(self) -> tuple[int, list[list[int]]]:
+        """Number of distinct (iter, layer, rank) keys and the distinct values of each."""
+        packed = _sorted_unique(np.concatenate(self.keys)) if self.keys else np.empty(0, np.int64)
+        wide = self._wide().view(np.int64).reshape(-1, 3)
+        columns = (packed >> 32, packed >> 16 & 0xFFFF, packed & 0xFFFF)
+        values = [_sorted_unique(np.concatenate([col, wide[:, i]])).tolist()
+                  for i, col in enumerate(columns)]
+        return len(packed) + len(wide), values
 
     def finish(self, ranks: int | None, layers: int | None, iters: int | None) -> LogSummary:
         """The summary, with requirement and completeness filled in."""
@@ -335,8 +356,7 @@ class _Accumulator:
     def _completeness(self, ranks: int | None, layers: int | None, iters: int | None) -> None:
         """Seen vs expected ranks x layers x iterations; missing and duplicate rows."""
         s = self.s
-        keys = self._distinct()
-        seen = [np.unique(keys[:, col]).tolist() for col in range(3)]
+        distinct, seen = self._seen()
         s.iterations, s.layers, s.ranks = (len(v) for v in seen)
         all_ranks = self.setup_ranks.union(seen[2])
         span = max(all_ranks) - min(all_ranks) + 1 if all_ranks else 0
@@ -344,9 +364,9 @@ class _Accumulator:
         s.expected_layers = s.layers if layers is None else layers
         s.expected_iterations = s.iterations if iters is None else iters
         grid = s.expected_ranks * s.expected_layers * s.expected_iterations
-        s.duplicate_rows = s.rows - len(keys)
-        s.missing_rows = max(grid - len(keys), 0)
-        s.complete = (s.rows > 0 and len(keys) == grid and s.ranks == s.expected_ranks
+        s.duplicate_rows = s.rows - distinct
+        s.missing_rows = max(grid - distinct, 0)
+        s.complete = (s.rows > 0 and distinct == grid and s.ranks == s.expected_ranks
                       and s.layers == s.expected_layers and s.iterations == s.expected_iterations)
 
 

@@ -3,12 +3,15 @@
 Mode: with EPCAP_REFERENCE_CHILD=1 (set by the standalone parent) or, without --ranks, when
 the launcher's rank variables are present (RANK/WORLD_SIZE/LOCAL_RANK, or SLURM_PROCID/
 SLURM_NTASKS/SLURM_LOCALID; MASTER_ADDR/MASTER_PORT always), this process is one rank.
-Otherwise it spawns --ranks (default --ep) local ranks on a free port and waits for them.
+Otherwise it starts --ranks (default --ep) local ranks on a free port and waits for them: on
+CPU it imports torch once and forks the ranks (torch's import is most of a small run's cost),
+with a GPU it starts a fresh interpreter per rank (CUDA and fork do not mix).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -50,6 +53,15 @@ def fail(message: str) -> None:
         print(message, flush=True)
 
 
+def memory_failure(args) -> str | None:
+    """The OOM message when the memory model does not fit --device-memory-bytes, else None."""
+    if args.device_memory_bytes is None:
+        return None
+    est = estimate_memory_bytes(model_of(args), shape_of(args), args.capacity,
+                                args.personality, args.ep)
+    return oom_message(est, args.device_memory_bytes)
+
+
 def one_rank(args, rank: int, world: int, local_rank: int) -> int:
     """Banner, memory model, then the torch part (imported only now)."""
     p = personality(args.personality)
@@ -59,13 +71,10 @@ def one_rank(args, rank: int, world: int, local_rank: int) -> int:
     if world != args.ep:
         fail(f"error: world size {world} differs from --ep {args.ep}")
         return 2
-    if args.device_memory_bytes is not None:
-        est = estimate_memory_bytes(model_of(args), shape_of(args), args.capacity,
-                                    args.personality, args.ep)
-        msg = oom_message(est, args.device_memory_bytes)
-        if msg:
-            fail("Traceback (most recent call last):\n  (reference memory model)\n" + msg)
-            return 1
+    msg = memory_failure(args)
+    if msg:
+        fail("Traceback (most recent call last):\n  (reference memory model)\n" + msg)
+        return 1
     if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
         fail("error: MASTER_ADDR and MASTER_PORT must be set for a launched rank")
         return 2
@@ -91,13 +100,91 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def spawn(argv: list[str], ranks: int, log_dir: str | None, grace_s: float = 10.0) -> int:
-    """Start `ranks` child ranks of this module; the first failing exit status wins."""
+def gpu_present() -> bool:
+    """Whether an NVIDIA device node exists (checked without importing torch or CUDA)."""
+    return os.path.exists("/dev/nvidiactl")
+
+
+def spawn(argv: list[str], args, grace_s: float = 10.0) -> int:
+    """Start the local ranks: fork after one torch import on CPU, else fresh interpreters."""
+    ranks = args.ranks or args.ep
+    cpu = args.device == "cpu" or (args.device == "auto" and not gpu_present())
+    if args.spawn == "fork" or (args.spawn == "auto" and cpu):
+        return fork_ranks(args, ranks, grace_s)
+    return exec_ranks(argv, ranks, args.log_dir, grace_s)
+
+
+def _rank_vars(rank: int, ranks: int, port: int) -> dict:
+    return {"RANK": str(rank), "WORLD_SIZE": str(ranks), "LOCAL_RANK": str(rank),
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), CHILD_ENV: "1"}
+
+
+def fork_ranks(args, ranks: int, grace_s: float) -> int:
+    """CPU: import torch once, then fork one child per rank (saves ~1.5 s CPU per rank)."""
+    if memory_failure(args) is None:          # a rank that will OOM never needs torch
+        from . import worker  # noqa: F401  (torch loads here, before the fork)
+
+    port = free_port()
+    pids = []
+    for r in range(ranks):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _child(args, r, ranks, port)
+        pids.append(pid)
+    return _wait_pids(pids, grace_s)
+
+
+def _child(args, rank: int, ranks: int, port: int) -> None:
+    """A forked rank: own env and log, run, and leave with os._exit (never returns)."""
+    code = 1
+    try:
+        os.environ.update(_rank_vars(rank, ranks, port))
+        if args.log_dir:
+            Path(args.log_dir).mkdir(parents=True, exist_ok=True)
+            fd = os.open(Path(args.log_dir) / f"rank{rank}.log",
+                         os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            os.close(fd)
+        code = one_rank(args, rank, ranks, rank)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _wait_pids(pids: list[int], grace_s: float) -> int:
+    """Reap forked ranks; after the first failure give the rest `grace_s`, then SIGTERM."""
+    status, deadline, left = 0, None, set(pids)
+    while left:
+        pid, raw = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            if deadline is not None and time.monotonic() > deadline:
+                for p in left:
+                    os.kill(p, signal.SIGTERM)
+                deadline = float("inf")
+            time.sleep(0.01)
+            continue
+        if pid in left:
+            left.discard(pid)
+            code = os.waitstatus_to_exitcode(raw)
+            if code != 0 and status == 0:
+                status, deadline = (code if code > 0 else 1), time.monotonic() + grace_s
+    return status
+
+
+def exec_ranks(argv: list[str], ranks: int, log_dir: str | None, grace_s: float) -> int:
+    """Start `ranks` fresh interpreters of this module; the first failing exit status wins."""
     port = free_port()
     procs, files = [], []
     for r in range(ranks):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(ranks), LOCAL_RANK=str(r),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **{CHILD_ENV: "1"})
+        env = dict(os.environ, **_rank_vars(r, ranks, port))
         env.setdefault("OMP_NUM_THREADS", "1")
         out = None
         if log_dir:
@@ -105,7 +192,8 @@ def spawn(argv: list[str], ranks: int, log_dir: str | None, grace_s: float = 10.
             out = open(Path(log_dir) / f"rank{r}.log", "w", encoding="utf-8")  # noqa: SIM115
             files.append(out)
         procs.append(subprocess.Popen([sys.executable, "-m", "backends.reference", *argv],
-                                      env=env, stdout=out, stderr=subprocess.STDOUT if out else None))
+                                      env=env, stdout=out,
+                                      stderr=subprocess.STDOUT if out else None))
     try:
         return _wait(procs, grace_s)
     finally:
@@ -139,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     env = rank_env(os.environ)
     if env is not None and (os.environ.get(CHILD_ENV) == "1" or args.ranks is None):
         return one_rank(args, *env)
-    return spawn(argv, args.ranks or args.ep, args.log_dir)
+    return spawn(argv, args)
 
 
 if __name__ == "__main__":

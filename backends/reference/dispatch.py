@@ -1,9 +1,12 @@
 """Capacity-bounded expert-parallel dispatch and combine on torch.distributed.
 
 Placement is contiguous: rank r hosts experts [r*E/ep, (r+1)*E/ep). Each rank orders its
-(token, expert) slots by expert, then token. Drop policy (echo, ultraep, and moonep when its
-budget < N): a receiver fills its `budget` slots in source-rank order, then expert order, then
-token order; every later slot is dropped at the source and never moves.
+(token, expert) slots by expert, then token, and sends its per-expert counts to every rank
+with one all_to_all_single, so every rank knows counts[src, expert] and plans locally.
+
+Drop policy (echo, ultraep, and moonep when its budget < N): a receiver fills its `budget`
+slots in source-rank order, then expert order, then token order; every later slot is dropped
+at the source and never moves.
 
 MoonEP balance: the global slot list in (home rank, expert, source rank, token) order; each
 home rank keeps its first N slots, the excess of over-loaded ranks is poured, in that order,
@@ -98,24 +101,38 @@ def _sorted_slots(ids: torch.Tensor, experts: int) -> tuple[torch.Tensor, torch.
     return order, flat[order], torch.bincount(flat, minlength=experts)
 
 
+def exchange_counts(cnt: torch.Tensor, ep: int, group=None) -> torch.Tensor:
+    """counts[src, expert] of every rank: each sends its per-expert counts to all (all_to_all)."""
+    counts = torch.empty(ep * cnt.numel(), dtype=cnt.dtype, device=cnt.device)
+    dist.all_to_all_single(counts, cnt.repeat(ep), group=group)
+    return counts.reshape(ep, cnt.numel())
+
+
+def clip_all(counts: torch.Tensor, budget: int) -> torch.Tensor:
+    """keep[src, expert] under every home rank's budget (clip_to_budget per destination)."""
+    ep, experts = counts.shape
+    per_rank = experts // ep
+    by_dst = counts.reshape(ep, ep, per_rank).permute(1, 0, 2).reshape(ep, ep * per_rank)
+    room = (budget - (torch.cumsum(by_dst, 1) - by_dst)).clamp(min=0)
+    keep = torch.minimum(by_dst, room)
+    return keep.reshape(ep, ep, per_rank).permute(1, 0, 2).reshape(ep, experts)
+
+
 def plan_clipped(ids: torch.Tensor, experts: int, ep: int, me: int, budget: int,
                  group=None) -> Plan:
-    """echo/ultraep: counts via all_to_all_single, receiver clips, kept counts sent back."""
+    """echo/ultraep: home placement; each receiver keeps its first `budget` slots."""
     per_rank = experts // ep
     order, sorted_ids, cnt = _sorted_slots(ids, experts)
-    recv = torch.empty_like(cnt)
-    dist.all_to_all_single(recv, cnt, group=group)            # [src, local expert]
-    recv = recv.reshape(ep, per_rank)
-    keep = clip_to_budget(recv, budget)
-    back = torch.empty_like(cnt)
-    dist.all_to_all_single(back, keep.reshape(-1).contiguous(), group=group)
+    counts = exchange_counts(cnt, ep, group)
+    keep = clip_all(counts, budget)
     arange_e = torch.arange(experts, device=ids.device)
     send_keep = torch.zeros(ep, experts, dtype=cnt.dtype, device=ids.device)
-    send_keep[arange_e // per_rank, arange_e] = back
-    recv_keep = torch.zeros(ep, experts, dtype=cnt.dtype, device=ids.device)
-    recv_keep[:, me * per_rank:(me + 1) * per_rank] = keep
+    send_keep[arange_e // per_rank, arange_e] = keep[me]
+    mine = slice(me * per_rank, (me + 1) * per_rank)
+    recv_keep = torch.zeros_like(keep)
+    recv_keep[:, mine] = keep[:, mine]
     return Plan(order, sorted_ids, sorted_ids // per_rank, send_keep, recv_keep,
-                int(recv.sum()))
+                int(counts[:, mine].sum()))
 
 
 def plan_balanced(ids: torch.Tensor, experts: int, ep: int, me: int, budget: int,
@@ -123,9 +140,7 @@ def plan_balanced(ids: torch.Tensor, experts: int, ep: int, me: int, budget: int
     """moonep: global per-expert counts via all_to_all_single, replicas for exact-N balance."""
     order, sorted_ids, cnt = _sorted_slots(ids, experts)
     n = ids.numel()
-    counts = torch.empty(ep * experts, dtype=cnt.dtype, device=ids.device)
-    dist.all_to_all_single(counts, cnt.repeat(ep), group=group)
-    counts = counts.reshape(ep, experts)
+    counts = exchange_counts(cnt, ep, group)
     plan = moonep_plan(counts, n)
     if budget < n:
         plan = torch.stack([clip_to_budget(plan[:, d, :], budget) for d in range(ep)], dim=1)
@@ -136,7 +151,10 @@ def plan_balanced(ids: torch.Tensor, experts: int, ep: int, me: int, budget: int
 def kept_send_slots(plan: Plan, experts: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Flat slot indices kept and sent, in (dst, expert, token) order, and the kept mask."""
     key = plan.slot_dest * experts + plan.sorted_ids
-    by_key = torch.sort(key, stable=True).indices
+    if key.numel() < 2 or bool((key[1:] >= key[:-1]).all()):
+        by_key = torch.arange(key.numel(), device=key.device)      # home placement: sorted
+    else:
+        by_key = torch.sort(key, stable=True).indices
     key_sorted = key[by_key]
     group_size = torch.bincount(key_sorted, minlength=plan.send_keep.numel())
     rank_in_group = torch.arange(key.numel(), device=key.device) - \
@@ -158,20 +176,43 @@ class Dispatched:
     kept_mask: torch.Tensor    # [S*K] slot kept (not dropped)
     send_split: list[int]
     recv_split: list[int]
+    back: torch.Tensor         # combine's buffer for the returned rows (>= sum(send_split))
 
 
-def dispatch(x: torch.Tensor, topk: int, plan: Plan, experts: int, group=None) -> Dispatched:
+@dataclass
+class Buffers:
+    """Dispatch/combine buffers allocated once per run, like the libraries' fixed buffers."""
+
+    send: torch.Tensor         # [S*K, hidden]: gathered rows to send
+    recv: torch.Tensor         # [receive slots, hidden]: the receive buffer
+    back: torch.Tensor         # [S*K, hidden]: combine's returned rows
+
+    @classmethod
+    def allocate(cls, x: torch.Tensor, topk: int, recv_slots: int) -> Buffers:
+        rows, hidden = x.shape[0] * topk, x.shape[1]
+        return cls(x.new_empty(rows, hidden), x.new_empty(recv_slots, hidden),
+                   x.new_empty(rows, hidden))
+
+
+def dispatch(x: torch.Tensor, topk: int, plan: Plan, experts: int, group=None,
+             bufs: Buffers | None = None) -> Dispatched:
     """Move the kept slots' hidden states to their destination ranks (all_to_all_single)."""
     slots, mask = kept_send_slots(plan, experts)
     send_split = plan.send_keep.sum(1).tolist()
     recv_split = plan.recv_keep.sum(1).tolist()
-    send = x.index_select(0, slots // topk)
-    recv = x.new_empty(sum(recv_split), x.shape[1])
+    n_send, n_recv = sum(send_split), sum(recv_split)
+    if bufs is None:
+        bufs = Buffers(x.new_empty(n_send, x.shape[1]), x.new_empty(n_recv, x.shape[1]),
+                       x.new_empty(n_send, x.shape[1]))
+    if n_recv > bufs.recv.shape[0]:
+        raise AssertionError(f"{n_recv} slots do not fit the {bufs.recv.shape[0]}-slot buffer")
+    send = torch.index_select(x, 0, slots // topk, out=bufs.send[:n_send])
+    recv = bufs.recv[:n_recv]
     dist.all_to_all_single(recv, send, recv_split, send_split, group=group)
     ep = plan.recv_keep.shape[0]
     exp_ids = torch.arange(experts, device=x.device).repeat(ep)
     recv_expert = torch.repeat_interleave(exp_ids, plan.recv_keep.reshape(-1))
-    return Dispatched(recv, recv_expert, slots, mask, send_split, recv_split)
+    return Dispatched(recv, recv_expert, slots, mask, send_split, recv_split, bufs.back)
 
 
 def expert_scale(experts: int, device=None) -> torch.Tensor:
@@ -188,7 +229,7 @@ def expert_transform(d: Dispatched, experts: int) -> torch.Tensor:
 def combine(y: torch.Tensor, d: Dispatched, weights: torch.Tensor, tokens: int,
             group=None) -> torch.Tensor:
     """Return expert outputs to their sources and sum them with the router weights (fp32)."""
-    back = y.new_empty(sum(d.send_split), y.shape[1])
+    back = d.back[:sum(d.send_split)]
     dist.all_to_all_single(back, y, d.send_split, d.recv_split, group=group)
     w = weights.reshape(-1).float().index_select(0, d.send_slots)
     out = torch.zeros(tokens, y.shape[1], dtype=torch.float32, device=y.device)

@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--pg-timeout-s", type=_positive, default=300)
     s.add_argument("--ranks", type=_positive, default=None,
                    help="standalone: spawn this many local ranks (default: --ep)")
+    s.add_argument("--spawn", choices=("auto", "fork", "exec"), default="auto",
+                   help="standalone: fork after one torch import (CPU) or exec per rank; "
+                        "auto = fork unless a GPU is present")
     s.add_argument("--log-dir", default=None,
                    help="standalone: write rank<R>.log files here instead of stdout")
     return ap

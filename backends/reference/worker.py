@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from .dispatch import (
+    Buffers,
     check_combine,
     combine,
     dispatch,
@@ -23,7 +24,14 @@ from .dispatch import (
 from .memory import estimate_memory_bytes
 from .options import model_of, shape_of
 from .personalities import Personality, check_budget, check_router_dtype, personality
-from .routing import expert_popularity, load_trace, route, weights_for_ids, write_trace
+from .routing import (
+    ROUTER_DTYPES,
+    expert_popularity,
+    load_trace,
+    route,
+    weights_for_ids,
+    write_trace,
+)
 from .timing import Stopwatch, quantile, step_times, summarize
 
 
@@ -67,6 +75,7 @@ class RankRun:
         self.layers = list(range(args.first_dense_layers, args.layers))
         self.sw = Stopwatch(device)
         self.trace = None
+        self.bufs: Buffers | None = None
         self.recorded: list[tuple[int, int, int, list]] = []
         self.samples: dict[str, list[list[float]]] = {"dispatch": [], "combine": []}
 
@@ -88,6 +97,8 @@ class RankRun:
             if w is None:
                 pop = expert_popularity(a.seed, a.model, layer, a.experts, a.routing_sigma)
                 w = weights_for_ids(ids, pop, a.router_dtype)
+            else:
+                w = w.to(ROUTER_DTYPES[a.router_dtype])
         else:
             r = route(a.seed, a.model, layer, it, self.rank, self.tokens, a.experts, a.topk,
                       a.routing_sigma, a.router_dtype)
@@ -116,7 +127,7 @@ class RankRun:
             dist.barrier()
         t0 = self.sw.start()
         plan = planner(ids, a.experts, a.ep, self.rank, self.budget)
-        d = dispatch(x, a.topk, plan, a.experts)
+        d = dispatch(x, a.topk, plan, a.experts, bufs=self.bufs)
         h_disp = self.sw.stop(t0)
         y = expert_transform(d, a.experts)
         if timed:
@@ -149,9 +160,12 @@ class RankRun:
                 f"budget={self.budget} dropped_slots={plan.demand - self.budget}")
 
     def run(self) -> int:
+        """Setup, all iterations over all MoE layers, timing and trace; 0 when clean."""
         a = self.a
         self.setup()
         x = self.hidden_states()
+        slots = min(self.n if self.p.balanced else a.ep * self.n, self.budget)
+        self.bufs = Buffers.allocate(x, a.topk, slots)
         for it in range(self.total_iters()):
             timed = a.purpose == "time" and it >= a.warmup
             if timed and (it - a.warmup) % a.iters == 0:

@@ -85,6 +85,31 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
+def marked_pids(marker: str) -> list[int]:
+    """pids whose environment has EPCAP_CELL_DIR=<marker> exactly ([] without /proc)."""
+    want = f"{MARKER_ENV}={marker}".encode()
+    out = []
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return out
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if want in (entry / "environ").read_bytes().split(b"\0"):
+                out.append(int(entry.name))
+        except OSError:
+            continue
+    return sorted(out)
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
 class _Job:
     """In-memory state of one running cell."""
 
@@ -169,6 +194,16 @@ class LocalLauncher(Launcher):
             return
         pgids = [int(p) for p in handle.extra.get("pgids", [])]
         kill_groups(pgids, handle.extra.get("marker"))
+
+    def find_existing(self, cell_name: str, cell_dir: Path) -> JobHandle | None:
+        """Processes of this cell still alive from an earlier driver (found via /proc)."""
+        marker = str(Path(cell_dir).resolve())
+        pids = marked_pids(marker)
+        if not pids:
+            return None
+        pgids = sorted({_pgid(p) for p in pids} - {None})
+        return JobHandle(cell_name=cell_name, cell_dir=Path(cell_dir), job_id=str(pids[0]),
+                         extra={"pids": pids, "pgids": pgids, "marker": None})
 
     def _kill(self, job: _Job) -> None:
         kill_groups([p.pid for p in job.procs])

@@ -34,7 +34,7 @@ from harness.runbook import SlurmConfig
 
 CMD_TIMEOUT_S = 30.0            # every Slurm client call
 UNKNOWN_GRACE_S = 120.0         # a job no Slurm command knows for this long -> node_fail
-MIN_POLL_S = 1.0                # at most one sacct query per job per second (drivers poll fast)
+MIN_POLL_S = 0.5                # at most two sacct queries per job per second (drivers poll fast)
 SCRIPT_NAME = "slurm.sbatch"
 JOB_FILE = "slurm_job.json"
 NAME_PREFIX = "epcap."
@@ -160,11 +160,12 @@ def batch_script(options: list[str], spec: LaunchSpec, cell_dir: Path, python: s
     lines += ['MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
               "export MASTER_ADDR",
               "export MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 20000 ))"]
-    health = [q(python), "-m", "harness.health", "--pre-cell",
-              "--require-gpus", str(int(gpus_per_node)), "--max-used-mib", str(int(max_used_mib))]
-    lines += ['srun --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=0 '
-              f"--output={q(str(cell / 'health%t.log'))} " + " ".join(health)
-              + f" || exit {PRE_CELL_FAIL_EXIT}"]
+    if gpus_per_node > 0:          # CPU-only cells skip the probe (it would say no-gpu)
+        health = [q(python), "-m", "harness.health", "--pre-cell", "--require-gpus",
+                  str(int(gpus_per_node)), "--max-used-mib", str(int(max_used_mib))]
+        lines += ['srun --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 '
+                  f"--output={q(str(cell / 'health%t.log'))} " + " ".join(health)
+                  + f" || exit {PRE_CELL_FAIL_EXIT}"]
     srun = ["srun", f"--ntasks={int(spec.ntasks)}", "--kill-on-bad-exit=1",
             f"--output={q(str(cell / 'rank%t.log'))}", "bash", "-c", q(RANK_WRAPPER),
             "epcap-rank"] + [q(str(a)) for a in spec.argv]
@@ -201,12 +202,14 @@ def map_state(reading: SlurmState, memory_killed: bool = False) -> str | None:
 
 
 def parse_sacct(out: str) -> SlurmState | None:
-    """First `State|ExitCode|Elapsed` line of `sacct -X -n -P` output."""
+    """Last `State|ExitCode|Elapsed` line of `sacct -X -n -P` output (the newest record when
+    a job id was reused after a controller reset)."""
+    found = None
     for line in out.splitlines():
         parts = line.strip().split("|")
         if len(parts) >= 2 and parts[0]:
-            return SlurmState(parts[0], parts[1], parts[2] if len(parts) > 2 else "", "sacct")
-    return None
+            found = SlurmState(parts[0], parts[1], parts[2] if len(parts) > 2 else "", "sacct")
+    return found
 
 
 def parse_scontrol(out: str) -> SlurmState | None:
@@ -302,7 +305,8 @@ class SlurmLauncher(Launcher):
         name = job_name(self.campaign, cell_name, cell_dir)
         opts = sbatch_options(self.slurm, spec, name, cell_dir, self.where)
         gpus = spec.gpus_per_node or self.slurm.gpus_per_node
-        meta = {"cell": cell_name, "ntasks": spec.ntasks, "timeout_s": timeout_s}
+        meta = {"cell": cell_name, "job_name": name, "ntasks": spec.ntasks,
+                "timeout_s": timeout_s}
         text = batch_script(opts, spec, cell_dir, self.python, gpus, meta=meta)
         path = cell_dir / SCRIPT_NAME
         _write_atomic(path, text)

@@ -3,7 +3,8 @@
 Generates a log of 8 ranks x 94 layers x many iterations with torchrun-style prefixes and
 non-telemetry noise lines in a temporary directory, times both commands on the same file
 (best of three, page cache warm), prints MB/s, the ratio to grep and epcap's peak RSS, and
-deletes the file. Targets: ratio >= 0.25, peak RSS < 200 MB. Exit 1 when a target is missed.
+deletes the file. Targets: ratio >= 0.25, peak RSS < 200 MB; a missed target is printed as
+MISSED, and exits 1 only with --strict (so `make bench` still runs the other benchmarks).
 """
 
 from __future__ import annotations
@@ -84,9 +85,11 @@ def main() -> int:
         ratio = g_s / o_s
         print(f"grep -c     : {g_s:.3f} s  {mb / g_s:8.1f} MB/s")
         print(f"epcap parse : {o_s:.3f} s  {mb / o_s:8.1f} MB/s")
-        print(f"ratio to grep: {ratio:.2f}x (target >= 0.25)")
-        print(f"epcap peak RSS: {rss / 2**20:.1f} MiB (target < 200 MB)")
-        return 0 if ratio >= 0.25 and rss < 200e6 else 1
+        ok_ratio, ok_rss = ratio >= 0.25, rss < 200e6
+        print(f"ratio to grep: {ratio:.2f}x (target >= 0.25: {'met' if ok_ratio else 'MISSED'})")
+        print(f"epcap peak RSS: {rss / 1e6:.1f} MB (target < 200 MB: "
+              f"{'met' if ok_rss else 'MISSED'})")
+        return 1 if "--strict" in sys.argv[1:] and not (ok_ratio and ok_rss) else 0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

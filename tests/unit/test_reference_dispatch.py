@@ -10,10 +10,21 @@ import torch.distributed as dist
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.reference.dispatch import (Plan, check_combine, clip_to_budget, combine, dispatch,
-                                         expert_transform, kept_send_slots, moonep_plan,
-                                         moonep_slot_dest, plan_balanced, plan_clipped,
-                                         reference_output)
+from backends.reference.dispatch import (
+    Plan,
+    check_combine,
+    clip_all,
+    clip_to_budget,
+    combine,
+    dispatch,
+    expert_transform,
+    kept_send_slots,
+    moonep_plan,
+    moonep_slot_dest,
+    plan_balanced,
+    plan_clipped,
+    reference_output,
+)
 from backends.reference.routing import route
 
 
@@ -30,6 +41,17 @@ def test_clip_exact_boundary():
     assert int(clip_to_budget(inc, 9).sum()) == 9                # one over: exactly one drop
     assert clip_to_budget(inc, 9)[1, 1] == 0                      # the last slot is the one
     assert int(clip_to_budget(inc, 0).sum()) == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 3), st.integers(0, 60), st.randoms())
+def test_clip_all_is_clip_to_budget_per_destination(ep, per_rank, budget, rnd):
+    counts = torch.tensor([[rnd.randrange(0, 20) for _ in range(ep * per_rank)]
+                           for _ in range(ep)])
+    keep = clip_all(counts, budget)
+    for d in range(ep):
+        cols = slice(d * per_rank, (d + 1) * per_rank)
+        assert torch.equal(keep[:, cols], clip_to_budget(counts[:, cols], budget))
 
 
 def _counts(draw, ep, per_rank, n):

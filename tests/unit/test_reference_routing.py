@@ -7,8 +7,15 @@ import json
 import pytest
 import torch
 
-from backends.reference.routing import (TraceError, demand_per_rank, destination_counts,
-                                        expert_popularity, load_trace, route, write_trace)
+from backends.reference.routing import (
+    TraceError,
+    demand_per_rank,
+    destination_counts,
+    expert_popularity,
+    load_trace,
+    route,
+    write_trace,
+)
 
 ARGS = dict(seed=7, model="M", layer=2, iteration=1, rank=0, tokens=64, experts=16, topk=4,
             sigma=1.0)

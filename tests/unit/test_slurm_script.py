@@ -131,7 +131,7 @@ def run_script(tmp_path: Path, argv: list[str], env: dict[str, str]) -> subproce
     prog = ("import json, os, sys; json.dump({'argv': sys.argv[1:], 'env': dict(os.environ)}, "
             f"open({str(record)!r}, 'w'))")
     sp = LaunchSpec(argv=["python3", "-c", prog, *argv], env=env, ntasks=4)
-    text = S.batch_script([], sp, tmp_path, "true")      # health step: `true` passes
+    text = S.batch_script([], sp, tmp_path, "true", gpus_per_node=1)  # health: `true` passes
     script = tmp_path / "job.sh"
     script.write_text(text)
     path = f"{fake_bin(tmp_path)}:{os.environ['PATH']}"
@@ -169,18 +169,26 @@ def test_script_propagates_rank_exit_code(tmp_path):
 def test_failed_health_step_stops_before_ranks(tmp_path):
     sp = LaunchSpec(argv=["touch", str(tmp_path / "RAN")], ntasks=1)
     script = tmp_path / "job.sh"
-    script.write_text(S.batch_script([], sp, tmp_path, "false"))    # health step fails
+    script.write_text(S.batch_script([], sp, tmp_path, "false", gpus_per_node=2))  # probe fails
     env = {"PATH": f"{fake_bin(tmp_path)}:{os.environ['PATH']}", "SLURM_JOB_ID": "1",
            "SLURM_JOB_NODELIST": "n", "SLURM_JOB_NUM_NODES": "1"}
     proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, timeout=30)
     assert proc.returncode == S.PRE_CELL_FAIL_EXIT and not (tmp_path / "RAN").exists()
 
 
+def test_cpu_only_cells_skip_the_probe(tmp_path):
+    sp = LaunchSpec(argv=["true"], ntasks=1)
+    assert "harness.health" not in S.batch_script([], sp, tmp_path, "py")
+    text = S.batch_script([], sp, tmp_path, "py", gpus_per_node=4)
+    assert "py -m harness.health --pre-cell --require-gpus 4 --max-used-mib 1024" in text
+
+
 def test_write_script_is_atomic_and_carries_meta(tmp_path):
     launcher = S.SlurmLauncher(FakeRunbook(SlurmConfig(partition="p")))
     path = launcher.write_script("cellX", spec(ntasks=3), tmp_path / "cell", 42.0)
     assert path.name == "slurm.sbatch" and not list(path.parent.glob(".*tmp*"))
-    assert S.script_meta(path) == {"cell": "cellX", "ntasks": 3, "timeout_s": 42.0}
+    assert S.script_meta(path) == {"cell": "cellX", "ntasks": 3, "timeout_s": 42.0,
+                                   "job_name": S.job_name("camp", "cellX", tmp_path / "cell")}
     assert "--job-name=epcap.camp.cellX." in path.read_text()
 
 
@@ -213,6 +221,7 @@ def test_parsers():
     assert S.parse_sacct("FAILED|3:0|00:01:05\n") == S.SlurmState("FAILED", "3:0", "00:01:05",
                                                                     "sacct")
     assert S.parse_sacct("") is None
+    assert S.parse_sacct("COMPLETED|0:0|00:00:09\nRUNNING|0:0|00:00:01\n").state == "RUNNING"
     out = "JobId=7 JobName=x JobState=TIMEOUT Reason=TimeLimit ExitCode=0:15 RunTime=00:01:30"
     assert S.parse_scontrol(out) == S.SlurmState("TIMEOUT", "0:15", "00:01:30", "scontrol")
     assert S.parse_scontrol("garbage") is None

@@ -1,0 +1,103 @@
+"""SIGKILL the runner at random moments, resume each time: same selection, no lost or
+duplicated attempt rows, no stale processes."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from harness.events import read_events
+from harness.results import SELECTION_COLUMNS, read_rows
+
+ROOT = Path(__file__).resolve().parents[2]
+REDUCED = ROOT / "tests" / "fixtures" / "runbooks" / "reduced.yaml"
+EPCAP = [sys.executable, "-m", "harness.cli", "run", str(REDUCED)]
+KILLS = 4
+NON_TIMING = [c for c in SELECTION_COLUMNS if c != "timing_capacity"]
+
+
+def live_marked(marker: str) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if f"EPCAP_CELL_DIR={marker}".encode() in (proc / "environ").read_bytes():
+                    pids.append(int(proc.name))
+            except OSError:
+                pass
+    return pids
+
+
+def run(results: Path, *extra: str, kill_after: float | None = None) -> int | None:
+    """Run the reduced campaign; SIGKILL the runner (only) after `kill_after` seconds."""
+    proc = subprocess.Popen([*EPCAP, "--results", str(results), *extra], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        return proc.wait(timeout=kill_after if kill_after is not None else 900)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return None
+
+
+def rows_of(path: Path, columns) -> list[tuple]:
+    return [tuple(r[c] for c in columns) for r in read_rows(path)]
+
+
+@pytest.mark.slow
+def test_sigkill_and_resume_matches_an_uninterrupted_run(tmp_path):
+    base = tmp_path / "base"
+    assert run(base, "--until", "validate") == 0          # selection is final after validate
+    rng = random.Random(1129)
+    killed = tmp_path / "killed"
+    kills = 0
+    while True:
+        delay = rng.uniform(1.0, 7.0) if kills < KILLS else None
+        code = run(killed, kill_after=delay)
+        if code is None:
+            kills += 1
+            continue
+        assert code == 0
+        break
+    camp = killed / "reduced"
+    assert kills == KILLS
+    # same selection as the uninterrupted run, on every non-timing column
+    assert rows_of(camp / "capacity_selection.tsv", NON_TIMING) == \
+        rows_of(base / "reduced" / "capacity_selection.tsv", NON_TIMING)
+    # finished cells never rerun, none missing: the same runs as the uninterrupted campaign
+    def runs(path):
+        return Counter((r["model"], r["backend"], r["purpose"], r["capacity"], r["status"])
+                       for r in read_rows(path) if r["purpose"] in ("measure", "validate"))
+    assert runs(camp / "capacity_attempts.tsv") == runs(base / "reduced" / "capacity_attempts.tsv")
+    events = read_events(camp)
+    finished = [e for e in events if e["ev"] == "cell_finish" and e["purpose"] != "canary"]
+    attempts = read_rows(camp / "capacity_attempts.tsv")
+    keys = [(r["model"], r["backend"], r["purpose"], int(r["attempt"])) for r in attempts]
+    assert len(keys) == len(set(keys)), "duplicate attempt rows"
+    assert Counter(keys) == Counter((e["model"], e["backend"], e["purpose"], int(e["attempt"]))
+                                    for e in finished), "attempt rows != finished runs"
+    # every attempt number ever started is accounted for: finished, or abandoned by a kill
+    started = {e["cell"] for e in events if e["ev"] == "cell_submit"}
+    closed = {e["cell"] for e in events if e["ev"] in ("cell_finish", "cell_abandoned")}
+    assert started == closed
+    per_key = Counter((e["model"], e["backend"], e["purpose"]) for e in events
+                      if e["ev"] == "cell_submit")
+    for (m, b, p), count in per_key.items():
+        numbers = sorted(int(e["attempt"]) for e in events
+                         if e["ev"] == "cell_submit" and (e["model"], e["backend"], e["purpose"])
+                         == (m, b, p))
+        assert numbers == list(range(1, count + 1))
+    # each (model, backend) has exactly one timing row; no process outlives the campaign
+    timing = [(r["model"], r["backend"]) for r in read_rows(camp / "timing.tsv")]
+    assert len(timing) == len(set(timing)) == 6
+    time.sleep(0.3)
+    assert live_marked(str(camp.resolve())) == []

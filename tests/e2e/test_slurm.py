@@ -1,0 +1,306 @@
+"""Against a real Slurm (scripts/ci-slurm.sh): failure classes, find/cancel, campaigns.
+
+Skips with the reason where no Slurm answers (`sinfo` missing or failing); with
+EPCAP_REQUIRE_SLURM=1 (set by .ci/run after starting Slurm) it fails instead.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from backends.base import DEFAULT_FAILURE_PATTERNS, LaunchSpec
+from harness.launch import slurm as S
+from harness.runbook import SlurmConfig
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+EPCAP = [sys.executable, "-m", "harness.cli"]
+REDUCED = ROOT / "tests" / "fixtures" / "runbooks" / "reduced.yaml"
+PY = sys.executable
+
+
+@pytest.fixture(scope="module", autouse=True)
+def slurm_up():
+    """Skip (or fail, under EPCAP_REQUIRE_SLURM=1) when no Slurm answers."""
+    ok, why = S.slurm_available()
+    if ok:
+        return
+    if os.environ.get("EPCAP_REQUIRE_SLURM") == "1":
+        pytest.fail(f"EPCAP_REQUIRE_SLURM=1 but Slurm does not answer: {why}")
+    pytest.skip(f"no Slurm answers here ({why}); start one with "
+                "`sudo bash scripts/ci-slurm.sh start`")
+
+
+class Rb:
+    """The parts of a runbook the Slurm launcher reads."""
+
+    def __init__(self, campaign: str, **slurm):
+        self.campaign, self.slurm, self.path = campaign, SlurmConfig(**slurm), None
+
+
+def wait_all(launcher: S.SlurmLauncher, handles: dict, limit_s: float) -> dict:
+    """Poll every handle until all ended (or fail after limit_s)."""
+    results, deadline = {}, time.monotonic() + limit_s
+    while len(results) < len(handles):
+        assert time.monotonic() < deadline, f"jobs still running: {set(handles) - set(results)}"
+        for key, h in handles.items():
+            if key not in results and (res := launcher.poll(h)) is not None:
+                results[key] = res
+        time.sleep(0.5)
+    return results
+
+
+def classify(result):
+    from harness.taxonomy import classify_logs
+    return classify_logs(result.exit_code, result.state, result.log_paths,
+                         DEFAULT_FAILURE_PATTERNS, rows=0)
+
+
+def log_text(result) -> str:
+    return "".join(p.read_text(errors="replace") for p in result.log_paths if p.exists())
+
+
+# ---- finding and cancelling jobs -------------------------------------------------------------
+
+def test_restarted_driver_finds_its_job_under_an_odd_name(tmp_path):
+    campaign = "it's a \"camp\" $(touch PWNED)"
+    first = S.SlurmLauncher(Rb(campaign))
+    spec = LaunchSpec(argv=[PY, "-c", "import time; time.sleep(30)"], ntasks=1)
+    h = first.submit("cellA", spec, tmp_path / "cellA", 300)
+    try:
+        again = S.SlurmLauncher(Rb(campaign))                     # a new driver
+        found = again.find_existing("cellA", tmp_path / "cellA")
+        assert found is not None and found.job_id == h.job_id
+        assert again.find_existing("cellB", tmp_path / "cellB") is None
+        out = S.run_cmd(["squeue", "-h", "-j", h.job_id, "-o", "%j"]).stdout.strip()
+        assert out == S.job_name(campaign, "cellA", tmp_path / "cellA")
+        assert not list(tmp_path.rglob("PWNED*")) and not Path("PWNED").exists()
+    finally:
+        first.cancel(h)
+
+
+def test_cancel_and_cancel_all(tmp_path):
+    launcher = S.SlurmLauncher(Rb("e2e-cancel"))
+    spec = LaunchSpec(argv=[PY, "-c", SLEEP], ntasks=1)
+    one = launcher.submit("one", spec, tmp_path / "one", 300)
+    two = launcher.submit("two", spec, tmp_path / "two", 300)
+    launcher.cancel(one)
+    assert wait_all(launcher, {"one": one}, 60)["one"].state == "cancelled"
+    assert launcher.cancel_all("e2e-cancel") == [two.job_id]
+    assert wait_all(launcher, {"two": two}, 60)["two"].state == "cancelled"
+    launcher.cancel(one)                                          # already gone: no error
+
+
+# ---- campaigns through `epcap run --launcher slurm` ------------------------------------------
+
+def need_reduced():
+    if not REDUCED.is_file():
+        pytest.skip(f"{REDUCED.relative_to(ROOT)} not in the tree (campaign room)")
+
+
+def run_epcap(launcher: str, results: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([*EPCAP, "run", str(REDUCED), "--launcher", launcher,
+                           "--results", str(results)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def start_epcap(launcher: str, results: Path) -> subprocess.Popen:
+    """The driver in the background; its output goes to results/driver-<n>.out."""
+    results.mkdir(parents=True, exist_ok=True)
+    out = results / f"driver-{len(list(results.glob('driver-*.out')))}.out"
+    with open(out, "w") as handle:
+        proc = subprocess.Popen([*EPCAP, "run", str(REDUCED), "--launcher", launcher,
+                                 "--results", str(results)], cwd=ROOT, stdout=handle,
+                                stderr=subprocess.STDOUT, text=True)
+    proc.out_path = out
+    return proc
+
+
+def finish(proc: subprocess.Popen, timeout: float) -> str:
+    """Wait for a background driver; its output."""
+    proc.wait(timeout=timeout)
+    return proc.out_path.read_text()
+
+
+def selection(results: Path) -> list[dict]:
+    """capacity_selection.tsv rows without timing-dependent columns."""
+    (path,) = results.rglob("capacity_selection.tsv")
+    with open(path, newline="") as handle:
+        rows = list(csv.DictReader(handle, delimiter="\t"))
+    drop = [c for c in (rows[0] if rows else {}) if "wall" in c or c.endswith("_ms")
+            or "utc" in c or c == "cell_dir"]
+    return [{k: v for k, v in r.items() if k not in drop} for r in rows]
+
+
+def jobs_under(results: Path, full: bool = False) -> list[tuple]:
+    """(job id, state[, script]) of queued/running jobs whose batch script is under `results`."""
+    out = S.run_cmd(["squeue", "-h", "-o", "%i|%T|%o"]).stdout
+    rows = [line.split("|", 2) for line in out.splitlines() if line.count("|") >= 2]
+    mine = [r for r in rows if r[2].startswith(str(results.resolve()))]
+    return [tuple(r) if full else (r[0], r[1]) for r in mine]
+
+
+def wait_running_job(proc: subprocess.Popen, results: Path, limit_s: float = 180,
+                     name_has: str = "") -> str:
+    """Id of the first RUNNING job of the campaign (whose script path contains name_has)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.out_path.read_text()
+        running = [i for i, st, cmd in jobs_under(results, full=True)
+                   if st == "RUNNING" and name_has in cmd]
+        if running:
+            return running[0]
+        time.sleep(0.2)
+    raise AssertionError("no job of the campaign started running")
+
+
+def submissions(results: Path) -> dict[str, int]:
+    """Jobs sacct holds per cell directory under `results` (by the cell's job name)."""
+    counts = {}
+    for script in results.rglob(S.SCRIPT_NAME):
+        cell_dir = script.parent
+        name = S.script_meta(script)["job_name"]
+        assert name == S.job_name(campaign_of(), cell_dir.name, cell_dir)
+        out = S.run_cmd(["sacct", "-X", "-n", "-P", "--name", name, "-o", "JobID",
+                         "-S", "now-1days"]).stdout
+        counts[cell_dir.name] = len([x for x in out.split() if x.strip()])
+    return counts
+
+
+def campaign_of() -> str:
+    from harness.runbook import load_runbook
+    return load_runbook(REDUCED).campaign
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_run(slurm_up, tmp_path_factory):
+    """The reference run with --launcher local, started at module start (it overlaps the
+    Slurm tests; both are mostly waiting on process start-up)."""
+    if not REDUCED.is_file():
+        yield None
+        return
+    results = tmp_path_factory.mktemp("local")
+    proc = start_epcap("local", results)
+    yield proc, results
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def local_selection(local_run) -> list[dict]:
+    """Selection of the background local run (waits for it)."""
+    proc, results = local_run
+    out = finish(proc, 400)
+    assert proc.returncode == 0, out
+    return selection(results)
+
+
+def test_reduced_campaign_via_slurm_killed_resumed_same_selection_as_local(tmp_path, local_run):
+    """(a) same selection as --launcher local; (c) SIGKILL mid-campaign, resume: no cell
+    submitted twice and the campaign completes."""
+    need_reduced()
+    proc = start_epcap("slurm", tmp_path)
+    wait_running_job(proc, tmp_path, name_has="__measure__")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert jobs_under(tmp_path), "the killed driver's job should still be in Slurm"
+    again = run_epcap("slurm", tmp_path, timeout=400)
+    assert again.returncode == 0, again.stdout + again.stderr
+    counts = submissions(tmp_path)
+    assert len(counts) >= 17 and all(n == 1 for n in counts.values()), counts
+    expected = local_selection(local_run)
+    assert expected and selection(tmp_path) == expected
+    assert not jobs_under(tmp_path)
+
+
+def test_sigint_driver_cancels_its_jobs(tmp_path):
+    need_reduced()
+    proc = start_epcap("slurm", tmp_path)
+    job = wait_running_job(proc, tmp_path)
+    proc.send_signal(signal.SIGINT)
+    out = finish(proc, 60)
+    assert proc.returncode == 128 + signal.SIGINT, out
+    deadline = time.monotonic() + 30
+    while jobs_under(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert jobs_under(tmp_path) == []
+    state = S.query_state(job)
+    assert state is not None and state.state.startswith("CANCELLED"), state
+
+
+# ---- (b) failures reach the right taxonomy class, with their logs ----------------------------
+
+EXIT3 = ("import os, sys; print('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'], "
+         "'master', os.environ['MASTER_ADDR'], flush=True); sys.exit(3)")
+HOG = ("import time; print('allocating', flush=True); a = bytearray(700 * 2**20); "
+       "a[::4096] = b'x' * len(a[::4096]); time.sleep(60)")
+SLEEP = "import time; print('started', flush=True); time.sleep(600)"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def failure_jobs(slurm_up, tmp_path_factory):
+    """Submit the failing jobs at module start: the time-limit one needs 60-90 s of Slurm
+    time, which then overlaps the other tests (these checks come last in the file)."""
+    base = tmp_path_factory.mktemp("slurm-fail")
+    plain = S.SlurmLauncher(Rb("e2e-fail"))
+    small = S.SlurmLauncher(Rb("e2e-fail", mem_per_task="150M"))
+    short = S.SlurmLauncher(Rb("e2e-fail", time_limit="1"))        # 1 minute
+    handles, owners = {}, {}
+    for key, launcher, code, ntasks, timeout_s in (
+            ("exit3", plain, EXIT3, 2, 300), ("oom", small, HOG, 1, 300),
+            ("slurm_timeout", short, SLEEP, 1, 300), ("no_progress", plain, SLEEP, 1, 4)):
+        spec = LaunchSpec(argv=[PY, "-c", code], ntasks=ntasks)
+        handles[key] = launcher.submit(key, spec, base / key, timeout_s)
+        owners[key] = launcher
+    yield handles, owners
+    for key, h in handles.items():
+        owners[key].cancel(h)
+
+
+@pytest.fixture(scope="module")
+def failures(failure_jobs):
+    """Wait until every failing job ended."""
+    handles, owners = failure_jobs
+    results = {}
+    for key in handles:
+        results.update(wait_all(owners[key], {key: handles[key]}, 180))
+    return results
+
+
+def test_exit_3_is_a_crash_with_rank_logs(failures):
+    res = failures["exit3"]
+    assert (res.state, res.exit_code) == ("failed", 3)
+    assert classify(res).status == "crash"
+    assert [p.name for p in res.log_paths] == ["rank0.log", "rank1.log"]
+    text = log_text(res)
+    host = os.uname().nodename.split(".")[0]
+    assert "rank 0 of 2" in text and "rank 1 of 2" in text and f"master {host}" in text
+
+
+def test_slurm_memory_limit_is_does_not_fit(failures):
+    res = failures["oom"]
+    assert res.state == "oom", res.detail
+    assert classify(res).status == "does_not_fit"
+    assert "allocating" in log_text(res) and "memory limit" in log_text(res)
+
+
+def test_slurm_time_limit_is_timeout(failures):
+    res = failures["slurm_timeout"]
+    assert res.state == "timeout" and "TIMEOUT" in res.detail, res.detail
+    assert classify(res).status == "timeout"
+    assert "started" in log_text(res)
+
+
+def test_no_log_progress_is_timeout_and_cancels(failures):
+    res = failures["no_progress"]
+    assert res.state == "timeout" and "no log growth" in res.detail
+    assert classify(res).status == "timeout"

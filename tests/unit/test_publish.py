@@ -1,0 +1,136 @@
+"""epcap publish: audit-gated, never-used paths, dry run, no secrets; only the hub is faked."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import huggingface_hub
+import pytest
+
+from harness import publish
+from harness.errors import BadInput
+from harness.publish import cli_publish, glob_escape
+from harness.results import ATTEMPTS_TSV
+
+CORPUS_PY = Path(__file__).resolve().parents[1] / "fixtures" / "uploads" / "corpus.py"
+_spec = importlib.util.spec_from_file_location("upload_corpus", CORPUS_PY)
+corpus = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(corpus)
+
+
+class FakeApi:
+    """Stands in for HfApi: records calls; never touches the network."""
+
+    calls: list = []
+    existing: list[str] | Exception = OSError("offline")
+
+    def list_repo_files(self, repo_id, repo_type=None):
+        FakeApi.calls.append(("list", repo_id, repo_type))
+        if isinstance(FakeApi.existing, Exception):
+            raise FakeApi.existing
+        return FakeApi.existing
+
+    def upload_folder(self, **kwargs):
+        FakeApi.calls.append(("upload", kwargs))
+        return type("Info", (), {"commit_url": "https://hf.co/fake/commit"})()
+
+
+@pytest.fixture(autouse=True)
+def fake_hub(monkeypatch):
+    FakeApi.calls, FakeApi.existing = [], OSError("offline")
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    monkeypatch.setattr(publish, "hub_reachable", lambda: "")
+    return FakeApi
+
+
+@pytest.fixture
+def valid(tmp_path) -> Path:
+    return corpus.write_valid(tmp_path / "campaign")
+
+
+def uploads(api) -> list[dict]:
+    return [c[1] for c in api.calls if c[0] == "upload"]
+
+
+def test_refuses_invalid(valid, capsys, fake_hub):
+    corpus.edit(valid, ATTEMPTS_TSV, corpus.set_where("purpose", "natural", backend="echo",
+                                                      purpose="measure"))
+    assert cli_publish(str(valid), "org/runs", dry_run=False) == 1
+    err = capsys.readouterr().err
+    assert "refused" in err and "natural-selection" in err
+    assert uploads(fake_hub) == []
+
+
+def test_refuses_unknown(valid, capsys, fake_hub):
+    corpus.drop_columns(valid, ATTEMPTS_TSV, "purpose")
+    assert cli_publish(str(valid), "org/runs", dry_run=True) == 1
+    assert "UNKNOWN" in capsys.readouterr().err
+
+
+def test_dry_run_lists_target_paths(valid, capsys, fake_hub):
+    assert cli_publish(str(valid), "org/runs", dry_run=True) == 0
+    out = capsys.readouterr().out
+    prefix = out.split("hf://datasets/org/runs/", 1)[1].split()[0]
+    assert prefix.startswith("corpus/") and prefix.endswith("/")
+    stamp, run_id = prefix.split("/")[1].split("-")
+    assert len(stamp) == 16 and stamp.endswith("Z") and len(run_id) == 12
+    assert f"-> {prefix}capacity_attempts.tsv" in out
+    assert f"-> {prefix}cells/QWEN3_30B__echo__measure__cap2p00__a1/provenance.txt" in out
+    assert "existing paths not checked" in out
+    assert uploads(fake_hub) == []
+
+
+def test_upload_goes_to_a_new_prefix_with_exact_files(valid, capsys, fake_hub):
+    (valid / "link.tsv").symlink_to(valid / ATTEMPTS_TSV)
+    fake_hub.existing = ["corpus/20200101T000000Z-aaaaaaaaaaaa/capacity_attempts.tsv"]
+    assert cli_publish(str(valid), "org/runs", dry_run=False) == 0
+    (call,) = uploads(fake_hub)
+    assert call["repo_type"] == "dataset" and call["repo_id"] == "org/runs"
+    assert call["path_in_repo"].startswith("corpus/") and "token" not in call
+    assert "capacity_attempts.tsv" in call["allow_patterns"]
+    assert "link.tsv" not in call["allow_patterns"]
+    assert "uploaded" in capsys.readouterr().out
+
+
+def test_refuses_a_used_path(valid, monkeypatch, capsys, fake_hub):
+    monkeypatch.setattr(publish, "target_prefix", lambda root: "corpus/T-1/")
+    fake_hub.existing = ["corpus/T-1/capacity_attempts.tsv"]
+    assert cli_publish(str(valid), "org/runs", dry_run=False) == 1
+    assert "already used" in capsys.readouterr().err and uploads(fake_hub) == []
+
+
+def test_refuses_files_holding_a_secret_value(valid, monkeypatch, capsys, fake_hub):
+    monkeypatch.setenv("HF_TOKEN", "hf_uniqueSecretValue0123456789")
+    (valid / "cells" / "QWEN3_30B__echo__measure__cap2p00__a1" / "rank0.log").write_text(
+        "argv --token hf_uniqueSecretValue0123456789\n")
+    assert cli_publish(str(valid), "org/runs", dry_run=True) == 1
+    assert "rank0.log contains the value" in capsys.readouterr().err
+
+
+def test_refuses_a_tree_of_several_uploads(valid, tmp_path, capsys):
+    corpus.copy(valid, tmp_path / "campaign" / "nested")
+    assert cli_publish(str(tmp_path / "campaign"), "org/runs", dry_run=True) == 1
+    assert "one campaign directory" in capsys.readouterr().err
+
+
+def test_bad_repo_id(valid):
+    with pytest.raises(BadInput, match="ORG/NAME"):
+        cli_publish(str(valid), "not a repo", dry_run=True)
+
+
+def test_unreachable_hub_is_not_listed(valid, monkeypatch, capsys, fake_hub):
+    from huggingface_hub import constants
+    monkeypatch.undo()
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
+    assert publish.hub_reachable(timeout_s=1) != ""
+    assert cli_publish(str(valid), "org/runs", dry_run=True) == 0
+    assert "127.0.0.1 unreachable" in capsys.readouterr().out
+    assert ("list", "org/runs", "dataset") not in fake_hub.calls
+
+
+def test_glob_escape_matches_only_itself():
+    import fnmatch
+    assert fnmatch.fnmatch("a[1]*.tsv", glob_escape("a[1]*.tsv"))
+    assert not fnmatch.fnmatch("a1x.tsv", glob_escape("a[1]*.tsv"))

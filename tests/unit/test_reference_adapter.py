@@ -1,0 +1,84 @@
+"""Reference adapter: RunRequest -> argv the worker parses back; process model helpers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from backends import load_backend
+from backends.base import RunRequest
+from backends.reference.__main__ import rank_env
+from backends.reference.options import build_parser
+from harness.plan import Cell
+from harness.runbook import BackendConfig, ModelSpec, PhaseConfig, Shape
+
+MODEL = ModelSpec(name="TINY", hf_name="x/y", layers=3, hidden=64, experts=16, topk=4,
+                  expert_ffn=32, shared_ffn=48, first_dense_layers=1, router_dtype="bf16",
+                  routing_sigma=1.5)
+
+
+def _req(purpose="measure", mem=1 << 30, backend="ultraep"):
+    return RunRequest(cell=Cell("c", "TINY", backend, purpose, "1.25"), model=MODEL,
+                      shape=Shape(seq=128, micro_batch=2, global_batch=8, ep=4),
+                      backend=BackendConfig(backend, "reference", backend),
+                      phase=PhaseConfig(warmup=1, iters=3, trials=2), pad_multiple=128,
+                      seed=99, cell_dir=Path("/tmp/cell"), device_memory_bytes=mem)
+
+
+def test_command_round_trips_through_the_worker_parser():
+    req = _req(purpose="time")
+    spec = load_backend(req.backend).command(req)
+    assert spec.argv[:3] == [sys.executable, "-m", "backends.reference"]
+    assert spec.ntasks == 4 and spec.env["OMP_NUM_THREADS"] == "1"
+    a = build_parser().parse_args(spec.argv[3:])
+    assert (a.model, a.layers, a.first_dense_layers, a.hidden, a.experts, a.topk) == \
+        ("TINY", 3, 1, 64, 16, 4)
+    assert (a.expert_ffn, a.shared_ffn, a.router_dtype, a.routing_sigma) == (32, 48, "bf16", 1.5)
+    assert (a.seq, a.micro_batch, a.ep, a.capacity, a.personality) == (128, 2, 4, "1.25", "ultraep")
+    assert (a.warmup, a.iters, a.trials, a.purpose, a.seed) == (1, 3, 2, "time", 99)
+    assert (a.device_memory_bytes, a.pad_multiple, a.ranks) == (1 << 30, 128, None)
+
+
+def test_no_memory_flag_without_device_memory_and_flags_appended():
+    req = _req(mem=None)
+    cfg = BackendConfig("echo", "reference", "echo", flags=("--bogus",),
+                        options={"device": "cpu", "trace": "/t.jsonl"})
+    argv = load_backend(cfg).command(req).argv
+    assert "--device-memory-bytes" not in argv and argv[-1] == "--bogus"
+    assert argv[argv.index("--device") + 1] == "cpu" and "/t.jsonl" in argv
+
+
+def test_single_launch_is_one_task_that_spawns_the_ranks():
+    cfg = BackendConfig("echo", "reference", "echo", options={"launch": "single"})
+    spec = load_backend(cfg).command(_req())
+    assert spec.ntasks == 1 and spec.argv[-2:] == ["--ranks", "4"]
+    with pytest.raises(ValueError, match="launch"):
+        load_backend(BackendConfig("e", "reference", "echo",
+                                   options={"launch": "x"})).command(_req())
+
+
+def test_unknown_personality_is_rejected():
+    with pytest.raises(ValueError, match="personality"):
+        load_backend(BackendConfig("x", "reference", "deepep")).command(_req())
+
+
+def test_rank_env_torchrun_and_slurm():
+    assert rank_env({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}) == (3, 4, 1)
+    assert rank_env({"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1"}) == (5, 8, 1)
+    assert rank_env({"RANK": "2", "WORLD_SIZE": "4", "SLURM_PROCID": "0",
+                     "SLURM_NTASKS": "1"}) == (2, 4, 2)
+    assert rank_env({}) is None
+
+
+def test_bad_flag_exits_2_before_torch_loads():
+    base = ["--layers", "2", "--hidden", "8", "--experts", "4", "--topk", "2",
+            "--expert-ffn", "8", "--seq", "8", "--ep", "2"]
+    proc = subprocess.run([sys.executable, "-m", "backends.reference", *base, "--bogus"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "unrecognized arguments: --bogus" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "backends.reference", *base[:-1], "3"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "divisible" in proc.stderr

@@ -1,0 +1,123 @@
+"""TSV schemas and writes; the events log (torn tails) and campaign statistics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.events import EventLog, campaign_stats, eta_error_at, read_events, repair_tail
+from harness.results import (
+    ATTEMPT_COLUMNS,
+    SELECTION_COLUMNS,
+    TIMING_COLUMNS,
+    append_row,
+    cell_text,
+    read_rows,
+    write_table_atomic,
+)
+
+SPEC_ATTEMPTS = ("campaign model backend purpose attempt capacity capacity_tag uniform_tokens "
+                 "budget_tokens status rows malformed_rows saturated_rows peak_actual_valid_recv "
+                 "required_capacity cell_dir started_utc finished_utc wall_s").split()
+SPEC_SELECTION = ("campaign model backend required_capacity peak_actual_valid_recv "
+                  "uniform_tokens measured_at_capacity selected_capacity selected_budget_tokens "
+                  "over_provision validated validate_attempts timing_capacity").split()
+SPEC_TIMING = ("campaign model backend timing_capacity budget_tokens status trials iters "
+               "dispatch_ms_median dispatch_ms_p90 combine_ms_median combine_ms_p90 step_cv "
+               "noise_floor_pct algbw_gbps peak_mem_bytes cell_dir").split()
+
+
+def test_columns_follow_spec_order_extras_at_end():
+    assert list(ATTEMPT_COLUMNS[:len(SPEC_ATTEMPTS)]) == SPEC_ATTEMPTS
+    assert ATTEMPT_COLUMNS[len(SPEC_ATTEMPTS):] == ("backend_impl", "exit_code", "failure_line")
+    assert list(SELECTION_COLUMNS) == SPEC_SELECTION
+    assert list(TIMING_COLUMNS[:len(SPEC_TIMING)]) == SPEC_TIMING
+    assert TIMING_COLUMNS[len(SPEC_TIMING):] == ("dispatch_ms_p10", "combine_ms_p10", "timer",
+                                                 "backend_impl")
+
+
+def test_cell_text():
+    assert cell_text(None) == "" and cell_text(True) == "true" and cell_text(False) == "false"
+    assert cell_text(1.0) == "1.0" and cell_text(1.1795654296875) == "1.179565"
+    assert cell_text("a\tb\nc") == "a b c" and cell_text(0) == "0"
+
+
+def test_append_row_writes_header_once(tmp_path):
+    path = tmp_path / "a.tsv"
+    append_row(path, ("x", "y"), {"x": 1, "y": None})
+    append_row(path, ("x", "y"), {"x": 2, "y": True})
+    assert path.read_text() == "x\ty\n1\t\n2\ttrue\n"
+    assert read_rows(path) == [{"x": "1", "y": ""}, {"x": "2", "y": "true"}]
+    assert read_rows(tmp_path / "none.tsv") == []
+
+
+def test_write_table_atomic_replaces(tmp_path):
+    path = tmp_path / "t.tsv"
+    write_table_atomic(path, ("a",), [{"a": 1}, {"a": 2}])
+    write_table_atomic(path, ("a",), [{"a": 3}])
+    assert path.read_text() == "a\n3\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["t.tsv"]          # no temp files left
+
+
+def test_torn_event_tail_is_cut(tmp_path):
+    path = tmp_path / "events.jsonl"
+    log = EventLog(path)
+    log.append("a", x=1)
+    with open(path, "a") as fh:
+        fh.write('{"ev": "b", "x"')                                   # killed mid-write
+    assert [e["ev"] for e in read_events(path)] == ["a"]
+    repair_tail(path)
+    log2 = EventLog(path)
+    log2.append("c")
+    assert [e["ev"] for e in read_events(path)] == ["a", "c"]
+    assert all(json.loads(line) for line in path.read_text().splitlines())
+
+
+def finish(t, status="ok", eta=None, wall=1.0):
+    return {"ev": "cell_finish", "t": t, "status": status, "eta_s": eta, "wall_s": wall,
+            "runs_left": 0, "stage": "measure"}
+
+
+def test_campaign_stats(tmp_path):
+    events = [{"ev": "campaign_start", "t": 100.0}, {"ev": "run_start", "t": 100.0},
+              finish(110, eta=30), finish(120, status="does_not_fit", eta=20),
+              finish(130, status="infra", eta=10), finish(140, eta=0),
+              {"ev": "campaign_done", "t": 140.0, "stage": "done"}]
+    (tmp_path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    stats = campaign_stats(tmp_path)
+    assert stats["wall_span_s"] == 40.0 and stats["busy_s"] == 4.0
+    assert stats["runs_done"] == 4 and stats["runs_left"] == 0 and stats["stage"] == "done"
+    assert stats["failures_by_class"] == {"does_not_fit": 1, "infra": 1}
+    assert stats["eta_error"] == 1.0                   # at t=110 it said 30 s; 30 s were left
+    assert eta_error_at(events) == {"25%": 1.0, "50%": 1.0, "75%": 1.0}
+
+
+def test_eta_error_detects_a_wrong_estimate(tmp_path):
+    events = [{"ev": "run_start", "t": 0.0}, finish(10, eta=60), finish(20, eta=10),
+              finish(30, eta=5), finish(40, eta=0), {"ev": "campaign_done", "t": 40.0}]
+    assert eta_error_at(events)["25%"] == 2.0           # said 60 s, 30 s were left
+    assert eta_error_at(events)["50%"] == 0.5
+
+
+def test_tsv_rebuilt_from_events_after_a_torn_append(tmp_path):
+    """Killed after the cell_finish event but before (or during) the TSV append: the resume
+    rebuilds the attempts TSV from the events, one row per finished run."""
+    from harness.campaign import Campaign, Context
+    from harness.launch.local import LocalLauncher
+    from harness.progress import ProgressView
+    from harness.runbook import load_runbook
+    rb = load_runbook(Path(__file__).resolve().parents[2] / "tests/fixtures/runbooks/reduced.yaml")
+    rows = [{"campaign": "reduced", "model": "M", "backend": "echo", "purpose": "measure",
+             "attempt": a, "status": "ok"} for a in (1, 2)]
+    log = EventLog(tmp_path / "events.jsonl")
+    for row in rows:
+        log.append("cell_finish", cell=f"c{row['attempt']}", campaign="reduced", model="M",
+                   backend="echo", purpose="measure", capacity="2.00",
+                   attempt=row["attempt"], status="ok", row=row)
+    append_row(tmp_path / "capacity_attempts.tsv", ATTEMPT_COLUMNS, rows[0])
+    append_row(tmp_path / "capacity_attempts.tsv", ATTEMPT_COLUMNS, rows[0])  # duplicated
+    camp = Campaign(rb, tmp_path, LocalLauncher(), Context(rb, (), None),
+                    ProgressView(enabled=False), ["epcap"])
+    camp.write_tables(derived=False)
+    got = read_rows(tmp_path / "capacity_attempts.tsv")
+    assert [r["attempt"] for r in got] == ["1", "2"]

@@ -1,0 +1,135 @@
+"""Runbook loading: schema, canonical capacities, and errors naming file:line: field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from harness.cli import main
+from harness.errors import BadInput
+from harness.runbook import load_runbook
+
+ROOT = Path(__file__).resolve().parents[2]
+FIX = ROOT / "tests" / "fixtures" / "runbooks"
+ZOO = ROOT / "runbooks" / "models.yaml"
+
+
+def write(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "rb.yaml"
+    path.write_text(f"models_file: {ZOO}\n" + body)
+    return path
+
+
+BASE = """campaign: t
+models: [QWEN3_30B]
+shape: {seq: 128, micro_batch: 1, global_batch: 2, ep: 2}
+backends:
+  - {name: echo, kind: reference, module: echo}
+"""
+
+
+def test_shipped_runbooks_load():
+    local = load_runbook(ROOT / "runbooks" / "local-cpu.yaml")
+    assert local.campaign == "local-cpu" and local.shape.ep == 4
+    assert [m.name for m in local.models] == ["QWEN2_57B", "QWEN3_30B", "QWEN3_235B",
+                                              "DEEPSEEK_V2_LITE"]
+    assert [m.experts for m in local.models] == [64, 128, 128, 64]      # real expert counts
+    assert [m.topk for m in local.models] == [8, 8, 8, 6]
+    assert local.device_memory_bytes == 12 * 2**20
+    assert [(b.name, b.select, b.time) for b in local.backends] == [
+        ("echo", True, True), ("ultraep", True, True), ("moonep", False, True)]
+    reduced = load_runbook(FIX / "reduced.yaml")
+    assert len(reduced.models) == 2 and len(reduced.backends) == 3
+    tier = load_runbook(ROOT / "runbooks" / "tierb-b200-gbs8.yaml")
+    assert tier.launcher == "slurm" and tier.capacity.measure == "2.00"
+
+
+def test_defaults_and_overrides(tmp_path):
+    rb = load_runbook(write(tmp_path, BASE.replace("[QWEN3_30B]",
+                                                   "[{name: QWEN3_30B, layers: 2, hidden: 64}]")))
+    model = rb.model("QWEN3_30B")
+    assert (model.layers, model.hidden, model.experts, model.topk) == (2, 64, 128, 8)
+    assert rb.capacity.measure == "2.00" and rb.capacity.decimals is None
+    assert rb.device_memory_bytes is None and rb.max_parallel_cells == 1
+    assert rb.backend("echo").select and rb.backend("echo").time
+
+
+@pytest.mark.parametrize("written, canonical", [
+    ("2", "2.00"), ("2.0", "2.00"), ('"2.0"', "2.00"), ("1.5", "1.50"), ('"1.125"', "1.125"),
+    ("1.250", "1.25"), ("4", "4.00"), ("4.000", "4.00")])
+def test_capacity_canonical(tmp_path, written, canonical):
+    rb = load_runbook(write(tmp_path, BASE + f"capacity: {{measure: {written}}}\n"))
+    assert rb.capacity.measure == canonical
+
+
+def test_grid_decimals(tmp_path):
+    rb = load_runbook(write(tmp_path, BASE + "capacity: {grid: decimals-2}\n"))
+    assert rb.capacity.decimals == 2
+
+
+def test_device_memory_gib(tmp_path):
+    rb = load_runbook(write(tmp_path, BASE + "device_memory_gb: 0.5\n"))
+    assert rb.device_memory_bytes == 2**29
+
+
+@pytest.mark.parametrize("name, line, field, words", [
+    ("unknown_model.yaml", 9, "models[0]", "unknown model 'QWEN9_1T'; known: DEEPSEEK_V2_LITE"),
+    ("unexecutable_capacity.yaml", 16, "capacity.measure", "budget int(1.02 x 1024) = 1044"),
+    ("wrong_type.yaml", 11, "shape.seq", "must be an integer"),
+    ("bad_kind.yaml", 14, "backends[1].kind", "must be reference or cluster"),
+    ("bool_type.yaml", 15, "backends[2].select", "must be true or false"),
+    ("unknown_key.yaml", 23, "sead", "unknown key"),
+    ("syntax_error.yaml", 19, None, "YAML syntax error"),
+])
+def test_bad_runbooks_name_file_line_field(name, line, field, words):
+    path = FIX / "bad" / name
+    with pytest.raises(BadInput) as info:
+        load_runbook(path)
+    err = info.value
+    assert err.path == str(path) and err.line == line and err.field == field
+    assert str(err).startswith(f"{path}:{line}: ") and words in str(err)
+    assert err.exit_code == 2
+
+
+@pytest.mark.parametrize("body, line, field", [
+    (BASE.replace("[QWEN3_30B]", "[{name: QWEN3_30B, layerz: 2}]"), 3, "models[0].layerz"),
+    (BASE + "capacity: {grid: fine}\n", 7, "capacity.grid"),
+    (BASE + "capacity: {measure: abc}\n", 7, "capacity.measure"),
+    (BASE + "capacity: {measure: -1}\n", 7, "capacity.measure"),
+    (BASE + "launcher: k8s\n", 7, "launcher"),
+    (BASE + "timing: {iters: 0}\n", 7, "timing.iters"),
+    (BASE.replace("ep: 2}", "ep: 2, tp: 1}"), 4, "shape.tp"),
+    (BASE.replace("campaign: t", "campaign: ../x"), 2, "campaign"),
+    (BASE + "  - {name: ECHO, kind: reference}\n", 7, "backends[1].name"),
+])
+def test_more_errors(tmp_path, body, line, field):
+    with pytest.raises(BadInput) as info:
+        load_runbook(write(tmp_path, body))
+    assert (info.value.line, info.value.field) == (line, field)
+
+
+def test_missing_file_and_zoo(tmp_path):
+    with pytest.raises(BadInput, match="file not found"):
+        load_runbook(tmp_path / "nope.yaml")
+    path = tmp_path / "rb.yaml"
+    path.write_text("models_file: nowhere.yaml\n" + BASE)
+    with pytest.raises(BadInput, match="nowhere.yaml: models_file: file not found"):
+        load_runbook(path)
+
+
+def test_bad_runbook_leaves_earlier_results_untouched(tmp_path):
+    """exit 2 from the CLI, and an existing campaign directory keeps every byte."""
+    results = tmp_path / "results"
+    camp = results / "reduced"
+    camp.mkdir(parents=True)
+    (camp / "events.jsonl").write_text('{"ev": "campaign_start", "t": 1}\n')
+    (camp / "capacity_attempts.tsv").write_text("campaign\tmodel\nreduced\tX\n")
+    before = {p.name: p.read_bytes() for p in camp.iterdir()}
+    for bad in sorted((FIX / "bad").glob("*.yaml")):
+        result = CliRunner().invoke(main, ["run", str(bad), "--results", str(results)])
+        assert result.exit_code == 2, (bad.name, result.output)
+        assert f"{bad}:" in result.output
+    assert {p.name: p.read_bytes() for p in camp.iterdir()} == before
+    assert sorted(p.name for p in results.iterdir()) == ["reduced"]
