@@ -9,6 +9,8 @@ and the ETA's error (estimated / actual remaining wall time) at 25%, 50% and 75%
 
 from __future__ import annotations
 
+import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -24,10 +26,13 @@ from harness.events import campaign_stats, read_events  # noqa: E402
 def main(argv: list[str]) -> int:
     runbook = argv[1] if len(argv) > 1 else str(ROOT / "runbooks" / "local-cpu.yaml")
     with tempfile.TemporaryDirectory(prefix="epcap-bench-") as tmp:
+        load = os.getloadavg()[0]
         t0 = time.monotonic()
         proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", runbook,
                                "--results", tmp], cwd=ROOT, capture_output=True, text=True)
         total = time.monotonic() - t0
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = usage.ru_utime + usage.ru_stime
         if proc.returncode != 0:
             print(proc.stdout + proc.stderr)
             print(f"campaign failed with exit {proc.returncode}")
@@ -44,6 +49,13 @@ def main(argv: list[str]) -> int:
     print(f"wall time (campaign events span): {wall:.1f} s; whole command incl. interpreter "
           f"start and report: {total:.1f} s")
     print(f"summed backend run time: {busy:.1f} s ({busy / max(1, len(runs)):.2f} s per run)")
+    by_purpose: dict[str, list[float]] = {}
+    for e in runs:
+        by_purpose.setdefault(e["purpose"], []).append(float(e.get("wall_s") or 0.0))
+    print("mean run time by purpose: " + ", ".join(
+        f"{p} {sum(v) / len(v):.2f} s (n={len(v)})" for p, v in by_purpose.items()))
+    print(f"CPU time of all processes: {cpu:.1f} s (= {cpu / 2:.1f} s on 2 fully used cores); "
+          f"load average at start {load:.2f} (other work on the machine slows every figure)")
     print(f"harness overhead: {wall - busy:.1f} s = {100 * overhead:.1f}% of wall "
           f"(target <= 10%): {'PASS' if overhead <= 0.10 else 'FAIL'}")
     for key, ratio in stats["eta_error_at"].items():
