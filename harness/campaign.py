@@ -1052,13 +1052,14 @@ def drive(camp: Campaign, rb: Runbook, root: Path, view: ProgressView, new: bool
     camp.run_canaries()
     camp.run_pipelines([model_pipeline(camp.ctx, m.name) for m in rb.models])
     camp.write_tables()
-    if camp.ctx.stage_mode("report") == "run":
-        build_report(root, view, camp.log)
-    view.stop()
     finished = camp.ctx.until is None and not camp.ctx.stages
+    # The end of the runs is logged before the report so the report can show the ETA error.
     camp.log.append("campaign_done" if finished else "stage_done", runs_done=camp.done_runs,
                     stage="done" if finished else (camp.ctx.until or camp.ctx.stages[-1]),
                     runs_left=0)
+    if camp.ctx.stage_mode("report") == "run":
+        build_report(root, view, camp.log)
+    view.stop()
     print_summary(root, view, time.monotonic() - t_start)
     return 0
 

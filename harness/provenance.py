@@ -20,12 +20,12 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
 
 from harness import __version__
+from harness.results import write_text_atomic
 
 SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 REDACTED = "REDACTED"        # shell-safe: shlex.join leaves it unquoted
@@ -331,17 +331,7 @@ def write_provenance(path: Path | str, fields: dict[str, str]) -> None:
     """Write provenance.txt atomically (temp file, fsync, rename); secrets redacted again."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = render(redact_fields(fields)).encode("utf-8")
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, render(redact_fields(fields)))
 
 
 def read_provenance(path: Path | str) -> dict[str, str]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import BadInput
+from harness.results import write_text_atomic
 
 ATTEMPTS = "capacity_attempts.tsv"
 SELECTION = "capacity_selection.tsv"
@@ -675,16 +676,6 @@ def _cap_points(t: Table):
 # --------------------------------------------------------------------------- entry points
 
 
-def _write_text(path: Path, text: str) -> None:
-    """Atomic text write: temp file in the same directory, fsync, os.replace."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def load_context(results_dir: Path, out: Path) -> Context:
     """Read the TSVs; refuse a directory that holds no campaign results at all."""
     if not results_dir.is_dir():
@@ -728,7 +719,7 @@ def _render(results_dir: Path, out: Path) -> Context:
     body += section_audit(ctx) + section_provenance(ctx) + section_campaign(ctx)
     if ctx.unavailable:
         body += ["## Parts not available", ""] + [f"- {u}" for u in ctx.unavailable] + [""]
-    _write_text(out / "report.md", "\n".join(body).rstrip() + "\n")
+    write_text_atomic(out / "report.md", "\n".join(body).rstrip() + "\n")
     return ctx
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -78,14 +79,18 @@ def read_rows(path: Path) -> list[dict]:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write `text` to a temp file in the same folder, fsync, then os.replace."""
+    """Write `text` to a unique temp file in the same folder, fsync, then os.replace."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def write_table_atomic(path: Path, columns: Iterable[str], rows: Iterable[dict]) -> None:
