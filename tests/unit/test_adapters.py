@@ -161,7 +161,7 @@ def test_shape_phase_and_dispatcher_args(runbook):
     assert (arg(a, "--seq-length"), arg(a, "--micro-batch-size"),
             arg(a, "--global-batch-size"), arg(a, "--expert-model-parallel-size")) == \
         ("8192", "1", "8", "8")
-    assert arg(a, "--train-iters") == arg(a, "--exit-interval") == "12"      # 2 + 10
+    assert arg(a, "--train-iters") == arg(a, "--exit-interval") == "65"      # 0 + 65
     assert arg(a, "--moe-flex-dispatcher-backend") == "ultraep"
     assert arg(a, "--moe-expert-rank-capacity-factor") == "2.00"
     assert measure.env["MOE_DROP_DEBUG"] == "1" and "EPCAP_TIMING" not in measure.env
