@@ -121,12 +121,18 @@ def clip_all(counts: torch.Tensor, budget: int) -> torch.Tensor:
 def plan_clipped(ids: torch.Tensor, experts: int, ep: int, me: int, budget: int,
                  group=None) -> Plan:
     """echo/ultraep: home placement; each receiver keeps its first `budget` slots."""
-    per_rank = experts // ep
     order, sorted_ids, cnt = _sorted_slots(ids, experts)
-    counts = exchange_counts(cnt, ep, group)
+    return _clipped_plan(order, sorted_ids, exchange_counts(cnt, ep, group), me, budget)
+
+
+def _clipped_plan(order: torch.Tensor, sorted_ids: torch.Tensor, counts: torch.Tensor,
+                  me: int, budget: int) -> Plan:
+    """plan_clipped's plan from the exchanged counts[src, expert]."""
+    ep, experts = counts.shape
+    per_rank = experts // ep
     keep = clip_all(counts, budget)
-    arange_e = torch.arange(experts, device=ids.device)
-    send_keep = torch.zeros(ep, experts, dtype=cnt.dtype, device=ids.device)
+    arange_e = torch.arange(experts, device=counts.device)
+    send_keep = torch.zeros(ep, experts, dtype=counts.dtype, device=counts.device)
     send_keep[arange_e // per_rank, arange_e] = keep[me]
     mine = slice(me * per_rank, (me + 1) * per_rank)
     recv_keep = torch.zeros_like(keep)
@@ -152,6 +158,8 @@ def kept_send_slots(plan: Plan, experts: int) -> tuple[torch.Tensor, torch.Tenso
     """Flat slot indices kept and sent, in (dst, expert, token) order, and the kept mask."""
     key = plan.slot_dest * experts + plan.sorted_ids
     if key.numel() < 2 or bool((key[1:] >= key[:-1]).all()):
+        if int(plan.send_keep.sum()) == key.numel():               # sorted and nothing dropped
+            return plan.order, torch.ones(key.numel(), dtype=torch.bool, device=key.device)
         by_key = torch.arange(key.numel(), device=key.device)      # home placement: sorted
     else:
         by_key = torch.sort(key, stable=True).indices
@@ -197,6 +205,39 @@ class Buffers:
 def dispatch(x: torch.Tensor, topk: int, plan: Plan, experts: int, group=None,
              bufs: Buffers | None = None) -> Dispatched:
     """Move the kept slots' hidden states to their destination ranks (all_to_all_single)."""
+    return _move(x, topk, plan, experts, group, bufs, packed=False)
+
+
+def dispatch_clipped(x: torch.Tensor, ids: torch.Tensor, topk: int, experts: int, ep: int,
+                     me: int, budget: int, group=None,
+                     bufs: Buffers | None = None) -> tuple[Plan, Dispatched]:
+    """plan_clipped + dispatch, with the count exchange in flight while the rows are packed.
+
+    Home placement sends in (expert, token) order whatever the counts, so every slot's row is
+    gathered in that order while the counts travel; when the budget drops any of this rank's
+    slots the kept rows are gathered again. Same plan, rows and order as
+    dispatch(x, topk, plan_clipped(...)) (tests/unit/test_reference_dispatch.py checks it).
+    """
+    flat = ids.reshape(-1)
+    cnt = torch.bincount(flat, minlength=experts)
+    counts = torch.empty(ep * experts, dtype=cnt.dtype, device=cnt.device)
+    work = dist.all_to_all_single(counts, cnt.repeat(ep), group=group, async_op=True)
+    order = torch.sort(flat, stable=True).indices
+    send = bufs.send if bufs is not None else x.new_empty(flat.numel(), x.shape[1])
+    torch.index_select(x, 0, torch.div(order, topk, rounding_mode="floor"),
+                       out=send[:flat.numel()])
+    work.wait()
+    plan = _clipped_plan(order, flat[order], counts.reshape(ep, experts), me, budget)
+    if bufs is None:
+        n_recv = int(plan.recv_keep.sum())
+        bufs = Buffers(send, x.new_empty(n_recv, x.shape[1]), x.new_empty(send.shape))
+    return plan, _move(x, topk, plan, experts, group, bufs, packed=True)
+
+
+def _move(x: torch.Tensor, topk: int, plan: Plan, experts: int, group, bufs: Buffers | None,
+          packed: bool) -> Dispatched:
+    """Gather the kept rows (unless `packed`: bufs.send holds every slot of a home plan in
+    plan.order and none is dropped) and exchange them with one all_to_all_single."""
     slots, mask = kept_send_slots(plan, experts)
     send_split = plan.send_keep.sum(1).tolist()
     recv_split = plan.recv_keep.sum(1).tolist()
@@ -206,7 +247,9 @@ def dispatch(x: torch.Tensor, topk: int, plan: Plan, experts: int, group=None,
                        x.new_empty(n_send, x.shape[1]))
     if n_recv > bufs.recv.shape[0]:
         raise AssertionError(f"{n_recv} slots do not fit the {bufs.recv.shape[0]}-slot buffer")
-    send = torch.index_select(x, 0, slots // topk, out=bufs.send[:n_send])
+    send = bufs.send[:n_send]
+    if not (packed and n_send == plan.order.numel()):
+        torch.index_select(x, 0, torch.div(slots, topk, rounding_mode="floor"), out=send)
     recv = bufs.recv[:n_recv]
     dist.all_to_all_single(recv, send, recv_split, send_split, group=group)
     ep = plan.recv_keep.shape[0]

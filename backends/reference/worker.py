@@ -16,9 +16,9 @@ from .dispatch import (
     check_combine,
     combine,
     dispatch,
+    dispatch_clipped,
     expert_transform,
     plan_balanced,
-    plan_clipped,
     reference_output,
 )
 from .memory import estimate_memory_bytes
@@ -122,12 +122,15 @@ class RankRun:
         a = self.a
         ids, w = self.routing(it, layer)
         check_router_dtype(self.p, str(w.dtype))
-        planner = plan_balanced if self.p.balanced else plan_clipped
         if timed:
             dist.barrier()
         t0 = self.sw.start()
-        plan = planner(ids, a.experts, a.ep, self.rank, self.budget)
-        d = dispatch(x, a.topk, plan, a.experts, bufs=self.bufs)
+        if self.p.balanced:
+            plan = plan_balanced(ids, a.experts, a.ep, self.rank, self.budget)
+            d = dispatch(x, a.topk, plan, a.experts, bufs=self.bufs)
+        else:
+            plan, d = dispatch_clipped(x, ids, a.topk, a.experts, a.ep, self.rank, self.budget,
+                                       bufs=self.bufs)
         h_disp = self.sw.stop(t0)
         y = expert_transform(d, a.experts)
         if timed:

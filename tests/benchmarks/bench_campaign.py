@@ -58,13 +58,15 @@ def main(argv: list[str]) -> int:
           f"load average at start {load:.2f} (other work on the machine slows every figure)")
     print(f"harness overhead: {wall - busy:.1f} s = {100 * overhead:.1f}% of wall "
           f"(target <= 10%): {'PASS' if overhead <= 0.10 else 'FAIL'}")
+    failed = overhead > 0.10 or total > 120
     for key, ratio in stats["eta_error_at"].items():
         verdict = "n/a" if ratio is None else ("PASS" if 0.8 <= ratio <= 1.2 else "FAIL")
+        failed = failed or verdict == "FAIL"
         shown = "n/a" if ratio is None else f"{ratio:.3f} ({100 * (ratio - 1):+.1f}%)"
         print(f"ETA estimated/actual at {key} of runs: {shown} (target +-20%): {verdict}")
     print(f"target total <= 120 s on 2 cores: {'PASS' if total <= 120 else 'FAIL'} "
           f"({total:.1f} s)")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -11,12 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backends.reference.dispatch import (
+    Buffers,
     Plan,
+    _move,
     check_combine,
     clip_all,
     clip_to_budget,
     combine,
     dispatch,
+    dispatch_clipped,
     expert_transform,
     kept_send_slots,
     moonep_plan,
@@ -170,3 +173,38 @@ def test_balanced_single_rank_gets_n(one_rank_group):
     r, x, plan, d, y, out = _run(budget=128, balanced=True)
     assert d.recv.shape[0] == 64
     check_combine(out, reference_output(x, r.ids, r.weights, d.kept_mask, 8), "test")
+
+
+def _same_dispatch(a, b) -> None:
+    """Two Dispatched results are equal bit for bit (rows, order, splits, masks)."""
+    assert torch.equal(a.recv.view(torch.int16), b.recv.view(torch.int16))
+    assert torch.equal(a.recv_expert, b.recv_expert)
+    assert torch.equal(a.send_slots, b.send_slots) and torch.equal(a.kept_mask, b.kept_mask)
+    assert a.send_split == b.send_split and a.recv_split == b.recv_split
+
+
+@pytest.mark.parametrize("budget", [64, 40, 1, 0])
+def test_dispatch_clipped_equals_plan_then_dispatch(one_rank_group, budget):
+    """The overlapped path (counts in flight while packing) == plan_clipped + dispatch."""
+    r = route(3, "M", 0, 0, 0, 32, 8, 2, 1.5)
+    x = torch.randn(32, 16, generator=torch.Generator().manual_seed(0)).bfloat16()
+    want = dispatch(x, 2, plan_clipped(r.ids, 8, 1, 0, budget), 8)
+    for bufs in (None, Buffers.allocate(x, 2, 64)):
+        plan, got = dispatch_clipped(x, r.ids, 2, 8, 1, 0, budget, bufs=bufs)
+        assert plan.demand == 64
+        _same_dispatch(got, want)
+
+
+def test_packed_rows_are_regathered_when_slots_drop(one_rank_group):
+    """A drop inside a (destination, expert) run makes the packed rows wrong: regather them."""
+    ids = torch.tensor([[0, 2], [0, 3], [2, 1]])
+    order = torch.sort(ids.flatten(), stable=True).indices
+    sorted_ids = ids.flatten()[order]
+    keep = torch.tensor([[1, 1, 1, 1]])                # 2nd slot of expert 0 dropped
+    plan = Plan(order, sorted_ids, sorted_ids * 0, keep, keep, 6)
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(1)).bfloat16()
+    bufs = Buffers.allocate(x, 2, 6)
+    bufs.send.copy_(x[order // 2])                     # what dispatch_clipped packs first
+    d = _move(x, 2, plan, 4, None, bufs, packed=True)
+    assert torch.equal(d.recv, x[d.send_slots // 2])
+    assert not torch.equal(x[order // 2][:4], d.recv)  # skipping the regather would be wrong
