@@ -23,6 +23,8 @@ from pathlib import Path
 from harness import capacity as cap
 from harness.errors import BadInput, CampaignStopped, Findings
 from harness.events import EVENTS, EventLog, campaign_stats, read_events
+from harness.gpuhours import describe_estimate
+from harness.health import probe
 from harness.plan import (
     STAGE_OF_PURPOSE,
     STAGES,
@@ -33,6 +35,7 @@ from harness.plan import (
     plan_cells,
 )
 from harness.progress import EtaEstimator, ProgressView, fmt_s, model_size
+from harness.provenance import capture_provenance, redact_argv, secret_values, write_provenance
 from harness.results import (
     ATTEMPT_COLUMNS,
     ATTEMPTS_TSV,
@@ -422,16 +425,10 @@ class Campaign:
 
     def write_cell_provenance(self, cdir: Path, cell: Cell, spec) -> None:
         fields = dict(self.provenance)
-        fields.update({"cell": cell.name, "cell.argv": shlex.join(str(a) for a in spec.argv),
-                       "cell.env_keys": " ".join(sorted(spec.env)),
+        fields.update({"cell": cell.name, "cell.env_keys": " ".join(sorted(spec.env)),
                        "cell.started_utc": utc_now()})
-        try:
-            from harness.provenance import write_provenance
-            fields["cell.argv"] = shlex.join(redacted(spec.argv))
-            write_provenance(cdir / "provenance.txt", fields)
-        except ImportError:
-            write_text_atomic(cdir / "provenance.txt",
-                              "".join(f"{k}: {v}\n" for k, v in fields.items()))
+        fields["cell.argv"] = shlex.join(redacted(spec.argv))
+        write_provenance(cdir / "provenance.txt", fields)
 
     def finish(self, act: Active, result) -> Outcome:
         """Classify, summarize, record (cell.json, event, TSV row) and feed the ETA."""
@@ -772,12 +769,7 @@ def write_cell_json(cdir: Path, cell: Cell, spec, status: str, **extra) -> None:
 
 def redacted(argv) -> list[str]:
     """argv with the values of secret-named environment variables masked."""
-    argv = [str(a) for a in argv]
-    try:
-        from harness.provenance import redact_argv, secret_values
-    except ImportError:
-        return argv
-    return redact_argv(argv, secret_values())
+    return redact_argv([str(a) for a in argv], secret_values())
 
 
 def canary_runbook(rb: Runbook) -> Runbook:
@@ -861,12 +853,6 @@ def check_planned_capacities(rb: Runbook) -> None:
 
 
 def health_gate(view: ProgressView, log: EventLog) -> None:
-    try:
-        from harness.health import probe
-    except ImportError:
-        view.line("preflight: health probe not available (harness.health missing); skipped")
-        log.append("note", text="health probe skipped: harness.health missing")
-        return
     report = probe()
     log.append("health", ok=report.ok, status=report.status, failures=list(report.failures))
     if not report.ok:
@@ -876,12 +862,6 @@ def health_gate(view: ProgressView, log: EventLog) -> None:
 
 def capture_campaign_provenance(rb: Runbook, command_line: list[str], view: ProgressView,
                                 log: EventLog) -> dict[str, str]:
-    try:
-        from harness.provenance import capture_provenance
-    except ImportError:
-        view.line("preflight: provenance capture not available; skipped")
-        log.append("note", text="provenance skipped: harness.provenance missing")
-        return {"command_line": shlex.join(command_line), "utc_start": utc_now()}
     return capture_provenance(command_line, dict(rb.repositories), rb.path)
 
 
@@ -936,14 +916,7 @@ def print_dry_run(rb: Runbook, root: Path, launcher_name: str) -> int:
 
 
 def gpu_hours_line(rb: Runbook, n_cells: int) -> str:
-    try:
-        from harness.gpuhours import describe_estimate
-        return describe_estimate(rb, n_cells)
-    except ImportError:
-        hours = rb.gpu_hours_per_cell or 0.0
-        total = n_cells * rb.slurm.nodes * rb.slurm.gpus_per_node * hours
-        return (f"estimated GPU-hours: {total:.2f} = {n_cells} cells x {rb.slurm.nodes} nodes x "
-                f"{rb.slurm.gpus_per_node} GPUs x {hours:g} h")
+    return describe_estimate(rb, n_cells)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1042,7 +1015,7 @@ def drive(camp: Campaign, rb: Runbook, root: Path, view: ProgressView, new: bool
         health_gate(view, camp.log)
     camp.provenance = capture_campaign_provenance(rb, camp.command_line, view, camp.log)
     if new or not (root / "provenance.txt").exists():
-        write_prov(root / "provenance.txt", camp.provenance)
+        write_provenance(root / "provenance.txt", camp.provenance)
     left = camp.runs_left()
     eta = camp.eta(left)
     word = "resuming" if not new else "starting"
@@ -1064,21 +1037,8 @@ def drive(camp: Campaign, rb: Runbook, root: Path, view: ProgressView, new: bool
     return 0
 
 
-def write_prov(path: Path, fields: dict[str, str]) -> None:
-    try:
-        from harness.provenance import write_provenance
-        write_provenance(path, fields)
-    except ImportError:
-        write_text_atomic(path, "".join(f"{k}: {v}\n" for k, v in fields.items()))
-
-
 def build_report(root: Path, view: ProgressView, log: EventLog) -> None:
-    try:
-        from harness.report import build_report as build
-    except ImportError as exc:
-        view.line(f"report: not available ({exc}); skipped")
-        log.append("note", text=f"report skipped: {exc}")
-        return
+    from harness.report import build_report as build  # lazy: matplotlib is slow to import
     out = build(root)
     log.append("report", path=str(out))
     view.line(f"report: {out}")
