@@ -10,7 +10,7 @@ PYTEST := $(PY) -m pytest
 venv: $(STAMP)
 
 # torch is pinned and installed before the package: a bare `torch` pulls a multi-GB CUDA build.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py harness/_scan.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[dev]'

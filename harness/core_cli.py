@@ -8,9 +8,6 @@ import os
 from decimal import Decimal
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
-
 from harness import capacity as cap
 from harness.errors import BadInput
 from harness.telemetry import LogSummary, summarize
@@ -98,6 +95,9 @@ def _check(capacity: str, uniform: int, pad_multiple: int, decimals: int | None,
 
 def _print_selection(doc: dict) -> None:
     """A small human table for `epcap capacity`."""
+    from rich.console import Console  # lazy: keeps `epcap parse --json` start-up short
+    from rich.table import Table
+
     table = Table(title="epcap capacity", show_header=True)
     table.add_column("quantity")
     table.add_column("value", justify="right")
@@ -162,6 +162,9 @@ def _print_parse(doc: dict) -> None:
     columns = [(e["path"], e) for e in doc["logs"]]
     if "combined" in doc:
         columns.append(("combined", doc["combined"]))
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table(title="epcap parse", show_header=True)
     table.add_column("field")
     for name, _ in columns:

@@ -5,19 +5,44 @@ the canonical field order is parsed by one regex pass and numpy (a block without
 a few C-level searches); any other block (odd key order, malformed rows) goes through the
 line-by-line parser, which is the reference for what a row means. Memory is bounded by a
 few blocks plus 8 bytes (24 for huge values) per distinct (iter, layer, rank).
+
+When the optional compiled scanner `harness._scan` is built (setup.py), it replaces both
+paths: it reads the same blocks, folds well-formed rows in C and hands every row it cannot
+judge alone (malformed, non-ASCII) back to the reference functions here, so results are the
+same (property-tested). EPCAP_PURE_PYTHON_PARSE=1 forces the pure path. numpy is imported
+on first use: the compiled `summarize` never needs it.
 """
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
-import numpy as np
-
 from harness.errors import BadInput
+
+try:
+    from harness import _scan as _compiled
+except ImportError:            # no C compiler at install time: the pure path below
+    _compiled = None
+if os.environ.get("EPCAP_PURE_PYTHON_PARSE"):
+    _compiled = None
+
+
+class _LazyNumpy:
+    """numpy, imported on first attribute use (saves its import time in `epcap parse`)."""
+
+    def __getattr__(self, name: str):
+        import numpy
+
+        globals()["np"] = numpy
+        return getattr(numpy, name)
+
+
+np = _LazyNumpy()
 
 DISPATCH_TAG = "[MOE_DROP_DEBUG][dispatch]"
 SETUP_TAG = "[MOE_DROP_DEBUG][setup_metadata]"
@@ -29,7 +54,7 @@ MAX_DETAILS = 100            # "path:line: reason" strings kept in a summary
 COMPACT_KEYS = 4_000_000     # pending (iter, layer, rank) keys before deduplicating
 _INT = re.compile(r"[0-9]{1,18}")
 _NOT_DIGIT = bytes(b for b in range(256) if b not in b"0123456789 ")
-_KEY = np.dtype((np.void, 24))
+_KEY = "V24"                  # numpy dtype of one (iter, layer, rank) triple
 
 PathLike = str | Path
 
@@ -226,15 +251,100 @@ def _open(path: PathLike):
 
 
 def _skip_line(fh) -> bytes:
-    """Read past the end of the current line; return what follows its newline."""
+    """Read past the end of the current line and seek back to just after its newline.
+
+    Returns b"" (nothing pending): the lines after it are read again by the caller's loop,
+    so complete rows near the end of the file are never mistaken for a truncated last line.
+    """
     data = fh.read(BLOCK_BYTES)
     while data and b"\n" not in data:
         data = fh.read(BLOCK_BYTES)
-    return data.partition(b"\n")[2]
+    rest = data.partition(b"\n")[2]
+    fh.seek(-len(rest), os.SEEK_CUR)
+    return b""
+
+
+def _use_compiled(tags: _Tags) -> bool:
+    """Whether the compiled scanner is there and takes these tags (non-empty, one line)."""
+    return _compiled is not None and all(t and b"\n" not in t for t in (tags.dispatch,
+                                                                       tags.setup))
+
+
+_Parser = Callable[[bytearray, int, int], tuple[_Block, int]]
+
+
+def _scan_compiled(path: PathLike, tags: _Tags, parse: _Parser) -> Iterator[_Block]:
+    """_scan's blocks, cut at the same places, read into one reused buffer, parsed in C."""
+    line_no, buf, have = 1, bytearray(), 0
+    with _open(path) as fh:
+        while True:
+            if len(buf) < have + BLOCK_BYTES:
+                buf.extend(bytes(have + BLOCK_BYTES - len(buf)))
+            got = fh.readinto(memoryview(buf)[have:have + BLOCK_BYTES])
+            if not got:
+                break
+            have += got
+            cut = buf.rfind(b"\n", 0, have) + 1
+            if cut:
+                block, newlines = parse(buf, cut, line_no)
+                yield block
+                line_no += newlines
+                buf[:have - cut] = buf[cut:have]
+                have -= cut
+            elif have > MAX_LINE:
+                yield _unterminated(bytes(buf[:have]), line_no, tags,
+                                    f"line longer than {MAX_LINE} bytes")
+                rest = _skip_line(fh)
+                buf[:len(rest)] = rest
+                have = len(rest)
+                line_no += 1
+    if have:
+        yield _unterminated(bytes(buf[:have]), line_no, tags, "truncated last line (no newline)")
+
+
+def _judge(buf: bytearray, deferred: list, block: _Block) -> list[tuple[int, int, tuple]]:
+    """Judge the rows the compiled scanner handed back with the reference functions.
+
+    Setup ranks and malformed rows go into the block; well-formed dispatch rows are
+    returned as (row index, line, values) for the caller to place.
+    """
+    rows = []
+    for kind, line_no, start, end, index in deferred:
+        segment = bytes(buf[start:end])
+        if kind == "s":
+            block.setup_ranks.extend(r for r in [_setup_rank(segment)] if r is not None)
+            continue
+        values = _dispatch_values(_fields(segment))
+        if isinstance(values, str):
+            block.bad.append((line_no, values))
+        else:
+            rows.append((index, line_no, values))
+    return rows
+
+
+def _compiled_rows(tags: _Tags) -> _Parser:
+    """A parser of blocks into rows and line numbers with the compiled scanner (no setup)."""
+    def parse(buf: bytearray, length: int, line_no: int) -> tuple[_Block, int]:
+        rows, lines, newlines, deferred, _setup_rows, _ranks = _compiled.scan(
+            buf, length, line_no, tags.dispatch, tags.setup)
+        block = _Block(rows=np.frombuffer(rows, np.int64).reshape(-1, 6),
+                       line_nos=np.frombuffer(lines, np.int64).tolist())
+        extra = _judge(buf, deferred, block)
+        if extra:
+            table = block.rows.tolist()
+            for index, row_line, values in reversed(extra):
+                table.insert(index, list(values))
+                block.line_nos.insert(index, row_line)
+            block.rows = np.array(table, dtype=np.int64).reshape(-1, 6)
+        return block, newlines
+    return parse
 
 
 def _scan(path: PathLike, tags: _Tags, fast: bool = True) -> Iterator[_Block]:
     """Yield the parsed blocks of one log, in order, with bounded memory."""
+    if _use_compiled(tags):
+        yield from _scan_compiled(path, tags, _compiled_rows(tags))
+        return
     line_no, pending = 1, b""
     with _open(path) as fh:
         while data := fh.read(BLOCK_BYTES):
@@ -339,6 +449,10 @@ class _Accumulator:
                   for i, col in enumerate(columns)]
         return len(packed) + len(wide), values
 
+    def blocks(self, path: PathLike, tags: _Tags) -> Iterator[_Block]:
+        """The parsed blocks of one log."""
+        return _scan(path, tags)
+
     def finish(self, ranks: int | None, layers: int | None, iters: int | None) -> LogSummary:
         """The summary, with requirement and completeness filled in."""
         s = self.s
@@ -370,6 +484,36 @@ class _Accumulator:
                       and s.layers == s.expected_layers and s.iterations == s.expected_iterations)
 
 
+class _CompiledAccumulator(_Accumulator):
+    """The same fold, with rows parsed and folded by the compiled scanner."""
+
+    def __init__(self, warmup: int) -> None:
+        super().__init__(warmup)
+        self.folder = _compiled.Folder(warmup)
+
+    def blocks(self, path: PathLike, tags: _Tags) -> Iterator[_Block]:
+        """The blocks of one log: setup rows and malformed rows only (the rows are folded)."""
+        def parse(buf: bytearray, length: int, line_no: int) -> tuple[_Block, int]:
+            newlines, deferred, setup_rows, ranks = self.folder.feed(
+                buf, length, line_no, tags.dispatch, tags.setup)
+            block = _Block(rows=(), setup_rows=setup_rows, setup_ranks=ranks)
+            for _index, _line, values in _judge(buf, deferred, block):
+                self.folder.add_row(*values)
+            return block, newlines
+        return _scan_compiled(path, tags, parse)
+
+    def finish(self, ranks: int | None, layers: int | None, iters: int | None) -> LogSummary:
+        """Take the folded counts, peaks and budgets, then finish as the pure path does."""
+        s = self.s
+        s.rows, s.saturated_rows, s.used_rows, s.saturated_used_rows = self.folder.counts()
+        self.peaks, self.budgets = self.folder.peaks(), set(self.folder.budgets())
+        return super().finish(ranks, layers, iters)
+
+    def _seen(self) -> tuple[int, list[list[int]]]:
+        """Distinct (iter, layer, rank) keys and the sorted distinct values of each."""
+        return self.folder.seen()
+
+
 def summarize(paths: PathLike | Iterable[PathLike], warmup: int = 0,
               expected_ranks: int | None = None, expected_layers: int | None = None,
               expected_iters: int | None = None,
@@ -378,8 +522,8 @@ def summarize(paths: PathLike | Iterable[PathLike], warmup: int = 0,
     if warmup < 0:
         raise BadInput(f"must be >= 0, got {warmup}", field="warmup")
     compiled = make_tags(tags)
-    acc = _Accumulator(warmup)
+    acc = _CompiledAccumulator(warmup) if _use_compiled(compiled) else _Accumulator(warmup)
     for path in _as_paths(paths):
-        for block in _scan(path, compiled):
+        for block in acc.blocks(path, compiled):
             acc.add(path, block)
     return acc.finish(expected_ranks, expected_layers, expected_iters)

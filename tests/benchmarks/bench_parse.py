@@ -5,6 +5,8 @@ non-telemetry noise lines in a temporary directory, times both commands on the s
 (best of three, page cache warm), prints MB/s, the ratio to grep and epcap's peak RSS, and
 deletes the file. Targets: ratio >= 0.25, peak RSS < 200 MB; a missed target is printed as
 MISSED and the exit status is 1 (`make bench` still runs the other benchmarks first).
+Says whether the compiled scanner (harness._scan) ran, and times the pure-Python path once
+(EPCAP_PURE_PYTHON_PARSE=1) for comparison; that figure is not a target.
 """
 
 from __future__ import annotations
@@ -52,10 +54,10 @@ def generate(path: Path, target: int = TARGET_BYTES, seed: int = 0) -> int:
     return rows
 
 
-def timed(argv: list[str]) -> tuple[float, int, bytes]:
+def timed(argv: list[str], env: dict | None = None) -> tuple[float, int, bytes]:
     """Run argv; return (wall seconds, the child's peak RSS in bytes, stdout)."""
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, env=env)
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
@@ -63,6 +65,12 @@ def timed(argv: list[str]) -> tuple[float, int, bytes]:
     if proc.returncode not in (0, 1):
         raise SystemExit(f"{argv[0]} exited {proc.returncode}")
     return wall, usage.ru_maxrss * 1024, out
+
+
+def compiled_scanner() -> bool:
+    """Whether harness._scan imports in this interpreter (what `epcap` will use)."""
+    probe = "import harness._scan"
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
 
 
 def main() -> int:
@@ -77,14 +85,20 @@ def main() -> int:
         print(f"generated {mb:.1f} MB, {rows} dispatch rows in {time.perf_counter() - t0:.1f} s")
         grep = [timed(["grep", "-c", r"\[MOE_DROP_DEBUG\]\[dispatch\]", str(log)])
                 for _ in range(TRIALS)]
-        ours = [timed([epcap, "parse", str(log), "--json"]) for _ in range(TRIALS)]
+        env = {k: v for k, v in os.environ.items() if k != "EPCAP_PURE_PYTHON_PARSE"}
+        ours = [timed([epcap, "parse", str(log), "--json"], env) for _ in range(TRIALS)]
+        pure = timed([epcap, "parse", str(log), "--json"], {**env, "EPCAP_PURE_PYTHON_PARSE": "1"})
         g_s, o_s = min(t for t, _, _ in grep), min(t for t, _, _ in ours)
         rss = max(r for _, r, _ in ours)
         assert int(grep[0][2]) == rows, "grep count differs from the generated rows"
         assert f'"rows": {rows},' in ours[0][2].decode(), "epcap rows differ from generated"
+        assert pure[2] == ours[0][2], "the pure-Python path gives another result"
         ratio = g_s / o_s
         print(f"grep -c     : {g_s:.3f} s  {mb / g_s:8.1f} MB/s")
-        print(f"epcap parse : {o_s:.3f} s  {mb / o_s:8.1f} MB/s")
+        print(f"epcap parse : {o_s:.3f} s  {mb / o_s:8.1f} MB/s  (compiled scanner: "
+              f"{'yes' if compiled_scanner() else 'NO, pure Python'})")
+        print(f"pure Python : {pure[0]:.3f} s  {mb / pure[0]:8.1f} MB/s  (one run, peak RSS "
+              f"{pure[1] / 1e6:.1f} MB; EPCAP_PURE_PYTHON_PARSE=1, for comparison)")
         ok_ratio, ok_rss = ratio >= 0.25, rss < 200e6
         print(f"ratio to grep: {ratio:.2f}x (target >= 0.25: {'met' if ok_ratio else 'MISSED'})")
         print(f"epcap peak RSS: {rss / 1e6:.1f} MB (target < 200 MB: "

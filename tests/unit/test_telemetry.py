@@ -18,6 +18,16 @@ FAST = settings(max_examples=40, deadline=None, derandomize=True)
 N = 1024
 
 
+@pytest.fixture(autouse=True, params=["pure", "compiled"])
+def parse_path(request, monkeypatch):
+    """Run every test on the pure-Python path and on the compiled scanner (when built)."""
+    if request.param == "pure":
+        monkeypatch.setattr(tm, "_compiled", None)
+    elif tm._compiled is None:
+        pytest.skip("harness._scan is not built (or EPCAP_PURE_PYTHON_PARSE is set)")
+    return request.param
+
+
 def row(it: int, layer: int, rank: int, act: int, budget: int = 2048, expected: int = N,
         prefix: str = "", order: tuple[str, ...] | None = None, extra: str = "") -> str:
     """One dispatch row, fields in `order` (canonical by default)."""
@@ -357,6 +367,66 @@ def test_invalid_utf8_in_a_row_is_replaced_not_fatal(tmp_path):
     assert (s.rows, s.malformed_rows) == (2, 0)
 
 
+def test_non_ascii_rows_keep_their_order_line_and_setup_rank(tmp_path):
+    # rows the compiled scanner hands back to the reference code (non-ASCII, malformed)
+    text = (row(0, 1, 0, 5) + row(0, 1, 1, 6, extra=" note=\u00e9")
+            + "[MOE_DROP_DEBUG][setup_metadata] note=\u00e9 rank=4\n"
+            + "[MOE_DROP_DEBUG][setup_metadata] note=\u00e9 rank=x\n"
+            + "[MOE_DROP_DEBUG][dispatch] iter=\u00e9\n" + row(0, 1, 2, 7)
+            + row(0, 1, 3, 8, extra="\u00a0x=1"))
+    path = write(tmp_path, text)
+    assert [(r.line_no, r.rank, r.actual_valid_recv) for r in iter_rows(path)] == [
+        (1, 0, 5), (2, 1, 6), (6, 2, 7), (7, 3, 8)]
+    assert rows_table(path)["rank"].tolist() == [0, 1, 2, 3]
+    s = summarize(path)
+    assert (s.rows, s.setup_rows, s.malformed_lines, s.expected_ranks) == (4, 2, [5], 5)
+    assert s.malformed == [f"{path}:5: non-integer value iter='\u00e9'"]
+
+
+def test_the_compiled_path_is_taken_when_built(tmp_path, monkeypatch, parse_path):
+    assert tm._use_compiled(tm.make_tags()) is (parse_path == "compiled")
+    if parse_path == "pure":
+        return
+
+    def boom(*_a):
+        raise AssertionError("a Python block parser ran")
+    monkeypatch.setattr(tm, "_slow_block", boom)
+    monkeypatch.setattr(tm, "_fast_block", boom)
+    path = write(tmp_path, "".join(grid(order=("rank", "iter", "layer", "expected_recv",
+                                               "actual_valid_recv", "budget"))))
+    assert summarize(path).rows == len(rows_table(path)) == len(list(iter_rows(path))) == 8
+
+
+def test_numpy_is_imported_on_first_use(monkeypatch):
+    import numpy
+
+    monkeypatch.setattr(tm, "np", tm._LazyNumpy())
+    assert tm.np.int64 is numpy.int64
+    assert tm.np is numpy
+
+
+def test_saturated_used_rows_add_up_over_blocks(tmp_path, monkeypatch):
+    monkeypatch.setattr(tm, "BLOCK_BYTES", 40)
+    s = summarize(write(tmp_path, "".join(grid(act=lambda i, ly, r: 2048))), warmup=1)
+    assert (s.saturated_rows, s.saturated_used_rows, s.used_rows) == (8, 4, 4)
+
+
+def test_an_empty_first_line_before_an_over_long_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(tm, "BLOCK_BYTES", 1)
+    monkeypatch.setattr(tm, "MAX_LINE", 30)
+    path = write(tmp_path, "\n[MOE_DROP_DEBUG][dispatch] iter=0 layer=1\n" + row(0, 1, 0, 5))
+    s = summarize(path)
+    assert (s.rows, s.malformed_lines) == (0, [2, 3])
+    assert s.malformed == [f"{path}:{n}: line longer than 30 bytes" for n in (2, 3)]
+
+
+def test_tags_with_a_newline_are_read_by_the_reference_parser(tmp_path):
+    tags = {"dispatch": "<d\n>", "setup": "<s>"}
+    assert not tm._use_compiled(tm.make_tags(tags))
+    path = write(tmp_path, "<s> rank=3\n")
+    assert summarize(path, tags=tags).expected_ranks == 1
+
+
 def test_a_line_of_exactly_max_line_bytes_is_kept(tmp_path, monkeypatch):
     line = row(0, 1, 0, 1000)
     monkeypatch.setattr(tm, "MAX_LINE", len(line) - 1)
@@ -606,3 +676,14 @@ def test_malformed_lists_are_capped(tmp_path, monkeypatch):
     path = write(tmp_path, "[MOE_DROP_DEBUG][dispatch] iter=1\n" * 5)
     s = summarize(path)
     assert s.malformed_rows == 5 and s.malformed_lines == [1, 2, 3] and len(s.malformed) == 2
+
+
+def test_rows_after_a_skipped_long_line_near_the_end_are_not_truncated(tmp_path, monkeypatch):
+    """Regression: complete rows read while skipping a long line were reported as malformed."""
+    monkeypatch.setattr(tm, "MAX_LINE", 120)
+    monkeypatch.setattr(tm, "BLOCK_BYTES", 256)
+    rows = grid(iters=1, layers=1, ranks=2)
+    path = write(tmp_path, "x" * 300 + "\n" + "".join(rows))
+    s = summarize(path)
+    assert (s.rows, s.malformed_rows) == (2, 0)
+    assert [r.line_no for r in iter_rows(path)] == [2, 3]
