@@ -250,18 +250,17 @@ def _open(path: PathLike):
         raise BadInput(f"cannot read log: {exc.strerror}", path=str(path)) from None
 
 
-def _skip_line(fh) -> bytes:
+def _skip_line(fh) -> None:
     """Read past the end of the current line and seek back to just after its newline.
 
-    Returns b"" (nothing pending): the lines after it are read again by the caller's loop,
-    so complete rows near the end of the file are never mistaken for a truncated last line.
+    The lines after it are then read again by the caller's loop, so complete rows near the
+    end of the file are never mistaken for a truncated last line.
     """
     data = fh.read(BLOCK_BYTES)
     while data and b"\n" not in data:
         data = fh.read(BLOCK_BYTES)
     rest = data.partition(b"\n")[2]
     fh.seek(-len(rest), os.SEEK_CUR)
-    return b""
 
 
 def _use_compiled(tags: _Tags) -> bool:
@@ -294,9 +293,8 @@ def _scan_compiled(path: PathLike, tags: _Tags, parse: _Parser) -> Iterator[_Blo
             elif have > MAX_LINE:
                 yield _unterminated(bytes(buf[:have]), line_no, tags,
                                     f"line longer than {MAX_LINE} bytes")
-                rest = _skip_line(fh)
-                buf[:len(rest)] = rest
-                have = len(rest)
+                _skip_line(fh)
+                have = 0
                 line_no += 1
     if have:
         yield _unterminated(bytes(buf[:have]), line_no, tags, "truncated last line (no newline)")
@@ -357,7 +355,8 @@ def _scan(path: PathLike, tags: _Tags, fast: bool = True) -> Iterator[_Block]:
                 line_no += block.count(b"\n")
             elif len(pending) > MAX_LINE:
                 yield _unterminated(pending, line_no, tags, f"line longer than {MAX_LINE} bytes")
-                pending = _skip_line(fh)
+                _skip_line(fh)
+                pending = b""
                 line_no += 1
     if pending:
         yield _unterminated(pending, line_no, tags, "truncated last line (no newline)")
