@@ -42,6 +42,7 @@ from harness.audit_rules import (
     parse_date,
 )
 from harness.errors import BadInput
+from harness.provenance import run_git
 from harness.results import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV, write_table_atomic
 
 __all__ = ["REASON_CODES", "AuditResult", "UploadVerdict", "audit_target", "cli_audit",
@@ -187,12 +188,8 @@ def _fix_from(item, repository: str, bad) -> Fix:
 # ---------------------------------------------------------------- commit order from clones
 
 def _git(path: Path, *args: str) -> subprocess.CompletedProcess | None:
-    """git -C path args (argv list, never a shell); None if git cannot run."""
-    try:
-        return subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True,
-                              timeout=30, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
+    """git in a --git-repo clone (ancestry may walk long histories: 30 s limit)."""
+    return run_git(path, *args, timeout=30)
 
 
 class GitClones:

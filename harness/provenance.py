@@ -81,14 +81,20 @@ def redact_argv(argv: list[str], secrets: list[str]) -> list[str]:
     return out
 
 
-def _git(repo: Path, *args: str) -> str | None:
-    """Run `git -C repo args...` (argv list); stdout stripped, or None on any failure."""
+def run_git(repo: Path, *args: str,
+            timeout: float = GIT_TIMEOUT_S) -> subprocess.CompletedProcess | None:
+    """`git -C repo args...` (argv list, never a shell); None if git cannot run."""
     try:
-        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                              timeout=GIT_TIMEOUT_S, check=False)
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                              timeout=timeout, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
-    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _git(repo: Path, *args: str) -> str | None:
+    """stdout of a successful git command, stripped; None on any failure."""
+    done = run_git(repo, *args)
+    return done.stdout.strip() if done is not None and done.returncode == 0 else None
 
 
 def git_facts(repo: Path) -> dict[str, str] | None:

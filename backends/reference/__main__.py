@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import traceback
 from pathlib import Path
+
+from harness.launch.local import free_port
 
 from .memory import estimate_memory_bytes, oom_message
 from .options import build_parser, check_args, model_of, shape_of
@@ -91,13 +92,6 @@ def one_rank(args, rank: int, world: int, local_rank: int) -> int:
     except TraceError as exc:
         fail(f"error: trace {exc}")
         return 2
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1 for the standalone rendezvous."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def gpu_present() -> bool:
