@@ -16,7 +16,7 @@ class ReferenceBackend(Backend):
     """Builds the worker argv.
 
     Options (runbook `options:`): device (auto|cpu|cuda), trace, record_trace, pg_timeout_s,
-    threads, gpus_per_node, and launch: `per-rank` (default: the launcher starts ep tasks,
+    threads, gpus_per_node, extra_dispatch_passes (timing tests: a slower arm), and launch: `per-rank` (default: the launcher starts ep tasks,
     one per rank) or `single` (one task that starts the ep ranks itself; on CPU it forks them
     after one torch import, about 1.5 s of CPU saved per rank).
     """
@@ -54,7 +54,8 @@ class ReferenceBackend(Backend):
         if req.device_memory_bytes is not None:
             args += ["--device-memory-bytes", req.device_memory_bytes]
         for key, flag in (("trace", "--trace"), ("record_trace", "--record-trace"),
-                          ("pg_timeout_s", "--pg-timeout-s")):
+                          ("pg_timeout_s", "--pg-timeout-s"),
+                          ("extra_dispatch_passes", "--extra-dispatch-passes")):
             if opt.get(key) is not None:
                 args += [flag, opt[key]]
         return [str(a) for a in args] + list(self.config.flags)

@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--trace", default=None, help="replay this JSONL routing trace")
     s.add_argument("--record-trace", default=None, help="write the routing used to this file")
     s.add_argument("--pg-timeout-s", type=_positive, default=300)
+    s.add_argument("--extra-dispatch-passes", type=_non_negative, default=0,
+                   help="timing tests only: run the dispatch exchange this many extra times "
+                        "per timed dispatch (discarded), making it measurably slower; 0 = off")
     s.add_argument("--ranks", type=_positive, default=None,
                    help="standalone: spawn this many local ranks (default: --ep)")
     s.add_argument("--spawn", choices=("auto", "fork", "exec"), default="auto",

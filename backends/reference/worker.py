@@ -125,6 +125,8 @@ class RankRun:
         if timed:
             dist.barrier()
         t0 = self.sw.start()
+        for _ in range(a.extra_dispatch_passes if timed else 0):
+            self.extra_dispatch(x, ids)
         if self.p.balanced:
             plan = plan_balanced(ids, a.experts, a.ep, self.rank, self.budget)
             d = dispatch(x, a.topk, plan, a.experts, bufs=self.bufs)
@@ -143,6 +145,16 @@ class RankRun:
             check_combine(out, ref, f"iter={it} layer={layer} rank={self.rank}")
         self.report(it, layer, plan, d)
         return self.sw.ms(h_disp), self.sw.ms(h_comb)
+
+    def extra_dispatch(self, x: torch.Tensor, ids: torch.Tensor) -> None:
+        """One discarded dispatch (--extra-dispatch-passes): a measurably slower arm for tests."""
+        a = self.a
+        if self.p.balanced:
+            plan = plan_balanced(ids, a.experts, a.ep, self.rank, self.budget)
+            dispatch(x, a.topk, plan, a.experts, bufs=self.bufs)
+        else:
+            dispatch_clipped(x, ids, a.topk, a.experts, a.ep, self.rank, self.budget,
+                             bufs=self.bufs)
 
     def report(self, it: int, layer: int, plan, d) -> None:
         """The dispatch row (and UltraEP's overflow flag); guards the buffer invariants."""
