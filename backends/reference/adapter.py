@@ -9,6 +9,7 @@ from backends.base import Backend, LaunchSpec, RunRequest
 
 from .personalities import LIBRARIES
 
+PREFORK_ENV = "EPCAP_PREFORK"     # = harness.launch.forkserver.PREFORK_ENV (tested equal)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -17,8 +18,9 @@ class ReferenceBackend(Backend):
 
     Options (runbook `options:`): device (auto|cpu|cuda), trace, record_trace, pg_timeout_s,
     threads, gpus_per_node, extra_dispatch_passes (timing tests: a slower arm), and launch: `per-rank` (default: the launcher starts ep tasks,
-    one per rank) or `single` (one task that starts the ep ranks itself; on CPU it forks them
-    after one torch import, about 1.5 s of CPU saved per rank).
+    one per rank), `single` (one task that starts the ep ranks itself; on CPU it forks them
+    after one torch import, about 1.5 s of CPU saved per rank) or `forked` (as single, and the
+    local launcher forks that task from a server that imported torch once per campaign).
     """
 
     def command(self, req: RunRequest) -> LaunchSpec:
@@ -26,15 +28,17 @@ class ReferenceBackend(Backend):
             raise ValueError(f"reference backend {self.name!r}: personality "
                              f"{self.config.module!r} is not one of {sorted(LIBRARIES)}")
         launch = self.config.options.get("launch", "per-rank")
-        if launch not in ("per-rank", "single"):
+        if launch not in ("per-rank", "single", "forked"):
             raise ValueError(f"reference backend {self.name!r}: options.launch {launch!r} "
-                             f"is not per-rank or single")
+                             f"is not per-rank, single or forked")
         argv = [sys.executable, "-m", "backends.reference", *self.args(req)]
-        if launch == "single":
+        if launch != "per-rank":
             argv += ["--ranks", str(req.shape.ep)]
-        return LaunchSpec(argv=argv,
-                          env={"OMP_NUM_THREADS": str(self.config.options.get("threads", 1)),
-                               "PYTHONUNBUFFERED": "1"},
+        env = {"OMP_NUM_THREADS": str(self.config.options.get("threads", 1)),
+               "PYTHONUNBUFFERED": "1"}
+        if launch == "forked":
+            env[PREFORK_ENV] = "backends.reference.worker"
+        return LaunchSpec(argv=argv, env=env,
                           ntasks=req.shape.ep if launch == "per-rank" else 1, nodes=1,
                           gpus_per_node=int(self.config.options.get("gpus_per_node", 0)),
                           cwd=str(REPO_ROOT))
