@@ -154,3 +154,56 @@ def aggregate(timings: Sequence[dict]) -> dict:
 def launch_medians(timings: Launches, phase: str) -> list[float | None]:
     """Per round, the launch's median of one phase (None where unusable): figure 4's dots."""
     return [None if t is None else t.get(f"{phase}_ms_median") for t in timings]
+
+
+def verdict_text(row: dict) -> str:
+    """One report cell: 'slower ×1.234 (95% CI 1.102–1.380)', or why there is no verdict."""
+    verdict = row.get("verdict")
+    if not verdict:
+        return f"n/a: {row.get('reason') or 'not compared'}"
+    fig = _num(row.get("ratio_median"))
+    lo, hi = _num(row.get("ci_low")), _num(row.get("ci_high"))
+    text = verdict if fig is None else f"{verdict} ×{fig:.3f}"
+    if lo is not None and hi is not None:
+        text += f" (95% CI {lo:.3f}–{hi:.3f})"
+    if verdict == stats.TOO_NOISY and row.get("reason"):
+        text += f"; {row['reason']}"
+    return text
+
+
+def _num(value) -> float | None:
+    if value is None or value == "":
+        return None
+    return float(value)
+
+
+def report_lines(rows: Sequence[dict], max_cv: float | None) -> list[str]:
+    """The comparison section of report.md: the control banner, the verdict table, the method."""
+    if not rows:
+        return ["No comparison.tsv rows (the time stage did not run, or one backend was timed).",
+                ""]
+    reliable, problems = control_check(rows)
+    out = []
+    if not reliable:
+        out += ["**The whole timing table is unreliable:** the A/A control (the baseline timed "
+                "a second time as its own arm) did not come out indistinguishable:", ""]
+        out += [f"- {p}" for p in problems] + [""]
+    elif any(is_control(str(r["backend"])) for r in rows):
+        out += ["A/A control: indistinguishable for every model and phase.", ""]
+    table = {}
+    for r in rows:
+        table.setdefault((r["model"], r["backend"], r["baseline"], r.get("launches")), {})[
+            r["phase"]] = verdict_text(r)
+    head = "| model | backend | baseline | launches | dispatch | combine |"
+    out += [head, "|---|---|---|---|---|---|"]
+    for (model, arm, base, launches), by_phase in table.items():
+        out.append(f"| {model} | {arm} | {base} | {launches} | {by_phase.get('dispatch', '')} "
+                   f"| {by_phase.get('combine', '')} |")
+    limit = "" if max_cv is None else f" (max_cv {max_cv:g})"
+    out += ["", "Ratio = backend median / baseline median over all launches and trials (above 1 "
+            "= slower); 95% CI from a paired bootstrap over launches and trials (20,000 "
+            "resamples, fixed seed, Student-t on launches − 1 degrees of freedom). `faster`/"
+            f"`slower` only when the CI excludes 1 and both CVs are within the limit{limit}; "
+            "`too_noisy` when a CV is over it or fewer than two launches ran. "
+            "Method: docs/timing-verdicts.md.", ""]
+    return out

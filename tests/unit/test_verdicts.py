@@ -89,3 +89,24 @@ def test_aggregate_over_launches():
     assert one["launches"] == 1 and one["noise_floor_pct"] == 7.5
     assert verdicts.aggregate([]) == {"launches": 0}
     assert verdicts.launch_medians([ts[0], None], "combine") == [2.0, None]
+
+
+def test_report_lines_banner_table_and_cells():
+    rows = [{"model": "M", "backend": "moonep", "baseline": "echo", "phase": "dispatch",
+             "launches": "3", "ratio_median": "1.5", "ci_low": "1.2", "ci_high": "1.9",
+             "verdict": "slower", "reason": ""},
+            {"model": "M", "backend": "moonep", "baseline": "echo", "phase": "combine",
+             "launches": "3", "ratio_median": "1.0", "ci_low": "0.8", "ci_high": "1.3",
+             "verdict": "too_noisy", "reason": "cv_backend 0.3 > max_cv 0.05"},
+            {"model": "M", "backend": "echo~control", "baseline": "echo", "phase": "dispatch",
+             "launches": "3", "ratio_median": "1.2", "ci_low": "1.1", "ci_high": "1.3",
+             "verdict": "slower", "reason": ""},
+            {"model": "M", "backend": "x", "baseline": "echo", "phase": "dispatch",
+             "launches": "0", "verdict": "", "reason": "does_not_fit"}]
+    text = "\n".join(verdicts.report_lines(rows, 0.05))
+    assert "whole timing table is unreliable" in text and "echo~control dispatch: slower" in text
+    assert "slower ×1.500 (95% CI 1.200–1.900)" in text
+    assert "too_noisy ×1.000 (95% CI 0.800–1.300); cv_backend 0.3 > max_cv 0.05" in text
+    assert "n/a: does_not_fit" in text
+    ok_rows = [dict(rows[2], verdict="indistinguishable")]
+    assert "unreliable" not in "\n".join(verdicts.report_lines(ok_rows, 0.05))
