@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from backends.base import LaunchSpec
+from harness.backend_api import LaunchSpec
 from harness.errors import BadInput, EpcapError
 from harness.health import DEFAULT_MAX_USED_MIB, PRE_CELL_FAIL_EXIT
 from harness.launch.base import JobHandle, JobResult, Launcher
