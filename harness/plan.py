@@ -43,7 +43,8 @@ def parse_cell_name(name: str, campaign: str = "") -> Cell | None:
     tag, attempt = TAG.fullmatch(parts[3]), ATTEMPT.fullmatch(parts[4])
     if tag is None or attempt is None:
         return None
-    return Cell(campaign, parts[0], parts[1], parts[2], f"{tag[1]}.{tag[2]}", int(attempt[1]))
+    cell = Cell(campaign, parts[0], parts[1], parts[2], f"{tag[1]}.{tag[2]}", int(attempt[1]))
+    return cell if cell.name == name else None          # only names Cell.name can write
 
 
 def cell_dir(campaign_dir: str | Path, cell: Cell) -> Path:

@@ -4,6 +4,7 @@ atomic writer (fsynced appends and temp-file replaces)."""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from collections.abc import Iterable
@@ -174,3 +175,14 @@ def write_table_atomic(path: Path, columns: Iterable[str], rows: Iterable[dict])
     columns = tuple(columns)
     text = "\t".join(columns) + "\n" + "".join(format_row(columns, r) for r in rows)
     write_text_atomic(path, text)
+
+
+def read_campaign_facts(results_dir: Path) -> dict:
+    """campaign.json (pad multiple, grid, shapes, backends, baseline) as written by the
+    campaign; {} when absent or not a JSON object (results from before it existed)."""
+    path = Path(results_dir) / CAMPAIGN_JSON
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
