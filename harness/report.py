@@ -9,7 +9,6 @@ module is missing becomes a "not available: <why>" line, never a crash or an inv
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 import time
@@ -25,6 +24,7 @@ from harness.results import (
     SELECTION_TSV,
     TIMING_TSV,
     Table,
+    open_atomic,
     read_campaign_facts,
     read_table,
     write_text_atomic,
@@ -491,8 +491,7 @@ def build_demand(ctx: Context):
         return ctx.missing("demand", why), {}
     cells = demand_cells(ctx.results_dir)
     measured = {}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+    with open_atomic(path, "w") as fh:
         fh.write("\t".join(DEMAND_COLUMNS) + "\n")
         for c in cells:
             logs = cell_logs(ctx.results_dir / "cells" / c.name)
@@ -504,9 +503,6 @@ def build_demand(ctx: Context):
                                             lineterminator="\n")
             if c.purpose == Purpose.MEASURE:
                 measured[c.name] = df
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
     note = (f"[`demand.tsv`](demand.tsv): one row per dispatch telemetry row of the "
             f"{len(cells)} measure and validate cells (columns: {', '.join(DEMAND_COLUMNS)}). "
             "Heatmaps: measure cells only; value = max over all iterations (no warmup skipped) "
