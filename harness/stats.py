@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harness.vocab import Verdict
+
 RESAMPLES = 20_000
 SEED = 20_260_101            # fixed resampling seed: the same data always give the same CI
 MAX_CV = 0.05
@@ -40,9 +42,8 @@ _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 
          2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
          2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 
-FASTER, SLOWER = "faster", "slower"
-INDISTINGUISHABLE, TOO_NOISY = "indistinguishable", "too_noisy"
-VERDICTS = (FASTER, SLOWER, INDISTINGUISHABLE, TOO_NOISY)
+FASTER, SLOWER = Verdict.FASTER, Verdict.SLOWER
+INDISTINGUISHABLE, TOO_NOISY = Verdict.INDISTINGUISHABLE, Verdict.TOO_NOISY
 
 Arm = Sequence[Sequence[float]]     # launches x per-trial medians (ms)
 

@@ -12,16 +12,10 @@ import statistics
 from collections.abc import Sequence
 
 from harness import stats
-
-CONTROL_SUFFIX = "~control"
+from harness.vocab import CONTROL_SUFFIX
 PHASES = ("dispatch", "combine")
-COMPARISON_COLUMNS = (
-    "campaign", "model", "backend", "baseline", "phase", "launches", "ratio_median", "ci_low",
-    "ci_high", "cv_backend", "cv_baseline", "verdict",
-    # appended (SPEC 4 allows more columns at the end)
-    "reason",
-)
-COMPARISON_TSV = "comparison.tsv"
+ROW_KEYS = ("campaign", "model", "backend", "baseline", "phase", "launches", "ratio_median",
+            "ci_low", "ci_high", "cv_backend", "cv_baseline", "verdict", "reason")
 
 Launches = Sequence[dict | None]     # per round: the launch's timing object, None if unusable
 
@@ -92,7 +86,7 @@ def comparison_rows(campaign: str, model: str, by_arm: dict[str, Launches], base
         if arm == baseline:
             continue
         for phase in PHASES:
-            row = {c: None for c in COMPARISON_COLUMNS}
+            row = dict.fromkeys(ROW_KEYS)
             row.update(campaign=campaign, model=model, backend=arm, baseline=baseline,
                        phase=phase)
             b, a = paired(launches, by_arm.get(baseline, []), phase)

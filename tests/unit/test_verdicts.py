@@ -110,3 +110,8 @@ def test_report_lines_banner_table_and_cells():
     assert "n/a: does_not_fit" in text
     ok_rows = [dict(rows[2], verdict="indistinguishable")]
     assert "unreliable" not in "\n".join(verdicts.report_lines(ok_rows, 0.05))
+
+
+def test_row_keys_are_the_comparison_columns():
+    from harness.results import COMPARISON_COLUMNS
+    assert verdicts.ROW_KEYS == COMPARISON_COLUMNS
