@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from harness import stats
 from harness.vocab import CONTROL_SUFFIX
+
 PHASES = ("dispatch", "combine")
 ROW_KEYS = ("campaign", "model", "backend", "baseline", "phase", "launches", "ratio_median",
             "ci_low", "ci_high", "cv_backend", "cv_baseline", "verdict", "reason")
