@@ -134,6 +134,8 @@ def campaign_facts(rb: Runbook, implementations: dict[str, str]) -> dict[str, An
         "backends": [{"name": b.name, "select": b.select, "time": b.time,
                       "implementation": implementations.get(b.name)} for b in rb.backends],
         "baseline": rb.baseline,
+        "launches": rb.timing.launches,
+        "max_cv": rb.timing.max_cv,
     }
 
 
