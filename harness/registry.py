@@ -34,7 +34,7 @@ def backend_module(kind: str, module: str, name: str = "") -> ModuleType:
     try:
         return importlib.import_module(target)
     except ModuleNotFoundError as exc:
-        if exc.name is not None and not target.startswith(exc.name) and exc.name != target:
+        if exc.name not in (target, BACKENDS_PACKAGE):
             raise                                      # the module exists; a dependency is missing
         raise BadInput(f"no backend module {target!r} for backend {name or module!r}",
                        field="backends") from exc
