@@ -33,11 +33,13 @@ import traceback
 PREFORK_ENV = "EPCAP_PREFORK"
 
 
-def _run_child(req: dict, fds: list[int]) -> None:
+def _run_child(req: dict, fds: list[int], ready: int) -> None:
     """In the forked child: session, fds, env, cwd, then the module as __main__; never returns."""
     code = 1
     try:
-        os.setsid()
+        os.setsid()                  # then tell the server: pid == pgid from now on
+        os.write(ready, b"s")
+        os.close(ready)
         for fd in fds:
             os.close(fd)
         log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -98,9 +100,14 @@ def serve(preload: list[str]) -> int:
                 line, buf = buf.split(b"\n", 1)
                 req = json.loads(line)
                 sys.stdout.flush()
+                r, w = os.pipe()
                 pid = os.fork()
                 if pid == 0:
-                    _run_child(req, [req_fd, reply_fd, null])
+                    os.close(r)
+                    _run_child(req, [req_fd, reply_fd, null], w)
+                os.close(w)
+                os.read(r, 1)            # the child has its own session (or has died)
+                os.close(r)
                 children.add(pid)
                 reply({"pid": pid})
         for pid in list(children):
@@ -109,9 +116,15 @@ def serve(preload: list[str]) -> int:
                 children.discard(pid)
                 reply({"exit": {"pid": pid, "code": os.waitstatus_to_exitcode(status)}})
     for pid in children:                       # the driver went away: leave nothing behind
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    for pid in children:
         try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
             pass
     return 0
 
