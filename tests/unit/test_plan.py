@@ -234,3 +234,15 @@ def test_bug_class_runs_are_rerun_after_a_fix(tmp_path):
     camp = campaign_with(tmp_path, [fin(1, "assert")])
     assert camp.replayed(Request(M, "echo", "measure", "2.00")) is None
     assert camp.next_cell(Request(M, "echo", "measure", "2.00")).attempt == 2
+
+
+def test_time_cells_are_launch_rounds_in_rotated_order():
+    from harness.campaign.stages import plan_cells
+    from harness.runbook import load_runbook
+    rb = load_runbook(Path(__file__).resolve().parents[2] / "runbooks" / "local-cpu.yaml")
+    time_cells = [p for p in plan_cells(rb) if p.purpose == "time"]
+    assert len(time_cells) == 4 * 4 * 3          # models x (3 backends + control) x launches
+    first = [p.backend for p in time_cells if p.model == "QWEN3_30B"]
+    assert first == ["echo", "ultraep", "moonep", "echo~control",
+                     "ultraep", "moonep", "echo~control", "echo",
+                     "moonep", "echo~control", "echo", "ultraep"]
