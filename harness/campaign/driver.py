@@ -203,13 +203,18 @@ class Campaign:
             done[key] = done.get(key, 0) + 1
         for p in self.planned_keys():             # a key planned k times (launches) counts k
             key = (p.model, p.backend, p.purpose)
-            if key in self.ctx.skipped:
+            if key in self.ctx.skipped or self.launches_stopped(key):
                 continue
             if done.get(key, 0) > 0:
                 done[key] -= 1
                 continue
             out.append((p.backend, p.model, p.purpose))
         return out
+
+    def launches_stopped(self, key: tuple[str, str, str]) -> bool:
+        """A timed arm that did not fit gets no further launches (decisions.time_step)."""
+        return key[2] == Purpose.TIME and any(
+            e.get("status") == Status.DOES_NOT_FIT for e in self.finished.get(key, []))
 
     def eta(self, left: list[tuple[str, str, str]]) -> float | None:
         eta = self.estimator.eta(left, self.rb.max_parallel_cells)
