@@ -51,7 +51,7 @@ class Table:
     """Signatures in table order plus the iteration-progress regexes."""
 
     signatures: tuple[Signature, ...]
-    progress: tuple[re.Pattern, ...]
+    progress: tuple[tuple[str, re.Pattern], ...]   # (needle substring, regex)
     sources: tuple[dict, ...]       # repo, file, commit per source id (for docs and reports)
 
     def for_library(self, library: str | None) -> tuple[Signature, ...]:
@@ -81,7 +81,7 @@ def parse_table(doc: dict, where: str = str(TABLE_PATH)) -> Table:
             sigs.append(Signature(entry["class"], _compile(entry["regex"], field),
                                   str(src.get("id")), bool(entry.get("fallout", False)),
                                   entry.get("demand"), libs))
-    progress = tuple(_compile(p["regex"], f"progress.{p.get('id')}")
+    progress = tuple((str(p.get("needle") or ""), _compile(p["regex"], f"progress.{p.get('id')}"))
                      for p in doc.get("progress") or [])
     return Table(tuple(sigs), progress, tuple(sources))
 
@@ -176,10 +176,12 @@ def timestamp_of(text: str) -> tuple | None:
             int(hour) * 3600 + int(minute) * 60 + float(sec.replace(",", ".")))
 
 
-def iteration_of(text: str, progress: tuple[re.Pattern, ...]) -> int | None:
-    """The iteration a progress line reports (Megatron training log, dispatch row)."""
-    for regex in progress:
-        found = regex.search(text)
+def iteration_of(text: str, progress: tuple[tuple[str, re.Pattern], ...]
+                 ) -> tuple[int, int] | None:
+    """(kind, iteration) of a progress line: kind is the index of the progress regex
+    (Megatron training log, dispatch row), since their numberings differ (1- vs 0-based)."""
+    for kind, (needle, regex) in enumerate(progress):
+        found = needle in text and regex.search(text)
         if found:
-            return int(found.group(1))
+            return kind, int(found.group(1))
     return None

@@ -56,7 +56,7 @@ class Hit:
     line_no: int
     text: str
     rank: str | None
-    context: int            # highest iteration seen in this file before the line (-1: none)
+    context: dict           # progress kind -> highest iteration in this file before the line
     file_index: int
     ts: tuple | None = None
     demand: int | None = None
@@ -107,44 +107,51 @@ def run_signatures(patterns: dict | None, library: str | None = None,
 
 
 class _Scan:
-    """One pass over the lines: survived signatures out, fatal candidates kept per file."""
+    """One pass over the lines: survived signatures out, fatal candidates kept per file.
+
+    Progress is counted per kind (Megatron's 1-based iteration line, the 0-based dispatch
+    rows) and compared only like with like, so numbering never fakes an iteration."""
 
     def __init__(self, matcher: Matcher, progress) -> None:
         self.matcher, self.progress = matcher, progress
         self.files: dict[str, int] = {}
-        self.last_iter: dict[str, int] = {}
+        self.last_iter: dict[str, dict[int, int]] = {}
+        self.max_iter: dict[int, int] = {}
         self.pending: dict[str, list[Hit]] = {}
         self.warnings: list[Hit] = []
         self.warnings_total = 0
-        self.demand: int | None = None
-        self.max_iter = -1
+        self.demand: Hit | None = None     # the overflow report that decides drops
 
     def feed(self, path: str, line_no: int, raw: str) -> None:
         text = clean(raw)
         index = self.files.setdefault(path, len(self.files))
-        n = iteration_of(text, self.progress)
-        if n is not None:
-            if n > self.last_iter.get(path, -1):
-                self.last_iter[path] = n
-                self.max_iter = max(self.max_iter, n)
-                self._survive(path, n)
+        step = iteration_of(text, self.progress)
+        if step is not None:
+            kind, n = step
+            seen = self.last_iter.setdefault(path, {})
+            if n > seen.get(kind, -1):
+                seen[kind] = n
+                self.max_iter[kind] = max(self.max_iter.get(kind, -1), n)
+                self._survive(path, kind, n)
             return
         found = self.matcher.match(text)
         if not found:
             return
         sig, match = found
         hit = Hit(sig, path, line_no, text.strip(), rank_of(text, path),
-                  self.last_iter.get(path, -1), index, timestamp_of(text))
-        if sig.demand and match.groupdict().get(sig.demand):
-            hit.demand = int(match.group(sig.demand))
-            self.demand = max(self.demand or 0, hit.demand)
+                  dict(self.last_iter.get(path, {})), index, timestamp_of(text))
+        if sig.cls == "overflow":
+            if sig.demand and match.groupdict().get(sig.demand):
+                hit.demand = int(match.group(sig.demand))
+            if self.demand is None or (hit.demand or -1) > (self.demand.demand or -1):
+                self.demand = hit           # the overflow report with the largest demand
         kept = self.pending.setdefault(path, [])
         if len(kept) < MAX_PENDING:
             kept.append(hit)
 
-    def _survive(self, path: str, n: int) -> None:
+    def _survive(self, path: str, kind: int, n: int) -> None:
         kept = self.pending.get(path)
-        while kept and kept[0].context < n:
+        while kept and kept[0].context.get(kind, -1) < n:
             self._warn(kept.pop(0))
 
     def _warn(self, hit: Hit) -> None:
@@ -153,11 +160,13 @@ class _Scan:
             self.warnings.append(hit)
 
     def finish(self) -> list[Hit]:
-        """Fatal candidates; a file with iteration lines survived what the run outran."""
+        """Fatal candidates; a file with progress lines survived what the run outran in a
+        kind of progress that file reports too."""
         fatal = []
         for path, hits in self.pending.items():
+            kinds = self.last_iter.get(path, {})
             for hit in hits:
-                if path in self.last_iter and hit.context < self.max_iter:
+                if any(self.max_iter[k] > hit.context.get(k, -1) for k in kinds):
                     self._warn(hit)
                 else:
                     fatal.append(hit)
@@ -207,8 +216,9 @@ def classify(exit_code: int | None, launcher_state: str, lines: Iterable[tuple],
         scan.feed(str(path), line_no, text)
     fatal = scan.finish()
     ranks = per_rank(fatal)
+    demand = scan.demand.demand if scan.demand else None
     common = {"warnings": tuple(h.to_dict() for h in scan.warnings),
-              "warnings_total": scan.warnings_total, "stated_demand": scan.demand,
+              "warnings_total": scan.warnings_total, "stated_demand": demand,
               "ranks": {k: v.to_dict() for k, v in ranks.items()}}
     said = f"exit {exit_code}, state {launcher_state}"
     if launcher_state in STATE_CLASSES:
@@ -219,8 +229,14 @@ def classify(exit_code: int | None, launcher_state: str, lines: Iterable[tuple],
                     "warnings_total": scan.warnings_total + len(fatal)}
         common.update(survived, ranks={})
         if scan.demand is not None:
-            return Outcome("drops", reason=f"clean exit, but an overflow report stated a "
-                                           f"receive demand of {scan.demand}", **common)
+            hit = scan.demand
+            common["warnings"] = tuple(w for w in common["warnings"]
+                                       if (w["path"], w["line_no"]) != (hit.path, hit.line_no))
+            common["warnings_total"] -= 1
+            return Outcome("drops", hit.path, hit.line_no, hit.text,
+                           reason=f"clean exit, but an overflow report ({hit.sig.source}) at "
+                                  f"{hit.path}:{hit.line_no} stated a receive demand of "
+                                  f"{demand}", first_failed_rank=hit.rank, **common)
         return Outcome(None, reason=f"clean exit with {rows} telemetry rows", **common)
     deciding, first = decide(ranks, allow_fallout=launcher_state != "timeout")
     if deciding is not None:

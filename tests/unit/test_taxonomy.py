@@ -25,7 +25,6 @@ from harness.taxonomy import (
     Outcome,
     classify,
     classify_logs,
-
     is_bug,
     iter_log_lines,
 )
@@ -240,3 +239,15 @@ def test_signatures_before_the_last_progress_never_decide(kinds):
     pool = [POOL[k] for k in kinds] + ["[rank0]: iteration 99/ 99 |"]
     out = classify(1, "failed", lines(*pool), patterns_of("ultraep"), 0)
     assert out.status == "crash" and out.warnings_total == sum(k is not None for k in kinds)
+
+
+def test_survived_oom_then_infiniband_failure_is_infra_not_does_not_fit():
+    """Issue 15's false data point, through the campaign's entry point (classify_logs).
+    main's first-signature taxonomy (f92c902) returns does_not_fit here: this test fails
+    there and passes here."""
+    case = Path(__file__).resolve().parents[1] / "fixtures" / "classify" / \
+        "oom_survived_then_ib_failure"
+    logs = sorted(case.glob("rank*.log"))
+    out = classify_logs(1, "failed", logs, patterns_of("echo"), summarize(logs).rows)
+    assert out.status == "infra", out.reason
+    assert out.path.endswith("rank0.log") and "NET/IB" in out.line
