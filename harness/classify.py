@@ -2,7 +2,7 @@
 
 Reads each cell's logs, and its cell.json for the launcher's state and exit code and the
 backend (options override them), then runs the same taxonomy the campaign runs
-(`analyse_cell`): the class, the deciding line, the rank that failed first and the
+(`harness.taxonomy.judge_run`): the class, the deciding line, the rank that failed first and the
 signatures the run survived, so a user can ask why a cluster cell failed.
 """
 
@@ -10,41 +10,13 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import BadInput
-from harness.taxonomy import LAUNCHER_STATES, Outcome, classify_logs
-from harness.telemetry import summarize
+from harness.taxonomy import LAUNCHER_STATES, judge_run
 
 LOG_SUFFIXES = (".log", ".out", ".err")
 CELL_JSON_MAX = 1 << 20
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """A run's status (taxonomy class, or ok | drops | lower_bound) and the taxonomy's why."""
-
-    status: str
-    outcome: Outcome
-    rows: int
-
-
-def analyse_cell(exit_code: int | None, state: str, logs: list[Path], patterns: dict | None,
-                 purpose: str | None = None, library: str | None = None,
-                 tags: dict | None = None, summary=None) -> Verdict:
-    """Status of one finished run from its logs: the taxonomy, then the telemetry summary
-    for a clean end (saturated rows: lower_bound for a measure, drops otherwise)."""
-    logs = [p for p in logs if Path(p).is_file()]
-    if summary is None and logs:
-        summary = summarize(logs, tags=tags)
-    rows = summary.rows if summary else 0
-    out = classify_logs(exit_code, state, logs, patterns, rows, library=library)
-    status = out.status
-    if status is None:
-        saturated = summary.saturated_rows > 0
-        status = ("lower_bound" if purpose == "measure" else "drops") if saturated else "ok"
-    return Verdict(status, out, rows)
 
 
 def cell_logs(cell_dir: Path) -> list[Path]:
@@ -77,7 +49,7 @@ def _backend_patterns(name: str | None, runbook) -> tuple[dict | None, str | Non
     given, else the adapter of that name; none known: the upstream table alone."""
     if not name:
         return None, None, None
-    from backends import load_backend
+    from harness.registry import CLUSTER_KIND, load_backend
     from harness.runbook import BackendConfig
     if runbook is not None:
         try:
@@ -85,7 +57,7 @@ def _backend_patterns(name: str | None, runbook) -> tuple[dict | None, str | Non
         except StopIteration:
             raise BadInput(f"backend {name!r} is not in the runbook", field="backends") from None
     else:
-        config = BackendConfig(name, "cluster", name)
+        config = BackendConfig(name, CLUSTER_KIND, name)
     try:
         backend = load_backend(config)
     except BadInput:
@@ -112,8 +84,8 @@ def classify_cell(cell_dir: Path, runbook=None, backend: str | None = None,
         raise BadInput(f"exit code {exit_code!r} is not an integer",
                        path=str(cell_dir / "cell.json"), field="launcher.exit_code")
     patterns, library, tags = _backend_patterns(backend or cell.get("backend"), runbook)
-    verdict = analyse_cell(exit_code, state, cell_logs(cell_dir), patterns,
-                           purpose=cell.get("purpose"), library=library, tags=tags)
+    verdict = judge_run(exit_code, state, cell_logs(cell_dir), patterns,
+                        purpose=cell.get("purpose"), library=library, tags=tags)
     out = verdict.outcome
 
     def line(d: dict) -> dict:
@@ -125,7 +97,7 @@ def classify_cell(cell_dir: Path, runbook=None, backend: str | None = None,
             "first_failed_rank": out.first_failed_rank,
             "warnings": [line(w) for w in out.warnings],
             "warnings_total": out.warnings_total, "stated_demand": out.stated_demand,
-            "rows": verdict.rows, "state": state, "exit_code": exit_code,
+            "rows": verdict.summary.rows if verdict.summary else 0, "state": state, "exit_code": exit_code,
             "reason": out.reason}
 
 
@@ -156,24 +128,3 @@ def cli_classify(cell_dirs: tuple[str, ...], runbook: str | None = None,
             print(f"  ... {c['warnings_total'] - len(c['warnings'])} more survived signatures")
         print(f"  why: {c['reason']}")
     return 0
-
-
-if __name__ == "__main__":          # phase-A entry point; `epcap classify` in harness/cli.py
-    import click
-
-    @click.command()
-    @click.argument("cell_dirs", nargs=-1, required=True, type=click.Path())
-    @click.option("--runbook", type=click.Path(dir_okay=False))
-    @click.option("--backend")
-    @click.option("--exit-code", "exit_code", type=int)
-    @click.option("--state", type=click.Choice(LAUNCHER_STATES))
-    @click.option("--json", "as_json", is_flag=True)
-    def _command(cell_dirs, runbook, backend, exit_code, state, as_json):
-        import sys
-        try:
-            sys.exit(cli_classify(tuple(cell_dirs), runbook, backend, exit_code, state, as_json))
-        except BadInput as exc:
-            click.echo(f"epcap: error: {exc}", err=True)
-            sys.exit(exc.exit_code)
-
-    _command()

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from harness.errors import BadInput
 from harness.signatures import (
+    OVERFLOW,
     Matcher,
     Signature,
     Table,
@@ -36,13 +37,16 @@ from harness.signatures import (
     rank_of,
     timestamp_of,
 )
+from harness.telemetry import LogSummary, summarize
+from harness.vocab import BUG_CLASSES, FAILURE_CLASSES, LauncherState, Purpose, Status
 
-RUN_ORDER = ("overflow", "badflag", "assert", "does_not_fit", "infra", "timeout")
+# The run's class: the first of these among the ranks' fatal signatures (docs/taxonomy.md).
+RUN_ORDER = (OVERFLOW, Status.BADFLAG, Status.ASSERT, Status.DOES_NOT_FIT, Status.INFRA,
+             Status.TIMEOUT)
 CLASS_ORDER = RUN_ORDER
-STATUSES = ("does_not_fit", "assert", "badflag", "crash", "timeout", "infra")
-BUG_CLASSES = ("assert", "badflag")
-LAUNCHER_STATES = ("completed", "failed", "timeout", "oom", "node_fail", "cancelled")
-STATE_CLASSES = {"oom": "does_not_fit", "node_fail": "infra"}
+STATUSES = FAILURE_CLASSES
+LAUNCHER_STATES = LauncherState.values()
+STATE_CLASSES = {LauncherState.OOM: Status.DOES_NOT_FIT, LauncherState.NODE_FAIL: Status.INFRA}
 MAX_PENDING = 2000          # fatal candidates kept per file (the cause comes first)
 MAX_WARNINGS = 50           # survived signatures kept (the count is always exact)
 
@@ -140,7 +144,7 @@ class _Scan:
         sig, match = found
         hit = Hit(sig, path, line_no, text.strip(), rank_of(text, path),
                   dict(self.last_iter.get(path, {})), index, timestamp_of(text))
-        if sig.cls == "overflow":
+        if sig.cls == OVERFLOW:
             if sig.demand and match.groupdict().get(sig.demand):
                 hit.demand = int(match.group(sig.demand))
             if self.demand is None or (hit.demand or -1) > (self.demand.demand or -1):
@@ -224,7 +228,7 @@ def classify(exit_code: int | None, launcher_state: str, lines: Iterable[tuple],
     if launcher_state in STATE_CLASSES:
         return Outcome(STATE_CLASSES[launcher_state],
                        reason=f"launcher state {launcher_state} (exit {exit_code})", **common)
-    if launcher_state == "completed" and exit_code == 0 and rows > 0:
+    if launcher_state == LauncherState.COMPLETED and exit_code == 0 and rows > 0:
         survived = {"warnings": tuple(h.to_dict() for h in scan.warnings + fatal)[:MAX_WARNINGS],
                     "warnings_total": scan.warnings_total + len(fatal)}
         common.update(survived, ranks={})
@@ -233,29 +237,29 @@ def classify(exit_code: int | None, launcher_state: str, lines: Iterable[tuple],
             common["warnings"] = tuple(w for w in common["warnings"]
                                        if (w["path"], w["line_no"]) != (hit.path, hit.line_no))
             common["warnings_total"] -= 1
-            return Outcome("drops", hit.path, hit.line_no, hit.text,
+            return Outcome(Status.DROPS, hit.path, hit.line_no, hit.text,
                            reason=f"clean exit, but an overflow report ({hit.sig.source}) at "
                                   f"{hit.path}:{hit.line_no} stated a receive demand of "
                                   f"{demand}", first_failed_rank=hit.rank, **common)
         return Outcome(None, reason=f"clean exit with {rows} telemetry rows", **common)
-    deciding, first = decide(ranks, allow_fallout=launcher_state != "timeout")
+    deciding, first = decide(ranks, allow_fallout=launcher_state != LauncherState.TIMEOUT)
     if deciding is not None:
-        cls_name = "drops" if deciding.sig.cls == "overflow" else deciding.sig.cls
+        cls_name = Status.DROPS if deciding.sig.cls == OVERFLOW else Status(deciding.sig.cls)
         where = f"{deciding.path}:{deciding.line_no}"
         return Outcome(cls_name, deciding.path, deciding.line_no, deciding.text,
                        reason=f"{deciding.sig.cls} signature ({deciding.sig.source}) at "
                               f"{where}, rank {deciding.rank}; {said}",
                        first_failed_rank=first, **common)
-    if launcher_state == "timeout":
-        return Outcome("timeout", reason=f"no progress within the limit ({said}); no "
+    if launcher_state == LauncherState.TIMEOUT:
+        return Outcome(Status.TIMEOUT, reason=f"no progress within the limit ({said}); no "
                                          f"rank shows a failure signature", **common)
-    if launcher_state == "cancelled":
-        return Outcome("infra", reason=f"cancelled without a failure signature (exit "
+    if launcher_state == LauncherState.CANCELLED:
+        return Outcome(Status.INFRA, reason=f"cancelled without a failure signature (exit "
                                        f"{exit_code})", **common)
-    if exit_code not in (0, None) or launcher_state == "failed":
-        return Outcome("crash", reason=f"{said}, no fatal failure signature ({rows} "
+    if exit_code not in (0, None) or launcher_state == LauncherState.FAILED:
+        return Outcome(Status.CRASH, reason=f"{said}, no fatal failure signature ({rows} "
                                        f"telemetry rows)", **common)
-    return Outcome("crash", reason="exited cleanly but wrote no dispatch telemetry rows "
+    return Outcome(Status.CRASH, reason="exited cleanly but wrote no dispatch telemetry rows "
                                    "(setup_metadata rows alone are not telemetry)", **common)
 
 
@@ -272,6 +276,37 @@ def classify_logs(exit_code: int | None, launcher_state: str, log_paths: Iterabl
     """`classify` over log files (missing files are skipped: a run may die before writing)."""
     existing = [Path(p) for p in log_paths if Path(p).is_file()]
     return classify(exit_code, launcher_state, iter_log_lines(existing), patterns, rows, **kw)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A run's status (a taxonomy class, or ok | drops | lower_bound), the taxonomy's
+    outcome (why) and the telemetry summary it was judged with."""
+
+    status: str
+    outcome: Outcome
+    summary: LogSummary | None
+
+
+def judge_run(exit_code: int | None, state: str, logs: Iterable[Path], patterns: dict | None,
+              purpose: str | None = None, library: str | None = None,
+              tags: dict | None = None, summary: LogSummary | None = None) -> Verdict:
+    """The status of one finished run, as the campaign and `epcap classify` both judge it:
+    the taxonomy, then for a clean end the telemetry (saturated rows: lower_bound for a
+    measure, drops otherwise). A measure whose overflow report said drops is a lower bound
+    too: the demand it states is what the re-measure must cover."""
+    logs = [Path(p) for p in logs if Path(p).is_file()]
+    if summary is None and logs:
+        summary = summarize(logs, tags=tags)
+    rows = summary.rows if summary else 0
+    out = classify_logs(exit_code, state, logs, patterns, rows, library=library)
+    status = out.status
+    if status is None:
+        saturated = summary.saturated_rows > 0
+        status = Status.DROPS if saturated else Status.OK
+    if status == Status.DROPS and purpose == Purpose.MEASURE:
+        status = Status.LOWER_BOUND
+    return Verdict(status, out, summary)
 
 
 def is_bug(outcome: Outcome) -> bool:

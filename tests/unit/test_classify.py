@@ -23,7 +23,7 @@ from harness.signatures import load_table
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "fixtures" / "classify"
 CASES = json.loads((CORPUS / "cases.json").read_text(encoding="utf-8"))
-CLI = [sys.executable, "-m", "harness.classify"]
+CLI = [sys.executable, "-m", "harness.cli", "classify"]
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -110,3 +110,44 @@ def test_options_override_cell_json_and_bad_input(tmp_path, capsys):
 def test_cli_bad_input_exits_2():
     proc = run_cli(str(CORPUS / "does-not-exist"))
     assert proc.returncode == 2 and "not a cell directory" in proc.stderr
+
+
+def test_campaign_analysis_records_the_richer_outcome(tmp_path):
+    """The campaign's run analysis goes through the same judge: an overflow trap is drops
+    (validate) or lower_bound (measure) with the stated demand, deciding line, first failed
+    rank and warnings in the failure dict that cell.json and events.jsonl record."""
+    import shutil
+
+    from harness import capacity as cap
+    from harness import selection
+    from harness.backend_api import RunRequest
+    from harness.campaign.analysis import analyse
+    from harness.campaign.decisions import Outcome, lower_bound_peak
+    from harness.launch.base import JobResult
+    from harness.plan import Cell
+    from harness.registry import load_backend
+    from harness.runbook import load_runbook
+
+    rb = load_runbook(ROOT / "tests" / "fixtures" / "runbooks" / "reduced.yaml")
+    model = rb.models[0].name
+    for purpose, want in (("validate", "drops"), ("measure", "lower_bound")):
+        cell = Cell(rb.campaign, model, rb.backends[0].name, purpose, "2.00", 1)
+        cdir = tmp_path / purpose
+        shutil.copytree(CORPUS / "nccl_ep_overflow_trap", cdir)
+        req = RunRequest.for_cell(rb, cell, cdir)
+        backend = load_backend(rb.backend(cell.backend))
+        out = analyse(req, backend, JobResult("failed", 1, sorted(cdir.glob("rank*.log"))),
+                      cdir, "2026-12-01T07:00:00Z")
+        assert out.status == want
+        assert out.failure["stated_demand"] == 70211 and out.failure["first_failed_rank"] == "5"
+        assert "actual recv tokens 70211" in out.failure["line"]
+        assert out.row["failure_line"] == out.failure["line"]
+    # the re-measure after an overflow report covers the stated demand, not only the rows
+    assert lower_bound_peak(out) == max(out.summary.peak_actual_valid_recv, 70211)
+    demand_only = Outcome(cell, "lower_bound", None, None, {}, {"stated_demand": 70211})
+    assert lower_bound_peak(demand_only) == 70211
+    n = rb.shape.uniform_tokens(rb.models[0].topk)
+    again = selection.remeasure_capacity("2.00", n, rb.capacity.pad_multiple,
+                                         lower_bound_peak(demand_only))
+    assert cap.budget_tokens(again, n) >= 70211
+    assert lower_bound_peak(Outcome(cell, "lower_bound", None, None, {}, {})) == 0
