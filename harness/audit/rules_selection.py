@@ -248,8 +248,9 @@ def selection_consistency(table: Table, upload: Upload) -> tuple[list[str], list
                 int_of(a.get("peak_actual_valid_recv")) for a in measures}:
             bad.append(f"{where(table, row)}: {label(row)} peak_actual_valid_recv {peak} is no "
                        f"measure attempt's peak")
-        n = row.get("uniform_tokens")
-        if n and measures and int_of(n) not in {int_of(a.get("uniform_tokens")) for a in measures}:
+        n, ns = row.get("uniform_tokens"), {int_of(a.get("uniform_tokens")) for a in measures}
+        ns.discard(None)
+        if n and ns and int_of(n) not in ns:
             bad.append(f"{where(table, row)}: {label(row)} uniform_tokens {n} is no measure "
                        f"attempt's")
         vpeak, budget = int_of(row.get("validate_peak")), int_of(row.get("selected_budget_tokens"))

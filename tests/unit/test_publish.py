@@ -102,8 +102,8 @@ def test_refuses_a_used_path(valid, monkeypatch, capsys, fake_hub):
 
 def test_refuses_files_holding_a_secret_value(valid, monkeypatch, capsys, fake_hub):
     monkeypatch.setenv("HF_TOKEN", "hf_uniqueSecretValue0123456789")
-    (valid / "cells" / "QWEN3_30B__echo__measure__cap2p00__a1" / "rank0.log").write_text(
-        "argv --token hf_uniqueSecretValue0123456789\n")
+    with open(valid / "cells" / "QWEN3_30B__echo__measure__cap2p00__a1" / "rank0.log", "a") as fh:
+        fh.write("argv --token hf_uniqueSecretValue0123456789\n")     # the rows stay as they were
     assert cli_publish(str(valid), "org/runs", dry_run=True) == 1
     assert "rank0.log contains the value" in capsys.readouterr().err
 
