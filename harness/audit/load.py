@@ -20,7 +20,7 @@ from harness.audit.readers import (
     runbook_pad_multiple,
     runbook_tags,
 )
-from harness.audit.vocab import IGNORED_TAG, TABLES, is_ignored_row, ignored_name
+from harness.audit.vocab import IGNORED_TAG, TABLES, ignored_name, is_ignored_row
 
 PROVENANCE = "provenance.txt"
 

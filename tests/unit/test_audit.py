@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.audit import readers
-from harness.audit import audit_target, load_errata, parse_hf_target
+from harness.audit import audit_target, load_errata, parse_hf_target, readers
 from harness.cli import main
 from harness.errors import BadInput
 from harness.results import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
@@ -592,8 +592,36 @@ def campaign(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 def test_harness_campaign_audits_valid_and_mutations_do_not(campaign, tmp_path):
+    started = time.perf_counter()
     u = only(audit_target(campaign))
+    elapsed = time.perf_counter() - started
+    print(f"audit of the reduced default campaign: {elapsed:.3f} s")   # target < 2 s
     assert (u.verdict, u.why) == ("VALID", [])
+    assert elapsed < 10                                   # generous: 2 shared cores
+
+    unvalidated = corpus.copy(campaign, tmp_path / "unvalidated")
+    dropped = []
+
+    def no_ultraep_validate(row):
+        if not dropped and row["backend"] == "ultraep" and row["purpose"] == "validate":
+            dropped.append(row)
+            return None
+        return row
+    corpus.edit(unvalidated, ATTEMPTS_TSV, no_ultraep_validate)
+    assert dropped and only(audit_target(unvalidated)).reasons == ["unvalidated-selection"]
+
+    saturated = corpus.copy(campaign, tmp_path / "saturated")
+    (cell,) = [p for p in (saturated / "cells").iterdir()
+               if "__echo__validate__" in p.name and p.name.startswith("QWEN3_30B")]
+    log = next(cell.glob("*.log"))
+    lines = log.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if "[MOE_DROP_DEBUG][dispatch]" in line)
+    budget = lines[at].rsplit("budget=", 1)[1].split()[0]
+    lines[at] = lines[at].replace("actual_valid_recv=", "was=").replace(
+        " budget=", f" actual_valid_recv={budget} budget=")
+    log.write_text("\n".join(lines) + "\n")
+    bad = only(audit_target(saturated))
+    assert bad.verdict == "INVALID" and "validated-but-saturated" in bad.reasons
     for path in campaign.rglob("*"):                          # no secret value anywhere
         if path.is_file():
             assert CAMPAIGN_SECRET.encode() not in path.read_bytes(), path
@@ -614,6 +642,17 @@ def test_harness_campaign_audits_valid_and_mutations_do_not(campaign, tmp_path):
                 if r["backend"].lower() == "echo" and r["required_capacity"] else None)
     bad = only(audit_target(fabricated))
     assert bad.verdict == "INVALID" and "fabricated-requirement" in bad.reasons
+
+
+@pytest.mark.slow
+def test_campaign_stopped_after_preflight_is_nothing_to_judge(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(REDUCED),
+                           "--results", str(tmp_path), "--until", "preflight"], cwd=REPO,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (root,) = [p.parent for p in tmp_path.rglob(ATTEMPTS_TSV)]
+    u = only(audit_target(root))
+    assert (u.verdict, u.reasons) == ("UNKNOWN", ["nothing-to-judge"])
 
 
 @pytest.mark.slow
