@@ -81,32 +81,52 @@ def load_cell(root: Path, folder: Path, path: Path, coverage: Coverage,
     return cell
 
 
+def scan_cells(root: Path, folder: Path, cells: Path, upload: Upload, coverage: Coverage,
+               tags: dict[str, dict[str, str]]) -> None:
+    """The entries of one `cells/` directory (links are not followed; __cap1p75 ignored)."""
+    prefix = cells.relative_to(folder).as_posix()
+    if cells.is_symlink():
+        upload.cells[prefix] = Cell("cells", prefix, problem=f"{prefix}/ is a link (not followed)")
+        return
+    if not cells.is_dir():
+        return
+    try:
+        entries = sorted(os.scandir(cells), key=lambda e: e.name)
+    except OSError as exc:
+        upload.cells[prefix] = Cell("cells", prefix,
+                                    problem=f"{prefix}/ unreadable ({exc.strerror or exc})")
+        return
+    for entry in entries:
+        key = f"{prefix}/{entry.name}"
+        if IGNORED_TAG.search(entry.name):
+            upload.ignored_cells.append(entry.name)
+        elif entry.is_symlink():
+            upload.cells[key] = Cell(entry.name, key, problem="a link (not followed)")
+        elif entry.is_dir(follow_symlinks=False):
+            upload.cells[key] = load_cell(root, folder, Path(entry.path), coverage, tags)
+
+
+def step_folders(folder: Path) -> list[Path]:
+    """Sub-folders (not hidden, not links) holding a `cells/` of their own (one per step)."""
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError:
+        return []
+    return [Path(e.path) for e in entries
+            if not e.name.startswith(".") and e.name != "cells"
+            and e.is_dir(follow_symlinks=False) and os.path.lexists(Path(e.path) / "cells")]
+
+
 def load_cells(root: Path, folder: Path, upload: Upload, coverage: Coverage,
                tags: dict[str, dict[str, str]]) -> None:
-    """Cells under cells/ and those the rows name (links are not followed)."""
-    cells = folder / "cells"
-    if cells.is_symlink():
-        upload.cells["cells"] = Cell("cells", "cells", problem="cells/ is a link (not followed)")
-    elif cells.is_dir():
-        try:
-            entries = sorted(os.scandir(cells), key=lambda e: e.name)
-        except OSError as exc:
-            entries = []
-            upload.cells["cells"] = Cell("cells", "cells",
-                                         problem=f"cells/ unreadable ({exc.strerror or exc})")
-        for entry in entries:
-            key = f"cells/{entry.name}"
-            if IGNORED_TAG.search(entry.name):
-                upload.ignored_cells.append(entry.name)
-            elif entry.is_symlink():
-                upload.cells[key] = Cell(entry.name, key, problem="a link (not followed)")
-            elif entry.is_dir(follow_symlinks=False):
-                upload.cells[key] = load_cell(root, folder, Path(entry.path), coverage, tags)
+    """Cells under cells/ (and <step>/cells/), and those the rows name, links not followed."""
+    for step in [folder, *step_folders(folder)]:
+        scan_cells(root, folder, step / "cells", upload, coverage, tags)
     for table in upload.tables.values():
         for row in table.rows:
             key = cell_key(row)
             path = inside(folder, key) if key and key not in upload.cells else None
-            if path is not None and path.is_dir():
+            if path is not None and path.is_dir() and not IGNORED_TAG.search(path.name):
                 upload.cells[key] = load_cell(root, folder, path, coverage, tags)
 
 

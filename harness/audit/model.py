@@ -152,19 +152,41 @@ def cell_name(row: Row) -> str:
     return cell_key(row).rsplit("/", 1)[-1]
 
 
+MAX_DIGITS = 40                 # untrusted numbers beyond this many digits are not numbers
+
+
 def decimal_of(text: str) -> Decimal | None:
-    """A finite decimal, or None for empty or non-numeric text."""
+    """A finite decimal of sane size, or None for empty, non-numeric or absurd text."""
     try:
         value = Decimal(text)
     except (InvalidOperation, ValueError, TypeError):
         return None
-    return value if value.is_finite() else None
+    if not value.is_finite() or (value and abs(value.adjusted()) > MAX_DIGITS):
+        return None
+    return value
 
 
 def int_of(text: str) -> int | None:
     """A non-negative integer written as digits (no sign, no decimals), else None."""
     text = (text or "").strip()
-    return int(text) if text.isascii() and text.isdigit() else None
+    ok = text.isascii() and text.isdigit() and len(text) <= MAX_DIGITS
+    return int(text) if ok else None
+
+
+def ratio_text(peak: int, n: int) -> str:
+    """peak / n to 6 significant digits, for messages (exact decimal arithmetic)."""
+    return format(Decimal(peak) / Decimal(n), ".6g")
+
+
+def budget_of(capacity: str, n: int) -> int | None:
+    """int(float(capacity) x N) as the kernels compute it; None when not a sane capacity."""
+    value = decimal_of(capacity)
+    if value is None or value <= 0 or n <= 0:
+        return None
+    try:
+        return int(float(value) * n)
+    except (OverflowError, ValueError):
+        return None
 
 
 def where(table: Table, row: Row) -> str:

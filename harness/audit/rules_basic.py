@@ -144,7 +144,7 @@ def executable_row(row: Row, upload: Upload) -> tuple[bool | None, str]:
                 return False, f"capacity {capacity} at N={n} ({source}, pad {pad})"
         if ns:
             return True, ""
-    except EpcapError as exc:
+    except (EpcapError, OverflowError, ValueError) as exc:
         return None, str(exc)
     budget = int_of(row.get("budget_tokens"))
     if budget is not None:
@@ -188,7 +188,7 @@ def unexecutable_cells(table: Table, upload: Upload) -> list[str]:
         try:
             if n and not is_executable(capacity, n, upload.pad_multiple):
                 bad.append(f"{key}: capacity {capacity} at N={n} is not executable")
-        except EpcapError:
+        except (EpcapError, OverflowError, ValueError):
             continue
     return bad
 

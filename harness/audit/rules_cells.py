@@ -15,17 +15,17 @@ from harness.audit.model import (
     Table,
     Upload,
     agrees,
+    budget_of,
     cell_key,
     decimal_of,
     int_of,
+    ratio_text,
     verdict_of,
     where,
 )
 from harness.audit.rules_basic import find_uniform_tokens
 from harness.audit.rules_selection import drop_risk_consistency, selection_consistency
 from harness.audit.vocab import CELL_TAG, INCONSISTENT, MISSING_CELL
-from harness.capacity import budget_tokens
-from harness.errors import EpcapError
 from harness.results import ATTEMPTS_TSV, SELECTION_TSV
 
 
@@ -40,7 +40,7 @@ def requirement_problem(row: Row, peak_col: str = "peak_actual_valid_recv",
         return f"required_capacity {required!r} is not a number"
     if not agrees(required, Fraction(peak, n)):
         return (f"required_capacity {required} but {peak_col} / {n_col} = {peak}/{n} = "
-                f"{float(Fraction(peak, n)):.6g}")
+                f"{ratio_text(peak, n)}")
     return None
 
 
@@ -50,9 +50,8 @@ def budget_problem(row: Row, cap_col: str, budget_col: str) -> str | None:
         int_of(row.get("uniform_tokens"))
     if not capacity or budget is None or not n:
         return None
-    try:
-        expected = budget_tokens(capacity, n)
-    except EpcapError:
+    expected = budget_of(capacity, n)
+    if expected is None:
         return f"{cap_col} {capacity!r} is not a capacity"
     if expected != budget:
         return f"{budget_col} {budget} but int({cap_col} {capacity} x N {n}) = {expected}"

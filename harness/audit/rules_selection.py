@@ -17,6 +17,7 @@ from harness.audit.model import (
     Table,
     Upload,
     agrees,
+    budget_of,
     decimal_of,
     int_of,
     verdict_of,
@@ -38,8 +39,6 @@ from harness.audit.vocab import (
     UNVALIDATED,
     VALIDATED_SATURATED,
 )
-from harness.capacity import budget_tokens
-from harness.errors import EpcapError
 from harness.results import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
 
 PAIR_COLUMNS = ("model", "backend", "purpose", "capacity")
@@ -145,11 +144,9 @@ def check_below_peak(table: Table, upload: Upload) -> Check:
         peak = int_of(row.get("peak_actual_valid_recv"))
         budgets = [b for b in (int_of(row.get("selected_budget_tokens")),) if b is not None]
         n = int_of(row.get("uniform_tokens"))
-        try:
-            if n and row.get("selected_capacity"):
-                budgets.append(budget_tokens(row.get("selected_capacity"), n))
-        except EpcapError:
-            pass
+        computed = budget_of(row.get("selected_capacity"), n) if n else None
+        if computed is not None:
+            budgets.append(computed)
         if peak is not None and budgets and min(budgets) < peak:
             bad.append(f"{where(table, row)}: {label(row)} selected budget {min(budgets)} is "
                        f"below its measured peak {peak}")
@@ -274,5 +271,5 @@ def drop_risk_consistency(table: Table) -> list[str]:
             exact = Fraction(1 - 0.05 ** (1 / n))
             if not agrees(written, exact):
                 bad.append(f"{where(table, row)}: {label(row)} drop_risk_95 {written} but "
-                           f"1 - 0.05^(1/{n}) = {float(exact):.6g}")
+                           f"1 - 0.05^(1/{n}) = {1 - 0.05 ** (1 / n):.6g}")
     return bad

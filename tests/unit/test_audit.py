@@ -437,7 +437,8 @@ def test_garbage_tables_are_reasoned_unknown(mutant, data):
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.lists(st.sampled_from(["echo", "ECHO", "natural", "measure", "validate",
                                           "1.0", "1.02", "2.00", "", "x", "65536", "\r",
-                                          "cells/a__cap1p75__a1", "\u00e9", "-1", "nan"]),
+                                          "cells/a__cap1p75__a1", "\u00e9", "-1", "nan",
+                                          "1e400", "9" * 50, "1e999999999"]),
                          max_size=25), max_size=8))
 def test_any_table_text_gives_a_verdict_never_a_traceback(valid, tmp_path, rows):
     """Property: whatever the attempts table holds, audit returns a reasoned verdict."""
@@ -449,6 +450,35 @@ def test_any_table_text_gives_a_verdict_never_a_traceback(valid, tmp_path, rows)
     u = only(audit_target(target))
     assert u.verdict in ("VALID", "INVALID", "UNKNOWN")
     assert u.verdict == "VALID" or u.why
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.lists(st.sampled_from(["echo", "ＥＣＨＯ", "true", "false", "1.0", "1.02",
+                                          "1.21875", "4936", "4096", "", "x", "-1", "nan",
+                                          "1e400", "0", "9" * 50, "1e999999999", "-0",
+                                          "QWEN3_30B", "\u00e9"]),
+                         max_size=21), max_size=6))
+def test_any_selection_text_gives_a_verdict_never_a_traceback(valid, tmp_path, rows):
+    """Property: whatever the selection table holds, audit returns a reasoned verdict."""
+    target = tmp_path / "fuzz-selection"
+    if not target.exists():
+        corpus.copy(valid, target)
+    header = "\t".join(corpus.COLUMNS[SELECTION_TSV])
+    (target / SELECTION_TSV).write_text("\n".join([header, *("\t".join(r) for r in rows)]))
+    u = only(audit_target(target))
+    assert u.verdict in ("VALID", "INVALID", "UNKNOWN")
+    assert u.verdict == "VALID" or u.why
+
+
+@pytest.mark.parametrize(("table", "column", "value"), [
+    (SELECTION_TSV, "selected_capacity", "1e400"), (ATTEMPTS_TSV, "capacity", "1e400"),
+    (ATTEMPTS_TSV, "peak_actual_valid_recv", "9" * 400), (SELECTION_TSV, "uniform_tokens", "9" * 30),
+    (ATTEMPTS_TSV, "capacity", "1e999999999"), (SELECTION_TSV, "drop_risk_95", "1e-999999999")])
+def test_absurd_numbers_are_reasoned_not_a_traceback(mutant, table, column, value):
+    corpus.edit(mutant, table, corpus.set_where(column, value, model="QWEN3_30B"))
+    u = only(audit_target(mutant))
+    assert u.verdict in ("INVALID", "UNKNOWN") and u.why
 
 
 def test_oversized_table_is_not_read(mutant, monkeypatch):

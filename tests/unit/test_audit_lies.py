@@ -368,3 +368,14 @@ def test_cell_covered_by_no_provenance_is_missing(legacy):
     u = only(audit_target(root, errata=errata))
     assert u.verdict == "INVALID" and "missing-provenance" in u.reasons
     assert "time/cells/" in " ".join(u.why) and "measure/cells/" not in " ".join(u.why)
+
+
+def test_unnamed_crash_cell_in_a_step_folder_is_seen(legacy):
+    """A __cap1p02 crash directory no row names, under the earlier layout's measure/cells/."""
+    root, errata = legacy
+    cell = root / "measure" / "cells" / "QWEN3_30B__ultraep__validate__cap1p02__a1"
+    cell.mkdir()
+    (cell / "cell.json").write_text('{"shape": {"seq": 8192, "micro_batch": 1, "topk": 8}}')
+    u = only(audit_target(root, errata=errata))
+    assert (u.verdict, u.reasons) == ("INVALID", ["unexecutable-capacity"])
+    assert "measure/cells/QWEN3_30B__ultraep__validate__cap1p02__a1" in u.why[0]
