@@ -379,3 +379,21 @@ def test_unnamed_crash_cell_in_a_step_folder_is_seen(legacy):
     u = only(audit_target(root, errata=errata))
     assert (u.verdict, u.reasons) == ("INVALID", ["unexecutable-capacity"])
     assert "measure/cells/QWEN3_30B__ultraep__validate__cap1p02__a1" in u.why[0]
+
+
+def test_saturated_measure_may_state_the_pre_drop_demand(lie):
+    """A lower_bound measure whose log clipped at the budget may record the demand an
+    overflow report stated (above the clipped log peak); below the log peak it may not."""
+    row = corpus.attempt("QWEN3_30B", "echo", "measure", "1.00", "", status="lower_bound",
+                         attempt_no=2)
+    row.update(saturated_rows=1, peak_actual_valid_recv=4300, required_capacity="1.049805")
+    corpus.append(lie, ATTEMPTS_TSV, row)
+    cell = corpus.write_cell(lie, {**row, "peak_actual_valid_recv": 4096},   # clipped: 4096
+                             provenance=corpus.provenance_fields())            # = the budget
+    data = json.loads((cell / "cell.json").read_text())
+    data["summary"]["peak_actual_valid_recv"] = 4300
+    (cell / "cell.json").write_text(json.dumps(data))
+    assert reasons(lie) == ("VALID", [])
+    corpus.edit(lie, ATTEMPTS_TSV, corpus.set_where("peak_actual_valid_recv", "4000",
+                                                    status="lower_bound"))
+    assert "inconsistent-requirement" in reasons(lie)[1]
