@@ -397,3 +397,15 @@ def test_saturated_measure_may_state_the_pre_drop_demand(lie):
     corpus.edit(lie, ATTEMPTS_TSV, corpus.set_where("peak_actual_valid_recv", "4000",
                                                     status="lower_bound"))
     assert "inconsistent-requirement" in reasons(lie)[1]
+
+
+def test_validate_peak_no_validate_run_saw(lie):
+    """A lowered validate_peak (and the headroom to match) is no peak of the validate run."""
+    def lower(row):
+        if (row["model"], row["backend"]) == ("QWEN3_30B", "echo"):
+            row.update(validate_peak="4800", headroom="1.04")
+        return row
+    corpus.edit(lie, SELECTION_TSV, lower)
+    assert reasons(lie) == ("INVALID", ["inconsistent-requirement"])
+    assert "validate_peak 4800 but its validate run's peak is 4936" in " ".join(
+        only(audit_target(lie)).why)
