@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,6 +56,7 @@ class AuditResult:
 
     target: str
     uploads: list[UploadVerdict]
+    elapsed_s: float = 0.0                    # finding, loading and judging (no hf fetch)
 
     @property
     def summary(self) -> dict[str, int]:
@@ -62,7 +64,7 @@ class AuditResult:
 
     def to_dict(self) -> dict:
         return {"target": self.target, "uploads": [u.to_dict() for u in self.uploads],
-                "summary": self.summary}
+                "summary": self.summary, "elapsed_s": round(self.elapsed_s, 3)}
 
 
 def audit_upload(upload: Upload, errata: Errata, order: GitClones) -> UploadVerdict:
@@ -146,9 +148,11 @@ def audit_target(target: str | Path, errata: Path | None = None,
     registry = load_errata(errata)
     order = GitClones(git_repos)
     root = resolve_target(target)
+    started = time.perf_counter()
     folders = find_uploads(root, UPLOAD_MARKERS)
     if not folders:
         raise BadInput(f"no upload found (no {ATTEMPTS_TSV} or {SELECTION_TSV} at any depth)",
                        path=str(target))
-    return AuditResult(str(target), [audit_upload(load_upload(root, f, pad_multiple),
-                                                  registry, order) for f in folders])
+    uploads = [audit_upload(load_upload(root, f, pad_multiple), registry, order)
+               for f in folders]
+    return AuditResult(str(target), uploads, time.perf_counter() - started)

@@ -43,7 +43,8 @@ def print_table(result: AuditResult) -> None:
     if not console.is_terminal:          # piped: do not squeeze into 80 columns
         console = Console(width=200)
     console.print(table)
-    console.print(" ".join(f"{k}={v}" for k, v in result.summary.items()))
+    console.print(" ".join(f"{k}={v}" for k, v in result.summary.items())
+                  + f"  (audited in {result.elapsed_s:.2f} s, cell logs included)")
 
 
 def cli_audit(target: str, errata: str | None = None, git_repos: tuple[str, ...] = (),
