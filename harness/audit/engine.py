@@ -108,7 +108,7 @@ def cache_root() -> Path:
 def fetch_hf(repo_id: str, revision: str | None, cache: Path | None = None) -> Path:
     """Fetch one revision's tables, provenance, cell.json and runbook (no logs) to a cache
     directory; a full commit sha is immutable and reused, anything else is fetched afresh."""
-    import huggingface_hub
+    import huggingface_hub  # lazy: only hf:// targets need the hub
 
     slug = re.sub(r"[^A-Za-z0-9._-]", "_", revision or "main").lstrip(".") or "main"
     local = (cache or cache_root()) / "hf-datasets" / repo_id.replace("/", "--") / slug

@@ -24,9 +24,9 @@ def tsv_rows(result: AuditResult) -> list[dict]:
 
 def print_table(result: AuditResult) -> None:
     """A rich table on the terminal, then the summary line."""
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table as RichTable
+    from rich.console import Console  # lazy: only the terminal table needs rich
+    from rich.markup import escape  # lazy: as above
+    from rich.table import Table as RichTable  # lazy: as above
 
     colour = {"VALID": "green", "INVALID": "red", "UNKNOWN": "yellow"}
     table = RichTable(title=f"epcap audit {escape(result.target)}")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from harness.audit.model import LogFacts, Row, Table
+from harness.audit.model import LogFacts, Row, Table, norm
 from harness.errors import EpcapError
 
 TSV_CAP_BYTES = 64 << 20
@@ -140,7 +140,6 @@ def runbook_pad_multiple(book: dict) -> object:
 
 def runbook_tags(book: dict) -> dict[str, dict[str, str]]:
     """Native telemetry tags per backend (normalised name) from the runbook, when well-formed."""
-    from harness.audit.model import norm
     tags: dict[str, dict[str, str]] = {}
     backends = book.get("backends")
     for item in backends if isinstance(backends, list) else []:
@@ -208,7 +207,7 @@ def content_key(files: list[Path], warmup: int, tags: dict[str, str] | None) -> 
 def read_logs(root: Path, cell: Path, cell_json: dict | None,
               tags: dict[str, str] | None) -> tuple[LogFacts | None, str | None]:
     """Facts of a cell's logs, or None and why; (None, None) when the cell has no logs."""
-    from harness.telemetry import summarize
+    from harness.telemetry import summarize  # lazy: uploads without logs skip numpy
     files, problem = log_files(root, cell)
     if problem:
         return None, problem
