@@ -13,8 +13,9 @@ import click
 
 from harness import __version__
 from harness.errors import EpcapError
+from harness.vocab import Stage
 
-STAGES = ("preflight", "measure", "select", "validate", "time", "report")
+STAGES = Stage.values()
 
 
 def _call(target: str, /, **kwargs) -> None:
@@ -54,7 +55,7 @@ def run(runbook, results, launcher, dry_run, fresh, stages, until) -> None:
 
     RUNBOOK defaults to runbooks/local-cpu.yaml. Running the same command again resumes.
     """
-    _call("harness.campaign:cli_run", runbook=runbook, results=results, launcher=launcher,
+    _call("harness.campaign.cli:cli_run", runbook=runbook, results=results, launcher=launcher,
           dry_run=dry_run, fresh=fresh, stages=tuple(stages), until=until)
 
 
@@ -62,7 +63,7 @@ def run(runbook, results, launcher, dry_run, fresh, stages, until) -> None:
 @click.argument("results_dir", type=click.Path(file_okay=False))
 def status(results_dir) -> None:
     """Stage, cells done / left, failures by class and ETA of a campaign directory."""
-    _call("harness.campaign:cli_status", results_dir=results_dir)
+    _call("harness.campaign.cli:cli_status", results_dir=results_dir)
 
 
 @main.command()
@@ -99,10 +100,12 @@ def parse(logs, warmup, as_json) -> None:
 @click.option("--out", type=click.Path(dir_okay=False), help="Write the verdicts as TSV.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.option("--strict", is_flag=True, help="Exit 1 if anything is INVALID or UNKNOWN.")
-def audit(target, errata, git_repos, out, as_json, strict) -> None:
+@click.option("--pad-multiple", type=click.IntRange(min=1), default=128, show_default=True,
+              help="The grid's pad multiple the rules use (never the upload's runbook).")
+def audit(target, errata, git_repos, out, as_json, strict, pad_multiple) -> None:
     """Sort uploaded results into VALID, INVALID (with reasons) and UNKNOWN."""
     _call("harness.audit:cli_audit", target=target, errata=errata, git_repos=tuple(git_repos),
-          out=out, as_json=as_json, strict=strict)
+          out=out, as_json=as_json, strict=strict, pad_multiple=pad_multiple)
 
 
 @main.command()

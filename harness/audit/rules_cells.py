@@ -26,6 +26,7 @@ from harness.audit.model import (
 from harness.audit.rules_basic import find_uniform_tokens
 from harness.audit.rules_selection import drop_risk_consistency, selection_consistency
 from harness.audit.vocab import CELL_TAG, INCONSISTENT, MISSING_CELL
+from harness.plan import parse_cell_name
 from harness.results import ATTEMPTS_TSV, SELECTION_TSV
 
 
@@ -76,9 +77,11 @@ def cell_facts(cell: Cell) -> dict[str, dict[str, object]]:
         if isinstance(value, int) and not isinstance(value, bool):
             stated[column] = value
     facts["cell.json"] = stated
-    match = CELL_TAG.search(cell.name)
-    if match:
-        facts["directory name"] = {"capacity": f"{match.group(1)}.{match.group(2)}"}
+    named = parse_cell_name(cell.name)               # the harness's names, exactly
+    match = CELL_TAG.search(cell.name)               # older names (no attempt suffix)
+    if named is not None or match:
+        facts["directory name"] = {"capacity": named.capacity if named else
+                                   f"{match.group(1)}.{match.group(2)}"}
     if cell.logs is not None:
         logs = cell.logs
         derived: dict[str, object] = {"rows": logs.rows, "saturated_rows": logs.saturated_rows}

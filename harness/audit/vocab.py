@@ -7,6 +7,7 @@ import re
 
 from harness.audit.model import Row, cell_name
 from harness.results import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
+from harness.vocab import Purpose, Status
 
 NATURAL = "natural-selection"
 NO_MEASURE_VALIDATE = "no-measure-validate"
@@ -30,11 +31,13 @@ TABLES = (ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV)
 UPLOAD_MARKERS = (ATTEMPTS_TSV, SELECTION_TSV)
 VERDICTS = ("VALID", "INVALID", "UNKNOWN")
 
-ECHO = "echo"
-P_MEASURE, P_VALIDATE, P_TIME, P_NATURAL, P_CANARY = (
-    "measure", "validate", "time", "natural", "canary")
-S_OK, S_DROPS, S_LOWER_BOUND, S_DOES_NOT_FIT = "ok", "drops", "lower_bound", "does_not_fit"
-TRUE, FALSE = "true", "false"
+ECHO = "echo"                        # the reference selection backend the first rules name
+P_MEASURE, P_VALIDATE, P_TIME, P_CANARY = (Purpose.MEASURE, Purpose.VALIDATE, Purpose.TIME,
+                                           Purpose.CANARY)
+P_NATURAL = "natural"                # the old selection's purpose: only uploads carry it
+S_OK, S_DROPS, S_LOWER_BOUND, S_DOES_NOT_FIT = (Status.OK, Status.DROPS, Status.LOWER_BOUND,
+                                                Status.DOES_NOT_FIT)
+TRUE, FALSE = "true", "false"        # TSV booleans (docs/spec.md: results layout)
 
 IGNORED_TAG = re.compile(r"__cap1p75(?:__|$)")   # abandoned descent capacity (SPEC section 6)
 IGNORED_CAPACITY_TAG = "cap1p75"

@@ -212,6 +212,13 @@ def test_runbook_pad_multiple_is_reported_never_used(lie):
 def test_audits_own_pad_multiple_option(valid):
     """--pad-multiple 256: 1.21875 x 4096 = 4992 is not a multiple of 256."""
     assert reasons(valid, pad_multiple=256) == ("INVALID", ["unexecutable-capacity"])
+    from click.testing import CliRunner
+
+    from harness.cli import main
+    res = CliRunner().invoke(main, ["audit", str(valid), "--json", "--pad-multiple", "256"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["uploads"][0]["reasons"] == ["unexecutable-capacity"]
+    assert CliRunner().invoke(main, ["audit", str(valid), "--pad-multiple", "0"]).exit_code == 2
 
 
 # ------------------------------------------------------------------ names
