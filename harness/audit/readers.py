@@ -1,7 +1,9 @@
 """Bounded, lenient readers for untrusted uploads: nothing followed out of TARGET, every
 file size-capped, nothing executed or unpickled, malformed input turned into a stated why.
 
-The harness's own results readers (harness.results) trust their files; these do not.
+Tables are parsed by the one results model (harness.results.parse_table) in its lenient
+mode, provenance by harness.provenance.parse_provenance, logs by harness.telemetry: each
+only after a bounded, link-checked read here.
 """
 
 from __future__ import annotations
