@@ -255,6 +255,14 @@ def test_cells_deleted(lie):
     assert (verdict, codes) == ("INVALID", ["missing-cell"])
 
 
+def test_timing_row_naming_a_cell_not_in_the_upload(lie):
+    """The moonep timing run's attempts row and cell removed; timing.tsv still names it."""
+    corpus.edit(lie, ATTEMPTS_TSV, lambda r: None if (r["model"], r["backend"]) ==
+                ("QWEN3_30B", "moonep") else r)
+    shutil.rmtree(lie / "cells" / "QWEN3_30B__moonep__time__cap1p25__a1")
+    assert reasons(lie) == ("INVALID", ["missing-cell"])
+
+
 def test_row_without_a_cell_dir(lie):
     corpus.edit(lie, ATTEMPTS_TSV, corpus.set_where("cell_dir", "", cell_dir=ECHO_MEASURE))
     assert reasons(lie) == ("INVALID", ["missing-cell"])
