@@ -37,8 +37,6 @@ class Row:
         """A name column normalised for comparison (model, backend, purpose, status)."""
         return norm(self.values.get(column))
 
-    lower = name                                       # the older spelling, same meaning
-
 
 @dataclass
 class Table:
@@ -49,7 +47,6 @@ class Table:
     rows: list[Row] = field(default_factory=list)
     malformed: list[str] = field(default_factory=list)   # "file:line: why"
     unreadable: str | None = None
-    provenance: str | None = None                        # the provenance.txt covering it
 
 
 @dataclass
