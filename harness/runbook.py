@@ -60,7 +60,7 @@ class Shape:
 @dataclass(frozen=True)
 class BackendConfig:
     name: str                       # as written in TSVs, e.g. echo, ultraep, moonep
-    kind: str                       # reference | cluster
+    kind: str                       # reference | cluster | megatron-core
     module: str                     # reference: personality; cluster: adapter module in backends/
     select: bool = True             # measured/validated; its selection feeds the timing capacity
     time: bool = True               # timed at the common capacity
@@ -137,7 +137,7 @@ TOP_KEYS = ("campaign", "models_file", "models", "shape", "backends", "capacity"
             "timing", "limits", "launcher", "device_memory_gb", "seed", "repositories",
             "paths", "slurm", "gpu_hours_per_cell", "max_parallel_cells")
 REQUIRED_TOP = ("campaign", "models", "shape", "backends")
-BACKEND_KINDS = ("reference", "cluster")
+BACKEND_KINDS = ("reference", "cluster", "megatron-core")
 LAUNCHERS = ("local", "slurm")
 
 
@@ -364,7 +364,7 @@ def _backends(doc: _Doc, data: dict) -> tuple[BackendConfig, ...]:
         fields = _fields_from(doc, BackendConfig, entry, where)
         _require(doc, entry, ("name", "kind"), where)
         if fields["kind"] not in BACKEND_KINDS:
-            raise doc.error(where + ("kind",), "must be reference or cluster")
+            raise doc.error(where + ("kind",), "must be reference or cluster or megatron-core")
         fields.setdefault("module", fields["name"])
         if any(b.name.lower() == fields["name"].lower() for b in out):
             raise doc.error(where + ("name",), f"backend {fields['name']!r} listed twice")

@@ -1,0 +1,110 @@
+"""megatron-core's router and all-to-all dispatcher against the reference, on the same routing.
+
+runbooks/local-megatron.yaml runs the reference without rebalancing and the `megatron-core`
+backend; both read the same seeded routing (or the same trace). Their dispatch rows must be
+equal row for row, peak and saturation included, on two shapes; one changed routing id in the
+trace megatron-core replays must break the equality.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from backends import load_backend
+from backends.base import RunRequest
+from harness.plan import Cell
+from harness.runbook import load_runbook
+from harness.telemetry import iter_rows, summarize
+
+pytest.importorskip("megatron.core", reason="the [megatron] extra is not installed")
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNBOOK = ROOT / "runbooks" / "local-megatron.yaml"
+# (name, experts, topk, seq, layers, capacity): one shape saturates, one does not.
+SHAPES = [("e16-saturated", 16, 4, 64, 2, "1.25"), ("e128", 128, 8, 64, 2, "2.00")]
+
+
+def run_backend(rb, name: str, cell_dir: Path, options: dict | None = None) -> Path:
+    """Run one measure cell of `name` with the runbook's command; its merged log."""
+    cfg = rb.backend(name)
+    if options:
+        cfg = replace(cfg, options={**cfg.options, **options})
+    cell = Cell(rb.campaign, rb.models[0].name, name, "measure", rb.capacity.measure)
+    spec = load_backend(cfg).command(RunRequest.for_cell(rb, cell, cell_dir))
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    log = cell_dir / f"{name}.log"
+    with open(log, "w", encoding="utf-8") as fh:
+        proc = subprocess.run(spec.argv, env={**spec.env, "PATH": "/usr/bin:/bin",
+                                              "PYTHONPATH": str(ROOT)},
+                              cwd=spec.cwd, stdout=fh, stderr=subprocess.STDOUT, timeout=300)
+    assert proc.returncode == 0, log.read_text(encoding="utf-8")[-3000:]
+    return log
+
+
+def rows(log: Path) -> list[tuple]:
+    out = sorted((r.iter, r.layer, r.rank, r.expected_recv, r.actual_valid_recv, r.budget,
+                  r.actual_valid_recv >= r.budget) for r in iter_rows(log))
+    assert out
+    return out
+
+
+def shaped(rb, experts: int, topk: int, seq: int, layers: int, capacity: str):
+    model = replace(rb.models[0], experts=experts, topk=topk, layers=layers)
+    return replace(rb, models=(model,), shape=replace(rb.shape, seq=seq),
+                   capacity=replace(rb.capacity, measure=capacity),
+                   measure=replace(rb.measure, warmup=0, iters=2))
+
+
+def test_runbook_runs_both_on_the_same_routing():
+    rb = load_runbook(RUNBOOK)
+    assert [(b.name, b.kind) for b in rb.backends] == [("raw", "reference"),
+                                                       ("megatron-core", "megatron-core")]
+    assert rb.backend("raw").module == "echo"           # no rebalancing: raw until it lands
+    cell = Cell(rb.campaign, rb.models[0].name, "megatron-core", "measure", "2.00")
+    argv = load_backend(rb.backend("megatron-core")).command(
+        RunRequest.for_cell(rb, cell, Path("/c"))).argv
+    assert argv[1:3] == ["-m", "backends.megatron_core_worker"] and "--personality" not in argv
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,experts,topk,seq,layers,capacity", SHAPES)
+def test_megatron_core_rows_equal_the_reference(tmp_path, name, experts, topk, seq, layers,
+                                                capacity):
+    rb = shaped(load_runbook(RUNBOOK), experts, topk, seq, layers, capacity)
+    saturating = name.endswith("saturated")
+    trace = tmp_path / "routing.jsonl"
+    ref_log = run_backend(rb, "raw", tmp_path / "raw",
+                          {"record_trace": str(trace)} if saturating else None)
+    ref = rows(ref_log)
+    if not saturating:                       # seeded routing on both sides
+        mc_log = run_backend(rb, "megatron-core", tmp_path / "mc")
+        assert rows(mc_log) == ref
+        assert "backend_impl=megatron-core" in mc_log.read_text(encoding="utf-8")
+        assert not any(r[-1] for r in ref)
+        return
+    # The saturated shape: megatron-core replays the reference's recorded trace ...
+    assert any(r[-1] for r in ref), "this shape must saturate some rows"
+    mc_log = run_backend(rb, "megatron-core", tmp_path / "mc", {"trace": str(trace)})
+    assert rows(mc_log) == ref
+    a, b = summarize(ref_log), summarize(mc_log)
+    assert (a.peak_actual_valid_recv, a.saturated_rows) == \
+        (b.peak_actual_valid_recv, b.saturated_rows)
+    # ... and one changed id (a slot moved to another rank) breaks the equality.
+    lines = trace.read_text(encoding="utf-8").splitlines()
+    rec = json.loads(lines[1])
+    ids = rec["topk_ids"][0]
+    per_rank = experts // rb.shape.ep
+    new = next(e for e in range(experts)
+               if e not in ids and e // per_rank != ids[0] // per_rank)
+    ids[0] = new
+    lines[1] = json.dumps(rec)
+    trace.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    changed = rows(run_backend(rb, "megatron-core", tmp_path / "mc2", {"trace": str(trace)}))
+    assert changed != ref
+    diff = [(x, y) for x, y in zip(changed, ref, strict=True) if x != y]
+    assert {x[:2] for x, _ in diff} == {(rec["iter"], rec["layer"])}   # that step only
