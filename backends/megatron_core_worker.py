@@ -84,8 +84,10 @@ class MCoreRank:
         a = self.a
         if self.trace is not None:
             return self.trace.lookup(it, layer, self.rank)[0]
+        model_seed = getattr(a, "model_seed", None)      # held-out routing keeps the router
+        extra = {} if model_seed is None else {"popularity_seed": model_seed}
         return route(a.seed, a.model, layer, it, self.rank, self.tokens, a.experts, a.topk,
-                     a.routing_sigma, a.router_dtype).ids
+                     a.routing_sigma, a.router_dtype, **extra).ids
 
     def layer(self, x, it: int, layer: int, sw, timed: bool) -> tuple[float, float]:
         """Route (replayed), dispatch, scale per expert, combine, check, and log one row."""

@@ -17,6 +17,7 @@ import pytest
 
 from backends import load_backend
 from backends.base import RunRequest
+from harness.errors import BadInput
 from harness.plan import Cell
 from harness.runbook import load_runbook
 from harness.telemetry import iter_rows, summarize
@@ -108,3 +109,26 @@ def test_megatron_core_rows_equal_the_reference(tmp_path, name, experts, topk, s
     assert changed != ref
     diff = [(x, y) for x, y in zip(changed, ref, strict=True) if x != y]
     assert {x[:2] for x, _ in diff} == {(rec["iter"], rec["layer"])}   # that step only
+
+
+def test_adapter_options_are_checked():
+    rb = load_runbook(RUNBOOK)
+    cell = Cell(rb.campaign, rb.models[0].name, "megatron-core", "measure", "2.00")
+    base = rb.backend("megatron-core")
+    per_rank = load_backend(replace(base, options={"device": "cpu"})).command(
+        RunRequest.for_cell(rb, cell, Path("/c")))
+    assert per_rank.ntasks == rb.shape.ep and "--ranks" not in per_rank.argv
+    for bad, field in (({"record_trace": "/t.jsonl"}, "record_trace"),
+                       ({"launch": "both"}, "launch")):
+        with pytest.raises(BadInput, match=field):
+            load_backend(replace(base, options=bad)).command(
+                RunRequest.for_cell(rb, cell, Path("/c")))
+
+
+def test_cpu_shims_stay_off_with_a_gpu_device():
+    import torch
+
+    from backends import megatron_core_shims
+    stream = torch.cuda.Stream
+    assert megatron_core_shims.apply(torch.device("cuda", 0)) is False
+    assert torch.cuda.Stream is stream
