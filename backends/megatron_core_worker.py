@@ -83,7 +83,7 @@ class MCoreRank:
 
         a = self.a
         if self.trace is not None:
-            return self.trace.lookup(it, layer, self.rank)[0]
+            return self.torch.as_tensor(self.trace.lookup(it, layer, self.rank)[0]).long()
         model_seed = getattr(a, "model_seed", None)      # held-out routing keeps the router
         extra = {} if model_seed is None else {"popularity_seed": model_seed}
         return route(a.seed, a.model, layer, it, self.rank, self.tokens, a.experts, a.topk,
@@ -131,14 +131,23 @@ class MCoreRank:
         kept = self.torch.ones(ids.numel(), dtype=self.torch.bool, device=self.device)
         check_combine(out.float(), reference_output(x, ids, weights, kept, self.a.experts), where)
 
+    def open_trace(self):
+        """The trace the reference worker would replay, read by the reference's own reader."""
+        a = self.a
+        try:
+            from backends.reference.trace_io import preload
+        except ImportError:                         # the reader before backends/reference/trace_io
+            from backends.reference.routing import load_trace
+            return load_trace(a.trace, a.experts, a.topk, self.tokens)
+        return preload(a.trace, a.experts, a.topk, self.tokens, a.ep, self.layers)
+
     def run(self) -> int:
-        from backends.reference.routing import load_trace
         from backends.reference.timing import Stopwatch
 
         a, torch = self.a, self.torch
         self.build()
         if a.trace:
-            self.trace = load_trace(a.trace, a.experts, a.topk, self.tokens)
+            self.trace = self.open_trace()
         exact = ",".join([str(self.n)] * a.ep)
         for layer in self.layers:
             say(f"[MOE_DROP_DEBUG][setup_metadata] iter=0 layer={layer} rank={self.rank} "
