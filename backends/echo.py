@@ -11,20 +11,37 @@ moe_num_echo_experts is set and divisible by the EP size.
 
 from __future__ import annotations
 
-from backends.base import RunRequest
-from backends.megatron import MegatronBackend
+from dataclasses import dataclass
+
+from backends.megatron import MegatronBackend, MegatronOptions
 from backends.megatron_args import MegatronSource
+from harness.backend_api import BackendConfig, OptionError, RunRequest
 from harness.errors import BadInput
-from harness.runbook import BackendConfig
 
 ECHO_SOURCE = MegatronSource("NVIDIA/Megatron-LM", "a2b16b8733bb4ced46880d6adee6f19124732991",
                              "refs/pull/2368/head")
+
+
+@dataclass(frozen=True)
+class EchoOptions(MegatronOptions):
+    """ECHO's runbook options: the echo-expert pool (default: the model's expert count)."""
+
+    echo_experts: int | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.echo_experts is not None and self.echo_experts <= 0:
+            raise OptionError("echo_experts", f"must be positive, got {self.echo_experts}")
+
+
+OPTIONS = EchoOptions
 
 
 class EchoBackend(MegatronBackend):
     """ECHO via `--moe-enable-echo` on the flex/hybridep dispatcher (Megatron-LM PR 2368)."""
 
     library = "echo"
+    options_type = EchoOptions
     default_source = ECHO_SOURCE
     patterns = {
         "assert": (r"echo_ep\S*:\d+.*[Aa]ssert", r"\[ECHO\].*assert(?:ion)? failed",
@@ -35,13 +52,14 @@ class EchoBackend(MegatronBackend):
     def library_args(self, req: RunRequest, values: dict[str, str]) -> list[str]:
         """ECHO on, its echo-expert pool (options.echo_experts, default the model's expert
         count) and the per-rank received-token capacity."""
-        echo = int(self.config.options.get("echo_experts", req.model.experts))
-        if echo <= 0 or echo % req.shape.ep:
+        echo = self.options.echo_experts or req.model.experts
+        if echo % req.shape.ep:
             raise BadInput(f"ECHO needs echo_experts divisible by ep {req.shape.ep} "
                            f"(got {echo})", field=f"backends.{self.name}.options.echo_experts")
         return ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "hybridep",
                 "--moe-enable-echo", "--moe-num-echo-experts", str(echo),
                 "--moe-received-token-capacity", values["capacity"]]
+
 
 
 def make_backend(config: BackendConfig) -> EchoBackend:

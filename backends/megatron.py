@@ -14,18 +14,27 @@ every other argument through "$@" untouched (no user text is ever parsed by a sh
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from backends.base import DEFAULT_FAILURE_PATTERNS, Backend, LaunchSpec, RunRequest
 from backends.megatron_args import MegatronSource, check_argv, load_args
+from harness.backend_api import (
+    DEFAULT_FAILURE_PATTERNS,
+    Backend,
+    LaunchSpec,
+    ModelSpec,
+    NoOptions,
+    OptionError,
+    RunRequest,
+)
 from harness.capacity import budget_tokens
 from harness.errors import BadInput
-from harness.runbook import ModelSpec
+from harness.vocab import Purpose, run_iterations
 
 # The fixed multi-node trampoline: "$@" carries the real torchrun arguments verbatim.
 RDZV_TRAMPOLINE = 'exec "$0" --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" "$@"'
 
-# Signatures every Megatron run can print, on top of backends.base.DEFAULT_FAILURE_PATTERNS.
+# Signatures every Megatron run can print, on top of harness.backend_api.DEFAULT_FAILURE_PATTERNS.
 MEGATRON_FAILURE_PATTERNS: dict[str, tuple[str, ...]] = {
     "assert": (r"Assertion `.*` failed", r"RuntimeError: .*[Aa]ssert(?:ion)? failed"),
     "badflag": (r"error: unrecognized arguments", r"error: ambiguous option",
@@ -90,16 +99,14 @@ def common_args() -> list[str]:
 
 def train_iters(req: RunRequest) -> int:
     """Iterations of this run: warmup plus measured iterations (x trials when timing)."""
-    phase = req.phase
-    trials = phase.trials if req.cell.purpose == "time" else 1
-    return phase.warmup + phase.iters * max(1, trials)
+    return run_iterations(req.phase, req.cell.purpose)
 
 
 def run_seed(req: RunRequest) -> int:
     """Megatron's --seed: the held-out validate seed for validate runs when the request has
     one (SPEC section 3), else the campaign seed."""
     validate_seed = getattr(req, "validate_seed", None)
-    if req.cell.purpose == "validate" and validate_seed is not None:
+    if req.cell.purpose == Purpose.VALIDATE and validate_seed is not None:
         return int(validate_seed)
     return req.seed
 
@@ -143,23 +150,52 @@ def fill_template(arg: str, values: dict[str, str]) -> str:
 TRACE_PATH_FLAG = "--moe-routing-trace-path"
 TRACE_ITERS_FLAG = "--moe-routing-trace-max-training-iters"
 TRACE_DIR = "router_trace"
+SOURCE_KEYS = ("repository", "commit", "ref", "overlays", "path")
 
 
-def source_from_options(options: dict, default: MegatronSource) -> MegatronSource:
-    """The runbook's `options.megatron: {repository, commit, ref, overlays}` or the default."""
-    raw = options.get("megatron")
+@dataclass(frozen=True)
+class MegatronOptions(NoOptions):
+    """Runbook `options:` of a cluster adapter (docs/cluster.md)."""
+
+    torchrun: str = "torchrun"                  # the torchrun executable
+    script: str = "pretrain_gpt.py"             # under the checkout
+    dispatcher_args: tuple[str, ...] | None = None   # replaces the library/capacity flags
+    env: dict = field(default_factory=dict)     # extra environment (wins over ours)
+    megatron: dict | None = None                # {repository, commit, ref, overlays, path}
+    record_routing_trace: bool = False          # measure runs write Megatron router traces
+
+    def __post_init__(self) -> None:
+        raw = self.megatron
+        if raw is None:
+            return
+        unknown = sorted(set(raw) - set(SOURCE_KEYS))
+        if unknown:
+            raise OptionError("megatron", f"unknown key(s) {unknown}; allowed: {SOURCE_KEYS}")
+        commit = raw.get("commit")
+        if not isinstance(commit, str) or len(commit) != 40 or \
+                any(c not in "0123456789abcdef" for c in commit):
+            raise OptionError("megatron", f"commit must be a full 40-hex sha, got {commit!r}")
+        if not isinstance(raw.get("overlays", []), list):
+            raise OptionError("megatron", "overlays must be a list of overlay names")
+
+
+OPTIONS = MegatronOptions
+
+
+def source_from_options(options: MegatronOptions, default: MegatronSource) -> MegatronSource:
+    """The runbook's `options.megatron` (checked by MegatronOptions) or the default."""
+    raw = options.megatron
     if raw is None:
         return default
-    if not isinstance(raw, dict) or not raw.get("commit"):
-        raise BadInput("options.megatron needs at least a commit (and a repository)",
-                       field="backends.options.megatron")
     return MegatronSource(str(raw.get("repository", default.repository)), str(raw["commit"]),
-                          str(raw.get("ref", "")), tuple(str(o) for o in raw.get("overlays", ())))
+                          str(raw.get("ref", "")),
+                          tuple(str(o) for o in raw.get("overlays", default.overlays)))
 
 
 class MegatronBackend(Backend):
     """A dispatch library run inside Megatron-LM `pretrain_gpt.py` under torchrun."""
 
+    options_type = MegatronOptions
     library = "base"
     patterns: dict[str, tuple[str, ...]] = {}
     default_source = MegatronSource("NVIDIA/Megatron-LM", "d98e8a64ddf34856e74b24714e3bedb2f5a39553",
@@ -168,7 +204,7 @@ class MegatronBackend(Backend):
     @property
     def source(self) -> MegatronSource:
         """The Megatron-LM repository and commit this backend's argv is built for."""
-        return source_from_options(self.config.options, self.default_source)
+        return source_from_options(self.options, self.default_source)
 
     def library_args(self, req: RunRequest, values: dict[str, str]) -> list[str]:
         """The library's own dispatcher flags, as its pinned Megatron-LM code defines them."""
@@ -177,14 +213,14 @@ class MegatronBackend(Backend):
     def dispatcher_args(self, req: RunRequest) -> list[str]:
         """Library selection and capacity flags; `options.dispatcher_args` replaces them."""
         values = self.template_values(req)
-        custom = self.config.options.get("dispatcher_args")
+        custom = self.options.dispatcher_args
         if custom is not None:
             return [fill_template(str(a), values) for a in custom]
         return self.library_args(req, values)
 
     def trace_args(self, req: RunRequest) -> list[str]:
         """Megatron's router-trace recording for measure runs (`options.record_routing_trace`)."""
-        if not self.config.options.get("record_routing_trace") or req.cell.purpose != "measure":
+        if not self.options.record_routing_trace or req.cell.purpose != Purpose.MEASURE:
             return []
         return [TRACE_PATH_FLAG, str(PurePosixPath(str(req.cell_dir)) / TRACE_DIR),
                 TRACE_ITERS_FLAG, str(train_iters(req))]
@@ -196,7 +232,7 @@ class MegatronBackend(Backend):
     def preflight(self, argv: list[str]) -> list[str]:
         """Static check of a launch argv against the pinned commit's accepted flags: each
         unknown flag or choice, naming the file that should define it. No GPU, no import."""
-        script = str(self.config.options.get("script", "pretrain_gpt.py"))
+        script = str(self.options.script)
         cut = next((i for i, a in enumerate(argv) if a.endswith(script)), None)
         if cut is None:
             return [f"{self.name}: no {script} in the command"]
@@ -236,7 +272,7 @@ class MegatronBackend(Backend):
 
     def launcher_args(self, req: RunRequest, nodes: int, gpus: int) -> list[str]:
         """torchrun and its rendezvous (standalone on one node; trampoline on several)."""
-        torchrun = str(self.config.options.get("torchrun", "torchrun"))
+        torchrun = str(self.options.torchrun)
         if nodes == 1:
             return [torchrun, "--standalone", "--nnodes", "1", "--nproc-per-node", str(gpus)]
         return ["sh", "-c", RDZV_TRAMPOLINE, torchrun, "--nnodes", str(nodes),
@@ -245,8 +281,8 @@ class MegatronBackend(Backend):
 
     def checkout(self, req: RunRequest) -> str | None:
         """This backend's Megatron-LM checkout: options.megatron.path, else paths.megatron."""
-        raw = self.config.options.get("megatron")
-        own = raw.get("path") if isinstance(raw, dict) else None
+        raw = self.options.megatron
+        own = raw.get("path") if raw else None
         return str(own) if own else req.paths.get("megatron")
 
     def script(self, req: RunRequest) -> str:
@@ -255,7 +291,7 @@ class MegatronBackend(Backend):
         if not megatron:
             raise BadInput("cluster backends need paths.megatron (the Megatron-LM checkout)",
                            field="paths.megatron")
-        name = str(self.config.options.get("script", "pretrain_gpt.py"))
+        name = str(self.options.script)
         return str(PurePosixPath(megatron) / name)
 
     def env(self, req: RunRequest) -> dict[str, str]:
@@ -265,11 +301,11 @@ class MegatronBackend(Backend):
                "EPCAP_CELL": req.cell.name, "EPCAP_PURPOSE": req.cell.purpose,
                "EPCAP_CAPACITY": values["capacity"], "EPCAP_BUDGET_TOKENS": values["budget"],
                "EPCAP_PAD_MULTIPLE": values["pad_multiple"]}
-        if req.cell.purpose == "time":
+        if req.cell.purpose == Purpose.TIME:
             env.update({"EPCAP_TIMING": "1", "EPCAP_TIMING_WARMUP": str(req.phase.warmup),
                         "EPCAP_TIMING_ITERS": str(req.phase.iters),
                         "EPCAP_TIMING_TRIALS": str(req.phase.trials)})
-        extra = self.config.options.get("env", {}) or {}
+        extra = self.options.env or {}
         env.update({str(k): str(v) for k, v in extra.items()})
         return env
 
@@ -287,6 +323,6 @@ class MegatronBackend(Backend):
 
     def failure_patterns(self) -> dict[str, tuple[str, ...]]:
         """Defaults, Megatron's, the library's own, then runbook `options.failure_patterns`."""
-        extra = self.config.options.get("failure_patterns", {}) or {}
+        extra = self.options.failure_patterns or {}
         return merge_patterns(DEFAULT_FAILURE_PATTERNS, MEGATRON_FAILURE_PATTERNS,
                               self.patterns, {k: tuple(v) for k, v in extra.items()})

@@ -11,45 +11,52 @@ runbook can run the reference and megatron-core on exactly the same routing. Row
 from __future__ import annotations
 
 import sys
-from pathlib import Path
+from dataclasses import dataclass
 
-from backends.base import Backend, LaunchSpec, RunRequest
-from backends.reference.adapter import ReferenceBackend
-from harness.errors import BadInput
-from harness.runbook import BackendConfig
+from backends.reference.adapter import REPO_ROOT, ReferenceBackend, ReferenceOptions
+from harness.backend_api import BackendConfig, LaunchSpec, OptionError, RunRequest
+from harness.vocab import Impl
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 WORKER = "backends.megatron_core_worker"
-UNSUPPORTED = ("record_trace",)
 
 
-class MegatronCoreBackend(Backend):
-    """Options: device (auto|cpu|cuda), trace, pg_timeout_s, threads, gpus_per_node and
-    launch (`per-rank`, default, or `single`: one task forks the ranks after one import)."""
+@dataclass(frozen=True)
+class MegatronCoreOptions(ReferenceOptions):
+    """The reference backend's options (docs/reference-backend.md) but record_trace: record
+    with the reference backend, replay here with `trace`."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.record_trace is not None:
+            raise OptionError("record_trace", "megatron-core does not record traces; record "
+                                              "with the reference backend, replay with trace")
+
+
+OPTIONS = MegatronCoreOptions
+
+
+class MegatronCoreBackend(ReferenceBackend):
+    """Same worker flags and log shape as the reference; another worker and label."""
+
+    options_type = MegatronCoreOptions
+
+    def implementation(self, timing: dict | None = None) -> str:
+        """Rows of this backend are labelled `megatron-core`."""
+        return Impl.MEGATRON_CORE
 
     def command(self, req: RunRequest) -> LaunchSpec:
-        opts = self.config.options
-        for key in UNSUPPORTED:
-            if opts.get(key) is not None:
-                raise BadInput(f"backend {self.name!r}: options.{key} is not supported by "
-                               f"megatron-core (record with the reference backend)",
-                               field=f"backends.{self.name}.options.{key}")
-        launch = opts.get("launch", "per-rank")
-        if launch not in ("per-rank", "single"):
-            raise BadInput(f"backend {self.name!r}: options.launch {launch!r} is not "
-                           f"per-rank or single", field=f"backends.{self.name}.options.launch")
-        args = ReferenceBackend.args(self, req)
-        cut = args.index("--personality")
-        args = args[:cut] + args[cut + 2:]
-        argv = [sys.executable, "-m", WORKER, *args]
-        if launch == "single":
+        args = self.args(req)
+        cut = args.index("--personality")                  # the reference's only extra flag
+        argv = [sys.executable, "-m", WORKER, *args[:cut], *args[cut + 2:]]
+        single = self.options.launch == "single"
+        if single:
             argv += ["--ranks", str(req.shape.ep)]
-        return LaunchSpec(argv=argv, env={"OMP_NUM_THREADS": str(opts.get("threads", 1)),
+        return LaunchSpec(argv=argv, env={"OMP_NUM_THREADS": str(self.options.threads),
                                           "PYTHONUNBUFFERED": "1"},
-                          ntasks=req.shape.ep if launch == "per-rank" else 1, nodes=1,
-                          gpus_per_node=int(opts.get("gpus_per_node", 0)), cwd=str(REPO_ROOT))
+                          ntasks=1 if single else req.shape.ep, nodes=1,
+                          gpus_per_node=int(self.options.gpus_per_node), cwd=str(REPO_ROOT))
 
 
 def make_backend(config: BackendConfig) -> MegatronCoreBackend:
-    """Entry point used by backends.load_backend."""
+    """Entry point used by harness.registry."""
     return MegatronCoreBackend(config)

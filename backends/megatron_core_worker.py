@@ -20,7 +20,7 @@ import warnings
 
 from backends.reference.__main__ import _rank_vars, _wait_pids, gpu_present, rank_env
 from backends.reference.options import build_parser, check_args
-from harness.launch.local import free_port
+from harness.backend_api import free_port
 
 IMPL = "megatron-core"
 CHILD_ENV = "EPCAP_REFERENCE_CHILD"

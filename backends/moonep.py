@@ -9,10 +9,9 @@ S x K tokens, so it takes no capacity flag; its _validate_moonep rejects token d
 
 from __future__ import annotations
 
-from backends.base import RunRequest
-from backends.megatron import MegatronBackend
+from backends.megatron import MegatronBackend, MegatronOptions
 from backends.megatron_args import MegatronSource, flag_values
-from harness.runbook import BackendConfig
+from harness.backend_api import BackendConfig, RunRequest
 
 MOONEP_SOURCE = MegatronSource("NVIDIA/Megatron-LM", "a8785b1e956e651796c8fcb36fdfbbdc7debe1f5",
                                "refs/pull/6274/head")
@@ -43,6 +42,9 @@ class MoonEPBackend(MegatronBackend):
                                f"megatron/core/transformer/transformer_config.py, "
                                f"{self.source.label})")
         return out
+
+
+OPTIONS = MegatronOptions
 
 
 def make_backend(config: BackendConfig) -> MoonEPBackend:

@@ -15,11 +15,12 @@ receive budget is a multiple of the pad multiple; both are bug signatures (class
 
 from __future__ import annotations
 
-from backends.base import LaunchSpec, RunRequest
-from backends.megatron import MegatronBackend
+from dataclasses import dataclass
+
+from backends.megatron import MegatronBackend, MegatronOptions
 from backends.megatron_args import MegatronSource, flag_values
+from harness.backend_api import BackendConfig, LaunchSpec, OptionError, RunRequest
 from harness.errors import BadInput
-from harness.runbook import BackendConfig
 
 REQUIRED_ROUTER_DTYPE = "fp32"
 ULTRAEP_SOURCE = MegatronSource("NVIDIA/Megatron-LM", "d98e8a64ddf34856e74b24714e3bedb2f5a39553",
@@ -29,10 +30,31 @@ CAPACITY_BACKENDS = ("hybridep", "ncclep")
 HYBRIDEP_CAPACITY_NEEDS = ("--use-transformer-engine-op-fuser", "--moe-use-grouped-tensor")
 
 
+@dataclass(frozen=True)
+class UltraEPOptions(MegatronOptions):
+    """UltraEP's runbook options: redundant experts per rank, and what enables the rank
+    capacity with hybridep (the TE op fuser or the grouped tensor)."""
+
+    redundant_experts_per_rank: int = 2
+    capacity_enabler: str = HYBRIDEP_CAPACITY_NEEDS[0]
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.redundant_experts_per_rank <= 0:
+            raise OptionError("redundant_experts_per_rank",
+                              f"must be > 0, got {self.redundant_experts_per_rank}")
+        if self.capacity_enabler not in HYBRIDEP_CAPACITY_NEEDS:
+            raise OptionError("capacity_enabler", f"must be one of {HYBRIDEP_CAPACITY_NEEDS}")
+
+
+OPTIONS = UltraEPOptions
+
+
 class UltraEPBackend(MegatronBackend):
     """UltraEP via `--moe-enable-ultraep` on flex/hybridep (see the module docstring)."""
 
     library = "ultraep"
+    options_type = UltraEPOptions
     default_source = ULTRAEP_SOURCE
     patterns = {
         "assert": (r"num_permuted_tokens \(\d+\) must be a multiple of pad_multiple",
@@ -44,14 +66,7 @@ class UltraEPBackend(MegatronBackend):
     def library_args(self, req: RunRequest, values: dict[str, str]) -> list[str]:
         """HybridEP + UltraEP, its redundant experts, the rank capacity and what it needs
         (options.capacity_enabler: the op fuser, default, or the grouped tensor)."""
-        redundant = int(self.config.options.get("redundant_experts_per_rank", 2))
-        if redundant <= 0:
-            raise BadInput(f"UltraEP needs redundant_experts_per_rank > 0 (got {redundant})",
-                           field=f"backends.{self.name}.options.redundant_experts_per_rank")
-        enabler = str(self.config.options.get("capacity_enabler", HYBRIDEP_CAPACITY_NEEDS[0]))
-        if enabler not in HYBRIDEP_CAPACITY_NEEDS:
-            raise BadInput(f"capacity_enabler must be one of {HYBRIDEP_CAPACITY_NEEDS}",
-                           field=f"backends.{self.name}.options.capacity_enabler")
+        redundant, enabler = self.options.redundant_experts_per_rank, self.options.capacity_enabler
         return ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "hybridep",
                 "--moe-enable-ultraep", "--moe-num-redundant-experts-per-rank", str(redundant),
                 "--moe-expert-rank-capacity-factor", values["capacity"], enabler]
@@ -96,6 +111,7 @@ def router_dtypes(argv: list[str]) -> list[str]:
         elif arg.startswith("--moe-router-dtype="):
             out.append(arg.split("=", 1)[1])
     return out
+
 
 
 def make_backend(config: BackendConfig) -> UltraEPBackend:

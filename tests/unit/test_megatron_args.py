@@ -15,11 +15,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from backends import load_backend
-from backends.base import RunRequest
 from backends.megatron_args import DATA, MegatronSource, check_argv, load_args
 from backends.megatron_args.extract import Source, extract
+from harness.backend_api import RunRequest
 from harness.plan import Cell
+from harness.registry import load_backend
 from harness.runbook import load_runbook
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,8 +99,8 @@ def test_moonep_rules_and_trace_recording(runbook):
     a = ultra.command(RunRequest.for_cell(runbook, measure, Path("/r/cell"))).argv
     assert a[a.index("--moe-routing-trace-path") + 1] == "/r/cell/router_trace"
     assert a[a.index("--moe-routing-trace-max-training-iters") + 1] == "65"
-    echo_cfg = replace(runbook.backend("echo"), options={**runbook.backend("echo").options,
-                                                        "record_routing_trace": True})
+    echo_cfg = replace(runbook.backend("echo"), options=replace(runbook.backend("echo").options,
+                                                                record_routing_trace=True))
     echo = load_backend(echo_cfg)
     e = echo.command(RunRequest.for_cell(runbook, replace(measure, backend="echo"), Path("/c")))
     probs = echo.preflight(e.argv)              # PR 2368 predates Megatron's trace flags
@@ -170,3 +170,30 @@ def test_extractor_follows_megatrons_rules(tmp_path):
                      "--no-yes": ("none", None), "--disable-yes": ("none", None),
                      "--opt": ("one", None), "--mode": ("one", ["fast", "slow"]),
                      "--items": ("many", None), "--rn": ("one", None)}
+
+
+def test_campaign_preflight_passes_the_tierb_runbook(runbook):
+    from harness.campaign.argcheck import argv_problems
+    assert argv_problems(runbook) == []
+
+
+def test_unknown_flag_stops_the_campaign_before_any_cell_runs(tmp_path):
+    """`epcap run` on a runbook whose ECHO argv has a flag PR 2368 lacks: exit 2, nothing run."""
+    from harness.campaign.cli import cli_run
+    from harness.errors import BadInput
+
+    (tmp_path / "models.yaml").write_text((ROOT / "runbooks" / "models.yaml").read_text(
+        encoding="utf-8"), encoding="utf-8")
+    text = TIERB.read_text(encoding="utf-8").replace("launcher: slurm", "launcher: local")
+    text = text.replace("    module: echo\n", "    module: echo\n    flags: [--moe-enable-echoo]\n")
+    assert "--moe-enable-echoo" in text
+    bad = tmp_path / "tierb-badflag.yaml"
+    bad.write_text(text, encoding="utf-8")
+    results = tmp_path / "results"
+    with pytest.raises(BadInput) as err:
+        cli_run(str(bad), results=str(results))
+    msg = str(err.value)
+    assert err.value.exit_code == 2 and "tierb-badflag.yaml" in msg and "no cell ran" in msg
+    assert "unknown flag --moe-enable-echoo" in msg and "megatron/training/arguments.py" in msg
+    assert "a2b16b8733bb" in msg and "echo" in msg
+    assert not results.exists()                     # no campaign directory, no cell
