@@ -21,6 +21,7 @@ import warnings
 from backends.reference.__main__ import _rank_vars, _wait_pids, gpu_present, rank_env
 from backends.reference.options import build_parser, check_args
 from harness.backend_api import free_port
+from harness.vocab import Purpose
 
 IMPL = "megatron-core"
 CHILD_ENV = "EPCAP_REFERENCE_CHILD"
@@ -115,7 +116,7 @@ class MCoreRank:
             t1 = sw.start()
             out = d.combine_postprocess(d.token_combine(d.combine_preprocess(y)))
             h_comb = sw.stop(t1)
-        if a.purpose != "time" or it < max(a.warmup, 1):
+        if a.purpose != Purpose.TIME or it < max(a.warmup, 1):
             self.check_combine(x, ids, probs, out, f"iter={it} layer={layer} rank={self.rank}")
         actual = min(demand, self.budget)
         say(f"[MOE_DROP_DEBUG][dispatch] iter={it} layer={layer} rank={self.rank} "
@@ -155,9 +156,9 @@ class MCoreRank:
         gen = torch.Generator().manual_seed(a.seed * 7919 + self.rank)
         x = torch.randn(self.tokens, a.hidden, generator=gen).to(self.device)
         sw = Stopwatch(self.device)
-        total = a.warmup + (a.trials * a.iters if a.purpose == "time" else a.iters)
+        total = a.warmup + (a.trials * a.iters if a.purpose == Purpose.TIME else a.iters)
         for it in range(total):
-            timed = a.purpose == "time" and it >= a.warmup
+            timed = a.purpose == Purpose.TIME and it >= a.warmup
             if timed and (it - a.warmup) % a.iters == 0:
                 self.samples["dispatch"].append([])
                 self.samples["combine"].append([])
@@ -166,7 +167,7 @@ class MCoreRank:
                 if timed:
                     self.samples["dispatch"][-1].append(td)
                     self.samples["combine"][-1].append(tc)
-        if a.purpose == "time":
+        if a.purpose == Purpose.TIME:
             self.emit_timing(sw.timer)
         say(f"[EPCAP_MEGATRON_CORE] done rank={self.rank} iterations={total} "
             f"layers={len(self.layers)} shims={'cpu' if self.shimmed else 'none'}")
