@@ -112,13 +112,13 @@ def test_validate_runs_pass_the_validate_seed(runbook):
     cell = Cell(runbook.campaign, "QWEN3_30B", "echo", "validate", "1.25")
     req = RunRequest.for_cell(runbook, cell, Path("/c"))
     argv = backend.command(req).argv
-    assert argv[argv.index("--seed") + 1] == str(runbook.seed)
+    assert argv[argv.index("--seed") + 1] == str(req.seed)      # the request's routing seed
     fields = {k: getattr(req, k) for k in req.__dataclass_fields__}
     argv = backend.command(SimpleNamespace(**fields, validate_seed=4321)).argv
     assert argv[argv.index("--seed") + 1] == "4321"
     fields["cell"] = replace(cell, purpose="measure")
     argv = backend.command(SimpleNamespace(**fields, validate_seed=4321)).argv
-    assert argv[argv.index("--seed") + 1] == str(runbook.seed)
+    assert argv[argv.index("--seed") + 1] == str(req.seed)
 
 
 def test_missing_commit_data_names_the_generator(runbook):
