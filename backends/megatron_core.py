@@ -14,10 +14,14 @@ import sys
 from dataclasses import dataclass
 
 from backends.reference.adapter import REPO_ROOT, ReferenceBackend, ReferenceOptions
+from backends.reference.personalities import LIBRARIES
 from harness.backend_api import BackendConfig, LaunchSpec, OptionError, RunRequest
 from harness.vocab import Impl
 
 WORKER = "backends.megatron_core_worker"
+# The reference personality without any rebalancing: `raw` where the reference has it, else
+# `echo` (which did not rebalance before `raw` existed).
+NO_REBALANCING = "raw" if "raw" in LIBRARIES else "echo"
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,9 @@ OPTIONS = MegatronCoreOptions
 
 
 class MegatronCoreBackend(ReferenceBackend):
-    """Same worker flags and log shape as the reference; another worker and label."""
+    """Same worker flags and log shape as the reference; another worker and label. The
+    worker runs megatron-core's dispatch on the routing a `NO_REBALANCING` reference rank
+    would route (its RankRun.routing), so the two can be compared row for row."""
 
     options_type = MegatronCoreOptions
 
@@ -46,8 +52,9 @@ class MegatronCoreBackend(ReferenceBackend):
 
     def command(self, req: RunRequest) -> LaunchSpec:
         args = self.args(req)
-        cut = args.index("--personality")                  # the reference's only extra flag
-        argv = [sys.executable, "-m", WORKER, *args[:cut], *args[cut + 2:]]
+        at = args.index("--personality") + 1   # the reference rank the worker borrows routing
+        args[at] = NO_REBALANCING              # and setup from: no rebalancing, ever
+        argv = [sys.executable, "-m", WORKER, *args]
         single = self.options.launch == "single"
         if single:
             argv += ["--ranks", str(req.shape.ep)]

@@ -45,7 +45,7 @@ class MCoreRank:
         self.n = self.tokens * args.topk
         self.budget = int(float(args.capacity) * self.n)
         self.layers = list(range(args.first_dense_layers, args.layers))
-        self.trace = None
+        self.ref = None
         self.samples: dict[str, list[list[float]]] = {"dispatch": [], "combine": []}
 
     def build(self) -> None:
@@ -79,21 +79,14 @@ class MCoreRank:
                                                      pg_collection=pg)
 
     def routing(self, it: int, layer: int):
-        """The reference's ids for (iteration, layer, rank): trace replay or seeded routing."""
-        from backends.reference.routing import route
-
-        a = self.a
-        if self.trace is not None:
-            return self.torch.as_tensor(self.trace.lookup(it, layer, self.rank)[0]).long()
-        model_seed = getattr(a, "model_seed", None)      # held-out routing keeps the router
-        extra = {} if model_seed is None else {"popularity_seed": model_seed}
-        return route(a.seed, a.model, layer, it, self.rank, self.tokens, a.experts, a.topk,
-                     a.routing_sigma, a.router_dtype, **extra).ids
+        """The reference's own ids for (iteration, layer, rank): its RankRun.routing (seeded
+        routing or trace replay, whatever the reference worker does), never a copy of it."""
+        return self.ref.routing(it, layer)[0].to(self.device)
 
     def layer(self, x, it: int, layer: int, sw, timed: bool) -> tuple[float, float]:
         """Route (replayed), dispatch, scale per expert, combine, check, and log one row."""
         torch, d, a = self.torch, self.dispatcher, self.a
-        ids = self.routing(it, layer).to(self.device)
+        ids = self.routing(it, layer)
         self.router.router_replay.set_target_indices(ids)
         with torch.no_grad():
             probs, rmap = self.router(x.unsqueeze(1))
@@ -132,27 +125,16 @@ class MCoreRank:
         kept = self.torch.ones(ids.numel(), dtype=self.torch.bool, device=self.device)
         check_combine(out.float(), reference_output(x, ids, weights, kept, self.a.experts), where)
 
-    def open_trace(self):
-        """The trace the reference worker would replay, read by the reference's own reader."""
-        a = self.a
-        try:
-            from backends.reference.trace_io import preload
-        except ImportError:                         # the reader before backends/reference/trace_io
-            from backends.reference.routing import load_trace
-            return load_trace(a.trace, a.experts, a.topk, self.tokens)
-        return preload(a.trace, a.experts, a.topk, self.tokens, a.ep, self.layers)
-
     def run(self) -> int:
         from backends.reference.timing import Stopwatch
+        from backends.reference.worker import RankRun
 
         a, torch = self.a, self.torch
         self.build()
-        if a.trace:
-            self.trace = self.open_trace()
-        exact = ",".join([str(self.n)] * a.ep)
-        for layer in self.layers:
-            say(f"[MOE_DROP_DEBUG][setup_metadata] iter=0 layer={layer} rank={self.rank} "
-                f"budget={self.budget} exact_recv_per_rank=[{exact}]")
+        # The reference rank's setup: its pre-iteration checks, trace reading and the
+        # setup_metadata rows (the same for both backends by construction).
+        self.ref = RankRun(a, self.rank, self.device)
+        self.ref.setup()
         gen = torch.Generator().manual_seed(a.seed * 7919 + self.rank)
         x = torch.randn(self.tokens, a.hidden, generator=gen).to(self.device)
         sw = Stopwatch(self.device)
@@ -211,6 +193,11 @@ def one_rank(args, rank: int, world: int, local_rank: int) -> int:
         traceback.print_exc()
         say(f"[EPCAP_ASSERT] AssertionError: {exc}")
         return 1
+    except ValueError as exc:
+        if type(exc).__name__ != "TraceError":          # the reference's trace refusal
+            raise
+        print(f"error: trace {exc}", file=sys.stderr, flush=True)
+        return 2
     finally:
         dist.destroy_process_group()
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from backends.megatron_core import NO_REBALANCING
 from harness.backend_api import RunRequest
 from harness.plan import Cell
 from harness.registry import load_backend
@@ -66,11 +67,14 @@ def test_runbook_runs_both_on_the_same_routing():
     rb = load_runbook(RUNBOOK)
     assert [(b.name, b.kind) for b in rb.backends] == [("raw", "reference"),
                                                        ("megatron-core", "megatron-core")]
-    assert rb.backend("raw").module == "echo"           # no rebalancing: raw until it lands
+    # The reference side must not rebalance: personality `raw` once the reference has it
+    # (update runbooks/local-megatron.yaml then), `echo` before (it did not rebalance).
+    assert rb.backend("raw").module == NO_REBALANCING
     cell = Cell(rb.campaign, rb.models[0].name, "megatron-core", "measure", "2.00")
     argv = load_backend(rb.backend("megatron-core")).command(
         RunRequest.for_cell(rb, cell, Path("/c"))).argv
-    assert argv[1:3] == ["-m", "backends.megatron_core_worker"] and "--personality" not in argv
+    assert argv[1:3] == ["-m", "backends.megatron_core_worker"]
+    assert argv[argv.index("--personality") + 1] == NO_REBALANCING
 
 
 @pytest.mark.slow
