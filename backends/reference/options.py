@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from types import SimpleNamespace
 
 PURPOSES = ("measure", "validate", "time", "canary")
@@ -29,6 +30,16 @@ def _capacity(text: str) -> str:
     return text
 
 
+def _json_object(text: str) -> dict:
+    try:
+        val = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(val, dict):
+        raise argparse.ArgumentTypeError("expected a JSON object")
+    return val
+
+
 def build_parser() -> argparse.ArgumentParser:
     """All flags of `python -m backends.reference`."""
     ap = argparse.ArgumentParser(prog="python -m backends.reference",
@@ -50,7 +61,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--micro-batch", type=_positive, default=1)
     s.add_argument("--ep", type=_positive, required=True, help="EP size = number of ranks")
     s.add_argument("--capacity", type=_capacity, default="2.00")
-    s.add_argument("--personality", choices=("echo", "ultraep", "moonep"), default="echo")
+    s.add_argument("--personality", choices=("raw", "echo", "ultraep", "moonep"),
+                   default="echo")
+    s.add_argument("--planner-options", type=_json_object, default={},
+                   help="JSON object of the personality's planner options "
+                        "(backends/reference/planners.py OPTION_DEFAULTS)")
+    s.add_argument("--routing", type=_json_object, default={},
+                   help='JSON routing workload, e.g. {"workload": "hot_rank"} '
+                        "(backends/reference/workloads.py)")
     s.add_argument("--warmup", type=_non_negative, default=1)
     s.add_argument("--iters", type=_positive, default=4)
     s.add_argument("--trials", type=_positive, default=1)
@@ -94,3 +112,13 @@ def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         ap.error("--first-dense-layers must leave at least one MoE layer")
     if args.ranks is not None and args.ranks != args.ep:
         ap.error(f"--ranks ({args.ranks}) must equal --ep ({args.ep})")
+    from .planners import planner_options
+    from .workloads import workload_spec
+    try:
+        args.planner_options = planner_options(args.personality, args.planner_options)
+    except ValueError as exc:
+        ap.error(f"argument --planner-options: {exc}")
+    try:
+        args.routing = workload_spec(args.routing)
+    except ValueError as exc:
+        ap.error(f"argument --routing: {exc}")
