@@ -24,12 +24,13 @@ def spill_and_spare(counts: np.ndarray, home: np.ndarray, ep: int
     load = np.bincount(home, weights=counts, minlength=ep).astype(np.int64)
     avg = int(load.sum()) // ep
     spare = np.clip(avg - load, 0, None)
-    spill = np.zeros_like(counts)
-    for r in range(ep):
-        mine = np.flatnonzero(home == r)
-        mine = mine[np.lexsort((mine, counts[mine]))]
-        over = np.clip(np.cumsum(counts[mine]) - avg, 0, None)
-        spill[mine] = np.diff(over, prepend=0)
+    order = np.lexsort((np.arange(counts.size), counts, home))
+    c = counts[order]
+    before = (np.cumsum(load) - load)[home[order]]              # slots of earlier ranks
+    over = np.clip(np.cumsum(c) - before - avg, 0, None)
+    first = np.r_[True, home[order][1:] != home[order][:-1]]
+    spill = np.empty_like(counts)
+    spill[order] = over - np.where(first, 0, np.r_[0, over[:-1]])
     return spill, spare, avg, load
 
 

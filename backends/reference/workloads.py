@@ -115,26 +115,48 @@ def slot_probabilities(pop: np.ndarray, topk: int) -> np.ndarray:
     return pi / pi.sum()
 
 
-def rank_counts(spec: Mapping | str | None, seed: int, model: str, layer: int, step: int,
-                rank: int, tokens: int, experts: int, topk: int, sigma: float = 1.0) -> np.ndarray:
-    """(E,) int64 slots rank `rank` routes to each expert at (layer, step); sums to S*K,
-    each <= S (a token picks an expert at most once)."""
-    if not 0 < topk <= experts:
-        raise ValueError(f"topk {topk} must be in 1..experts ({experts})")
-    total = tokens * topk
-    if workload_spec(spec)["workload"] == "balanced":
-        counts = np.full(experts, total // experts, dtype=np.int64)
-        extra = (np.arange(experts) - rank * (total % experts)) % experts < total % experts
-        return counts + extra
-    p = slot_probabilities(popularity(spec, seed, model, layer, step, experts, sigma), topk)
+def _draw(p: np.ndarray, seed: int, model: str, layer: int, step: int, rank: int,
+          tokens: int, topk: int) -> np.ndarray:
+    """One rank's multinomial slot counts over p, capped at `tokens` per expert."""
     rng = np.random.default_rng(seed_of("cnt", seed, model, layer, step, rank))
-    counts = rng.multinomial(total, p).astype(np.int64)
+    counts = rng.multinomial(tokens * topk, p).astype(np.int64)
     while counts.max() > tokens:
         surplus = int(np.clip(counts - tokens, 0, None).sum())
         counts = np.minimum(counts, tokens)
         room = (counts < tokens) * p
         counts += rng.multinomial(surplus, room / room.sum())
     return counts
+
+
+def _balanced(experts: int, total: int, rank: int) -> np.ndarray:
+    """An exact round-robin split of `total` slots (the remainder rotates with the rank)."""
+    counts = np.full(experts, total // experts, dtype=np.int64)
+    return counts + ((np.arange(experts) - rank * (total % experts)) % experts < total % experts)
+
+
+def layer_counts(spec: Mapping | str | None, seed: int, model: str, layer: int, step: int,
+                 ranks: int, tokens: int, experts: int, topk: int,
+                 sigma: float = 1.0) -> np.ndarray:
+    """(ranks, E) slot counts of source ranks 0..ranks-1 at (layer, step); row r equals
+    rank_counts(..., rank=r, ...)."""
+    if not 0 < topk <= experts:
+        raise ValueError(f"topk {topk} must be in 1..experts ({experts})")
+    if workload_spec(spec)["workload"] == "balanced":
+        return np.stack([_balanced(experts, tokens * topk, r) for r in range(ranks)])
+    p = slot_probabilities(popularity(spec, seed, model, layer, step, experts, sigma), topk)
+    return np.stack([_draw(p, seed, model, layer, step, r, tokens, topk) for r in range(ranks)])
+
+
+def rank_counts(spec: Mapping | str | None, seed: int, model: str, layer: int, step: int,
+                rank: int, tokens: int, experts: int, topk: int, sigma: float = 1.0) -> np.ndarray:
+    """(E,) int64 slots rank `rank` routes to each expert at (layer, step); sums to S*K,
+    each <= S (a token picks an expert at most once)."""
+    if not 0 < topk <= experts:
+        raise ValueError(f"topk {topk} must be in 1..experts ({experts})")
+    if workload_spec(spec)["workload"] == "balanced":
+        return _balanced(experts, tokens * topk, rank)
+    p = slot_probabilities(popularity(spec, seed, model, layer, step, experts, sigma), topk)
+    return _draw(p, seed, model, layer, step, rank, tokens, topk)
 
 
 def ids_from_counts(counts: np.ndarray, tokens: int, topk: int, seed: int) -> np.ndarray:
