@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -16,7 +17,8 @@ class ReferenceBackend(Backend):
     """Builds the worker argv.
 
     Options (runbook `options:`): device (auto|cpu|cuda), trace, record_trace, pg_timeout_s,
-    threads, gpus_per_node, and launch: `per-rank` (default: the launcher starts ep tasks,
+    threads, gpus_per_node, planner (the personality's planner options), memory (memory-model
+    options), routing (a named workload, unless the model sets one), and launch: `per-rank` (default: the launcher starts ep tasks,
     one per rank) or `single` (one task that starts the ep ranks itself; on CPU it forks them
     after one torch import, about 1.5 s of CPU saved per rank).
     """
@@ -57,4 +59,9 @@ class ReferenceBackend(Backend):
                           ("pg_timeout_s", "--pg-timeout-s")):
             if opt.get(key) is not None:
                 args += [flag, opt[key]]
+        routing = getattr(m, "routing", None) or opt.get("routing")
+        for value, flag in ((opt.get("planner"), "--planner-options"),
+                            (opt.get("memory"), "--memory-options"), (routing, "--routing")):
+            if value:
+                args += [flag, json.dumps(dict(value), sort_keys=True)]
         return [str(a) for a in args] + list(self.config.flags)

@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--planner-options", type=_json_object, default={},
                    help="JSON object of the personality's planner options "
                         "(backends/reference/planners.py OPTION_DEFAULTS)")
+    s.add_argument("--memory-options", type=_json_object, default={},
+                   help="JSON object of memory-model options (backends/reference/memory.py "
+                        "MEMORY_DEFAULTS: precision, optimizer, recompute, moonep pool, ...)")
     s.add_argument("--routing", type=_json_object, default={},
                    help='JSON routing workload, e.g. {"workload": "hot_rank"} '
                         "(backends/reference/workloads.py)")
@@ -97,6 +100,19 @@ def model_of(args: argparse.Namespace) -> SimpleNamespace:
                            shared_ffn=args.shared_ffn, first_dense_layers=args.first_dense_layers)
 
 
+def memory_of(args: argparse.Namespace) -> dict:
+    """Memory-model options of the run: --memory-options, with the replica slots the
+    personality's planner options imply (echo: moe_num_echo_experts / ep; ultraep: R)."""
+    opts = dict(args.memory_options)
+    plan = args.planner_options
+    if args.personality == "echo":
+        total = plan.get("moe_num_echo_experts")
+        opts["echo_slots_per_rank"] = 1 if total is None else int(total) // args.ep
+    if args.personality == "ultraep":
+        opts["ultraep_redundant_per_rank"] = int(plan["redundant_per_rank"])
+    return opts
+
+
 def shape_of(args: argparse.Namespace) -> SimpleNamespace:
     """Shape-shaped view of the flags."""
     return SimpleNamespace(seq=args.seq, micro_batch=args.micro_batch, ep=args.ep)
@@ -118,6 +134,11 @@ def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         args.planner_options = planner_options(args.personality, args.planner_options)
     except ValueError as exc:
         ap.error(f"argument --planner-options: {exc}")
+    from .memory import memory_options
+    try:
+        args.memory_options = memory_options(args.memory_options)
+    except ValueError as exc:
+        ap.error(f"argument --memory-options: {exc}")
     try:
         args.routing = workload_spec(args.routing)
     except ValueError as exc:

@@ -22,7 +22,7 @@ from .dispatch import (
     reference_output,
 )
 from .memory import estimate_memory_bytes
-from .options import model_of, shape_of
+from .options import memory_of, model_of, shape_of
 from .personalities import Personality, check_budget, check_router_dtype, personality
 from .routing import (
     ROUTER_DTYPES,
@@ -221,7 +221,7 @@ class RankRun:
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             return int(t.item()), "measured"
         est = estimate_memory_bytes(model_of(self.a), shape_of(self.a), self.a.capacity,
-                                    self.a.personality, self.a.ep)
+                                    self.a.personality, self.a.ep, memory_of(self.a))
         return int(est["total"]), "modelled"
 
     def save_trace(self) -> None:
