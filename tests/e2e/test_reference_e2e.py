@@ -11,9 +11,8 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
-
 import numpy as np
+import pytest
 
 from backends.reference import planners
 from backends.reference.memory import estimate_memory_bytes
