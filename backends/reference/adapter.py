@@ -7,8 +7,12 @@ import sys
 from pathlib import Path
 
 from backends.base import Backend, LaunchSpec, RunRequest
+from harness.errors import BadInput
 
+from .memory import memory_options
 from .personalities import LIBRARIES
+from .planners import planner_options
+from .workloads import workload_spec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,6 +31,7 @@ class ReferenceBackend(Backend):
         if self.config.module not in LIBRARIES:
             raise ValueError(f"reference backend {self.name!r}: personality "
                              f"{self.config.module!r} is not one of {sorted(LIBRARIES)}")
+        self.check_options(req)
         launch = self.config.options.get("launch", "per-rank")
         if launch not in ("per-rank", "single"):
             raise ValueError(f"reference backend {self.name!r}: options.launch {launch!r} "
@@ -40,6 +45,25 @@ class ReferenceBackend(Backend):
                           ntasks=req.shape.ep if launch == "per-rank" else 1, nodes=1,
                           gpus_per_node=int(self.config.options.get("gpus_per_node", 0)),
                           cwd=str(REPO_ROOT))
+
+    def check_options(self, req: RunRequest) -> None:
+        """Planner, memory and routing options are checked here, before any launch."""
+        opt = self.config.options
+        checks = (("planner", lambda v: planner_options(self.config.module, v)),
+                  ("memory", memory_options), ("routing", workload_spec))
+        for key, check in checks:
+            value = getattr(req.model, "routing", None) if key == "routing" else None
+            where = f"models.{req.model.name}.routing" if value else \
+                f"backends.{self.name}.options.{key}"
+            value = value or opt.get(key)
+            if value is None:
+                continue
+            if not isinstance(value, dict):
+                raise BadInput(f"expected a mapping, got {value!r}", field=where)
+            try:
+                check(value)
+            except ValueError as exc:
+                raise BadInput(str(exc), field=where) from None
 
     def args(self, req: RunRequest) -> list[str]:
         """The worker flags for one cell (see docs/reference-backend.md)."""

@@ -82,3 +82,31 @@ def test_bad_flag_exits_2_before_torch_loads():
     proc = subprocess.run([sys.executable, "-m", "backends.reference", *base[:-1], "3"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "divisible" in proc.stderr
+
+
+def test_planner_memory_and_routing_options_reach_the_worker():
+    cfg = BackendConfig("echo", "reference", "echo",
+                        options={"planner": {"threshold_multiplier": 0.1},
+                                 "memory": {"optimizer": "adam"},
+                                 "routing": {"workload": "hot_rank", "hot_share": 0.6}})
+    spec = load_backend(cfg).command(_req(backend="echo"))
+    ap = build_parser()
+    a = ap.parse_args(spec.argv[3:])
+    from backends.reference.options import check_args
+    check_args(ap, a)
+    assert a.planner_options["threshold_multiplier"] == 0.1
+    assert a.memory_options["optimizer"] == "adam"
+    assert a.routing["workload"] == "hot_rank" and a.routing["hot_share"] == 0.6
+
+
+@pytest.mark.parametrize("options,field", [
+    ({"planner": {"eps": 0.1}}, "backends.echo.options.planner"),
+    ({"memory": {"precision": "int3"}}, "backends.echo.options.memory"),
+    ({"routing": {"workload": "zipf"}}, "backends.echo.options.routing"),
+    ({"routing": "hot_rank"}, "backends.echo.options.routing"),
+])
+def test_bad_options_are_bad_input_naming_the_field(options, field):
+    from harness.errors import BadInput
+    cfg = BackendConfig("echo", "reference", "echo", options=options)
+    with pytest.raises(BadInput, match=field):
+        load_backend(cfg).command(_req(backend="echo"))
