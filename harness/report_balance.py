@@ -11,9 +11,11 @@ does not enter the timing capacity (SPEC section 3).
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
+
+from harness.plan import parse_cell_name
+from harness.vocab import Purpose
 
 TAG = "[MOE_DROP_DEBUG][dispatch]"
 _KV = re.compile(r"(\w+)=(-?\d+)(?=\s|$)")
@@ -34,30 +36,35 @@ def _cell_rows(cell_dir: Path) -> list[dict[str, int]]:
 
 
 def balance_rows(campaign_dir: Path | str) -> list[dict[str, object]]:
-    """One row per measured (model, backend) whose rows carry pre_balance_recv (latest
+    """One row per measured (model, backend) whose rows carry pre_balance_recv (the latest
     attempt wins); required values are peak / N as 6-decimal strings."""
+    root = Path(campaign_dir) / "cells"
+    cells = [parse_cell_name(p.name) for p in root.iterdir() if p.is_dir()] \
+        if root.is_dir() else []
+    measured = sorted((c for c in cells if c and c.purpose == Purpose.MEASURE),
+                      key=lambda c: (c.model, c.backend, c.attempt, c.name))
     out: dict[tuple[str, str], dict[str, object]] = {}
-    for meta in sorted(Path(campaign_dir).glob("cells/*/cell.json")):
-        try:
-            cell = json.loads(meta.read_text(encoding="utf-8"))["cell"]
-        except (OSError, ValueError, KeyError):
-            continue
-        if cell.get("purpose") != "measure":
-            continue
-        rows = [r for r in _cell_rows(meta.parent)
+    for cell in measured:
+        rows = [r for r in _cell_rows(root / cell.name)
                 if {"pre_balance_recv", "actual_valid_recv", "expected_recv"} <= r.keys()]
         if not rows:
             continue
         n = max(r["expected_recv"] for r in rows)
         pre = max(r["pre_balance_recv"] for r in rows)
         post = max(r["actual_valid_recv"] for r in rows)
-        out[(cell["model"], cell["backend"])] = {
-            "model": cell["model"], "backend": cell["backend"], "rows": len(rows),
+        out[(cell.model, cell.backend)] = {
+            "model": cell.model, "backend": cell.backend, "rows": len(rows),
             "uniform_tokens": n, "peak_pre_balance_recv": pre,
             "raw_required": f"{pre / n:.6f}", "peak_actual_valid_recv": post,
             "rebalanced_required": f"{post / n:.6f}",
             "reduction": f"{pre / post:.6f}" if post else ""}
     return list(out.values())
+
+
+def balance_lines(campaign_dir: Path | str) -> list[str]:
+    """The section as report lines ([] when no measured row carries pre_balance_recv)."""
+    text = balance_section(campaign_dir)
+    return text.splitlines() + [""] if text else []
 
 
 def balance_section(campaign_dir: Path | str) -> str:

@@ -4,70 +4,122 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-from backends.base import Backend, LaunchSpec, RunRequest
+from harness.backend_api import Backend, LaunchSpec, NoOptions, OptionError, RunRequest
 from harness.errors import BadInput
+from harness.vocab import Impl, run_iterations
 
 from .memory import memory_options
 from .personalities import LIBRARIES
-from .planners import planner_options
+from .planners import PERSONALITIES, planner_options
 from .workloads import workload_spec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+LAUNCH_MODES = ("per-rank", "single")
+
+
+@dataclass(frozen=True)
+class ReferenceOptions(NoOptions):
+    """Runbook `options:` of a reference backend (docs/reference-backend.md)."""
+
+    launch: str = "per-rank"            # per-rank: ep tasks; single: one task forks the ranks
+    device: str = "auto"                # auto | cpu | cuda
+    trace: str | None = None            # replay this routing trace
+    record_trace: str | None = None     # write the routing used to this file
+    pg_timeout_s: int | None = None
+    threads: int = 1                    # OMP_NUM_THREADS of each rank
+    gpus_per_node: int = 0
+    planner: dict | None = None         # the personality's planner options (planners.py)
+    memory: dict | None = None          # memory-model options (memory.py)
+    routing: dict | None = None         # a named workload (workloads.py); a model's wins
+
+    def __post_init__(self) -> None:
+        for key, check in (("memory", memory_options), ("routing", workload_spec)):
+            try:
+                check(getattr(self, key))
+            except ValueError as exc:
+                raise OptionError(key, f"options.{key}: {exc}") from None
+        if self.planner:
+            errors = []
+            for name in PERSONALITIES:
+                try:
+                    planner_options(name, self.planner)
+                    break
+                except ValueError as exc:
+                    errors.append(str(exc))
+            else:
+                raise OptionError("planner", f"options.planner fits no personality: "
+                                             f"{'; '.join(errors)}")
+        if self.launch not in LAUNCH_MODES:
+            raise OptionError("launch", f"options.launch {self.launch!r} is not per-rank or "
+                                        "single")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise OptionError("device", f"options.device {self.device!r} is not auto, cpu or "
+                                        "cuda")
 
 
 class ReferenceBackend(Backend):
     """Builds the worker argv.
 
     Options (runbook `options:`): device (auto|cpu|cuda), trace, record_trace, pg_timeout_s,
-    threads, gpus_per_node, planner (the personality's planner options), memory (memory-model
-    options), routing (a named workload, unless the model sets one), and launch: `per-rank` (default: the launcher starts ep tasks,
+    threads, gpus_per_node, planner, memory, routing, and launch: `per-rank` (default: the launcher starts ep tasks,
     one per rank) or `single` (one task that starts the ep ranks itself; on CPU it forks them
     after one torch import, about 1.5 s of CPU saved per rank).
     """
+
+    options_type = ReferenceOptions
+
+    def implementation(self, timing: dict | None = None) -> str:
+        """Rows of the emulation are labelled `reference`, never a library's name."""
+        return Impl.REFERENCE
+
+    def expected_log_shape(self, req: RunRequest) -> dict[str, int]:
+        """The worker logs every rank, MoE layer and iteration (warmup included; a timed run
+        logs warmup + iters x trials), so a complete log's size is known."""
+        return {"expected_ranks": req.shape.ep, "expected_layers": req.model.moe_layers,
+                "expected_iters": run_iterations(req.phase, req.cell.purpose)}
 
     def command(self, req: RunRequest) -> LaunchSpec:
         if self.config.module not in LIBRARIES:
             raise ValueError(f"reference backend {self.name!r}: personality "
                              f"{self.config.module!r} is not one of {sorted(LIBRARIES)}")
-        self.check_options(req)
-        launch = self.config.options.get("launch", "per-rank")
-        if launch not in ("per-rank", "single"):
-            raise ValueError(f"reference backend {self.name!r}: options.launch {launch!r} "
-                             f"is not per-rank or single")
+        self.check_planner()
+        self.check_model_routing(req)
+        launch = self.options.launch
         argv = [sys.executable, "-m", "backends.reference", *self.args(req)]
         if launch == "single":
             argv += ["--ranks", str(req.shape.ep)]
         return LaunchSpec(argv=argv,
-                          env={"OMP_NUM_THREADS": str(self.config.options.get("threads", 1)),
+                          env={"OMP_NUM_THREADS": str(self.options.threads),
                                "PYTHONUNBUFFERED": "1"},
                           ntasks=req.shape.ep if launch == "per-rank" else 1, nodes=1,
-                          gpus_per_node=int(self.config.options.get("gpus_per_node", 0)),
+                          gpus_per_node=int(self.options.gpus_per_node),
                           cwd=str(REPO_ROOT))
 
-    def check_options(self, req: RunRequest) -> None:
-        """Planner, memory and routing options are checked here, before any launch."""
-        opt = self.config.options
-        checks = (("planner", lambda v: planner_options(self.config.module, v)),
-                  ("memory", memory_options), ("routing", workload_spec))
-        for key, check in checks:
-            value = getattr(req.model, "routing", None) if key == "routing" else None
-            where = f"models.{req.model.name}.routing" if value else \
-                f"backends.{self.name}.options.{key}"
-            value = value or opt.get(key)
-            if value is None:
-                continue
-            if not isinstance(value, dict):
-                raise BadInput(f"expected a mapping, got {value!r}", field=where)
-            try:
-                check(value)
-            except ValueError as exc:
-                raise BadInput(str(exc), field=where) from None
+    def check_planner(self) -> None:
+        """The planner options must be this personality's (checked before any launch)."""
+        try:
+            planner_options(self.config.module, self.options.planner)
+        except ValueError as exc:
+            raise BadInput(str(exc), field=f"backends.{self.name}.options.planner") from None
+
+    def check_model_routing(self, req: RunRequest) -> None:
+        """A model's (or the campaign's) `routing:` names a known workload."""
+        routing = getattr(req.model, "routing", None)
+        if routing is None:
+            return
+        try:
+            workload_spec(routing)
+        except ValueError as exc:
+            raise BadInput(str(exc), field=f"models.{req.model.name}.routing") from None
 
     def args(self, req: RunRequest) -> list[str]:
         """The worker flags for one cell (see docs/reference-backend.md)."""
-        m, s, ph, opt = req.model, req.shape, req.phase, self.config.options
+        m, s, ph, opt = req.model, req.shape, req.phase, self.options
         args = ["--model", m.name, "--layers", m.layers, "--first-dense-layers",
                 m.first_dense_layers, "--hidden", m.hidden, "--experts", m.experts,
                 "--topk", m.topk, "--expert-ffn", m.expert_ffn, "--shared-ffn", m.shared_ffn,
@@ -76,16 +128,16 @@ class ReferenceBackend(Backend):
                 "--capacity", req.cell.capacity, "--personality", self.config.module,
                 "--warmup", ph.warmup, "--iters", ph.iters, "--trials", ph.trials,
                 "--purpose", req.cell.purpose, "--seed", req.seed,
-                "--pad-multiple", req.pad_multiple, "--device", opt.get("device", "auto")]
+                "--pad-multiple", req.pad_multiple, "--device", opt.device]
         if req.device_memory_bytes is not None:
             args += ["--device-memory-bytes", req.device_memory_bytes]
         for key, flag in (("trace", "--trace"), ("record_trace", "--record-trace"),
                           ("pg_timeout_s", "--pg-timeout-s")):
-            if opt.get(key) is not None:
-                args += [flag, opt[key]]
-        routing = getattr(m, "routing", None) or opt.get("routing")
-        for value, flag in ((opt.get("planner"), "--planner-options"),
-                            (opt.get("memory"), "--memory-options"), (routing, "--routing")):
+            if getattr(opt, key) is not None:
+                args += [flag, getattr(opt, key)]
+        routing = getattr(m, "routing", None) or opt.routing
+        for value, flag in ((opt.planner, "--planner-options"), (opt.memory, "--memory-options"),
+                            (routing, "--routing")):
             if value:
                 args += [flag, json.dumps(dict(value), sort_keys=True)]
         return [str(a) for a in args] + list(self.config.flags)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from backends import load_backend
-from backends.base import RunRequest
 from backends.reference.__main__ import rank_env
 from backends.reference.options import build_parser
+from harness.backend_api import RunRequest
 from harness.plan import Cell
+from harness.registry import load_backend
 from harness.runbook import BackendConfig, ModelSpec, PhaseConfig, Shape
 
 MODEL = ModelSpec(name="TINY", hf_name="x/y", layers=3, hidden=64, experts=16, topk=4,
@@ -99,14 +99,49 @@ def test_planner_memory_and_routing_options_reach_the_worker():
     assert a.routing["workload"] == "hot_rank" and a.routing["hot_share"] == 0.6
 
 
-@pytest.mark.parametrize("options,field", [
-    ({"planner": {"eps": 0.1}}, "backends.echo.options.planner"),
-    ({"memory": {"precision": "int3"}}, "backends.echo.options.memory"),
-    ({"routing": {"workload": "zipf"}}, "backends.echo.options.routing"),
-    ({"routing": "hot_rank"}, "backends.echo.options.routing"),
-])
-def test_bad_options_are_bad_input_naming_the_field(options, field):
+def test_planner_options_of_another_personality_are_bad_input():
     from harness.errors import BadInput
-    cfg = BackendConfig("echo", "reference", "echo", options=options)
-    with pytest.raises(BadInput, match=field):
+    cfg = BackendConfig("echo", "reference", "echo", options={"planner": {"eps": 0.1}})
+    with pytest.raises(BadInput, match="backends.echo.options.planner"):
         load_backend(cfg).command(_req(backend="echo"))
+
+
+@pytest.mark.parametrize("body,line,field", [
+    ("options: {memory: {precision: int3}}", 5, "backends[0].options.memory"),
+    ("options: {routing: {workload: zipf}}", 5, "backends[0].options.routing"),
+    ("options: {planner: {nonsense: 1}}", 5, "backends[0].options.planner"),
+    ("options: {routing: hot_rank}", 5, "backends[0].options.routing"),
+])
+def test_bad_reference_options_name_file_line_field(tmp_path, body, line, field):
+    from harness.errors import BadInput
+    from harness.runbook import load_runbook
+    zoo = Path(__file__).resolve().parents[2] / "runbooks" / "models.yaml"
+    path = tmp_path / "rb.yaml"
+    path.write_text(f"models_file: {zoo}\ncampaign: t\nmodels: [QWEN3_30B]\n"
+                    "shape: {seq: 128, micro_batch: 1, global_batch: 2, ep: 2}\n"
+                    f"backends:\n  - {{name: echo, kind: reference, module: echo, {body}}}\n")
+    with pytest.raises(BadInput) as info:
+        load_runbook(path)
+    assert info.value.field == field and info.value.line in (line, line + 1), str(info.value)
+
+
+def test_model_and_campaign_routing_reach_the_worker(tmp_path):
+    from dataclasses import replace
+
+    from harness.errors import BadInput
+    from harness.runbook import load_runbook
+    zoo = Path(__file__).resolve().parents[2] / "runbooks" / "models.yaml"
+    path = tmp_path / "rb.yaml"
+    path.write_text(f"models_file: {zoo}\ncampaign: t\n"
+                    "models: [QWEN3_30B, {name: QWEN2_57B, routing: {workload: burst}}]\n"
+                    "routing: {workload: hot_rank}\n"
+                    "shape: {seq: 128, micro_batch: 1, global_batch: 2, ep: 2}\n"
+                    "backends:\n  - {name: echo, kind: reference, module: echo}\n")
+    rb = load_runbook(path)
+    assert [m.routing["workload"] for m in rb.models] == ["hot_rank", "burst"]
+    backend = load_backend(rb.backends[0])
+    req = replace(_req(backend="echo"), model=rb.models[1])
+    argv = backend.command(req).argv
+    assert argv[argv.index("--routing") + 1] == '{"workload": "burst"}'
+    with pytest.raises(BadInput, match="models.QWEN2_57B.routing"):
+        backend.command(replace(req, model=replace(rb.models[1], routing={"workload": "x"})))

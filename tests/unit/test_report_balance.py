@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 from harness.report_balance import balance_rows, balance_section
 
 
 def _cell(root, name, model, backend, purpose, lines):
     d = root / "cells" / name
     d.mkdir(parents=True)
-    (d / "cell.json").write_text(json.dumps({"cell": {"model": model, "backend": backend,
-                                                      "purpose": purpose}}))
     (d / "rank0.log").write_text("\n".join(lines) + "\n")
 
 
