@@ -107,8 +107,10 @@ def slot_dest(sorted_ids: torch.Tensor, counts: torch.Tensor, quotas: torch.Tens
     rank_in_expert = torch.arange(sorted_ids.numel(), device=sorted_ids.device) - \
         _excl_cumsum(counts[me])[sorted_ids]
     pos = offset[sorted_ids] + rank_in_expert
-    bounds = torch.cumsum(quotas, 1)[sorted_ids]                # [slots, ep]
-    return (pos.unsqueeze(1) >= bounds).sum(1)
+    start = _excl_cumsum(quotas.sum(1))                         # expert e's first position
+    flat = torch.searchsorted(torch.cumsum(quotas.reshape(-1), 0), start[sorted_ids] + pos,
+                              right=True)
+    return flat - sorted_ids * quotas.shape[1]                  # (e, r) -> r
 
 
 def plan_from_counts(order: torch.Tensor, sorted_ids: torch.Tensor, counts: torch.Tensor,

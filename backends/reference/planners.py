@@ -192,5 +192,6 @@ def slot_destinations(expert_of_slot: np.ndarray, quotas: np.ndarray) -> np.ndar
     order = np.argsort(ids, kind="stable")
     pos = np.empty(ids.size, dtype=np.int64)
     pos[order] = np.arange(ids.size) - (np.cumsum(counts) - counts)[ids[order]]
-    bounds = np.cumsum(quotas, 1)                      # (E, ep) cumulative per expert
-    return (pos[:, None] >= bounds[ids]).sum(1)
+    start = np.cumsum(counts) - counts                 # expert e's first global position
+    flat = np.searchsorted(np.cumsum(quotas.ravel()), start[ids] + pos, side="right")
+    return flat - ids * ep                             # (e, r) -> r
