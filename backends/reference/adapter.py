@@ -87,7 +87,7 @@ class ReferenceBackend(Backend):
         if self.config.module not in LIBRARIES:
             raise ValueError(f"reference backend {self.name!r}: personality "
                              f"{self.config.module!r} is not one of {sorted(LIBRARIES)}")
-        self.check_planner()
+        self.check_planner(req.shape.ep)
         self.check_model_routing(req)
         launch = self.options.launch
         argv = [sys.executable, "-m", "backends.reference", *self.args(req)]
@@ -100,12 +100,17 @@ class ReferenceBackend(Backend):
                           gpus_per_node=int(self.options.gpus_per_node),
                           cwd=str(REPO_ROOT))
 
-    def check_planner(self) -> None:
+    def check_planner(self, ep: int) -> None:
         """The planner options must be this personality's (checked before any launch)."""
+        field = f"backends.{self.name}.options.planner"
         try:
-            planner_options(self.config.module, self.options.planner)
+            opts = planner_options(self.config.module, self.options.planner)
         except ValueError as exc:
-            raise BadInput(str(exc), field=f"backends.{self.name}.options.planner") from None
+            raise BadInput(str(exc), field=field) from None
+        echo_total = opts.get("moe_num_echo_experts")
+        if echo_total is not None and echo_total % ep:
+            raise BadInput(f"moe_num_echo_experts ({echo_total}) must be divisible by ep "
+                           f"({ep})", field=field)
 
     def check_model_routing(self, req: RunRequest) -> None:
         """A model's (or the campaign's) `routing:` names a known workload."""

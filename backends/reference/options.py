@@ -136,6 +136,10 @@ def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         args.planner_options = planner_options(args.personality, args.planner_options)
     except ValueError as exc:
         ap.error(f"argument --planner-options: {exc}")
+    echo_total = args.planner_options.get("moe_num_echo_experts")
+    if echo_total is not None and echo_total % args.ep:
+        ap.error(f"argument --planner-options: moe_num_echo_experts ({echo_total}) must be "
+                 f"divisible by --ep ({args.ep})")
     from .memory import memory_options
     try:
         args.memory_options = memory_options(args.memory_options)

@@ -99,11 +99,12 @@ def test_planner_memory_and_routing_options_reach_the_worker():
     assert a.routing["workload"] == "hot_rank" and a.routing["hot_share"] == 0.6
 
 
-def test_planner_options_of_another_personality_are_bad_input():
+@pytest.mark.parametrize("planner", [{"eps": 0.1}, {"moe_num_echo_experts": 6}])
+def test_planner_options_that_do_not_fit_the_personality_are_bad_input(planner):
     from harness.errors import BadInput
-    cfg = BackendConfig("echo", "reference", "echo", options={"planner": {"eps": 0.1}})
+    cfg = BackendConfig("echo", "reference", "echo", options={"planner": planner})
     with pytest.raises(BadInput, match="backends.echo.options.planner"):
-        load_backend(cfg).command(_req(backend="echo"))
+        load_backend(cfg).command(_req(backend="echo"))            # ep 4: 6 is not divisible
 
 
 @pytest.mark.parametrize("body,line,field", [
