@@ -15,7 +15,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 class ReferenceBackend(Backend):
     """Builds the worker argv.
 
-    Options (runbook `options:`): device (auto|cpu|cuda), trace, record_trace, pg_timeout_s,
+    Options (runbook `options:`): device (auto|cpu|cuda), trace, record_trace,
+    record_trace_format (epcap|megatron), pg_timeout_s,
     threads, gpus_per_node, and launch: `per-rank` (default: the launcher starts ep tasks,
     one per rank) or `single` (one task that starts the ep ranks itself; on CPU it forks them
     after one torch import, about 1.5 s of CPU saved per rank).
@@ -54,6 +55,7 @@ class ReferenceBackend(Backend):
         if req.device_memory_bytes is not None:
             args += ["--device-memory-bytes", req.device_memory_bytes]
         for key, flag in (("trace", "--trace"), ("record_trace", "--record-trace"),
+                          ("record_trace_format", "--record-trace-format"),
                           ("pg_timeout_s", "--pg-timeout-s")):
             if opt.get(key) is not None:
                 args += [flag, opt[key]]
