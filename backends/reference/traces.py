@@ -41,7 +41,7 @@ class TraceError(ValueError):
 
     def __init__(self, path: str, line: int, field: str, message: str) -> None:
         super().__init__(f"{path}:{line}: {field}: {message}")
-        self.path, self.line, self.field = path, line, field
+        self.path, self.line, self.field, self.message = path, line, field, message
 
 
 @dataclass
