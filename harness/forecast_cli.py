@@ -139,23 +139,31 @@ def forecast_rows(traces, model=None, experts=None, ep=None, micro_batch=None,
     experts = experts or (int(spec["experts"]) if spec else None)
     routing, own_ep, where = load_routing(tuple(traces), experts, spec.get("topk"), seq)
     eps = _ints(ep, "--ep") or neighbour_eps(own_ep, routing.experts)
+    return rows_for(routing, eps, where, _ints(micro_batch, "--micro-batch") or [None],
+                    _names(placement, "--placement"), _names(personality, "--personality"),
+                    _names(unit, "--unit", UNITS), pad_multiple, decimals, model,
+                    spec.get("hidden"))
+
+
+def rows_for(routing: Routing, eps: list[int], where: dict, mbs: list, placements: list[str],
+             personalities: list[str], units: list[str], pad_multiple: int = 128,
+             decimals: int | None = None, model: str | None = None,
+             hidden: int | None = None) -> list[dict]:
+    """Forecast rows for every (personality, unit, placement, EP size, micro-batch)."""
     for e in eps:
         if routing.experts % e:
             raise BadInput(f"{routing.experts} experts do not divide over EP {e}",
                            field="experts", **where)
-    mbs = _ints(micro_batch, "--micro-batch") or [None]
     if mbs != [None] and routing.seq is None:
         raise BadInput("a micro-batch needs the sequence length: --seq, or a trace header "
                        "with seq", field="--micro-batch")
-    files: dict[str, dict[int, np.ndarray]] = {}
-    for p in _names(placement, "--placement"):
-        if p not in NAMED_PLACEMENTS:
-            files[p] = placement_file(p, routing.experts)
+    files = {p: placement_file(p, routing.experts) for p in placements
+             if p not in NAMED_PLACEMENTS}
     engine, rows = Forecaster(routing), []
-    for name in _names(personality, "--personality"):
+    for name in personalities:
         planner = registry.load_planner(name)
-        for u in _names(unit, "--unit", UNITS):
-            for p in _names(placement, "--placement"):
+        for u in units:
+            for p in placements:
                 for e in eps:
                     home = files[p].get(e) if p in files else \
                         np.asarray(planner.home_ranks(routing.experts, e, p))
@@ -164,8 +172,8 @@ def forecast_rows(traces, model=None, experts=None, ep=None, micro_batch=None,
                     for mb in mbs:
                         per_rank_tokens(routing.tokens, e, mb, routing.seq)
                         rows.append(engine.row(Setting(e, mb, p, name, u), home, planner,
-                                               pad_multiple, decimals, model,
-                                               spec.get("hidden"), BYTES_PER_ELEMENT))
+                                               pad_multiple, decimals, model, hidden,
+                                               BYTES_PER_ELEMENT))
     return rows
 
 

@@ -58,3 +58,87 @@ def plot_forecast(rows: list[dict], path: Path, pad_multiple: int = 128) -> None
     axes[0].set_ylabel("capacity = budget / (S'·K)")
     fig.suptitle("Forecast: required and selected capacity against EP size", fontsize=10)
     save_png(fig, path)
+
+
+def _measure_traces(results_dir: Path) -> dict[tuple[str, str], Path]:
+    """The latest measure attempt's routing trace per (model, backend)."""
+    from harness.registry import routing_trace_file
+
+    found: dict[tuple[str, str], tuple[int, Path]] = {}
+    for path in sorted(results_dir.glob(f"cells/*/{routing_trace_file()}")):
+        parts = path.parent.name.split("__")
+        if len(parts) != 5 or parts[2] != "measure" or not parts[4][1:].isdigit():
+            continue
+        key, attempt = (parts[0], parts[1]), int(parts[4][1:])
+        if key not in found or attempt > found[key][0]:
+            found[key] = (attempt, path)
+    return {k: v[1] for k, v in sorted(found.items())}
+
+
+def _measured_peaks(results_dir: Path) -> dict[str, str]:
+    """peak_actual_valid_recv of each attempt row, by cell directory name."""
+    from harness.results import ATTEMPTS_TSV, read_rows
+
+    path = results_dir / ATTEMPTS_TSV
+    rows = read_rows(path) if path.exists() else []
+    return {Path(r.get("cell_dir") or "").name: r.get("peak_actual_valid_recv") or ""
+            for r in rows}
+
+
+def campaign_forecast(results_dir: Path, out: Path, pad_multiple: int = 128) -> list[str]:
+    """The report's forecast section: each measure run's recorded routing at EP sizes around
+    the campaign's (x1/2, x2, x4 where they divide the experts); writes forecast.tsv/png."""
+    from harness.errors import BadInput
+    from harness.forecast import neighbour_eps
+    from harness.forecast_cli import load_routing, rows_for
+
+    lines = ["## Forecast: other EP sizes from the recorded routing", "",
+             "Each reference measure run recorded its routing (`cells/*/routing_trace.jsonl`); "
+             "`epcap forecast` replays it at EP sizes around the campaign's with the run's "
+             "personality planner, contiguous placement, the step's global batch fixed and "
+             "split into equal contiguous shares (docs/forecast.md). Required = peak / N, "
+             "selected = the executable grid's rung covering the peak; drop risk = 95% upper "
+             "bound per step from the recorded steps, none of which drops at that budget.", ""]
+    traces = _measure_traces(results_dir)
+    if not traces:
+        return lines + ["Not available: no measure cell recorded its routing.", ""]
+    measured = _measured_peaks(results_dir)
+    table, rows = [], []
+    for (model, backend), path in traces.items():
+        try:
+            routing, own_ep, where = load_routing((str(path),), None, None, None)
+            header = routing_header(path)
+            got = rows_for(routing, neighbour_eps(own_ep, routing.experts), where, [None],
+                           ["contiguous"], [header.get("personality", "raw")], ["slots"],
+                           pad_multiple, None, model, header.get("hidden"))
+        except BadInput as exc:
+            table.append([model, backend, f"not available: {exc}"] + [""] * 8)
+            continue
+        for r in got:
+            r["source"] = str(path.relative_to(results_dir))
+            own = r["ep"] == own_ep
+            mib = "" if r["buffer_bytes_per_rank"] is None else \
+                f"{r['buffer_bytes_per_rank'] / 2**20:.2f}"
+            table.append([model, backend, f"{r['ep']}{' (campaign)' if own else ''}",
+                          str(r["uniform_tokens"]), str(r["peak_demand"]),
+                          measured.get(path.parent.name, "") if own else "",
+                          f"{r['required_capacity']:.4f}", r["selected_capacity"],
+                          f"{r['over_provision']:.4f}", f"{r['drop_risk_95']:.3f}", mib])
+        rows += got
+    from harness.report import md_table
+
+    lines += [md_table(["model", "backend", "EP", "N", "forecast peak", "measured peak",
+                        "required", "selected", "over-provision", "drop risk 95%",
+                        "buffer MiB/rank"], table), ""]
+    if rows:
+        write_outputs(out, rows, pad_multiple)
+        lines += [f"![forecast]({FORECAST_PNG})", "", f"Rows: `{FORECAST_TSV}` (SPEC §4).", ""]
+    return lines
+
+
+def routing_header(path: Path) -> dict:
+    """The header line of an epcap trace (model, hidden, personality as recorded)."""
+    import json
+
+    with open(path, encoding="utf-8") as fh:
+        return json.loads(fh.readline())

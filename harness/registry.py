@@ -17,6 +17,7 @@ from harness.errors import BadInput
 PLANNERS = "backends.reference.planners"
 INTERIM_PLANNERS = "backends.reference.planners_interim"
 TRACES = "backends.reference.traces"
+TRACE_IO = "backends.reference.trace_io"
 
 
 @dataclass(frozen=True)
@@ -66,3 +67,8 @@ def read_trace(paths: Sequence[str | Path], experts: int | None = None):
     except traces.TraceError as exc:
         raise BadInput(exc.message, path=exc.path, line=exc.line,
                        field=exc.field) from None
+
+
+def routing_trace_file() -> str:
+    """The file name a reference measure cell records its routing to."""
+    return import_module(TRACE_IO).ROUTING_TRACE

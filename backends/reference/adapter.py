@@ -8,6 +8,7 @@ from pathlib import Path
 from backends.base import Backend, LaunchSpec, RunRequest
 
 from .personalities import LIBRARIES
+from .trace_io import ROUTING_TRACE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -16,7 +17,8 @@ class ReferenceBackend(Backend):
     """Builds the worker argv.
 
     Options (runbook `options:`): device (auto|cpu|cuda), trace, record_trace,
-    record_trace_format (epcap|megatron), pg_timeout_s,
+    record_trace_format (epcap|megatron), record_routing (default true: a measure cell
+    records its routing to CELL/routing_trace.jsonl for `epcap forecast`), pg_timeout_s,
     threads, gpus_per_node, and launch: `per-rank` (default: the launcher starts ep tasks,
     one per rank) or `single` (one task that starts the ep ranks itself; on CPU it forks them
     after one torch import, about 1.5 s of CPU saved per rank).
@@ -52,6 +54,9 @@ class ReferenceBackend(Backend):
                 "--warmup", ph.warmup, "--iters", ph.iters, "--trials", ph.trials,
                 "--purpose", req.cell.purpose, "--seed", req.seed,
                 "--pad-multiple", req.pad_multiple, "--device", opt.get("device", "auto")]
+        if req.cell.purpose == "measure" and opt.get("record_routing", True) and \
+                opt.get("record_trace") is None:        # for the report's forecast section
+            args += ["--record-trace", str(Path(req.cell_dir).resolve() / ROUTING_TRACE)]
         if req.device_memory_bytes is not None:
             args += ["--device-memory-bytes", req.device_memory_bytes]
         for key, flag in (("trace", "--trace"), ("record_trace", "--record-trace"),

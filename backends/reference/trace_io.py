@@ -18,6 +18,7 @@ import numpy as np
 
 from .traces import TRACE_FORMAT, Trace, TraceError, read_trace
 
+ROUTING_TRACE = "routing_trace.jsonl"        # a measure cell's recorded routing (campaign)
 RecordRow = tuple[int, int, int, list, list | None]   # iter, layer, rank, ids, weights
 
 

@@ -233,7 +233,8 @@ class RankRun:
         if self.rank == 0:
             header = {"experts": a.experts, "topk": a.topk, "tokens": self.tokens, "ep": a.ep,
                       "seq": a.seq, "micro_batch": a.micro_batch,
-                      "router_dtype": a.router_dtype, "model": a.model}
+                      "router_dtype": a.router_dtype, "model": a.model, "hidden": a.hidden,
+                      "personality": a.personality}
             write_epcap(a.record_trace, header, [r for part in parts for r in part])
 
 

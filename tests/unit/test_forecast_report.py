@@ -1,0 +1,44 @@
+"""The campaign report's forecast section, from measure cells' recorded routing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from backends.reference.routing import route
+from backends.reference.trace_io import write_epcap
+from harness.forecast_report import campaign_forecast
+from harness.results import ATTEMPT_COLUMNS, ATTEMPTS_TSV, write_table_atomic
+
+
+def _cell(root: Path, name: str, seed: int = 1) -> Path:
+    cell = root / "cells" / name
+    cell.mkdir(parents=True)
+    recs = [(it, 1, r, route(seed, "M", 1, it, r, 32, 16, 4, 1.5).ids.tolist(), None)
+            for it in range(3) for r in range(4)]
+    write_epcap(cell / "routing_trace.jsonl",
+                {"experts": 16, "topk": 4, "tokens": 32, "ep": 4, "seq": 32, "micro_batch": 1,
+                 "model": "M", "hidden": 64, "personality": "echo"}, recs)
+    return cell
+
+
+def test_section_forecasts_around_the_campaign_ep(tmp_path):
+    _cell(tmp_path, "M__echo__measure__cap2p00__a1")
+    _cell(tmp_path, "M__echo__measure__cap3p00__a2", seed=2)      # the later attempt wins
+    _cell(tmp_path, "M__echo__validate__cap1p50__a3")              # not a measure cell
+    write_table_atomic(tmp_path / ATTEMPTS_TSV, ATTEMPT_COLUMNS,
+                       [{"cell_dir": "cells/M__echo__measure__cap3p00__a2",
+                         "peak_actual_valid_recv": "171"}])
+    lines = campaign_forecast(tmp_path, tmp_path / "report", pad_multiple=8)
+    text = "\n".join(lines)
+    rows = [[c.strip() for c in ln.split("|")[1:-1]] for ln in text.splitlines()
+            if ln.startswith("| M ")]
+    assert [r[2] for r in rows] == ["2", "4 (campaign)", "8", "16"]
+    assert "measure__cap3p00__a2" in (tmp_path / "report" / "forecast.tsv").read_text()
+    assert "cap2p00" not in (tmp_path / "report" / "forecast.tsv").read_text()
+    assert rows[1][5] == "171" and rows[0][5] == "" and (tmp_path / "report" / "forecast.png").exists()
+    assert "![forecast](forecast.png)" in text
+
+
+def test_section_says_when_nothing_was_recorded(tmp_path):
+    assert "Not available: no measure cell recorded its routing." in \
+        campaign_forecast(tmp_path, tmp_path / "report")
