@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness import capacity as cap
+from harness.errors import BadInput
 
 COLUMNS = ("source", "model", "ep", "micro_batch", "placement", "personality", "unit", "steps",
            "uniform_tokens", "peak_demand", "required_capacity", "selected_capacity",
@@ -127,7 +128,11 @@ class Forecaster:
         peaks: dict[int, int] = {}
         for call, (step, ids) in enumerate(r.calls):
             for lo, hi in bounds:
-                quotas = planner.plan(self.counts(call, lo, hi), home, s.ep, self.options)
+                try:
+                    quotas = planner.plan(self.counts(call, lo, hi), home, s.ep, self.options)
+                except ValueError as exc:      # e.g. moonep: slots not divisible by ep
+                    raise BadInput(f"{s.personality} cannot plan EP {s.ep}: {exc}",
+                                   path=r.source, field="personality") from None
                 if s.unit == "slots":
                     load = planner.demand(quotas)
                 else:

@@ -142,13 +142,13 @@ def forecast_rows(traces, model=None, experts=None, ep=None, micro_batch=None,
     return rows_for(routing, eps, where, _ints(micro_batch, "--micro-batch") or [None],
                     _names(placement, "--placement"), _names(personality, "--personality"),
                     _names(unit, "--unit", UNITS), pad_multiple, decimals, model,
-                    spec.get("hidden"))
+                    spec.get("hidden"), recorded_options(traces))
 
 
 def rows_for(routing: Routing, eps: list[int], where: dict, mbs: list, placements: list[str],
              personalities: list[str], units: list[str], pad_multiple: int = 128,
              decimals: int | None = None, model: str | None = None,
-             hidden: int | None = None) -> list[dict]:
+             hidden: int | None = None, options: dict | None = None) -> list[dict]:
     """Forecast rows for every (personality, unit, placement, EP size, micro-batch)."""
     for e in eps:
         if routing.experts % e:
@@ -159,9 +159,10 @@ def rows_for(routing: Routing, eps: list[int], where: dict, mbs: list, placement
                        "with seq", field="--micro-batch")
     files = {p: placement_file(p, routing.experts) for p in placements
              if p not in NAMED_PLACEMENTS}
-    engine, rows = Forecaster(routing), []
+    rows = []
     for name in personalities:
         planner = registry.load_planner(name)
+        engine = Forecaster(routing, (options or {}).get(name))
         for u in units:
             for p in placements:
                 for e in eps:
@@ -175,6 +176,19 @@ def rows_for(routing: Routing, eps: list[int], where: dict, mbs: list, placement
                                                pad_multiple, decimals, model, hidden,
                                                BYTES_PER_ELEMENT))
     return rows
+
+
+def recorded_options(traces) -> dict[str, dict]:
+    """{personality: planner options} an epcap trace header recorded (the run's planner)."""
+    from harness.forecast_report import routing_header
+
+    try:
+        header = routing_header(Path(traces[0]))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+    if not isinstance(header, dict) or not header.get("planner_options"):
+        return {}
+    return {header.get("personality"): dict(header["planner_options"])}
 
 
 def json_row(row: dict) -> dict:

@@ -110,7 +110,8 @@ def campaign_forecast(results_dir: Path, out: Path, pad_multiple: int = 128) -> 
             header = routing_header(path)
             got = rows_for(routing, neighbour_eps(own_ep, routing.experts), where, [None],
                            ["contiguous"], [header.get("personality", "raw")], ["slots"],
-                           pad_multiple, None, model, header.get("hidden"))
+                           pad_multiple, None, model, header.get("hidden"),
+                           {header.get("personality"): header.get("planner_options") or {}})
         except BadInput as exc:
             table.append([model, backend, f"not available: {exc}"] + [""] * 8)
             continue

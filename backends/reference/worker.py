@@ -234,7 +234,8 @@ class RankRun:
             header = {"experts": a.experts, "topk": a.topk, "tokens": self.tokens, "ep": a.ep,
                       "seq": a.seq, "micro_batch": a.micro_batch,
                       "router_dtype": a.router_dtype, "model": a.model, "hidden": a.hidden,
-                      "personality": a.personality}
+                      "personality": a.personality,
+                      "planner_options": getattr(a, "planner_options", None) or {}}
             write_epcap(a.record_trace, header, [r for part in parts for r in part])
 
 
