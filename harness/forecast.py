@@ -23,6 +23,7 @@ COLUMNS = ("source", "model", "ep", "micro_batch", "placement", "personality", "
            "uniform_tokens", "peak_demand", "required_capacity", "selected_capacity",
            "selected_budget_tokens", "over_provision", "drop_risk_95", "buffer_bytes_per_rank")
 UNITS = ("slots", "tokens")
+PERSONALITIES = ("raw", "echo", "ultraep", "moonep")
 
 
 @dataclass(frozen=True)

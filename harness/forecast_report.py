@@ -11,6 +11,7 @@ from harness.results import write_table_atomic
 
 FORECAST_TSV = "forecast.tsv"
 FORECAST_PNG = "forecast.png"
+MEGATRON_DIR = "router_trace"    # a cluster measure cell's --moe-routing-trace-path (megatron.py)
 
 
 def write_outputs(out: Path, rows: list[dict], pad_multiple: int = 128) -> None:
@@ -65,7 +66,10 @@ def _measure_traces(results_dir: Path) -> dict[tuple[str, str], Path]:
     from harness.registry import routing_trace_file
 
     found: dict[tuple[str, str], tuple[int, Path]] = {}
-    for path in sorted(results_dir.glob(f"cells/*/{routing_trace_file()}")):
+    recorded = [*results_dir.glob(f"cells/*/{routing_trace_file()}"),
+                *(p.parent for p in results_dir.glob(f"cells/*/{MEGATRON_DIR}/"
+                                                      "router_trace_rank0.jsonl"))]
+    for path in sorted(recorded):
         parts = path.parent.name.split("__")
         if len(parts) != 5 or parts[2] != "measure" or not parts[4][1:].isdigit():
             continue
@@ -106,13 +110,15 @@ def campaign_forecast(results_dir: Path, out: Path, pad_multiple: int = 128) -> 
     table, rows = [], []
     for (model, backend), path in traces.items():
         try:
-            routing, own_ep, where = load_routing((str(path),), None, None, None)
-            header = routing_header(path)
+            header = routing_header(path) if path.is_file() else \
+                _cluster_header(results_dir, model, backend)
+            routing, own_ep, where = load_routing((str(path),), header.get("experts"), None,
+                                                  None)
             got = rows_for(routing, neighbour_eps(own_ep, routing.experts), where, [None],
                            ["contiguous"], [header.get("personality", "raw")], ["slots"],
                            pad_multiple, None, model, header.get("hidden"),
                            {header.get("personality"): header.get("planner_options") or {}})
-        except BadInput as exc:
+        except (BadInput, StopIteration, OSError, ValueError) as exc:
             table.append([model, backend, f"not available: {exc}"] + [""] * 8)
             continue
         for r in got:
@@ -135,6 +141,18 @@ def campaign_forecast(results_dir: Path, out: Path, pad_multiple: int = 128) -> 
         write_outputs(out, rows, pad_multiple)
         lines += [f"![forecast]({FORECAST_PNG})", "", f"Rows: `{FORECAST_TSV}` (SPEC §4).", ""]
     return lines
+
+
+def _cluster_header(results_dir: Path, model: str, backend: str) -> dict:
+    """What a Megatron trace does not say, from the frozen runbook: experts, hidden, and the
+    planner of the backend's library (raw for any other backend)."""
+    from harness.forecast import PERSONALITIES
+    from harness.runbook import load_runbook
+
+    rb = load_runbook(results_dir / "runbook.yaml")
+    spec, cfg = rb.model(model), rb.backend(backend)
+    name = cfg.module if cfg.module in PERSONALITIES else "raw"
+    return {"experts": spec.experts, "hidden": spec.hidden, "personality": name}
 
 
 def routing_header(path: Path) -> dict:

@@ -42,3 +42,22 @@ def test_section_forecasts_around_the_campaign_ep(tmp_path):
 def test_section_says_when_nothing_was_recorded(tmp_path):
     assert "Not available: no measure cell recorded its routing." in \
         campaign_forecast(tmp_path, tmp_path / "report")
+
+
+def test_section_reads_a_cluster_cell_megatron_trace(tmp_path):
+    import shutil
+
+    from backends.reference.trace_io import write_megatron
+
+    runbooks = Path(__file__).parents[2] / "runbooks"
+    shutil.copy(runbooks / "local-cpu.yaml", tmp_path / "runbook.yaml")
+    shutil.copy(runbooks / "models.yaml", tmp_path / "models.yaml")
+    trace_dir = tmp_path / "cells" / "QWEN3_30B__echo__measure__cap2p00__a1" / "router_trace"
+    for r in range(4):
+        write_megatron(trace_dir, r, [(it, 0, r, route(1, "Q", 0, it, r, 16, 128, 8, 1.0)
+                                       .ids.tolist(), None) for it in range(2)])
+    lines = campaign_forecast(tmp_path, tmp_path / "report")
+    rows = [[c.strip() for c in ln.split("|")[1:-1]] for ln in "\n".join(lines).splitlines()
+            if ln.startswith("| QWEN3_30B ")]
+    assert [r[2] for r in rows] == ["2", "4 (campaign)", "8", "16"]
+    assert rows[1][3] == str(16 * 8)                       # N = 16 tokens x top-8 at EP 4
