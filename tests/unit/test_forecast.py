@@ -175,3 +175,20 @@ def test_placement_file(tmp_path):
     f.write_text("2: 1 1 1 1 0 0 0 0\n")
     with pytest.raises(BadInput, match=r"place.txt: placement: no placement for EP 4"):
         forecast_rows((str(FIXTURE),), experts=8, ep="4", placement=str(f))
+
+
+def test_command_line_json_and_exit_2_with_the_line(tmp_path):
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    runner = CliRunner()
+    ok = runner.invoke(main, ["forecast", str(FIXTURE), "--experts", "8", "--ep", "2,4",
+                              "--json"])
+    assert ok.exit_code == 0 and len(json.loads(ok.output)["forecasts"]) == 2
+    rank0 = (FIXTURE / "router_trace_rank0.jsonl").read_text().splitlines()
+    bad = _bad_rank0(tmp_path / "bad", rank0[:2] + [rank0[2].replace("[2, 3]", "[2, true]")])
+    res = runner.invoke(main, ["forecast", str(bad), "--experts", "8"])
+    assert res.exit_code == 2
+    assert f"{bad}/router_trace_rank0.jsonl:3: top_indices: row 1 col 1: true is a boolean" \
+        in res.output
