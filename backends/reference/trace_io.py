@@ -47,7 +47,7 @@ class Replay:
         ids, w = self._batch[2], self._batch[3]
         lo = (d * self.ep + rank) * self.tokens
         part = slice(lo, lo + self.tokens)
-        return ids[part], (None if w is None else w[part])
+        return ids[part].astype(np.int64), (None if w is None else w[part])
 
 
 def open_replay(path: str, experts: int, topk: int, tokens: int, ep: int,
