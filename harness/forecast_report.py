@@ -161,3 +161,11 @@ def routing_header(path: Path) -> dict:
 
     with open(path, encoding="utf-8") as fh:
         return json.loads(fh.readline())
+
+
+def report_section(ctx) -> list[str]:
+    """The forecast section of `epcap report` (ctx: harness.report.Context)."""
+    lines = campaign_forecast(ctx.results_dir, ctx.out, ctx.pad[0])
+    if f"![forecast]({FORECAST_PNG})" in lines and FORECAST_PNG not in ctx.figures:
+        ctx.figures.append(FORECAST_PNG)
+    return lines

@@ -61,3 +61,15 @@ def test_section_reads_a_cluster_cell_megatron_trace(tmp_path):
             if ln.startswith("| QWEN3_30B ")]
     assert [r[2] for r in rows] == ["2", "4 (campaign)", "8", "16"]
     assert rows[1][3] == str(16 * 8)                       # N = 16 tokens x top-8 at EP 4
+
+
+def test_epcap_report_has_the_forecast_section(tmp_path):
+    from harness.report import build_report
+
+    _cell(tmp_path, "M__echo__measure__cap2p00__a1")
+    write_table_atomic(tmp_path / ATTEMPTS_TSV, ATTEMPT_COLUMNS,
+                       [{"campaign": "c", "model": "M", "backend": "echo", "purpose": "measure",
+                         "cell_dir": "cells/M__echo__measure__cap2p00__a1"}])
+    text = build_report(tmp_path).read_text()
+    assert "## Forecast: other EP sizes from the recorded routing" in text
+    assert (tmp_path / "report" / "forecast.tsv").exists()
