@@ -165,7 +165,8 @@ class Forecaster:
                 "over_provision": cap.over_provision(budget, max(peak, 1)),
                 "drop_risk_95": drop_risk_95(drops, len(peaks)),
                 "buffer_bytes_per_rank": None if hidden is None else
-                budget * hidden * bytes_per_element}
+                budget * hidden * bytes_per_element,
+                "_micro_batch_given": s.micro_batch is not None}     # not a column
 
 
 def neighbour_eps(ep: int, experts: int) -> list[int]:

@@ -193,7 +193,7 @@ def recorded_options(traces) -> dict[str, dict]:
 
 def json_row(row: dict) -> dict:
     """Numbers as numbers (the selected capacity's decimal string becomes a JSON number)."""
-    out = dict(row)
+    out = {k: v for k, v in row.items() if not k.startswith("_")}
     out["selected_capacity"] = float(Decimal(row["selected_capacity"]))
     return out
 

@@ -22,7 +22,7 @@ def write_outputs(out: Path, rows: list[dict], pad_multiple: int = 128) -> None:
 
 
 def _label(row: dict) -> str:
-    mb = "" if row["micro_batch"] is None else f" mb{row['micro_batch']}"
+    mb = f" mb{row['micro_batch']}" if row.get("_micro_batch_given") else ""
     return f"{row['personality']} {row['placement']}{mb} {row['unit']}"
 
 
