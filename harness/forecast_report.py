@@ -63,17 +63,19 @@ def plot_forecast(rows: list[dict], path: Path, pad_multiple: int = 128) -> None
 
 def _measure_traces(results_dir: Path) -> dict[tuple[str, str], Path]:
     """The latest measure attempt's routing trace per (model, backend)."""
+    from harness.plan import parse_cell_name
     from harness.registry import routing_trace_file
+    from harness.vocab import Purpose
 
     found: dict[tuple[str, str], tuple[int, Path]] = {}
     recorded = [*results_dir.glob(f"cells/*/{routing_trace_file()}"),
                 *(p.parent for p in results_dir.glob(f"cells/*/{MEGATRON_DIR}/"
                                                       "router_trace_rank0.jsonl"))]
     for path in sorted(recorded):
-        parts = path.parent.name.split("__")
-        if len(parts) != 5 or parts[2] != "measure" or not parts[4][1:].isdigit():
+        cell = parse_cell_name(path.parent.name)
+        if cell is None or cell.purpose != Purpose.MEASURE:
             continue
-        key, attempt = (parts[0], parts[1]), int(parts[4][1:])
+        key, attempt = (cell.model, cell.backend), cell.attempt
         if key not in found or attempt > found[key][0]:
             found[key] = (attempt, path)
     return {k: v[1] for k, v in sorted(found.items())}

@@ -1,23 +1,68 @@
-"""The one harness module that reaches `backends`, by name: planners and routing traces.
+"""The registry: the only harness module that reaches `backends`, by name (importlib).
 
-`epcap forecast` applies the same load planners the reference backend runs and reads traces
-with the reference backend's own reader, so the forecast and a replay cannot disagree.
+A runbook backend entry names its module: kind `reference` -> the package
+`backends.reference` (the personality picks echo/ultraep/moonep behaviour); kind `cluster`
+-> `backends.<module>`. Each backend module exposes `make_backend(config) -> Backend` and
+`OPTIONS`, the dataclass of its runbook `options:`. Nothing else in harness/ names a backend
+(docs/architecture.md; enforced by the import-linter contracts in pyproject.toml).
+
+`epcap forecast` also comes here for the reference backend's load planners and its trace
+reader, so a forecast and a replay run the same code (load_planner, read_trace).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import import_module
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from harness.errors import BadInput
 
+BACKENDS_PACKAGE = "backends"
+REFERENCE_KIND = "reference"
+CLUSTER_KIND = "cluster"
+BACKEND_KINDS = (REFERENCE_KIND, CLUSTER_KIND)
 PLANNERS = "backends.reference.planners"
 INTERIM_PLANNERS = "backends.reference.planners_interim"
 TRACES = "backends.reference.traces"
 TRACE_IO = "backends.reference.trace_io"
+
+
+def module_name(kind: str, module: str) -> str:
+    """The Python module of a runbook backend entry."""
+    if kind == REFERENCE_KIND:
+        return f"{BACKENDS_PACKAGE}.{REFERENCE_KIND}"
+    return f"{BACKENDS_PACKAGE}.{module}"
+
+
+def backend_module(kind: str, module: str, name: str = "") -> ModuleType:
+    """Import a backend's module; BadInput naming the backend when there is none."""
+    target = module_name(kind, module)
+    try:
+        return importlib.import_module(target)
+    except ModuleNotFoundError as exc:
+        if exc.name not in (target, BACKENDS_PACKAGE):
+            raise                                      # the module exists; a dependency is missing
+        raise BadInput(f"no backend module {target!r} for backend {name or module!r}",
+                       field="backends") from exc
+
+
+def options_type(kind: str, module: str, name: str = "") -> type:
+    """The options dataclass a backend declares (module attribute OPTIONS)."""
+    mod = backend_module(kind, module, name)
+    opts = getattr(mod, "OPTIONS", None)
+    if opts is None:
+        raise BadInput(f"backend module {mod.__name__!r} declares no OPTIONS dataclass",
+                       field="backends")
+    return opts
+
+
+def load_backend(config: Any) -> Any:
+    """Build the Backend of a runbook entry (harness.runbook.BackendConfig)."""
+    return backend_module(config.kind, config.module, config.name).make_backend(config)
 
 
 @dataclass(frozen=True)
@@ -41,12 +86,13 @@ class Planner:
 
 
 def _planner_module() -> ModuleType:
+    """backends/reference/planners.py, or the interim planners until it lands."""
     try:
-        return import_module(PLANNERS)
+        return importlib.import_module(PLANNERS)
     except ModuleNotFoundError as exc:
         if exc.name != PLANNERS:
             raise
-        return import_module(INTERIM_PLANNERS)
+        return importlib.import_module(INTERIM_PLANNERS)
 
 
 def load_planner(personality: str) -> Planner:
@@ -61,7 +107,7 @@ def load_planner(personality: str) -> Planner:
 
 def read_trace(paths: Sequence[str | Path], experts: int | None = None):
     """A checked routing trace (epcap or Megatron-LM router trace); BadInput names file:line."""
-    traces = import_module(TRACES)
+    traces = importlib.import_module(TRACES)
     try:
         return traces.read_trace(paths, experts)
     except traces.TraceError as exc:
@@ -71,4 +117,4 @@ def read_trace(paths: Sequence[str | Path], experts: int | None = None):
 
 def routing_trace_file() -> str:
     """The file name a reference measure cell records its routing to."""
-    return import_module(TRACE_IO).ROUTING_TRACE
+    return importlib.import_module(TRACE_IO).ROUTING_TRACE
