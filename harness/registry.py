@@ -111,7 +111,7 @@ def read_trace(paths: Sequence[str | Path], experts: int | None = None):
     try:
         return traces.read_trace(paths, experts)
     except traces.TraceError as exc:
-        raise BadInput(exc.message, path=exc.path, line=exc.line,
+        raise BadInput(exc.message, path=exc.path, line=exc.line or None,
                        field=exc.field) from None
 
 

@@ -40,7 +40,8 @@ class TraceError(ValueError):
     """A trace file is malformed; the message names file, line and field."""
 
     def __init__(self, path: str, line: int, field: str, message: str) -> None:
-        super().__init__(f"{path}:{line}: {field}: {message}")
+        super().__init__(f"{path}:{line}: {field}: {message}" if line else
+                         f"{path}: {field}: {message}")
         self.path, self.line, self.field, self.message = path, line, field, message
 
 
