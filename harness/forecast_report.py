@@ -11,7 +11,6 @@ from harness.results import write_table_atomic
 
 FORECAST_TSV = "forecast.tsv"
 FORECAST_PNG = "forecast.png"
-MEGATRON_DIR = "router_trace"    # a cluster measure cell's --moe-routing-trace-path (megatron.py)
 
 
 def write_outputs(out: Path, rows: list[dict], pad_multiple: int = 128) -> None:
@@ -64,12 +63,12 @@ def plot_forecast(rows: list[dict], path: Path, pad_multiple: int = 128) -> None
 def _measure_traces(results_dir: Path) -> dict[tuple[str, str], Path]:
     """The latest measure attempt's routing trace per (model, backend)."""
     from harness.plan import parse_cell_name
-    from harness.registry import routing_trace_file
+    from harness.registry import cluster_trace_dir, routing_trace_file
     from harness.vocab import Purpose
 
     found: dict[tuple[str, str], tuple[int, Path]] = {}
     recorded = [*results_dir.glob(f"cells/*/{routing_trace_file()}"),
-                *(p.parent for p in results_dir.glob(f"cells/*/{MEGATRON_DIR}/"
+                *(p.parent for p in results_dir.glob(f"cells/*/{cluster_trace_dir()}/"
                                                       "router_trace_rank0.jsonl"))]
     for path in sorted(recorded):
         cell = parse_cell_name(path.parent.name)

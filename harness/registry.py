@@ -122,3 +122,9 @@ def read_trace(paths: Sequence[str | Path], experts: int | None = None):
 def routing_trace_file() -> str:
     """The file name a reference measure cell records its routing to."""
     return importlib.import_module(TRACE_IO).ROUTING_TRACE
+
+
+def cluster_trace_dir() -> str:
+    """The directory a cluster measure cell's Megatron router trace goes to (its
+    --moe-routing-trace-path, below the cell)."""
+    return importlib.import_module(f"{BACKENDS_PACKAGE}.megatron").TRACE_DIR
