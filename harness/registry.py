@@ -28,7 +28,6 @@ CLUSTER_KIND = "cluster"
 MEGATRON_CORE_KIND = "megatron-core"
 BACKEND_KINDS = (REFERENCE_KIND, CLUSTER_KIND, MEGATRON_CORE_KIND)
 PLANNERS = "backends.reference.planners"
-INTERIM_PLANNERS = "backends.reference.planners_interim"
 TRACES = "backends.reference.traces"
 TRACE_IO = "backends.reference.trace_io"
 
@@ -89,20 +88,10 @@ class Planner:
         return self.module.slot_destinations(expert_of_slot, quotas)
 
 
-def _planner_module() -> ModuleType:
-    """backends/reference/planners.py, or the interim planners until it lands."""
-    try:
-        return importlib.import_module(PLANNERS)
-    except ModuleNotFoundError as exc:
-        if exc.name != PLANNERS:
-            raise
-        return importlib.import_module(INTERIM_PLANNERS)
-
-
 def load_planner(personality: str) -> Planner:
     """The planner of raw | echo | ultraep | moonep (BadInput for any other name)."""
-    module = _planner_module()
-    names = getattr(module, "PERSONALITIES", ("raw", "echo", "ultraep", "moonep"))
+    module = importlib.import_module(PLANNERS)
+    names = module.PERSONALITIES
     if personality not in names:
         raise BadInput(f"unknown personality {personality!r}; expected one of "
                        f"{', '.join(names)}", field="--personality")

@@ -1,8 +1,7 @@
 """Forecast exactness: the forecast peak equals, integer for integer, the peak the reference
 backend measures replaying the same trace, at the trace's own EP size and at others (the
 replay splits each step's global batch as the forecast does), on two zoo shapes and every
-personality (with backends/reference/planners.py the rebalancing planners of echo and
-ultraep; before it landed they shared raw's home dispatch)."""
+personality (raw, and the rebalancing planners of echo, ultraep and moonep)."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from backends.reference.personalities import LIBRARIES
 from backends.reference.routing import route
 from backends.reference.trace_io import write_epcap
 from harness.forecast_cli import forecast_rows, zoo_model
@@ -20,7 +18,7 @@ from harness.telemetry import summarize
 
 pytestmark = pytest.mark.slow
 
-RAW = "raw" if "raw" in LIBRARIES else "echo"     # echo had no rebalancing before "raw" came
+RAW = "raw"
 OWN_EP, SEQ, STEPS = 4, 32, 2
 SHAPES = {"QWEN3_30B": dict(layers=2, first_dense_layers=0),
           "DEEPSEEK_V2_LITE": dict(layers=3, first_dense_layers=1)}

@@ -15,13 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from backends.reference.personalities import LIBRARIES
 from harness.telemetry import summarize
 
 pytestmark = pytest.mark.slow
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "traces" / "megatron_ep2"
-RAW = "raw" if "raw" in LIBRARIES else "echo"     # echo had no rebalancing before "raw" came
+RAW = "raw"
 
 
 def run(tmp_path: Path, name: str, args: list[str]) -> tuple[int, Path, str]:
