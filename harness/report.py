@@ -660,6 +660,8 @@ def _render(results_dir: Path, out: Path) -> Context:
     body += _impl_note(ctx) + [""]
     body += section_overview(ctx) + section_selection(ctx) + balance_lines(results_dir)
     body += section_demand(ctx, demand_note, demand_figs)
+    from harness.forecast_report import report_section
+    body += report_section(ctx)
     body += section_timing(ctx) + section_dnf(ctx) + section_failures(ctx)
     body += section_audit(ctx) + section_provenance(ctx) + section_campaign(ctx)
     if ctx.unavailable:
