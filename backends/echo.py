@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from backends.megatron import MegatronBackend, MegatronOptions
 from harness.backend_api import BackendConfig
+from harness.vocab import Status
 
 
 class EchoBackend(MegatronBackend):
@@ -11,8 +12,8 @@ class EchoBackend(MegatronBackend):
 
     library = "echo"
     patterns = {
-        "assert": (r"echo_ep\S*:\d+.*[Aa]ssert", r"\[ECHO\].*assert(?:ion)? failed"),
-        "does_not_fit": (r"\[ECHO\].*(?:failed to allocate|allocation failed)",),
+        Status.ASSERT: (r"echo_ep\S*:\d+.*[Aa]ssert", r"\[ECHO\].*assert(?:ion)? failed"),
+        Status.DOES_NOT_FIT: (r"\[ECHO\].*(?:failed to allocate|allocation failed)",),
     }
 
 

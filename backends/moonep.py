@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from backends.megatron import MegatronBackend, MegatronOptions
 from harness.backend_api import BackendConfig
+from harness.vocab import Status
 
 
 class MoonEPBackend(MegatronBackend):
@@ -11,8 +12,8 @@ class MoonEPBackend(MegatronBackend):
 
     library = "moonep"
     patterns = {
-        "assert": (r"moon_ep\S*:\d+.*[Aa]ssert", r"\[MoonEP\].*assert(?:ion)? failed"),
-        "does_not_fit": (r"\[MoonEP\].*(?:failed to allocate|allocation failed)",),
+        Status.ASSERT: (r"moon_ep\S*:\d+.*[Aa]ssert", r"\[MoonEP\].*assert(?:ion)? failed"),
+        Status.DOES_NOT_FIT: (r"\[MoonEP\].*(?:failed to allocate|allocation failed)",),
     }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from backends.megatron import MegatronBackend, MegatronOptions
 from harness.backend_api import BackendConfig, LaunchSpec, RunRequest
 from harness.errors import BadInput
+from harness.vocab import Status
 
 REQUIRED_ROUTER_DTYPE = "fp32"
 
@@ -18,9 +19,9 @@ class UltraEPBackend(MegatronBackend):
 
     library = "ultraep"
     patterns = {
-        "assert": (r"num_permuted_tokens \(\d+\) must be a multiple of pad_multiple",
+        Status.ASSERT: (r"num_permuted_tokens \(\d+\) must be a multiple of pad_multiple",
                    r"ultra_ep\.cpp:909", r"ultra_ep\.cpp:\d+.*[Aa]ssert"),
-        "does_not_fit": (r"(?:nvshmem|NVSHMEM).*(?:malloc|alloc\w*).*(?:fail|FAIL)",
+        Status.DOES_NOT_FIT: (r"(?:nvshmem|NVSHMEM).*(?:malloc|alloc\w*).*(?:fail|FAIL)",
                          r"\[UltraEP\].*(?:failed to allocate|allocation failed)"),
     }
 

@@ -407,7 +407,7 @@ def cache_root() -> Path:
 def fetch_hf(repo_id: str, revision: str | None, cache: Path | None = None) -> Path:
     """Fetch one revision's tables, provenance, cell.json and runbook (no logs) to a cache
     directory; a full commit sha is immutable and reused, anything else is fetched afresh."""
-    import huggingface_hub
+    import huggingface_hub  # lazy: only for hf:// targets / rich output
 
     slug = re.sub(r"[^A-Za-z0-9._-]", "_", revision or "main").lstrip(".") or "main"
     local = (cache or cache_root()) / "hf-datasets" / repo_id.replace("/", "--") / slug
@@ -463,8 +463,8 @@ def tsv_rows(result: AuditResult) -> list[dict]:
 
 def print_table(result: AuditResult) -> None:
     """A rich table on the terminal, then the summary line."""
-    from rich.console import Console
-    from rich.table import Table as RichTable
+    from rich.console import Console  # lazy: only for hf:// targets / rich output
+    from rich.table import Table as RichTable  # lazy: only for hf:// targets / rich output
 
     colour = {"VALID": "green", "INVALID": "red", "UNKNOWN": "yellow"}
     table = RichTable(title=f"epcap audit {result.target}")

@@ -21,6 +21,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
 from harness.results import open_atomic  # noqa: E402
+from harness.vocab import Status  # noqa: E402
 
 DPI = 110
 GRID_MAX_LINES = 60     # denser grids are drawn only next to each point
@@ -272,7 +273,7 @@ def _noise_band(ax, x: float, med: float | None, pct: float | None, color: str) 
 
 def _placeholder(ax, x: float, status: str) -> None:
     """A hatched, labelled full-height box for a pair that has no timing."""
-    label = "does not fit" if status == "does_not_fit" else f"not timed: {status or 'no row'}"
+    label = "does not fit" if status == Status.DOES_NOT_FIT else f"not timed: {status or 'no row'}"
     ax.add_patch(Rectangle((x - 0.38, 0.0), 0.76, 1.0, transform=ax.get_xaxis_transform(),
                            fill=False, hatch=PLACEHOLDER_HATCH, ec="0.45", lw=0.8, zorder=1))
     ax.text(x, 0.5, label, transform=ax.get_xaxis_transform(), rotation=90, ha="center",
@@ -288,13 +289,13 @@ def plot_timing(points: list[TimePoint], path: Path, missing_p10: bool,
     fig = Figure(figsize=(max(7.5, 3.4 * len(groups)), 4.8), layout="constrained")
     axes = fig.subplots(1, len(groups), squeeze=False)[0]
     for ax, (model, pts) in zip(axes, groups.items(), strict=True):
-        highs = [v for p in pts if p.status == "ok" for v in (*p.dispatch, *p.combine)
+        highs = [v for p in pts if p.status == Status.OK for v in (*p.dispatch, *p.combine)
                  if v is not None]
         highs += [m * (1 + p.noise_floor_pct / 100) for p in pts
-                  if p.status == "ok" and p.noise_floor_pct is not None
+                  if p.status == Status.OK and p.noise_floor_pct is not None
                   for m in (p.dispatch[1], p.combine[1]) if m is not None]
         for x, p in enumerate(pts):
-            if p.status != "ok" or p.dispatch[1] is None:
+            if p.status != Status.OK or p.dispatch[1] is None:
                 _placeholder(ax, x, p.status)
                 continue
             c = colors[p.backend]

@@ -15,6 +15,14 @@ from harness.campaign.analysis import analyse, utc_now
 from harness.campaign.decisions import Context, Outcome, Pipe, Request
 from harness.campaign.stages import STAGE_OF_PURPOSE, plan_cells
 from harness.errors import BadInput, CampaignStopped, Findings
+from harness.event_types import (
+    CellAbandoned,
+    CellFinish,
+    CellRef,
+    CellStart,
+    CellSubmit,
+    Stopped,
+)
 from harness.events import EVENTS, EventLog, read_events
 from harness.launch import make_launcher
 from harness.launch.base import JobHandle, JobResult, Launcher
@@ -103,8 +111,8 @@ class Campaign:
                 handle = launcher.find_existing(ev["cell"], Path(ev["cell_dir"]))
             if handle is not None:
                 launcher.cancel(handle)
-            self.log.append(Event.CELL_ABANDONED, cell=ev["cell"],
-                            reason="driver stopped mid-run; rerun as a new attempt")
+            self.log.write(CellAbandoned(cell=ev["cell"],
+                                         reason="driver stopped mid-run; rerun as a new attempt"))
 
     # -- replay and run ------------------------------------------------------------------
     def replayed(self, req: Request) -> Outcome | None:
@@ -148,11 +156,12 @@ class Campaign:
                            path=str(self.rb.path), field="backends") from exc
         store.write_cell_json(cdir, cell, spec, status="running")
         self.write_cell_provenance(cdir, cell, spec)
-        where = {**store.cell_fields(cell), "cell_dir": str(cdir), "launcher": self.launcher.name}
-        self.log.append(Event.CELL_SUBMIT, **where)
+        where = {**CellRef.fields_of(cell), "cell_dir": str(cdir),
+                 "launcher": self.launcher.name}
+        self.log.write(CellSubmit(**where))
         handle = self.launcher.submit(cell.name, spec, cdir, self.rb.limits.run_timeout_s)
-        self.log.append(Event.CELL_START, **where, job_id=handle.job_id,
-                        job_extra=store.jsonable(handle.extra))
+        self.log.write(CellStart(**where, job_id=handle.job_id,
+                                 job_extra=store.jsonable(handle.extra)))
         return Active(pipe, req, cell, handle, backend, spec, utc_now(), t0, infra_left)
 
     def write_cell_provenance(self, cdir: Path, cell: Cell, spec: LaunchSpec) -> None:
@@ -177,11 +186,12 @@ class Campaign:
                                         "detail": result.detail, "wall_s": result.wall_s})
         left = self.runs_left(exclude=act.cell)
         eta = self.eta(left)
-        self.log.append(Event.CELL_FINISH, **store.cell_fields(act.cell), status=out.status,
-                        row=out.row, summary=summary, timing=out.timing,
-                        failure=out.failure, wall_s=result.wall_s, span_s=round(span, 3),
-                        runs_left=len(left), eta_s=None if eta is None else round(eta, 3),
-                        stage=STAGE_OF_PURPOSE[act.cell.purpose])
+        self.log.write(CellFinish(**CellRef.fields_of(act.cell), status=out.status,
+                                  row=out.row, summary=summary, timing=out.timing,
+                                  failure=out.failure, wall_s=result.wall_s,
+                                  span_s=round(span, 3), runs_left=len(left),
+                                  eta_s=None if eta is None else round(eta, 3),
+                                  stage=STAGE_OF_PURPOSE[act.cell.purpose]))
         if act.cell.purpose != Purpose.CANARY:
             append_row(self.root / ATTEMPTS_TSV, ATTEMPT_COLUMNS, out.row)
         key = (act.cell.model, act.cell.backend, act.cell.purpose)
@@ -314,16 +324,17 @@ class Campaign:
         msg = (f"campaign stopped: {out.status} in cell {out.cell.name}; log {fail.get('path')}"
                f":{fail.get('line_no')}: {fail.get('line')}")
         self.cancel_active("bug-class failure")
-        self.log.append(Event.CAMPAIGN_STOPPED, cell=out.cell.name, status=out.status,
-                        log=fail.get("path"), line_no=fail.get("line_no"),
-                        line=fail.get("line"), stage=STAGE_OF_PURPOSE[out.cell.purpose])
+        self.log.write(Stopped(cell=out.cell.name, status=out.status,
+                                       log=fail.get("path"), line_no=fail.get("line_no"),
+                                       line=fail.get("line"),
+                                       stage=STAGE_OF_PURPOSE[out.cell.purpose]))
         write_text_atomic(self.root / "STOPPED.txt", msg + "\n")
         raise CampaignStopped(msg)
 
     def cancel_active(self, reason: str) -> None:
         for act in list(self.active):
             self.launcher.cancel(act.handle)
-            self.log.append(Event.CELL_ABANDONED, cell=act.cell.name, reason=reason)
+            self.log.write(CellAbandoned(cell=act.cell.name, reason=reason))
         self.active.clear()
 
     def check_replay_inputs(self) -> None:
@@ -359,9 +370,10 @@ class Campaign:
             self.check_bug(out)
             if out.status not in CANARY_OK:
                 fail = out.failure or {}
-                self.log.append(Event.CAMPAIGN_STOPPED, cell=out.cell.name, status=out.status,
-                                stage=Stage.PREFLIGHT, log=fail.get("path"),
-                                line=fail.get("line"))
+                self.log.write(Stopped(cell=out.cell.name, status=out.status,
+                                               stage=Stage.PREFLIGHT, log=fail.get("path"),
+                                               line_no=fail.get("line_no"),
+                                               line=fail.get("line")))
                 raise Findings(f"preflight: canary {out.cell.name} ended {out.status} "
                                f"({fail.get('reason', '')}); log "
                                f"{cell_dir(self.root, out.cell)}; nothing else was run")

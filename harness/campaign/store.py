@@ -21,6 +21,7 @@ import yaml
 from harness.backend_api import LaunchSpec
 from harness.campaign.decisions import Outcome
 from harness.errors import BadInput
+from harness.event_types import CellFinish
 from harness.events import EVENTS, read_events
 from harness.plan import Cell
 from harness.provenance import redact_argv, secret_values
@@ -128,7 +129,7 @@ def campaign_facts(rb: Runbook, implementations: dict[str, str]) -> dict[str, An
         "models": {m.name: {"topk": m.topk, "experts": m.experts, "moe_layers": m.moe_layers,
                             "uniform_tokens": rb.shape.uniform_tokens(m.topk)}
                    for m in rb.models},
-        "backends": [{"name": b.name, "select": b.select, "time": b.time,
+        "backends": [{"name": b.name, "selected": b.select, "timed": b.time,
                       "implementation": implementations.get(b.name)} for b in rb.backends],
         "baseline": rb.baseline,
     }
@@ -154,13 +155,6 @@ def write_cell_json(cdir: Path, cell: Cell, spec: LaunchSpec, status: str, **ext
            "gpus_per_node": spec.gpus_per_node, "cwd": spec.cwd, "status": status}
     doc.update(extra)
     write_text_atomic(cdir / "cell.json", json.dumps(jsonable(doc), indent=1) + "\n")
-
-
-def cell_fields(cell: Cell) -> dict:
-    """The identity of a cell as event fields."""
-    return {"cell": cell.name, "campaign": cell.campaign, "model": cell.model,
-            "backend": cell.backend, "purpose": cell.purpose, "capacity": cell.capacity,
-            "attempt": cell.attempt}
 
 
 def unfinished_starts(root: Path) -> list[dict]:
@@ -205,11 +199,10 @@ def rerun_on_resume(ev: dict) -> bool:
 
 def outcome_of(ev: dict) -> Outcome:
     """The Outcome a cell_finish event recorded (its summary an object again)."""
-    cell = Cell(ev["campaign"], ev["model"], ev["backend"], ev["purpose"], ev["capacity"],
-                int(ev["attempt"]))
-    summary = LogSummary.from_dict(ev["summary"]) if ev.get("summary") else None
-    return Outcome(cell, ev["status"], summary, ev.get("timing"), ev.get("row") or {},
-                   ev.get("failure") or {})
+    fin = CellFinish.from_json(ev)
+    summary = LogSummary.from_dict(fin.summary) if fin.summary else None
+    return Outcome(fin.to_cell(), fin.status, summary, fin.timing, fin.row or {},
+                   fin.failure or {})
 
 
 def iterations_per_purpose(rb: Runbook) -> dict[str, int]:
