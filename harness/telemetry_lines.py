@@ -15,7 +15,7 @@ from pathlib import Path
 class _LazyNumpy:
     """numpy, imported on first attribute use (saves its import time in `epcap parse`)."""
 
-    def __init__(self, module: str = __name__) -> None:
+    def __init__(self, module: str) -> None:
         self.module = module                # whose `np` this stands for until first use
 
     def __getattr__(self, name: str):
