@@ -25,8 +25,6 @@ class _LazyNumpy:
         return getattr(numpy, name)
 
 
-np = _LazyNumpy()
-
 np = _LazyNumpy(__name__)
 
 DISPATCH_TAG = "[MOE_DROP_DEBUG][dispatch]"
