@@ -127,6 +127,7 @@ class Runbook:
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     gpu_hours_per_cell: float | None = None
     max_parallel_cells: int = 1     # cells in flight at once (independent models)
+    models_path: Path | None = None  # the model zoo file it read (frozen next to the results)
 
     def model(self, name: str) -> ModelSpec:
         return next(m for m in self.models if m.name == name)
@@ -361,6 +362,7 @@ def load_runbook(path: str | Path) -> Runbook:
     limits = _fields_from(doc, Limits, data.get("limits"), ("limits",))
     runbook = Runbook(
         path=path, campaign=campaign, models=_models(doc, data, base), shape=_shape(doc, data),
+        models_path=base / data.get("models_file", "models.yaml"),
         backends=_backends(doc, data), capacity=_capacity(doc, data),
         measure=_phase(doc, data, "measure", PhaseConfig(warmup=1, iters=4)),
         timing=_phase(doc, data, "timing", PhaseConfig(warmup=2, iters=10, trials=3)),

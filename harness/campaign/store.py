@@ -16,8 +16,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from harness.backend_api import LaunchSpec
 from harness.campaign.decisions import Outcome
 from harness.errors import BadInput
@@ -76,12 +74,8 @@ def choose_dir(root: Path, campaign: str, fresh: bool) -> Path:
 
 
 def zoo_path(rb: Runbook) -> Path | None:
-    """The model zoo file the runbook names (models_file), if the runbook still reads."""
-    try:
-        data = yaml.safe_load(rb.path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError):
-        return None
-    return rb.path.parent / data.get("models_file", "models.yaml")
+    """The model zoo file the runbook read (models_file); no re-parse of the runbook."""
+    return rb.models_path
 
 
 def runbook_fingerprint(rb: Runbook) -> dict:
