@@ -22,6 +22,7 @@ from harness.event_types import (
     CellStart,
     CellSubmit,
     Stopped,
+    parse_event,
 )
 from harness.events import EVENTS, EventLog, read_events
 from harness.launch import make_launcher
@@ -32,7 +33,7 @@ from harness.provenance import write_provenance
 from harness.registry import load_backend
 from harness.results import ATTEMPT_COLUMNS, ATTEMPTS_TSV, append_row, write_text_atomic
 from harness.runbook import Runbook
-from harness.vocab import BUG_CLASSES, CANARY_OK, Event, Purpose, Stage, StageMode, Status
+from harness.vocab import BUG_CLASSES, CANARY_OK, Purpose, Stage, StageMode, Status
 
 POLL_S = 0.05
 
@@ -68,7 +69,7 @@ class Campaign:
         self.view = view
         self.command_line = command_line
         self.log = EventLog(root / EVENTS)
-        self.finished: dict[tuple, list[dict]] = {}
+        self.finished: dict[tuple, list[CellFinish]] = {}
         self.cursor: dict[tuple, int] = {}
         self.attempts: dict[tuple, int] = {}
         self.done_runs = 0
@@ -81,37 +82,36 @@ class Campaign:
 
     # -- state from events ---------------------------------------------------------------
     def _index_events(self, events: list[dict]) -> None:
-        for ev in events:
-            if ev["ev"] in (Event.CELL_SUBMIT, Event.CELL_START, Event.CELL_FINISH):
-                key = (ev["model"], ev["backend"], ev["purpose"])
-                self.attempts[key] = max(self.attempts.get(key, 0), int(ev["attempt"]))
-            if ev["ev"] == Event.CELL_FINISH and not store.rerun_on_resume(ev):
-                key = (ev["model"], ev["backend"], ev["purpose"])
-                self.finished.setdefault(key, []).append(ev)
+        for rec in map(parse_event, events):
+            if not isinstance(rec, (CellSubmit, CellFinish)):
+                continue
+            key = (rec.model, rec.backend, rec.purpose)
+            self.attempts[key] = max(self.attempts.get(key, 0), int(rec.attempt))
+            if isinstance(rec, CellFinish) and not store.rerun_on_resume(rec):
+                self.finished.setdefault(key, []).append(rec)
                 self.done_runs += 1
-                if ev.get("span_s"):
-                    self.estimator.add(ev["backend"], ev["model"], ev["purpose"], ev["span_s"])
+                if rec.span_s:
+                    self.estimator.add(rec.backend, rec.model, rec.purpose, rec.span_s)
         for runs in self.finished.values():
-            runs.sort(key=lambda e: int(e["attempt"]))
+            runs.sort(key=lambda e: int(e.attempt))
 
-    def unfinished_starts(self) -> list[dict]:
+    def unfinished_starts(self) -> list[CellSubmit]:
         return store.unfinished_starts(self.root)
 
     def reap_stale(self) -> None:
         """Kill still-running process groups of cells an earlier driver left behind."""
         for ev in self.unfinished_starts():
             handle = None
-            if ev.get("job_id"):
-                handle = JobHandle(ev["cell"], Path(ev["cell_dir"]), ev["job_id"],
-                                   ev.get("job_extra") or {})
+            if isinstance(ev, CellStart) and ev.job_id:
+                handle = JobHandle(ev.cell, Path(ev.cell_dir), ev.job_id, ev.job_extra or {})
             launcher = self.launcher
-            if ev.get("launcher") and ev["launcher"] != getattr(self.launcher, "name", None):
-                launcher = make_launcher(ev["launcher"], self.rb)
+            if ev.launcher and ev.launcher != getattr(self.launcher, "name", None):
+                launcher = make_launcher(ev.launcher, self.rb)
             if handle is None:
-                handle = launcher.find_existing(ev["cell"], Path(ev["cell_dir"]))
+                handle = launcher.find_existing(ev.cell, Path(ev.cell_dir))
             if handle is not None:
                 launcher.cancel(handle)
-            self.log.write(CellAbandoned(cell=ev["cell"],
+            self.log.write(CellAbandoned(cell=ev.cell,
                                          reason="driver stopped mid-run; rerun as a new attempt"))
 
     # -- replay and run ------------------------------------------------------------------
@@ -124,9 +124,9 @@ class Campaign:
             return None
         ev = runs[idx]
         self.cursor[key] = idx + 1
-        if cap.format_capacity(ev["capacity"]) != cap.format_capacity(req.capacity):
-            raise BadInput(f"results in {self.root} disagree with the runbook: {ev['cell']} ran "
-                           f"at capacity {ev['capacity']}, the plan now asks {req.capacity}; "
+        if cap.format_capacity(ev.capacity) != cap.format_capacity(req.capacity):
+            raise BadInput(f"results in {self.root} disagree with the runbook: {ev.cell} ran "
+                           f"at capacity {ev.capacity}, the plan now asks {req.capacity}; "
                            "use --fresh", path=str(self.rb.path), field="capacity")
         return store.outcome_of(ev)
 
@@ -186,16 +186,16 @@ class Campaign:
                                         "detail": result.detail, "wall_s": result.wall_s})
         left = self.runs_left(exclude=act.cell)
         eta = self.eta(left)
-        self.log.write(CellFinish(**CellRef.fields_of(act.cell), status=out.status,
-                                  row=out.row, summary=summary, timing=out.timing,
-                                  failure=out.failure, wall_s=result.wall_s,
-                                  span_s=round(span, 3), runs_left=len(left),
-                                  eta_s=None if eta is None else round(eta, 3),
-                                  stage=STAGE_OF_PURPOSE[act.cell.purpose]))
+        record = CellFinish(**CellRef.fields_of(act.cell), status=out.status, row=out.row,
+                            summary=summary, timing=out.timing, failure=out.failure,
+                            wall_s=result.wall_s, span_s=round(span, 3), runs_left=len(left),
+                            eta_s=None if eta is None else round(eta, 3),
+                            stage=STAGE_OF_PURPOSE[act.cell.purpose])
+        self.log.write(record)
         if act.cell.purpose != Purpose.CANARY:
             append_row(self.root / ATTEMPTS_TSV, ATTEMPT_COLUMNS, out.row)
         key = (act.cell.model, act.cell.backend, act.cell.purpose)
-        self.finished.setdefault(key, []).append({"row": out.row, "status": out.status})
+        self.finished.setdefault(key, []).append(record)
         self.cursor[key] = len(self.finished[key])
         self.report_cell(out, len(left), eta)
         return out

@@ -19,7 +19,7 @@ from typing import Any
 from harness.backend_api import LaunchSpec
 from harness.campaign.decisions import Outcome
 from harness.errors import BadInput
-from harness.event_types import CellFinish
+from harness.event_types import CellAbandoned, CellFinish, CellSubmit, parse_event
 from harness.events import EVENTS, read_events
 from harness.plan import Cell
 from harness.provenance import redact_argv, secret_values
@@ -151,19 +151,17 @@ def write_cell_json(cdir: Path, cell: Cell, spec: LaunchSpec, status: str, **ext
     write_text_atomic(cdir / "cell.json", json.dumps(jsonable(doc), indent=1) + "\n")
 
 
-def unfinished_starts(root: Path) -> list[dict]:
-    """Cells submitted by an earlier driver that never finished nor were abandoned."""
-    events = read_events(root / EVENTS)
-    closed = {e["cell"] for e in events
-              if e["ev"] in (Event.CELL_FINISH, Event.CELL_ABANDONED)}
-    seen, out = set(), []
-    for ev in events:
-        if ev["ev"] in (Event.CELL_SUBMIT, Event.CELL_START) and ev["cell"] not in closed:
-            if ev["cell"] in seen:
-                out = [e for e in out if e["cell"] != ev["cell"]]
-            seen.add(ev["cell"])
-            out.append(ev)
-    return out
+def unfinished_starts(root: Path) -> list[CellSubmit]:
+    """Cells submitted by an earlier driver that never finished nor were abandoned (the
+    newest submit or start record of each)."""
+    records = [parse_event(e) for e in read_events(root / EVENTS)]
+    closed = {r.cell for r in records if isinstance(r, (CellFinish, CellAbandoned))}
+    latest: dict[str, CellSubmit] = {}
+    for rec in records:
+        if isinstance(rec, CellSubmit) and rec.cell not in closed:
+            latest.pop(rec.cell, None)
+            latest[rec.cell] = rec
+    return list(latest.values())
 
 
 def write_attempts(root: Path) -> None:
@@ -185,15 +183,14 @@ def write_derived(root: Path, rb: Runbook, selection: dict, timing: dict) -> Non
     write_table_atomic(root / TIMING_TSV, TIMING_COLUMNS, ordered(timing))
 
 
-def rerun_on_resume(ev: dict) -> bool:
+def rerun_on_resume(fin: CellFinish) -> bool:
     """Runs that stopped the campaign (a bug, a failed canary) run again after a fix."""
-    return ev["status"] in BUG_CLASSES or (ev["purpose"] == Purpose.CANARY
-                                           and ev["status"] not in CANARY_OK)
+    return fin.status in BUG_CLASSES or (fin.purpose == Purpose.CANARY
+                                         and fin.status not in CANARY_OK)
 
 
-def outcome_of(ev: dict) -> Outcome:
+def outcome_of(fin: CellFinish) -> Outcome:
     """The Outcome a cell_finish event recorded (its summary an object again)."""
-    fin = CellFinish.from_json(ev)
     summary = LogSummary.from_dict(fin.summary) if fin.summary else None
     return Outcome(fin.to_cell(), fin.status, summary, fin.timing, fin.row or {},
                    fin.failure or {})
