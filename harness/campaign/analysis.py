@@ -1,8 +1,11 @@
 """One finished run: telemetry summary + failure taxonomy + timing line -> its Outcome.
 
-The status of a run (docs/spec.md: pipeline): a taxonomy class when the run failed; else
-`lower_bound` (a measure run with saturated rows), `drops` (any other run with saturated
-rows) or `ok`; a timed run without its [EPCAP_TIMING] line is a `crash`.
+The status of a run (docs/spec.md: pipeline; harness.taxonomy.judge_run, the code `epcap
+classify` runs too): a taxonomy class when the run failed; else `lower_bound` (a measure run
+with saturated rows or an overflow report), `drops` (any other run with saturated rows or an
+overflow report, docs/taxonomy.md) or `ok`; a timed run without its [EPCAP_TIMING] line is a
+`crash`. The failure dict (cell.json, events) carries the deciding line, the first failed
+rank, the survived warnings and any stated receive demand.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from harness.backend_api import Backend, RunRequest
 from harness.campaign.decisions import Outcome
 from harness.launch.base import JobResult
 from harness.plan import Cell
-from harness.taxonomy import classify_logs, iter_log_lines
+from harness.taxonomy import iter_log_lines, judge_run
 from harness.telemetry import LogSummary, summarize
 from harness.vocab import FAILURE_CLASSES, TIMED_OK, Purpose, Status
 
@@ -33,16 +36,12 @@ def analyse(req: RunRequest, backend: Backend, result: JobResult, cell_dir: Path
             if Path(p).is_file()]
     summary = summarize(logs, tags=backend.telemetry_tags(),
                         **backend.expected_log_shape(req)) if logs else None
-    rows = summary.rows if summary else 0
-    verdict = classify_logs(result.exit_code, result.state, logs, backend.failure_patterns(),
-                            rows)
-    failure = verdict.to_dict()
+    verdict = judge_run(result.exit_code, result.state, logs, backend.failure_patterns(),
+                        purpose=cell.purpose, library=getattr(backend, "library", None),
+                        summary=summary)
+    failure = verdict.outcome.to_dict()
     status = verdict.status
     timing = None
-    if status is None:
-        saturated = summary.saturated_rows > 0
-        status = ((Status.LOWER_BOUND if cell.purpose == Purpose.MEASURE else Status.DROPS)
-                  if saturated else Status.OK)
     if cell.purpose == Purpose.TIME and status in TIMED_OK:
         timing = backend.parse_timing(t for _, _, t in iter_log_lines(logs))
         if timing is None:
