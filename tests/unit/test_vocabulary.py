@@ -20,11 +20,6 @@ ALLOWED = {
     ("harness/core_cli.py", "lower_bound"): "a key of `epcap parse --json`",
     ("harness/report/build.py", "report"): "the default output folder, results/<c>/report",
     ("harness/health.py", "ok"): "the health probe's own status (ok | unhealthy | no-gpu)",
-    ("harness/audit_rules.py", "canary"): "audit rules: switched by the audit room's rework",
-    ("harness/audit_rules.py", "measure"): "audit rules: switched by the audit room's rework",
-    ("harness/audit_rules.py", "validate"): "audit rules: switched by the audit room's rework",
-    ("harness/audit_rules.py", "time"): "audit rules: switched by the audit room's rework",
-    ("harness/audit_rules.py", "does_not_fit"): "audit rules: switched by the audit room's rework",
 }
 
 
