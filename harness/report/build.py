@@ -38,6 +38,7 @@ from harness.report.sections import (
     section_selection,
     section_timing,
 )
+from harness.report.balance import balance_lines
 from harness.results import (
     write_text_atomic,
 )
@@ -81,7 +82,7 @@ def _render(results_dir: Path, out: Path) -> Context:
             f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} · numbers in tables are "
             "the TSV strings unchanged unless a column says derived.", ""]
     body += _impl_note(ctx) + [""]
-    body += section_overview(ctx) + section_selection(ctx)
+    body += section_overview(ctx) + section_selection(ctx) + balance_lines(results_dir)
     body += section_demand(ctx, demand_note, demand_figs)
     body += section_timing(ctx) + section_dnf(ctx) + section_failures(ctx)
     body += section_audit(ctx) + section_provenance(ctx) + section_campaign(ctx)
