@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from harness.errors import BadInput
+from harness.report.balance import balance_lines
 from harness.report.demand import (
     build_demand,
     draw_figures,
@@ -38,7 +39,6 @@ from harness.report.sections import (
     section_selection,
     section_timing,
 )
-from harness.report.balance import balance_lines
 from harness.results import (
     write_text_atomic,
 )
