@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from harness.errors import BadInput
+from harness.forecast_report import report_section
 from harness.report.balance import balance_lines
 from harness.report.demand import (
     build_demand,
@@ -84,6 +85,7 @@ def _render(results_dir: Path, out: Path) -> Context:
     body += _impl_note(ctx) + [""]
     body += section_overview(ctx) + section_selection(ctx) + balance_lines(results_dir)
     body += section_demand(ctx, demand_note, demand_figs)
+    body += report_section(ctx)
     body += section_timing(ctx) + section_dnf(ctx) + section_failures(ctx)
     body += section_audit(ctx) + section_provenance(ctx) + section_campaign(ctx)
     if ctx.unavailable:
