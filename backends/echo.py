@@ -17,6 +17,7 @@ from backends.megatron import MegatronBackend, MegatronOptions
 from backends.megatron_args import MegatronSource
 from harness.backend_api import BackendConfig, OptionError, RunRequest
 from harness.errors import BadInput
+from harness.vocab import Status
 
 ECHO_SOURCE = MegatronSource("NVIDIA/Megatron-LM", "a2b16b8733bb4ced46880d6adee6f19124732991",
                              "refs/pull/2368/head")
@@ -44,9 +45,9 @@ class EchoBackend(MegatronBackend):
     options_type = EchoOptions
     default_source = ECHO_SOURCE
     patterns = {
-        "assert": (r"echo_ep\S*:\d+.*[Aa]ssert", r"\[ECHO\].*assert(?:ion)? failed",
+        Status.ASSERT: (r"echo_ep\S*:\d+.*[Aa]ssert", r"\[ECHO\].*assert(?:ion)? failed",
                    r"moe_num_echo_experts must be"),
-        "does_not_fit": (r"\[ECHO\].*(?:failed to allocate|allocation failed)",),
+        Status.DOES_NOT_FIT: (r"\[ECHO\].*(?:failed to allocate|allocation failed)",),
     }
 
     def library_args(self, req: RunRequest, values: dict[str, str]) -> list[str]:

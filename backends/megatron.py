@@ -29,22 +29,22 @@ from harness.backend_api import (
 )
 from harness.capacity import budget_tokens
 from harness.errors import BadInput
-from harness.vocab import Purpose, run_iterations
+from harness.vocab import Purpose, Status, run_iterations
 
 # The fixed multi-node trampoline: "$@" carries the real torchrun arguments verbatim.
 RDZV_TRAMPOLINE = 'exec "$0" --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" "$@"'
 
 # Signatures every Megatron run can print, on top of harness.backend_api.DEFAULT_FAILURE_PATTERNS.
 MEGATRON_FAILURE_PATTERNS: dict[str, tuple[str, ...]] = {
-    "assert": (r"Assertion `.*` failed", r"RuntimeError: .*[Aa]ssert(?:ion)? failed"),
-    "badflag": (r"error: unrecognized arguments", r"error: ambiguous option",
+    Status.ASSERT: (r"Assertion `.*` failed", r"RuntimeError: .*[Aa]ssert(?:ion)? failed"),
+    Status.BADFLAG: (r"error: unrecognized arguments", r"error: ambiguous option",
                 r"error: argument --\S+: expected", r"invalid choice:"),
-    "does_not_fit": (r"CUDA error: out of memory", r"cudaErrorMemoryAllocation",
+    Status.DOES_NOT_FIT: (r"CUDA error: out of memory", r"cudaErrorMemoryAllocation",
                      r"CUBLAS_STATUS_ALLOC_FAILED",
                      r"(?:nvshmem|NVSHMEM).*(?:malloc|alloc\w*).*(?:fail|FAIL)",
                      r"(?:nvshmem|NVSHMEM).*[Ss]ymmetric heap"
                      r".*(?:exhausted|insufficient|too small)"),
-    "infra": (r"NCCL WARN .*(?:NET/IB|Connection closed|remote process exited)",
+    Status.INFRA: (r"NCCL WARN .*(?:NET/IB|Connection closed|remote process exited)",
               r"srun: error: Node failure", r"TCPStore.*(?:Broken pipe|Connection refused)",
               r"ibv_\w+ failed", r"Socket Timeout"),
 }

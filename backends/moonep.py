@@ -12,6 +12,7 @@ from __future__ import annotations
 from backends.megatron import MegatronBackend, MegatronOptions
 from backends.megatron_args import MegatronSource, flag_values
 from harness.backend_api import BackendConfig, RunRequest
+from harness.vocab import Status
 
 MOONEP_SOURCE = MegatronSource("NVIDIA/Megatron-LM", "a8785b1e956e651796c8fcb36fdfbbdc7debe1f5",
                                "refs/pull/6274/head")
@@ -23,9 +24,9 @@ class MoonEPBackend(MegatronBackend):
     library = "moonep"
     default_source = MOONEP_SOURCE
     patterns = {
-        "assert": (r"moon_ep\S*:\d+.*[Aa]ssert", r"\[MoonEP\].*assert(?:ion)? failed"),
-        "badflag": (r"ValueError: MoonEP (?:requires|supports|does not)",),
-        "does_not_fit": (r"\[MoonEP\].*(?:failed to allocate|allocation failed)",),
+        Status.ASSERT: (r"moon_ep\S*:\d+.*[Aa]ssert", r"\[MoonEP\].*assert(?:ion)? failed"),
+        Status.BADFLAG: (r"ValueError: MoonEP (?:requires|supports|does not)",),
+        Status.DOES_NOT_FIT: (r"\[MoonEP\].*(?:failed to allocate|allocation failed)",),
     }
 
     def library_args(self, req: RunRequest, values: dict[str, str]) -> list[str]:

@@ -21,6 +21,7 @@ from backends.megatron import MegatronBackend, MegatronOptions
 from backends.megatron_args import MegatronSource, flag_values
 from harness.backend_api import BackendConfig, LaunchSpec, OptionError, RunRequest
 from harness.errors import BadInput
+from harness.vocab import Status
 
 REQUIRED_ROUTER_DTYPE = "fp32"
 ULTRAEP_SOURCE = MegatronSource("NVIDIA/Megatron-LM", "d98e8a64ddf34856e74b24714e3bedb2f5a39553",
@@ -57,9 +58,9 @@ class UltraEPBackend(MegatronBackend):
     options_type = UltraEPOptions
     default_source = ULTRAEP_SOURCE
     patterns = {
-        "assert": (r"num_permuted_tokens \(\d+\) must be a multiple of pad_multiple",
+        Status.ASSERT: (r"num_permuted_tokens \(\d+\) must be a multiple of pad_multiple",
                    r"ultra_ep\.cpp:909", r"ultra_ep\.cpp:\d+.*[Aa]ssert"),
-        "does_not_fit": (r"(?:nvshmem|NVSHMEM).*(?:malloc|alloc\w*).*(?:fail|FAIL)",
+        Status.DOES_NOT_FIT: (r"(?:nvshmem|NVSHMEM).*(?:malloc|alloc\w*).*(?:fail|FAIL)",
                          r"\[UltraEP\].*(?:failed to allocate|allocation failed)"),
     }
 

@@ -1,4 +1,4 @@
-"""The executable capacity grid (SPEC section 2): pure functions over decimal strings.
+"""The executable capacity grid (docs/spec.md: grid): pure functions over decimal strings.
 
 A backend allocates `budget = int(float(capacity) * N)` slots and asserts
 `budget % pad_multiple == 0`. Everything here uses exactly that float arithmetic, and

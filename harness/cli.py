@@ -1,4 +1,4 @@
-"""The `epcap` command line (SPEC section 7). Thin: parse options, call one function, exit.
+"""The `epcap` command line (docs/spec.md: command line). Thin: parse options, call one function, exit.
 
 Each command's body lives in its room as `cli_<command>(...) -> int` (the exit code);
 harness errors (`EpcapError`) become a one-line message on stderr and their exit code.

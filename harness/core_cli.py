@@ -1,4 +1,4 @@
-"""`epcap capacity` and `epcap parse` (SPEC section 7): thin shells over the capacity core."""
+"""`epcap capacity` and `epcap parse` (docs/spec.md: command line): thin shells over the capacity core."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def _check(capacity: str, uniform: int, pad_multiple: int, decimals: int | None,
 def _print_selection(doc: dict) -> None:
     """A small human table for `epcap capacity`."""
     from rich.console import Console  # lazy: keeps `epcap parse --json` start-up short
-    from rich.table import Table
+    from rich.table import Table  # lazy: rich is slow to import
 
     table = Table(title="epcap capacity", show_header=True)
     table.add_column("quantity")
@@ -162,8 +162,8 @@ def _print_parse(doc: dict) -> None:
     columns = [(e["path"], e) for e in doc["logs"]]
     if "combined" in doc:
         columns.append(("combined", doc["combined"]))
-    from rich.console import Console
-    from rich.table import Table
+    from rich.console import Console  # lazy: rich is slow to import
+    from rich.table import Table  # lazy: rich is slow to import
 
     table = Table(title="epcap parse", show_header=True)
     table.add_column("field")

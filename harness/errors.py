@@ -1,4 +1,4 @@
-"""Errors shared across the harness, each mapped to a CLI exit code (SPEC section 7)."""
+"""Errors shared across the harness, each mapped to a CLI exit code (docs/spec.md: command line)."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ import os
 import time
 from pathlib import Path
 
+from harness.event_types import EventRecord
 from harness.vocab import FAILURE_CLASSES, Event
 
 EVENTS = "events.jsonl"
@@ -23,6 +24,11 @@ class EventLog:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         repair_tail(self.path)
+
+    def write(self, event: EventRecord) -> dict:
+        """Write one typed event (harness.event_types); returns the record written."""
+        data = event.to_json()
+        return self.append(data.pop("ev"), **data)
 
     def append(self, ev: str, **fields) -> dict:
         """Write one event (single write + fsync) and return it."""

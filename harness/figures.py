@@ -21,6 +21,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
 from harness.results import open_atomic  # noqa: E402
+from harness.vocab import Status  # noqa: E402
 
 DPI = 110
 GRID_MAX_LINES = 60     # denser grids are drawn only next to each point
@@ -106,14 +107,20 @@ def _grid_lines(ax, n: int, pad: int, lo: float, hi: float, xs: list[float],
     return f"grid step {pad}/N = {step:.6g}\n(dense: only rungs next to each point)"
 
 
+def _model_panels(points: list, colors: dict[str, str] | None, width: float, height: float):
+    """One panel per model (first-seen order), the figure and the backend colours."""
+    groups = _by_model(points)
+    colors = colors or backend_colors([p.backend for p in points])
+    fig = Figure(figsize=(max(7.5, width * len(groups)), height), layout="constrained")
+    axes = fig.subplots(1, len(groups), squeeze=False)[0]
+    return fig, list(zip(axes, groups.items(), strict=True)), colors
+
+
 def plot_capacity(points: list[CapPoint], path: Path, pad: int = 128,
                   colors: dict[str, str] | None = None) -> Figure:
     """Figure 1: required vs selected capacity per model and backend on the executable grid."""
-    groups = _by_model(points)
-    colors = colors or backend_colors([p.backend for p in points])
-    fig = Figure(figsize=(max(7.5, 3.6 * len(groups)), 4.6), layout="constrained")
-    axes = fig.subplots(1, len(groups), squeeze=False)[0]
-    for ax, (model, pts) in zip(axes, groups.items(), strict=True):
+    fig, panels, colors = _model_panels(points, colors, 3.6, 4.6)
+    for ax, (model, pts) in panels:
         xs = list(range(len(pts)))
         vals = [v for p in pts for v in (p.required, p.selected) if v is not None]
         lo, hi = (min(vals), max(vals)) if vals else (1.0, 2.0)
@@ -148,7 +155,7 @@ def plot_capacity(points: list[CapPoint], path: Path, pad: int = 128,
         ax.set_xlim(-0.6, len(pts) - 0.4)
         ax.set_xticks(xs, [p.backend for p in pts])
         ax.set_title(f"{model}\nN = S·K = {n if n else '?'}; {note}", fontsize=8)
-    axes[0].set_ylabel("capacity = budget / (S·K)")
+    panels[0][0].set_ylabel("capacity = budget / (S·K)")
     handles = [
         Line2D([], [], ls="", marker="o", mfc="white", mec="0.2", ms=8,
                label="required (peak actual_valid_recv / N)"),
@@ -282,7 +289,7 @@ def _launch_dots(ax, x: float, medians: list[float | None], color: str) -> None:
 
 def _placeholder(ax, x: float, status: str) -> None:
     """A hatched, labelled full-height box for a pair that has no timing."""
-    label = "does not fit" if status == "does_not_fit" else f"not timed: {status or 'no row'}"
+    label = "does not fit" if status == Status.DOES_NOT_FIT else f"not timed: {status or 'no row'}"
     ax.add_patch(Rectangle((x - 0.38, 0.0), 0.76, 1.0, transform=ax.get_xaxis_transform(),
                            fill=False, hatch=PLACEHOLDER_HATCH, ec="0.45", lw=0.8, zorder=1))
     ax.text(x, 0.5, label, transform=ax.get_xaxis_transform(), rotation=90, ha="center",
@@ -293,18 +300,15 @@ def _placeholder(ax, x: float, status: str) -> None:
 def plot_timing(points: list[TimePoint], path: Path, missing_p10: bool,
                 colors: dict[str, str] | None = None) -> Figure:
     """Figure 4: dispatch and combine median with p10-p90 and the noise floor, per model."""
-    groups = _by_model(points)
-    colors = colors or backend_colors([p.backend for p in points])
-    fig = Figure(figsize=(max(7.5, 3.4 * len(groups)), 4.8), layout="constrained")
-    axes = fig.subplots(1, len(groups), squeeze=False)[0]
-    for ax, (model, pts) in zip(axes, groups.items(), strict=True):
-        highs = [v for p in pts if p.status == "ok" for v in (*p.dispatch, *p.combine)
+    fig, panels, colors = _model_panels(points, colors, 3.4, 4.8)
+    for ax, (model, pts) in panels:
+        highs = [v for p in pts if p.status == Status.OK for v in (*p.dispatch, *p.combine)
                  if v is not None]
         highs += [m * (1 + p.noise_floor_pct / 100) for p in pts
-                  if p.status == "ok" and p.noise_floor_pct is not None
+                  if p.status == Status.OK and p.noise_floor_pct is not None
                   for m in (p.dispatch[1], p.combine[1]) if m is not None]
         for x, p in enumerate(pts):
-            if p.status != "ok" or p.dispatch[1] is None:
+            if p.status != Status.OK or p.dispatch[1] is None:
                 _placeholder(ax, x, p.status)
                 continue
             c = colors[p.backend]
@@ -323,7 +327,7 @@ def plot_timing(points: list[TimePoint], path: Path, missing_p10: bool,
         ax.set_xticks(range(len(pts)), [p.backend for p in pts])
         caps = sorted({p.capacity for p in pts if p.capacity})
         ax.set_title(f"{model}\ncapacity {', '.join(caps) or '?'}", fontsize=9)
-    axes[0].set_ylabel("time per call (ms)")
+    panels[0][0].set_ylabel("time per call (ms)")
     whisk = "p10–p90" if not missing_p10 else "median–p90 (p10 not recorded)"
     handles = [
         Line2D([], [], ls="", marker="o", color="0.2", label="dispatch median"),

@@ -123,7 +123,7 @@ def _read_gpu(nvml, index: int) -> GpuReading:
 def read_nvml(indices: list[int] | None = None) -> tuple[str, list[GpuReading]]:
     """(driver version, readings) from NVML; raises NoGpu without NVML, driver or devices."""
     try:
-        import pynvml as nvml
+        import pynvml as nvml  # lazy/optional: rich is slow; pynvml absent on CPU machines
     except ImportError as exc:
         raise NoGpu("NVML Python bindings (nvidia-ml-py) not installed") from exc
     try:
@@ -164,8 +164,8 @@ def job_gpu_indices(environ: dict[str, str]) -> list[int] | None:
 
 def _table(report: HealthReport) -> None:
     """Print the report as a small rich table (one row per GPU) plus failures."""
-    from rich.console import Console
-    from rich.table import Table
+    from rich.console import Console  # lazy/optional: rich is slow; pynvml absent on CPU machines
+    from rich.table import Table  # lazy/optional: rich is slow; pynvml absent on CPU machines
     console = Console()
     console.print(f"health: [bold]{report.status}[/bold]"
                   + (f"  driver {report.driver}" if report.driver else "")

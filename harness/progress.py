@@ -154,7 +154,7 @@ class ProgressView:
     def start(self, done: int, total: int) -> None:
         if not self.bars:
             return
-        from rich.console import Console
+        from rich.console import Console  # lazy: rich only with bars on a TTY
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
         self._progress = Progress(TextColumn("{task.description}"), BarColumn(),
                                   MofNCompleteColumn(), TextColumn("{task.fields[eta]}"),

@@ -1,4 +1,4 @@
-"""Provenance capture (SPEC section 5): what ran, where, with which code; secrets redacted.
+"""Provenance capture (docs/spec.md: provenance): what ran, where, with which code; secrets redacted.
 
 `capture_provenance` returns ordered `key: value` facts; `write_provenance` writes them
 atomically as provenance.txt; `read_provenance` reads one back (untrusted: size-capped).
@@ -41,7 +41,7 @@ NVSHMEM_PACKAGES = ("nvidia-nvshmem-cu12", "nvidia-nvshmem-cu13", "nvidia-nvshme
 
 
 def is_secret_name(name: str) -> bool:
-    """True for environment variable names that may hold a secret (SPEC section 5)."""
+    """True for environment variable names that may hold a secret (docs/spec.md: provenance)."""
     upper = name.upper()
     return any(word in upper for word in SECRET_WORDS)
 
@@ -197,7 +197,7 @@ def _torch_facts() -> dict[str, str]:
         if light is not None:
             return light
     try:
-        import torch
+        import torch  # optional: absent on CPU machines
     except ImportError:
         return {"torch": "not-installed", "cuda": "not-installed", "nccl": "not-installed"}
     cuda = torch.version.cuda or "not-installed"     # None on a CPU build of torch
@@ -298,7 +298,7 @@ def file_sha256(path: Path) -> str:
 
 def capture_provenance(command_line: list[str], repositories: dict[str, Path],
                        runbook_path: Path | None = None) -> dict[str, str]:
-    """All SPEC section 5 facts for one run, as ordered `key -> value` (secrets redacted)."""
+    """All docs/spec.md: provenance facts for one run, as ordered `key -> value` (secrets redacted)."""
     environ = dict(os.environ)
     secrets = secret_values(environ)
     fields: dict[str, str] = {}
@@ -330,7 +330,7 @@ def redact_fields(fields: dict[str, str], secrets: list[str] | None = None) -> d
 
 
 def render(fields: dict[str, str]) -> str:
-    """`key: value` lines (SPEC section 5)."""
+    """`key: value` lines (docs/spec.md: provenance)."""
     return "".join(f"{k}: {v}\n" for k, v in fields.items())
 
 

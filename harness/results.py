@@ -20,7 +20,7 @@ ATTEMPT_COLUMNS = (
     "uniform_tokens", "budget_tokens", "status", "rows", "malformed_rows", "saturated_rows",
     "peak_actual_valid_recv", "required_capacity", "cell_dir", "started_utc", "finished_utc",
     "wall_s",
-    # appended (not in SPEC 4's list; SPEC allows more columns at the end)
+    # appended (not in docs/spec.md: results layout list; SPEC allows more columns at the end)
     "backend_impl", "exit_code", "failure_line",
 )
 SELECTION_COLUMNS = (

@@ -1,24 +1,27 @@
 """Runbook: load and validate a YAML campaign; errors carry file:line:field.
 
 The dataclasses below are the validated form every other room reads. Loading and
-validation (`load_runbook`) live here too; see docs/runbook.md for the YAML schema.
+validation (`load_runbook`) live here too, over harness.yamldoc; see docs/runbook.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import types
-import typing
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from harness.capacity import format_capacity, next_executable
 from harness.errors import BadInput
 from harness.registry import BACKEND_KINDS, module_name, options_type
 from harness.vocab import CONTROL_SUFFIX
+from harness.yamldoc import Doc as _Doc
+from harness.yamldoc import check_type as _check_type
+from harness.yamldoc import fields_from as _fields_from
+from harness.yamldoc import mapping as _mapping
+from harness.yamldoc import read_doc as _read_doc
+from harness.yamldoc import require as _require
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,7 @@ class Runbook:
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     gpu_hours_per_cell: float | None = None
     max_parallel_cells: int = 1     # cells in flight at once (independent models)
+    models_path: Path | None = None  # the model zoo file it read (frozen next to the results)
 
     def model(self, name: str) -> ModelSpec:
         return next(m for m in self.models if m.name == name)
@@ -167,152 +171,6 @@ REQUIRED_TOP = ("campaign", "models", "shape", "backends")
 LAUNCHERS = ("local", "slurm")
 
 
-class _Doc:
-    """A YAML document as plain Python values plus the line of every node (1-based)."""
-
-    def __init__(self, path: Path, text: str) -> None:
-        self.path = path
-        self.lines: dict[tuple, int] = {}
-        try:
-            node = yaml.compose(text, Loader=yaml.SafeLoader)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-            line = mark.line + 1 if mark is not None else None
-            problem = getattr(exc, "problem", None) or str(exc)
-            raise BadInput(f"YAML syntax error: {problem}", path=str(path), line=line) from exc
-        self.raw: dict[tuple, str] = {}
-        self.data = self._build(node, ()) if node is not None else None
-
-    def _build(self, node, where: tuple):
-        self.lines[where] = node.start_mark.line + 1
-        if isinstance(node, yaml.MappingNode):
-            out = {}
-            for knode, vnode in node.value:
-                key = yaml.SafeLoader("").construct_object(knode)
-                if key in out:
-                    raise BadInput("duplicate key", path=str(self.path),
-                                   line=knode.start_mark.line + 1, field=_fmt(where + (key,)))
-                self.lines[where + (key,)] = knode.start_mark.line + 1
-                out[key] = self._build(vnode, where + (key,))
-                self.lines[where + (key,)] = knode.start_mark.line + 1
-            return out
-        if isinstance(node, yaml.SequenceNode):
-            return [self._build(v, where + (i,)) for i, v in enumerate(node.value)]
-        if isinstance(node, yaml.ScalarNode):
-            self.raw[where] = node.value
-        return yaml.SafeLoader("").construct_object(node, deep=True)
-
-    def error(self, where: tuple, message: str) -> BadInput:
-        """BadInput at the line of `where` (or its nearest parent that has one)."""
-        probe = where
-        while probe and probe not in self.lines:
-            probe = probe[:-1]
-        return BadInput(message, path=str(self.path), line=self.lines.get(probe),
-                        field=_fmt(where) or None)
-
-
-def _fmt(where: tuple) -> str:
-    """('backends', 1, 'kind') -> 'backends[1].kind'."""
-    out = ""
-    for part in where:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def _read_doc(path: Path, where_from: str | None = None) -> _Doc:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise BadInput("file not found", path=str(path), field=where_from) from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"cannot read: {exc}", path=str(path), field=where_from) from exc
-    return _Doc(path, text)
-
-
-def _mapping(doc: _Doc, value, where: tuple, allowed: tuple[str, ...] | None) -> dict:
-    """Check `value` is a mapping with string keys, all of them in `allowed` (None = any)."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise doc.error(where, f"must be a mapping, got {_typename(value)}")
-    for key in value:
-        if not isinstance(key, str):
-            raise doc.error(where, f"keys must be strings, got {key!r}")
-        if allowed is not None and key not in allowed:
-            raise doc.error(where + (key,),
-                            f"unknown key; allowed: {', '.join(allowed)}")
-    return value
-
-
-def _typename(value) -> str:
-    return "null" if value is None else type(value).__name__
-
-
-def _check_type(doc: _Doc, value, want, where: tuple):
-    """Coerce/check one scalar or list against a dataclass field annotation."""
-    origin = typing.get_origin(want)
-    args = typing.get_args(want)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        return _check_type(doc, value, inner[0], where)
-    if want is bool:
-        if not isinstance(value, bool):
-            raise doc.error(where, f"must be true or false, got {value!r}")
-        return value
-    if want is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise doc.error(where, f"must be an integer, got {value!r}")
-        return value
-    if want is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise doc.error(where, f"must be a number, got {value!r}")
-        return float(value)
-    if want is str:
-        if not isinstance(value, str):
-            raise doc.error(where, f"must be a string, got {value!r}")
-        return value
-    if origin is tuple:
-        if not isinstance(value, list):
-            raise doc.error(where, f"must be a list, got {_typename(value)}")
-        out = []
-        for i, item in enumerate(value):
-            if isinstance(item, bool) or not isinstance(item, (str, int, float)):
-                raise doc.error(where + (i,), f"must be a string, got {item!r}")
-            out.append(str(item))
-        return tuple(out)
-    if want is dict or origin is dict:
-        return dict(_mapping(doc, value, where, None))
-    return value
-
-
-def _hints(cls) -> dict:
-    return typing.get_type_hints(cls)
-
-
-def _fields_from(doc: _Doc, cls, value, where: tuple, skip: tuple[str, ...] = (),
-                 rename: dict[str, str] | None = None) -> dict:
-    """Validate a mapping against dataclass `cls` fields; returns constructor kwargs."""
-    names = [f.name for f in dataclasses.fields(cls) if f.name not in skip]
-    rename = rename or {}
-    allowed = tuple(rename.get(n, n) for n in names)
-    data = _mapping(doc, value, where, allowed)
-    hints = _hints(cls)
-    out = {}
-    for name in names:
-        key = rename.get(name, name)
-        if key in data:
-            out[name] = _check_type(doc, data[key], hints[name], where + (key,))
-    return out
-
-
-def _require(doc: _Doc, data: dict, keys: tuple[str, ...], where: tuple) -> None:
-    for key in keys:
-        if key not in data:
-            raise doc.error(where, f"missing required key {key!r}")
-
-
 def canonical_capacity(doc: _Doc, value, where: tuple) -> str:
     """A capacity as a decimal string with at least two decimals: 2 / 2.0 / "2" -> "2.00"."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
@@ -324,7 +182,6 @@ def canonical_capacity(doc: _Doc, value, where: tuple) -> str:
         raise doc.error(where, f"must be a decimal capacity like \"2.00\", got {value!r}") from exc
     if not dec.is_finite() or dec <= 0:
         raise doc.error(where, f"must be a positive capacity, got {value!r}")
-    from harness.capacity import format_capacity
     return format_capacity(format(dec, "f"))
 
 
@@ -477,7 +334,7 @@ def _paths_map(doc: _Doc, data: dict, key: str, base: Path, resolve: bool) -> di
 
 
 def _check_capacities(doc: _Doc, runbook: Runbook) -> None:
-    """The measurement capacity must be executable for every model's N (SPEC section 2)."""
+    """The measurement capacity must be executable for every model's N (docs/spec.md: grid)."""
     cap = runbook.capacity.measure
     pad = runbook.capacity.pad_multiple
     for model in runbook.models:
@@ -493,9 +350,8 @@ def _check_capacities(doc: _Doc, runbook: Runbook) -> None:
 
 def _next_executable_hint(cap: str, n: int, pad: int) -> str:
     try:
-        from harness.capacity import next_executable
         return f"; next executable: {next_executable(cap, n, pad)}"
-    except Exception:  # noqa: BLE001 - a hint only
+    except BadInput:  # a hint only
         return ""
 
 
@@ -529,6 +385,7 @@ def load_runbook(path: str | Path) -> Runbook:
                        for m in models)
     runbook = Runbook(
         path=path, campaign=campaign, models=models, shape=_shape(doc, data),
+        models_path=base / data.get("models_file", "models.yaml"),
         backends=_backends(doc, data), capacity=_capacity(doc, data),
         measure=_phase(doc, data, "measure", PhaseConfig(warmup=1, iters=4)),
         timing=_phase(doc, data, "timing", TimingConfig(warmup=2, iters=10, trials=3)),

@@ -1,4 +1,4 @@
-"""Selection (SPEC section 3, steps 2-5): summaries in, requirement and capacities out.
+"""Selection (docs/spec.md: pipeline): summaries in, requirement and capacities out.
 
 Pure functions, no I/O. A summary is a `telemetry.LogSummary` or a mapping with the same
 keys (e.g. a `parse --json` entry).

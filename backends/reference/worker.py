@@ -12,7 +12,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from harness.vocab import run_iterations
+from harness.vocab import Purpose, run_iterations
 
 from .dispatch import (
     Buffers,
@@ -140,7 +140,7 @@ class RankRun:
         t1 = self.sw.start()
         out = combine(y, d, w, self.tokens)
         h_comb = self.sw.stop(t1)
-        if a.purpose != "time" or it < max(a.warmup, 1):
+        if a.purpose != Purpose.TIME or it < max(a.warmup, 1):
             ref = reference_output(x, ids, w, d.kept_mask, a.experts)
             check_combine(out, ref, f"iter={it} layer={layer} rank={self.rank}")
         if a.combine_digest:
@@ -186,7 +186,7 @@ class RankRun:
         slots = min(self.n if self.p.balanced else a.ep * self.n, self.budget)
         self.bufs = Buffers.allocate(x, a.topk, slots)
         for it in range(self.total_iters()):
-            timed = a.purpose == "time" and it >= a.warmup
+            timed = a.purpose == Purpose.TIME and it >= a.warmup
             if timed and (it - a.warmup) % a.iters == 0:
                 self.samples["dispatch"].append([])
                 self.samples["combine"].append([])
@@ -195,7 +195,7 @@ class RankRun:
                 if timed:
                     self.samples["dispatch"][-1].append(td)
                     self.samples["combine"][-1].append(tc)
-        if a.purpose == "time":
+        if a.purpose == Purpose.TIME:
             self.emit_timing()
         if a.record_trace:
             self.save_trace()

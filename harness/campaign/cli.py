@@ -15,6 +15,15 @@ from harness.campaign.decisions import Context, model_pipeline
 from harness.campaign.driver import Campaign, Replay
 from harness.campaign.dryrun import print_dry_run
 from harness.errors import BadInput, Findings
+from harness.event_types import (
+    CampaignDone,
+    CampaignStart,
+    Checkpoint,
+    Health,
+    ReportBuilt,
+    RunStart,
+    StageDone,
+)
 from harness.events import EVENTS, EventLog, campaign_stats
 from harness.health import probe
 from harness.launch import make_launcher
@@ -22,7 +31,7 @@ from harness.launch.base import Launcher
 from harness.progress import ProgressView, fmt_s
 from harness.provenance import capture_provenance, write_provenance
 from harness.runbook import Runbook, load_runbook
-from harness.vocab import Event, Stage, StageMode
+from harness.vocab import Stage, StageMode
 
 DEFAULT_RUNBOOK = "runbooks/local-cpu.yaml"
 
@@ -66,7 +75,7 @@ def check_planned_capacities(rb: Runbook) -> None:
 def health_gate(view: ProgressView, log: EventLog) -> None:
     """Preflight gate: the machine's health probe (no-gpu passes on a CPU machine)."""
     report = probe()
-    log.append(Event.HEALTH, ok=report.ok, status=report.status, failures=list(report.failures))
+    log.write(Health(ok=report.ok, status=report.status, failures=list(report.failures)))
     if not report.ok:
         raise Findings("preflight: health probe failed: " + "; ".join(report.failures))
     view.line(f"preflight: health {report.status}")
@@ -110,12 +119,12 @@ def run_campaign(rb: Runbook, root: Path, launch: Launcher, stages: tuple[str, .
     t_start = time.monotonic()
     if new:
         store.freeze_runbook(root, rb)
-        camp.log.append(Event.CAMPAIGN_START, campaign=rb.campaign, runbook=str(rb.path),
-                        **store.runbook_fingerprint(rb), command_line=command_line,
-                        launcher=launch.name, stage=Stage.PREFLIGHT)
+        camp.log.write(CampaignStart(campaign=rb.campaign, runbook=str(rb.path),
+                                     **store.runbook_fingerprint(rb), command_line=command_line,
+                                     launcher=launch.name, stage=Stage.PREFLIGHT))
     try:
-        camp.log.append(Event.RUN_START, resume=not new, command_line=command_line,
-                        stages=list(stages), until=until)
+        camp.log.write(RunStart(resume=not new, command_line=command_line,
+                                stages=list(stages), until=until))
         camp.reap_stale()
         camp.write_tables(derived=False)
         return drive(camp, rb, root, view, new, t_start)
@@ -124,7 +133,7 @@ def run_campaign(rb: Runbook, root: Path, launch: Launcher, stages: tuple[str, .
             signal.signal(sig, signal.SIG_IGN)
         camp.cancel_active(f"interrupted by {exc}")
         camp.reap_stale()                   # a cell caught between submit and its record
-        camp.log.append(Event.CHECKPOINT, reason=str(exc), runs_done=camp.done_runs)
+        camp.log.write(Checkpoint(reason=str(exc), runs_done=camp.done_runs))
         camp.write_tables()
         view.stop()
         view.line(f"interrupted ({exc}); checkpoint written; rerun the same command to resume")
@@ -156,9 +165,9 @@ def drive(camp: Campaign, rb: Runbook, root: Path, view: ProgressView, new: bool
     camp.write_tables()
     finished = camp.ctx.until is None and not camp.ctx.stages
     # The end of the runs is logged before the report so the report can show the ETA error.
-    camp.log.append(Event.CAMPAIGN_DONE if finished else Event.STAGE_DONE,
-                    runs_done=camp.done_runs, runs_left=0,
-                    stage="done" if finished else (camp.ctx.until or camp.ctx.stages[-1]))
+    done = CampaignDone if finished else StageDone
+    camp.log.write(done(runs_done=camp.done_runs, runs_left=0,
+                        stage="done" if finished else (camp.ctx.until or camp.ctx.stages[-1])))
     if camp.ctx.stage_mode(Stage.REPORT) == StageMode.RUN:
         build_report(root, view, camp.log)
     view.stop()
@@ -169,7 +178,7 @@ def drive(camp: Campaign, rb: Runbook, root: Path, view: ProgressView, new: bool
 def build_report(root: Path, view: ProgressView, log: EventLog) -> None:
     from harness.report import build_report as build  # lazy: matplotlib is slow to import
     out = build(root)
-    log.append(Event.REPORT, path=str(out))
+    log.write(ReportBuilt(path=str(out)))
     view.line(f"report: {out}")
 
 

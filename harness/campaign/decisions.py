@@ -93,8 +93,9 @@ def validation_ok(summary: Any) -> bool:
 
 
 Pipe = Generator[Request, Outcome, None]
-# A pair step: (ctx, model, backend, state) -> generator; False from it ends the pair.
-PairStep = Callable[[Context, str, str, dict], Generator[Request, Outcome, bool]]
+# A pair step: (ctx, model, backend, state) -> True to go on, False to end the pair; a step
+# that makes runs is a generator of Requests returning that answer.
+PairStep = Callable[[Context, str, str, dict], "Generator[Request, Outcome, bool] | bool"]
 
 
 def measure_step(ctx: Context, model: str, backend: str, state: dict
@@ -123,8 +124,7 @@ def lower_bound_peak(out: Outcome) -> int:
     return max(peak, stated)
 
 
-def select_step(ctx: Context, model: str, backend: str, state: dict
-                ) -> Generator[Request, Outcome, bool]:
+def select_step(ctx: Context, model: str, backend: str, state: dict) -> bool:
     """Round the requirement onto the grid; an empty row (and no validate) when none."""
     out: Outcome = state["outcome"]
     if out.status != Status.OK:          # does_not_fit, a failure, or still a lower bound
@@ -144,7 +144,6 @@ def select_step(ctx: Context, model: str, backend: str, state: dict
     ctx.set_selection(model, backend, row)
     state["row"] = row
     return True
-    yield  # pragma: no cover - a generator that makes no runs
 
 
 def validate_step(ctx: Context, model: str, backend: str, state: dict
@@ -235,7 +234,8 @@ def model_pipeline(ctx: Context, model: str) -> Pipe:
                 for spec in specs:
                     if ctx.stage_mode(spec.stage) == StageMode.STOP:
                         break
-                    if not (yield from PAIR_STEPS[spec.stage](ctx, model, b.name, state)):
+                    step = PAIR_STEPS[spec.stage](ctx, model, b.name, state)
+                    if not ((yield from step) if isinstance(step, Generator) else step):
                         break
             continue
         for spec in specs:

@@ -15,6 +15,15 @@ from harness.campaign.analysis import analyse, utc_now
 from harness.campaign.decisions import Context, Outcome, Pipe, Request
 from harness.campaign.stages import STAGE_OF_PURPOSE, plan_cells
 from harness.errors import BadInput, CampaignStopped, Findings
+from harness.event_types import (
+    CellAbandoned,
+    CellFinish,
+    CellRef,
+    CellStart,
+    CellSubmit,
+    Stopped,
+    parse_event,
+)
 from harness.events import EVENTS, EventLog, read_events
 from harness.launch import make_launcher
 from harness.launch.base import JobHandle, JobResult, Launcher
@@ -24,7 +33,7 @@ from harness.provenance import write_provenance
 from harness.registry import load_backend
 from harness.results import ATTEMPT_COLUMNS, ATTEMPTS_TSV, append_row, write_text_atomic
 from harness.runbook import Runbook
-from harness.vocab import BUG_CLASSES, CANARY_OK, Event, Purpose, Stage, StageMode, Status
+from harness.vocab import BUG_CLASSES, CANARY_OK, Purpose, Stage, StageMode, Status
 
 POLL_S = 0.05
 
@@ -60,7 +69,7 @@ class Campaign:
         self.view = view
         self.command_line = command_line
         self.log = EventLog(root / EVENTS)
-        self.finished: dict[tuple, list[dict]] = {}
+        self.finished: dict[tuple, list[CellFinish]] = {}
         self.cursor: dict[tuple, int] = {}
         self.attempts: dict[tuple, int] = {}
         self.done_runs = 0
@@ -73,38 +82,37 @@ class Campaign:
 
     # -- state from events ---------------------------------------------------------------
     def _index_events(self, events: list[dict]) -> None:
-        for ev in events:
-            if ev["ev"] in (Event.CELL_SUBMIT, Event.CELL_START, Event.CELL_FINISH):
-                key = (ev["model"], ev["backend"], ev["purpose"])
-                self.attempts[key] = max(self.attempts.get(key, 0), int(ev["attempt"]))
-            if ev["ev"] == Event.CELL_FINISH and not store.rerun_on_resume(ev):
-                key = (ev["model"], ev["backend"], ev["purpose"])
-                self.finished.setdefault(key, []).append(ev)
+        for rec in map(parse_event, events):
+            if not isinstance(rec, (CellSubmit, CellFinish)):
+                continue
+            key = (rec.model, rec.backend, rec.purpose)
+            self.attempts[key] = max(self.attempts.get(key, 0), int(rec.attempt))
+            if isinstance(rec, CellFinish) and not store.rerun_on_resume(rec):
+                self.finished.setdefault(key, []).append(rec)
                 self.done_runs += 1
-                if ev.get("span_s"):
-                    self.estimator.add(ev["backend"], ev["model"], ev["purpose"], ev["span_s"])
+                if rec.span_s:
+                    self.estimator.add(rec.backend, rec.model, rec.purpose, rec.span_s)
         for runs in self.finished.values():
-            runs.sort(key=lambda e: int(e["attempt"]))
+            runs.sort(key=lambda e: int(e.attempt))
 
-    def unfinished_starts(self) -> list[dict]:
+    def unfinished_starts(self) -> list[CellSubmit]:
         return store.unfinished_starts(self.root)
 
     def reap_stale(self) -> None:
         """Kill still-running process groups of cells an earlier driver left behind."""
         for ev in self.unfinished_starts():
             handle = None
-            if ev.get("job_id"):
-                handle = JobHandle(ev["cell"], Path(ev["cell_dir"]), ev["job_id"],
-                                   ev.get("job_extra") or {})
+            if isinstance(ev, CellStart) and ev.job_id:
+                handle = JobHandle(ev.cell, Path(ev.cell_dir), ev.job_id, ev.job_extra or {})
             launcher = self.launcher
-            if ev.get("launcher") and ev["launcher"] != getattr(self.launcher, "name", None):
-                launcher = make_launcher(ev["launcher"], self.rb)
+            if ev.launcher and ev.launcher != getattr(self.launcher, "name", None):
+                launcher = make_launcher(ev.launcher, self.rb)
             if handle is None:
-                handle = launcher.find_existing(ev["cell"], Path(ev["cell_dir"]))
+                handle = launcher.find_existing(ev.cell, Path(ev.cell_dir))
             if handle is not None:
                 launcher.cancel(handle)
-            self.log.append(Event.CELL_ABANDONED, cell=ev["cell"],
-                            reason="driver stopped mid-run; rerun as a new attempt")
+            self.log.write(CellAbandoned(cell=ev.cell,
+                                         reason="driver stopped mid-run; rerun as a new attempt"))
 
     # -- replay and run ------------------------------------------------------------------
     def replayed(self, req: Request) -> Outcome | None:
@@ -116,9 +124,9 @@ class Campaign:
             return None
         ev = runs[idx]
         self.cursor[key] = idx + 1
-        if cap.format_capacity(ev["capacity"]) != cap.format_capacity(req.capacity):
-            raise BadInput(f"results in {self.root} disagree with the runbook: {ev['cell']} ran "
-                           f"at capacity {ev['capacity']}, the plan now asks {req.capacity}; "
+        if cap.format_capacity(ev.capacity) != cap.format_capacity(req.capacity):
+            raise BadInput(f"results in {self.root} disagree with the runbook: {ev.cell} ran "
+                           f"at capacity {ev.capacity}, the plan now asks {req.capacity}; "
                            "use --fresh", path=str(self.rb.path), field="capacity")
         return store.outcome_of(ev)
 
@@ -148,11 +156,12 @@ class Campaign:
                            path=str(self.rb.path), field="backends") from exc
         store.write_cell_json(cdir, cell, spec, status="running")
         self.write_cell_provenance(cdir, cell, spec)
-        where = {**store.cell_fields(cell), "cell_dir": str(cdir), "launcher": self.launcher.name}
-        self.log.append(Event.CELL_SUBMIT, **where)
+        where = {**CellRef.fields_of(cell), "cell_dir": str(cdir),
+                 "launcher": self.launcher.name}
+        self.log.write(CellSubmit(**where))
         handle = self.launcher.submit(cell.name, spec, cdir, self.rb.limits.run_timeout_s)
-        self.log.append(Event.CELL_START, **where, job_id=handle.job_id,
-                        job_extra=store.jsonable(handle.extra))
+        self.log.write(CellStart(**where, job_id=handle.job_id,
+                                 job_extra=store.jsonable(handle.extra)))
         return Active(pipe, req, cell, handle, backend, spec, utc_now(), t0, infra_left)
 
     def write_cell_provenance(self, cdir: Path, cell: Cell, spec: LaunchSpec) -> None:
@@ -177,15 +186,16 @@ class Campaign:
                                         "detail": result.detail, "wall_s": result.wall_s})
         left = self.runs_left(exclude=act.cell)
         eta = self.eta(left)
-        self.log.append(Event.CELL_FINISH, **store.cell_fields(act.cell), status=out.status,
-                        row=out.row, summary=summary, timing=out.timing,
-                        failure=out.failure, wall_s=result.wall_s, span_s=round(span, 3),
-                        runs_left=len(left), eta_s=None if eta is None else round(eta, 3),
-                        stage=STAGE_OF_PURPOSE[act.cell.purpose])
+        record = CellFinish(**CellRef.fields_of(act.cell), status=out.status, row=out.row,
+                            summary=summary, timing=out.timing, failure=out.failure,
+                            wall_s=result.wall_s, span_s=round(span, 3), runs_left=len(left),
+                            eta_s=None if eta is None else round(eta, 3),
+                            stage=STAGE_OF_PURPOSE[act.cell.purpose])
+        self.log.write(record)
         if act.cell.purpose != Purpose.CANARY:
             append_row(self.root / ATTEMPTS_TSV, ATTEMPT_COLUMNS, out.row)
         key = (act.cell.model, act.cell.backend, act.cell.purpose)
-        self.finished.setdefault(key, []).append({"row": out.row, "status": out.status})
+        self.finished.setdefault(key, []).append(record)
         self.cursor[key] = len(self.finished[key])
         self.report_cell(out, len(left), eta)
         return out
@@ -325,16 +335,17 @@ class Campaign:
         msg = (f"campaign stopped: {out.status} in cell {out.cell.name}; log {fail.get('path')}"
                f":{fail.get('line_no')}: {fail.get('line')}")
         self.cancel_active("bug-class failure")
-        self.log.append(Event.CAMPAIGN_STOPPED, cell=out.cell.name, status=out.status,
-                        log=fail.get("path"), line_no=fail.get("line_no"),
-                        line=fail.get("line"), stage=STAGE_OF_PURPOSE[out.cell.purpose])
+        self.log.write(Stopped(cell=out.cell.name, status=out.status,
+                                       log=fail.get("path"), line_no=fail.get("line_no"),
+                                       line=fail.get("line"),
+                                       stage=STAGE_OF_PURPOSE[out.cell.purpose]))
         write_text_atomic(self.root / "STOPPED.txt", msg + "\n")
         raise CampaignStopped(msg)
 
     def cancel_active(self, reason: str) -> None:
         for act in list(self.active):
             self.launcher.cancel(act.handle)
-            self.log.append(Event.CELL_ABANDONED, cell=act.cell.name, reason=reason)
+            self.log.write(CellAbandoned(cell=act.cell.name, reason=reason))
         self.active.clear()
 
     def check_replay_inputs(self) -> None:
@@ -370,9 +381,10 @@ class Campaign:
             self.check_bug(out)
             if out.status not in CANARY_OK:
                 fail = out.failure or {}
-                self.log.append(Event.CAMPAIGN_STOPPED, cell=out.cell.name, status=out.status,
-                                stage=Stage.PREFLIGHT, log=fail.get("path"),
-                                line=fail.get("line"))
+                self.log.write(Stopped(cell=out.cell.name, status=out.status,
+                                               stage=Stage.PREFLIGHT, log=fail.get("path"),
+                                               line_no=fail.get("line_no"),
+                                               line=fail.get("line")))
                 raise Findings(f"preflight: canary {out.cell.name} ended {out.status} "
                                f"({fail.get('reason', '')}); log "
                                f"{cell_dir(self.root, out.cell)}; nothing else was run")

@@ -20,7 +20,7 @@ from harness.runbook import BackendConfig, Runbook
 from harness.vocab import STAGE_ORDER, Purpose, Stage, StageMode
 
 # Which backends a stage runs for.
-ALL, SELECT, TIMED = "all", "select", "time"
+ALL, SELECT, TIMED = "every backend", "select backends", "timed backends"
 # At which scope: once per campaign, per (model, backend) in backend order, once per model.
 CAMPAIGN, PAIR, MODEL = "campaign", "pair", "model"
 

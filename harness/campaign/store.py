@@ -16,12 +16,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from harness.backend_api import LaunchSpec
 from harness.campaign.decisions import Outcome
 from harness.campaign.stages import timed_arms
 from harness.errors import BadInput
+from harness.event_types import CellAbandoned, CellFinish, CellSubmit, parse_event
 from harness.events import EVENTS, read_events
 from harness.plan import Cell
 from harness.provenance import redact_argv, secret_values
@@ -78,12 +77,8 @@ def choose_dir(root: Path, campaign: str, fresh: bool) -> Path:
 
 
 def zoo_path(rb: Runbook) -> Path | None:
-    """The model zoo file the runbook names (models_file), if the runbook still reads."""
-    try:
-        data = yaml.safe_load(rb.path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError):
-        return None
-    return rb.path.parent / data.get("models_file", "models.yaml")
+    """The model zoo file the runbook read (models_file); no re-parse of the runbook."""
+    return rb.models_path
 
 
 def runbook_fingerprint(rb: Runbook) -> dict:
@@ -131,7 +126,7 @@ def campaign_facts(rb: Runbook, implementations: dict[str, str]) -> dict[str, An
         "models": {m.name: {"topk": m.topk, "experts": m.experts, "moe_layers": m.moe_layers,
                             "uniform_tokens": rb.shape.uniform_tokens(m.topk)}
                    for m in rb.models},
-        "backends": [{"name": b.name, "select": b.select, "time": b.time,
+        "backends": [{"name": b.name, "selected": b.select, "timed": b.time,
                       "implementation": implementations.get(b.name)} for b in rb.backends],
         "baseline": rb.baseline,
         "launches": rb.timing.launches,
@@ -161,26 +156,17 @@ def write_cell_json(cdir: Path, cell: Cell, spec: LaunchSpec, status: str, **ext
     write_text_atomic(cdir / "cell.json", json.dumps(jsonable(doc), indent=1) + "\n")
 
 
-def cell_fields(cell: Cell) -> dict:
-    """The identity of a cell as event fields."""
-    return {"cell": cell.name, "campaign": cell.campaign, "model": cell.model,
-            "backend": cell.backend, "purpose": cell.purpose, "capacity": cell.capacity,
-            "attempt": cell.attempt}
-
-
-def unfinished_starts(root: Path) -> list[dict]:
-    """Cells submitted by an earlier driver that never finished nor were abandoned."""
-    events = read_events(root / EVENTS)
-    closed = {e["cell"] for e in events
-              if e["ev"] in (Event.CELL_FINISH, Event.CELL_ABANDONED)}
-    seen, out = set(), []
-    for ev in events:
-        if ev["ev"] in (Event.CELL_SUBMIT, Event.CELL_START) and ev["cell"] not in closed:
-            if ev["cell"] in seen:
-                out = [e for e in out if e["cell"] != ev["cell"]]
-            seen.add(ev["cell"])
-            out.append(ev)
-    return out
+def unfinished_starts(root: Path) -> list[CellSubmit]:
+    """Cells submitted by an earlier driver that never finished nor were abandoned (the
+    newest submit or start record of each)."""
+    records = [parse_event(e) for e in read_events(root / EVENTS)]
+    closed = {r.cell for r in records if isinstance(r, (CellFinish, CellAbandoned))}
+    latest: dict[str, CellSubmit] = {}
+    for rec in records:
+        if isinstance(rec, CellSubmit) and rec.cell not in closed:
+            latest.pop(rec.cell, None)
+            latest[rec.cell] = rec
+    return list(latest.values())
 
 
 def write_attempts(root: Path) -> None:
@@ -210,19 +196,17 @@ def write_derived(root: Path, rb: Runbook, selection: dict, timing: dict,
         write_table_atomic(root / COMPARISON_TSV, COMPARISON_COLUMNS, rows)
 
 
-def rerun_on_resume(ev: dict) -> bool:
+def rerun_on_resume(fin: CellFinish) -> bool:
     """Runs that stopped the campaign (a bug, a failed canary) run again after a fix."""
-    return ev["status"] in BUG_CLASSES or (ev["purpose"] == Purpose.CANARY
-                                           and ev["status"] not in CANARY_OK)
+    return fin.status in BUG_CLASSES or (fin.purpose == Purpose.CANARY
+                                         and fin.status not in CANARY_OK)
 
 
-def outcome_of(ev: dict) -> Outcome:
+def outcome_of(fin: CellFinish) -> Outcome:
     """The Outcome a cell_finish event recorded (its summary an object again)."""
-    cell = Cell(ev["campaign"], ev["model"], ev["backend"], ev["purpose"], ev["capacity"],
-                int(ev["attempt"]))
-    summary = LogSummary.from_dict(ev["summary"]) if ev.get("summary") else None
-    return Outcome(cell, ev["status"], summary, ev.get("timing"), ev.get("row") or {},
-                   ev.get("failure") or {})
+    summary = LogSummary.from_dict(fin.summary) if fin.summary else None
+    return Outcome(fin.to_cell(), fin.status, summary, fin.timing, fin.row or {},
+                   fin.failure or {})
 
 
 def iterations_per_purpose(rb: Runbook) -> dict[str, int]:

@@ -8,11 +8,11 @@ from harness.errors import BadInput
 def make_launcher(name: str, runbook=None):
     """The launcher called `name` (local | slurm); slurm is imported lazily."""
     if name == "local":
-        from harness.launch.local import LocalLauncher
+        from harness.launch.local import LocalLauncher  # lazy: the launcher asked for only
         return LocalLauncher()
     if name == "slurm":
         try:
-            from harness.launch.slurm import SlurmLauncher
+            from harness.launch.slurm import SlurmLauncher  # lazy: the launcher asked for only
         except ImportError as exc:
             raise BadInput(f"the slurm launcher is not available: {exc}",
                            field="launcher") from exc

@@ -19,6 +19,7 @@ from pathlib import Path
 from harness.backend_api import LaunchSpec, free_port
 from harness.launch.base import JobHandle, JobResult, Launcher
 from harness.launch.forkserver import ForkServer, uses_forkserver
+from harness.vocab import LauncherState
 
 HARNESS_ROOT = Path(__file__).resolve().parents[2]
 
@@ -168,27 +169,27 @@ class LocalLauncher(Launcher):
         """None while running; else how the cell ended (completed/failed/timeout)."""
         job = self._jobs.get(handle.job_id)
         if job is None:
-            return JobResult("failed", None, [], None, "unknown job (launcher restarted)")
+            return JobResult(LauncherState.FAILED, None, [], None, "unknown job (launcher restarted)")
         if job.result is not None:
             return job.result
         now = time.monotonic()
         codes = [p.poll() for p in job.procs]
         if all(c is not None for c in codes):
-            return self._finish(job, "completed" if all(c == 0 for c in codes) else "failed",
+            return self._finish(job, LauncherState.COMPLETED if all(c == 0 for c in codes) else LauncherState.FAILED,
                                 _first_failure(codes), "")
         size = log_size(job.logs)
         if size != job.last_size:
             job.last_size, job.last_growth = size, now
         if now - job.last_growth > job.timeout_s:
             self._kill(job)
-            return self._finish(job, "timeout", None,
+            return self._finish(job, LauncherState.TIMEOUT, None,
                                 f"no log growth for {job.timeout_s:g} s")
         if any(c not in (None, 0) for c in codes):
             job.first_fail = job.first_fail or now
             if now - job.first_fail > PEER_GRACE_S:
                 self._kill(job)
                 codes = [p.poll() if p.poll() is not None else p.wait() for p in job.procs]
-                return self._finish(job, "failed", _first_failure(codes),
+                return self._finish(job, LauncherState.FAILED, _first_failure(codes),
                                     "peers killed after a rank failed")
         return None
 
@@ -198,7 +199,7 @@ class LocalLauncher(Launcher):
         if job is not None:
             self._kill(job)
             if job.result is None:
-                self._finish(job, "cancelled", None, "cancelled")
+                self._finish(job, LauncherState.CANCELLED, None, LauncherState.CANCELLED)
             return
         pgids = [int(p) for p in handle.extra.get("pgids", [])]
         kill_groups(pgids, handle.extra.get("marker"))

@@ -15,10 +15,8 @@ OverMemoryKill) but records the job as FAILED/CANCELLED, not OUT_OF_MEMORY; slur
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
-import shlex
 import subprocess
 import sys
 import time
@@ -26,35 +24,36 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.backend_api import LaunchSpec
-from harness.errors import BadInput, EpcapError
-from harness.health import DEFAULT_MAX_USED_MIB, PRE_CELL_FAIL_EXIT
+from harness.errors import EpcapError
+from harness.health import PRE_CELL_FAIL_EXIT
 from harness.launch.base import JobHandle, JobResult, Launcher
+from harness.launch.slurm_script import (
+    SCRIPT_NAME,
+    batch_script,
+    campaign_prefix,
+    job_name,
+    sbatch_options,
+    script_meta,
+    time_minutes,
+)
 from harness.results import write_text_atomic
 from harness.runbook import SlurmConfig
+from harness.vocab import LauncherState
 
 CMD_TIMEOUT_S = 30.0            # every Slurm client call
 UNKNOWN_GRACE_S = 120.0         # a job no Slurm command knows for this long -> node_fail
 MIN_POLL_S = 0.5                # at most two sacct queries per job per second (drivers poll fast)
-SCRIPT_NAME = "slurm.sbatch"
 JOB_FILE = "slurm_job.json"
-NAME_PREFIX = "epcap."
-META_TAG = "# epcap-meta:"
 
 RUNNING_STATES = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED",
                             "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SIGNALING",
                             "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD"})
-TERMINAL_STATES = {"COMPLETED": "completed", "FAILED": "failed", "TIMEOUT": "timeout",
-                   "DEADLINE": "timeout", "NODE_FAIL": "node_fail", "BOOT_FAIL": "node_fail",
-                   "PREEMPTED": "node_fail", "OUT_OF_MEMORY": "oom", "CANCELLED": "cancelled",
-                   "REVOKED": "cancelled", "SPECIAL_EXIT": "failed"}
+TERMINAL_STATES = {"COMPLETED": LauncherState.COMPLETED, "FAILED": LauncherState.FAILED, "TIMEOUT": LauncherState.TIMEOUT,
+                   "DEADLINE": LauncherState.TIMEOUT, "NODE_FAIL": LauncherState.NODE_FAIL, "BOOT_FAIL": LauncherState.NODE_FAIL,
+                   "PREEMPTED": LauncherState.NODE_FAIL, "OUT_OF_MEMORY": LauncherState.OOM, "CANCELLED": LauncherState.CANCELLED,
+                   "REVOKED": LauncherState.CANCELLED, "SPECIAL_EXIT": LauncherState.FAILED}
 MEMORY_KILL = re.compile(r"exceeded (?:job )?memory limit|oom[-_ ]kill|OUT_OF_MEMORY",
                          re.IGNORECASE)
-TIME_RE = re.compile(r"^(?:\d+-\d{1,2}(?::\d{1,2}){0,2}|\d+(?::\d{1,2}){0,2}|UNLIMITED|INFINITE)$")
-MEM_RE = re.compile(r"^\d+[KMGT]?$", re.IGNORECASE)
-ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
-RANK_WRAPPER = ('export RANK="$SLURM_PROCID" WORLD_SIZE="$SLURM_NTASKS" '
-                'LOCAL_RANK="$SLURM_LOCALID"; exec "$@"')
 
 
 class SlurmError(EpcapError):
@@ -74,104 +73,6 @@ class SlurmState:
 
 
 # ---- pure helpers (unit-tested without Slurm) -------------------------------------------
-
-def job_name(campaign: str, cell_name: str, cell_dir: Path) -> str:
-    """`epcap.<campaign>.<cell>.<hash of the cell dir>`: stable across driver restarts."""
-    digest = hashlib.sha256(str(Path(cell_dir).resolve()).encode()).hexdigest()[:8]
-    return f"{NAME_PREFIX}{campaign}.{cell_name}.{digest}"
-
-
-def campaign_prefix(campaign: str) -> str:
-    """Job-name prefix of every job of one campaign (for cancel_all)."""
-    return f"{NAME_PREFIX}{campaign}."
-
-
-def check_value(value: str, field: str, where: str | None) -> str:
-    """Refuse values a batch script line cannot hold safely (newlines, control chars)."""
-    if CONTROL_RE.search(value):
-        raise BadInput(f"control character in {value!r}", path=where, field=field)
-    return value
-
-
-def time_minutes(text: str) -> float:
-    """Minutes in a Slurm time string (min, min:sec, h:m:s, d-h, d-h:m, d-h:m:s)."""
-    if text.upper() in ("UNLIMITED", "INFINITE"):
-        return float("inf")
-    days, _, rest = text.rpartition("-") if "-" in text else ("0", "", text)
-    parts = [int(p) for p in rest.split(":")]
-    if "-" in text:                          # d-h[:m[:s]]
-        h, m, s = (parts + [0, 0])[:3]
-    elif len(parts) == 3:
-        h, m, s = parts
-    else:                                    # m or m:s
-        h, (m, s) = 0, (parts + [0])[:2]
-    return int(days) * 1440 + h * 60 + m + s / 60
-
-
-def sbatch_options(slurm: SlurmConfig, spec: LaunchSpec, name: str, cell_dir: Path,
-                   where: str | None = None) -> list[str]:
-    """The `#SBATCH` arguments of one cell, validated; each is one sbatch argument."""
-    if not TIME_RE.match(slurm.time_limit):
-        raise BadInput(f"not a Slurm time ({slurm.time_limit!r}); use e.g. 00:30:00",
-                       path=where, field="slurm.time_limit")
-    if slurm.mem_per_task is not None and not MEM_RE.match(str(slurm.mem_per_task)):
-        raise BadInput(f"not a Slurm memory size ({slurm.mem_per_task!r}); use e.g. 16G",
-                       path=where, field="slurm.mem_per_task")
-    nodes = spec.nodes if spec.nodes > 1 else slurm.nodes
-    gpus = spec.gpus_per_node or slurm.gpus_per_node
-    opts = [f"--job-name={name}", f"--output={Path(cell_dir) / 'slurm-%j.out'}",
-            f"--chdir={spec.cwd or cell_dir}", f"--nodes={nodes}", f"--ntasks={spec.ntasks}",
-            f"--time={slurm.time_limit}"]
-    if slurm.partition:
-        opts.append(f"--partition={check_value(slurm.partition, 'slurm.partition', where)}")
-    if slurm.account:
-        opts.append(f"--account={check_value(slurm.account, 'slurm.account', where)}")
-    if gpus > 0:
-        opts.append(f"--gres=gpu:{int(gpus)}")
-    if slurm.mem_per_task:
-        opts.append(f"--mem-per-cpu={slurm.mem_per_task}")
-    for i, extra in enumerate(slurm.extra_sbatch):
-        check_value(str(extra), f"slurm.extra_sbatch[{i}]", where)
-        if not str(extra).startswith("-"):
-            raise BadInput(f"{extra!r} is not an sbatch option (must start with '-')",
-                           path=where, field=f"slurm.extra_sbatch[{i}]")
-        opts.append(str(extra))
-    for opt in opts:
-        check_value(opt, "slurm", where)
-    return opts
-
-
-def batch_script(options: list[str], spec: LaunchSpec, cell_dir: Path, python: str,
-                 gpus_per_node: int = 0, max_used_mib: int = DEFAULT_MAX_USED_MIB,
-                 meta: dict | None = None) -> str:
-    """The batch script: #SBATCH lines, env, MASTER_ADDR/PORT, health probe, srun of the ranks."""
-    q = shlex.quote
-    cell = Path(cell_dir)
-    for key, value in spec.env.items():
-        if not ENV_KEY_RE.match(key):
-            raise BadInput(f"not an environment variable name: {key!r}", field="env")
-        check_value(str(value), f"env.{key}", None)
-    lines = ["#!/bin/bash", "# epcap cell batch script (generated; every value shell-quoted)"]
-    if meta:
-        lines.append(f"{META_TAG} {json.dumps(meta, sort_keys=True)}")
-    lines += [f"#SBATCH {q(opt)}" for opt in options]
-    lines += ["set -u", f"export EPCAP_CELL_DIR={q(str(cell))}"]
-    lines += [f"export {key}={q(str(value))}" for key, value in spec.env.items()]
-    lines += ['MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
-              "export MASTER_ADDR",
-              "export MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 20000 ))"]
-    if gpus_per_node > 0:          # CPU-only cells skip the probe (it would say no-gpu)
-        health = [q(python), "-m", "harness.health", "--pre-cell", "--require-gpus",
-                  str(int(gpus_per_node)), "--max-used-mib", str(int(max_used_mib))]
-        lines += ['srun --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 '
-                  f"--output={q(str(cell / 'health%t.log'))} " + " ".join(health)
-                  + f" || exit {PRE_CELL_FAIL_EXIT}"]
-    srun = ["srun", f"--ntasks={int(spec.ntasks)}", "--kill-on-bad-exit=1",
-            f"--output={q(str(cell / 'rank%t.log'))}", "bash", "-c", q(RANK_WRAPPER),
-            "epcap-rank"] + [q(str(a)) for a in spec.argv]
-    lines += [" ".join(srun), "rc=$?", 'echo "[EPCAP_SLURM] srun exit $rc"', 'exit "$rc"', ""]
-    return "\n".join(lines)
-
 
 def exit_code_of(text: str) -> int | None:
     """Slurm 'code:signal' -> the exit code, or -signal when killed by a signal."""
@@ -195,9 +96,9 @@ def map_state(reading: SlurmState, memory_killed: bool = False) -> str | None:
     word = reading.state.split()[0].rstrip("+").upper() if reading.state else ""
     if word in RUNNING_STATES or not word:
         return None
-    state = TERMINAL_STATES.get(word, "failed")
-    if memory_killed and state in ("failed", "cancelled"):
-        return "oom"
+    state = TERMINAL_STATES.get(word, LauncherState.FAILED)
+    if memory_killed and state in (LauncherState.FAILED, LauncherState.CANCELLED):
+        return LauncherState.OOM
     return state
 
 
@@ -284,6 +185,17 @@ def _tail_matches(path: Path, pattern: re.Pattern, limit: int = 256 * 1024) -> s
     return None
 
 
+@dataclass
+class SlurmPoll:
+    """What the driver learned polling one job (kept in memory: a restart starts afresh)."""
+
+    queried_at: float = -MIN_POLL_S     # monotonic time of the last Slurm query
+    unknown_since: float | None = None  # when no Slurm command knew the job any more
+    log_size: int | None = None         # summed rank-log size at the last look
+    grew_at: float = 0.0                # when that size last changed
+    driver_timeout: bool = False        # the driver cancelled it for no progress
+
+
 class SlurmLauncher(Launcher):
     """Submits each cell as one sbatch job; see the module docstring."""
 
@@ -295,6 +207,11 @@ class SlurmLauncher(Launcher):
         path = getattr(runbook, "path", None)
         self.where = str(path) if path else None
         self.python = sys.executable
+        self.polls: dict[str, SlurmPoll] = {}
+
+    def poll_state(self, handle: JobHandle) -> SlurmPoll:
+        """The typed poll state of one job."""
+        return self.polls.setdefault(str(handle.job_id), SlurmPoll())
 
     # -- submit ----------------------------------------------------------------------------
     def write_script(self, cell_name: str, spec: LaunchSpec, cell_dir: Path,
@@ -367,24 +284,26 @@ class SlurmLauncher(Launcher):
     # -- poll --------------------------------------------------------------------------------
     def poll(self, handle: JobHandle) -> JobResult | None:
         """None while queued or running; else how the job ended (see TERMINAL_STATES)."""
-        now = time.monotonic()
-        if now - handle.extra.get("queried_at", -MIN_POLL_S) < MIN_POLL_S:
+        now, state = time.monotonic(), self.poll_state(handle)
+        if now - state.queried_at < MIN_POLL_S:
             return None
-        handle.extra["queried_at"] = now
+        state.queried_at = now
         reading = query_state(handle.job_id)
         if reading is None:
             return self._unknown(handle)
-        handle.extra.pop("unknown_since", None)
+        state.unknown_since = None
         if map_state(reading) is None:
             return self._check_progress(handle, reading)
         return self._result(handle, reading)
 
     def _unknown(self, handle: JobHandle) -> JobResult | None:
         """A job no Slurm command knows: wait a grace period (accounting lag), then node_fail."""
-        since = handle.extra.setdefault("unknown_since", time.monotonic())
-        if time.monotonic() - since < UNKNOWN_GRACE_S:
+        state = self.poll_state(handle)
+        if state.unknown_since is None:
+            state.unknown_since = time.monotonic()
+        if time.monotonic() - state.unknown_since < UNKNOWN_GRACE_S:
             return None
-        return JobResult("node_fail", None, self.log_paths(handle), None,
+        return JobResult(LauncherState.NODE_FAIL, None, self.log_paths(handle), None,
                          f"job {handle.job_id} unknown to sacct, scontrol and squeue")
 
     def _check_progress(self, handle: JobHandle, reading: SlurmState) -> JobResult | None:
@@ -393,14 +312,14 @@ class SlurmLauncher(Launcher):
         if not limit or not reading.state.startswith("RUNNING"):
             return None
         size = sum(p.stat().st_size for p in self.log_paths(handle) if p.exists())
-        now = time.monotonic()
-        if size != handle.extra.get("log_size"):
-            handle.extra["log_size"], handle.extra["grew_at"] = size, now
-        if now - handle.extra["grew_at"] <= limit:
+        now, state = time.monotonic(), self.poll_state(handle)
+        if size != state.log_size:
+            state.log_size, state.grew_at = size, now
+        if now - state.grew_at <= limit:
             return None
         self.cancel(handle)
-        handle.extra["driver_timeout"] = True
-        return JobResult("timeout", None, self.log_paths(handle), None,
+        state.driver_timeout = True
+        return JobResult(LauncherState.TIMEOUT, None, self.log_paths(handle), None,
                          f"no log growth for {limit:g} s; job {handle.job_id} cancelled")
 
     def _result(self, handle: JobHandle, reading: SlurmState) -> JobResult:
@@ -412,13 +331,13 @@ class SlurmLauncher(Launcher):
         state = map_state(reading, memory_killed=mem_line is not None)
         code = exit_code_of(reading.exit_code)
         detail = f"slurm {reading.state} exit {reading.exit_code or '?'} ({reading.source})"
-        if handle.extra.get("driver_timeout") and state == "cancelled":
-            state = "timeout"
-        if state == "oom":
+        if self.poll_state(handle).driver_timeout and state == LauncherState.CANCELLED:
+            state = LauncherState.TIMEOUT
+        if state == LauncherState.OOM:
             detail += f"; {mem_line or 'OUT_OF_MEMORY'}"
         health = self.health_failures(handle)
-        if state == "failed" and code == PRE_CELL_FAIL_EXIT and health:
-            state, logs = "node_fail", logs + self.health_logs(handle)
+        if state == LauncherState.FAILED and code == PRE_CELL_FAIL_EXIT and health:
+            state, logs = LauncherState.NODE_FAIL, logs + self.health_logs(handle)
             detail += "; health probe failed: " + "; ".join(health)
         return JobResult(state, code, logs, elapsed_s(reading.elapsed), detail)
 
@@ -469,16 +388,5 @@ class SlurmLauncher(Launcher):
         if ids:
             run_cmd(["scancel", *ids])
         return ids
-
-
-def script_meta(script: Path) -> dict:
-    """The epcap-meta JSON of a written batch script (ntasks, timeout_s), {} if absent."""
-    for line in script.read_text(errors="replace").splitlines():
-        if line.startswith(META_TAG):
-            try:
-                return json.loads(line[len(META_TAG):])
-            except ValueError:
-                return {}
-    return {}
 
 

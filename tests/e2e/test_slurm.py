@@ -18,6 +18,7 @@ import pytest
 
 from harness.backend_api import DEFAULT_FAILURE_PATTERNS, LaunchSpec
 from harness.launch import slurm as S
+from harness.launch import slurm_script as SS
 from harness.runbook import SlurmConfig
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -82,7 +83,7 @@ def test_restarted_driver_finds_its_job_under_an_odd_name(tmp_path):
         assert found is not None and found.job_id == h.job_id
         assert again.find_existing("cellB", tmp_path / "cellB") is None
         out = S.run_cmd(["squeue", "-h", "-j", h.job_id, "-o", "%j"]).stdout.strip()
-        assert out == S.job_name(campaign, "cellA", tmp_path / "cellA")
+        assert out == SS.job_name(campaign, "cellA", tmp_path / "cellA")
         assert not list(tmp_path.rglob("PWNED*")) and not Path("PWNED").exists()
     finally:
         first.cancel(h)
@@ -101,11 +102,6 @@ def test_cancel_and_cancel_all(tmp_path):
 
 
 # ---- campaigns through `epcap run --launcher slurm` ------------------------------------------
-
-def need_reduced():
-    if not REDUCED.is_file():
-        pytest.skip(f"{REDUCED.relative_to(ROOT)} not in the tree (campaign room)")
-
 
 def run_epcap(launcher: str, results: Path, timeout: float = 240) -> subprocess.CompletedProcess:
     return subprocess.run([*EPCAP, "run", str(REDUCED), "--launcher", launcher,
@@ -166,10 +162,10 @@ def wait_running_job(proc: subprocess.Popen, results: Path, limit_s: float = 180
 def submissions(results: Path) -> dict[str, int]:
     """Jobs sacct holds per cell directory under `results` (by the cell's job name)."""
     counts = {}
-    for script in results.rglob(S.SCRIPT_NAME):
+    for script in results.rglob(SS.SCRIPT_NAME):
         cell_dir = script.parent
-        name = S.script_meta(script)["job_name"]
-        assert name == S.job_name(campaign_of(), cell_dir.name, cell_dir)
+        name = SS.script_meta(script)["job_name"]
+        assert name == SS.job_name(campaign_of(), cell_dir.name, cell_dir)
         out = S.run_cmd(["sacct", "-X", "-n", "-P", "--name", name, "-o", "JobID",
                          "-S", "now-1days"]).stdout
         counts[cell_dir.name] = len([x for x in out.split() if x.strip()])
@@ -207,7 +203,6 @@ def local_selection(local_run) -> list[dict]:
 def test_reduced_campaign_via_slurm_killed_resumed_same_selection_as_local(tmp_path, local_run):
     """(a) same selection as --launcher local; (c) SIGKILL mid-campaign, resume: no cell
     submitted twice and the campaign completes."""
-    need_reduced()
     proc = start_epcap("slurm", tmp_path)
     wait_running_job(proc, tmp_path, name_has="__measure__")
     proc.send_signal(signal.SIGKILL)
@@ -223,7 +218,6 @@ def test_reduced_campaign_via_slurm_killed_resumed_same_selection_as_local(tmp_p
 
 
 def test_sigint_driver_cancels_its_jobs(tmp_path):
-    need_reduced()
     proc = start_epcap("slurm", tmp_path)
     job = wait_running_job(proc, tmp_path)
     proc.send_signal(signal.SIGINT)

@@ -43,7 +43,7 @@ def brute_hits(budget: int, n: int, digits: int) -> list[str]:
             if int(float(Decimal(k).scaleb(-digits)) * n) == budget]
 
 
-# --- the worked examples of SPEC section 2 -------------------------------------------------
+# --- the worked examples of docs/spec.md: grid -------------------------------------------------
 
 def test_spec_example_1p02_is_not_executable_at_65536():
     assert budget_tokens("1.02", N) == 66846

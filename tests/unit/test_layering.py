@@ -12,7 +12,8 @@ import tomllib
 ROOT = Path(__file__).resolve().parents[2]
 # What a backend may import from the harness: the contract and the pure helpers.
 BACKEND_MAY_IMPORT = {"harness", "harness.backend_api", "harness.errors", "harness.capacity",
-                      "harness.telemetry", "harness.vocab", "harness._scan"}
+                      "harness.telemetry", "harness.telemetry_lines", "harness.vocab",
+                      "harness._scan"}
 
 
 def contracts() -> list[dict]:

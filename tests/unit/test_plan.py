@@ -209,7 +209,7 @@ def test_replay_skips_retried_infra_and_numbers_new_attempts(tmp_path):
     out, _ = camp.replay_with_retries(req)
     assert out.status == "ok" and out.cell.attempt == 2           # the retry, not the infra
     assert camp.next_cell(req).attempt == 4                        # a3 was started: never reused
-    assert [e["cell"] for e in camp.unfinished_starts()] == [started.name]
+    assert [e.cell for e in camp.unfinished_starts()] == [started.name]
 
 
 def test_replay_without_retries_left_returns_the_infra(tmp_path):

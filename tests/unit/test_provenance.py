@@ -1,4 +1,4 @@
-"""Provenance: SPEC section 5 fields, honest absent values, git facts, secrets, atomic writes."""
+"""Provenance: docs/spec.md: provenance fields, honest absent values, git facts, secrets, atomic writes."""
 
 from __future__ import annotations
 

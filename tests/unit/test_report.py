@@ -91,7 +91,7 @@ COMPARISON = [
 
 
 def cell_name(model, backend, purpose, cap, attempt) -> str:
-    """SPEC 4 cell directory name (tag: '.' -> 'p', at least two decimals)."""
+    """docs/spec.md: results layout cell directory name (tag: '.' -> 'p', at least two decimals)."""
     whole, _, frac = cap.partition(".")
     return f"{model}__{backend}__{purpose}__cap{whole}p{frac.ljust(2, '0')}__a{attempt}"
 
@@ -134,7 +134,7 @@ def _tsv(path: Path, columns, rows) -> None:
 
 
 def make_sample(root: Path, extras: bool = True) -> Path:
-    """Build a synthetic SPEC 4 campaign directory under root; return it."""
+    """Build a synthetic docs/spec.md: results layout campaign directory under root; return it."""
     res = root / "sample"
     (res / "cells").mkdir(parents=True)
     attempts = []
@@ -377,7 +377,6 @@ def test_report_without_comparison_tsv_says_so(tmp_path):
 
 def test_demand_tsv_is_tidy_and_complete(built):
     res, path, _ = built
-    pytest.importorskip("harness.telemetry")
     rows = tsv_rows(path.parent / "demand.tsv")
     assert list(rows[0])[:6] == ["run", "iteration", "layer", "rank", "actual_valid_recv",
                                  "budget"]
@@ -393,7 +392,6 @@ def test_demand_tsv_is_tidy_and_complete(built):
 
 def test_heatmaps_mark_saturation_only_where_it_happened(built):
     res, _, _ = built
-    pytest.importorskip("harness.telemetry")
     ctx = rp.load_context(res, res / "report")
     _, measured = rp.build_demand(ctx)
     maps = rp.demand_maps(measured)
@@ -437,20 +435,6 @@ def test_optional_columns_absent(tmp_path):
     assert "backend_impl not recorded" in text
     assert "p10 columns not recorded" in text
     assert (res / "report" / "fig4_timing.png").stat().st_size > 10_000
-
-
-def test_missing_rooms_degrade_to_stated_lines(tmp_path, monkeypatch, stub_figures):
-    res = make_sample(tmp_path)
-    for mod in ("harness.audit", "harness.events", "harness.telemetry", "harness.capacity"):
-        monkeypatch.setitem(sys.modules, mod, None)          # import now raises ImportError
-    path = rp.build_report(res)
-    text = path.read_text()
-    for mod in ("harness.audit", "harness.events", "harness.telemetry", "harness.capacity"):
-        assert f"{mod} not importable" in text
-    assert "## Parts not available" in text
-    assert not (path.parent / "demand.tsv").exists()
-    assert (path.parent / "fig1_capacity.png").exists()
-    assert not list(path.parent.glob("fig3_*.png"))
 
 
 def test_partial_campaign_without_timing(tmp_path, stub_figures):
@@ -525,8 +509,6 @@ REDUCED = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "runbooks
 @pytest.mark.slow
 def test_report_on_a_real_reduced_campaign(tmp_path):
     """Run the campaign room's reduced runbook up to timing, then build and check the report."""
-    if not REDUCED.is_file():
-        pytest.skip("tests/fixtures/runbooks/reduced.yaml not in the tree (campaign room)")
     exe = Path(sys.executable).parent / "epcap"
     run = subprocess.run([str(exe), "run", str(REDUCED), "--results", str(tmp_path),
                           "--until", "time"], capture_output=True, text=True, timeout=600,

@@ -1,8 +1,8 @@
-"""Report section: demand before and after rebalancing (harness/report_balance.py)."""
+"""Report section: demand before and after rebalancing (harness/report/balance.py)."""
 
 from __future__ import annotations
 
-from harness.report_balance import balance_rows, balance_section
+from harness.report.balance import balance_rows, balance_section
 
 
 def _cell(root, name, model, backend, purpose, lines):

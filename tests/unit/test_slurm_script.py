@@ -14,6 +14,7 @@ import pytest
 from harness.backend_api import LaunchSpec
 from harness.errors import BadInput
 from harness.launch import slurm as S
+from harness.launch import slurm_script as SS
 from harness.launch.base import JobHandle
 from harness.runbook import SlurmConfig
 
@@ -35,12 +36,12 @@ def spec(**kw) -> LaunchSpec:
 # ---- names ----------------------------------------------------------------------------------
 
 def test_job_name_stable_and_specific(tmp_path):
-    a = S.job_name("camp", "M__echo__measure__cap2p00__a1", tmp_path / "c")
-    assert a == S.job_name("camp", "M__echo__measure__cap2p00__a1", tmp_path / "c")
+    a = SS.job_name("camp", "M__echo__measure__cap2p00__a1", tmp_path / "c")
+    assert a == SS.job_name("camp", "M__echo__measure__cap2p00__a1", tmp_path / "c")
     assert a.startswith("epcap.camp.M__echo__measure__cap2p00__a1.")
-    assert a != S.job_name("camp", "M__echo__measure__cap2p00__a2", tmp_path / "c")
-    assert a != S.job_name("camp", "M__echo__measure__cap2p00__a1", tmp_path / "other")
-    assert a != S.job_name("camp2", "M__echo__measure__cap2p00__a1", tmp_path / "c")
+    assert a != SS.job_name("camp", "M__echo__measure__cap2p00__a2", tmp_path / "c")
+    assert a != SS.job_name("camp", "M__echo__measure__cap2p00__a1", tmp_path / "other")
+    assert a != SS.job_name("camp2", "M__echo__measure__cap2p00__a1", tmp_path / "c")
 
 
 # ---- #SBATCH options ------------------------------------------------------------------------
@@ -49,7 +50,7 @@ def test_options_from_runbook(tmp_path):
     cfg = SlurmConfig(partition="gpu", account="proj 1", nodes=2, gpus_per_node=8,
                       time_limit="01:00:00", mem_per_task="16G",
                       extra_sbatch=("--exclusive", "--constraint=h100&ib"))
-    opts = S.sbatch_options(cfg, spec(), "NAME", tmp_path)
+    opts = SS.sbatch_options(cfg, spec(), "NAME", tmp_path)
     assert opts == ["--job-name=NAME", f"--output={tmp_path}/slurm-%j.out",
                     f"--chdir={tmp_path}", "--nodes=2", "--ntasks=4", "--time=01:00:00",
                     "--partition=gpu", "--account=proj 1", "--gres=gpu:8",
@@ -57,9 +58,9 @@ def test_options_from_runbook(tmp_path):
 
 
 def test_no_gres_without_gpus(tmp_path):
-    opts = S.sbatch_options(SlurmConfig(), spec(), "N", tmp_path)
+    opts = SS.sbatch_options(SlurmConfig(), spec(), "N", tmp_path)
     assert not any(o.startswith("--gres") for o in opts)
-    opts = S.sbatch_options(SlurmConfig(), spec(gpus_per_node=1), "N", tmp_path)
+    opts = SS.sbatch_options(SlurmConfig(), spec(gpus_per_node=1), "N", tmp_path)
     assert "--gres=gpu:1" in opts
 
 
@@ -73,7 +74,7 @@ def test_no_gres_without_gpus(tmp_path):
 ])
 def test_bad_values_refused_with_field(tmp_path, cfg, field):
     with pytest.raises(BadInput) as err:
-        S.sbatch_options(cfg, spec(), "N", tmp_path, where="rb.yaml")
+        SS.sbatch_options(cfg, spec(), "N", tmp_path, where="rb.yaml")
     assert err.value.field == field and str(err.value).startswith("rb.yaml: ")
 
 
@@ -81,7 +82,7 @@ def test_bad_values_refused_with_field(tmp_path, cfg, field):
                                            ("1-02", 1560), ("1-00:30:00", 1470),
                                            ("UNLIMITED", float("inf"))])
 def test_time_minutes(text, minutes):
-    assert S.TIME_RE.match(text) and S.time_minutes(text) == minutes
+    assert SS.TIME_RE.match(text) and SS.time_minutes(text) == minutes
 
 
 # ---- the script itself ----------------------------------------------------------------------
@@ -99,16 +100,16 @@ def sbatch_lines(text: str) -> list[str]:
 
 def test_sbatch_lines_round_trip(tmp_path):
     cfg = SlurmConfig(account="it's \"mine\" $(id)", extra_sbatch=("--comment=a b; c",))
-    opts = S.sbatch_options(cfg, spec(), "N", tmp_path)
-    text = S.batch_script(opts, spec(), tmp_path, "/usr/bin/python3")
+    opts = SS.sbatch_options(cfg, spec(), "N", tmp_path)
+    text = SS.batch_script(opts, spec(), tmp_path, "/usr/bin/python3")
     assert sbatch_lines(text) == opts
 
 
 def test_env_key_must_be_a_name(tmp_path):
     with pytest.raises(BadInput):
-        S.batch_script([], spec(env={"A;rm -rf /": "1"}), tmp_path, "python3")
+        SS.batch_script([], spec(env={"A;rm -rf /": "1"}), tmp_path, "python3")
     with pytest.raises(BadInput):
-        S.batch_script([], spec(env={"A": "line1\nline2"}), tmp_path, "python3")
+        SS.batch_script([], spec(env={"A": "line1\nline2"}), tmp_path, "python3")
 
 
 def fake_bin(tmp_path: Path) -> Path:
@@ -131,7 +132,7 @@ def run_script(tmp_path: Path, argv: list[str], env: dict[str, str]) -> subproce
     prog = ("import json, os, sys; json.dump({'argv': sys.argv[1:], 'env': dict(os.environ)}, "
             f"open({str(record)!r}, 'w'))")
     sp = LaunchSpec(argv=["python3", "-c", prog, *argv], env=env, ntasks=4)
-    text = S.batch_script([], sp, tmp_path, "true", gpus_per_node=1)  # health: `true` passes
+    text = SS.batch_script([], sp, tmp_path, "true", gpus_per_node=1)  # health: `true` passes
     script = tmp_path / "job.sh"
     script.write_text(text)
     path = f"{fake_bin(tmp_path)}:{os.environ['PATH']}"
@@ -159,7 +160,7 @@ def test_script_passes_argv_and_env_verbatim(tmp_path):
 def test_script_propagates_rank_exit_code(tmp_path):
     sp = LaunchSpec(argv=["python3", "-c", "import sys; sys.exit(3)"], ntasks=1)
     script = tmp_path / "job.sh"
-    script.write_text(S.batch_script([], sp, tmp_path, "true"))
+    script.write_text(SS.batch_script([], sp, tmp_path, "true"))
     env = {"PATH": f"{fake_bin(tmp_path)}:{os.environ['PATH']}", "SLURM_JOB_ID": "1",
            "SLURM_JOB_NODELIST": "n", "SLURM_JOB_NUM_NODES": "1"}
     proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, timeout=30)
@@ -169,7 +170,7 @@ def test_script_propagates_rank_exit_code(tmp_path):
 def test_failed_health_step_stops_before_ranks(tmp_path):
     sp = LaunchSpec(argv=["touch", str(tmp_path / "RAN")], ntasks=1)
     script = tmp_path / "job.sh"
-    script.write_text(S.batch_script([], sp, tmp_path, "false", gpus_per_node=2))  # probe fails
+    script.write_text(SS.batch_script([], sp, tmp_path, "false", gpus_per_node=2))  # probe fails
     env = {"PATH": f"{fake_bin(tmp_path)}:{os.environ['PATH']}", "SLURM_JOB_ID": "1",
            "SLURM_JOB_NODELIST": "n", "SLURM_JOB_NUM_NODES": "1"}
     proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, timeout=30)
@@ -178,8 +179,8 @@ def test_failed_health_step_stops_before_ranks(tmp_path):
 
 def test_cpu_only_cells_skip_the_probe(tmp_path):
     sp = LaunchSpec(argv=["true"], ntasks=1)
-    assert "harness.health" not in S.batch_script([], sp, tmp_path, "py")
-    text = S.batch_script([], sp, tmp_path, "py", gpus_per_node=4)
+    assert "harness.health" not in SS.batch_script([], sp, tmp_path, "py")
+    text = SS.batch_script([], sp, tmp_path, "py", gpus_per_node=4)
     assert "py -m harness.health --pre-cell --require-gpus 4 --max-used-mib 1024" in text
 
 
@@ -187,8 +188,8 @@ def test_write_script_is_atomic_and_carries_meta(tmp_path):
     launcher = S.SlurmLauncher(FakeRunbook(SlurmConfig(partition="p")))
     path = launcher.write_script("cellX", spec(ntasks=3), tmp_path / "cell", 42.0)
     assert path.name == "slurm.sbatch" and not list(path.parent.glob(".*tmp*"))
-    assert S.script_meta(path) == {"cell": "cellX", "ntasks": 3, "timeout_s": 42.0,
-                                   "job_name": S.job_name("camp", "cellX", tmp_path / "cell")}
+    assert SS.script_meta(path) == {"cell": "cellX", "ntasks": 3, "timeout_s": 42.0,
+                                   "job_name": SS.job_name("camp", "cellX", tmp_path / "cell")}
     assert "--job-name=epcap.camp.cellX." in path.read_text()
 
 
@@ -336,7 +337,7 @@ def test_find_existing_picks_newest_job_of_the_name(tmp_path, monkeypatch):
     monkeypatch.setattr(S, "run_cmd", fake)
     found = launcher.find_existing("cell", tmp_path)
     assert found.job_id == "12" and found.extra["ntasks"] == 3 and found.extra["timeout_s"] == 60
-    name = S.job_name("camp", "cell", tmp_path)
+    name = SS.job_name("camp", "cell", tmp_path)
     assert all(name in argv for argv in seen)
 
 

@@ -1,0 +1,135 @@
+"""The Slurm batch script of one cell: validated #SBATCH options, the shell-quoted script
+and its metadata line. Pure (no Slurm needed); every runbook value is quoted with
+`shlex.quote` and values with control characters are refused."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+from pathlib import Path
+
+from harness.backend_api import LaunchSpec
+from harness.errors import BadInput
+from harness.health import DEFAULT_MAX_USED_MIB, PRE_CELL_FAIL_EXIT
+from harness.runbook import SlurmConfig
+
+SCRIPT_NAME = "slurm.sbatch"
+NAME_PREFIX = "epcap."
+META_TAG = "# epcap-meta:"
+TIME_RE = re.compile(r"^(?:\d+-\d{1,2}(?::\d{1,2}){0,2}|\d+(?::\d{1,2}){0,2}|UNLIMITED|INFINITE)$")
+MEM_RE = re.compile(r"^\d+[KMGT]?$", re.IGNORECASE)
+ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+RANK_WRAPPER = ('export RANK="$SLURM_PROCID" WORLD_SIZE="$SLURM_NTASKS" '
+                'LOCAL_RANK="$SLURM_LOCALID"; exec "$@"')
+
+
+def job_name(campaign: str, cell_name: str, cell_dir: Path) -> str:
+    """`epcap.<campaign>.<cell>.<hash of the cell dir>`: stable across driver restarts."""
+    digest = hashlib.sha256(str(Path(cell_dir).resolve()).encode()).hexdigest()[:8]
+    return f"{NAME_PREFIX}{campaign}.{cell_name}.{digest}"
+
+
+def campaign_prefix(campaign: str) -> str:
+    """Job-name prefix of every job of one campaign (for cancel_all)."""
+    return f"{NAME_PREFIX}{campaign}."
+
+
+def check_value(value: str, field: str, where: str | None) -> str:
+    """Refuse values a batch script line cannot hold safely (newlines, control chars)."""
+    if CONTROL_RE.search(value):
+        raise BadInput(f"control character in {value!r}", path=where, field=field)
+    return value
+
+
+def time_minutes(text: str) -> float:
+    """Minutes in a Slurm time string (min, min:sec, h:m:s, d-h, d-h:m, d-h:m:s)."""
+    if text.upper() in ("UNLIMITED", "INFINITE"):
+        return float("inf")
+    days, _, rest = text.rpartition("-") if "-" in text else ("0", "", text)
+    parts = [int(p) for p in rest.split(":")]
+    if "-" in text:                          # d-h[:m[:s]]
+        h, m, s = (parts + [0, 0])[:3]
+    elif len(parts) == 3:
+        h, m, s = parts
+    else:                                    # m or m:s
+        h, (m, s) = 0, (parts + [0])[:2]
+    return int(days) * 1440 + h * 60 + m + s / 60
+
+
+def sbatch_options(slurm: SlurmConfig, spec: LaunchSpec, name: str, cell_dir: Path,
+                   where: str | None = None) -> list[str]:
+    """The `#SBATCH` arguments of one cell, validated; each is one sbatch argument."""
+    if not TIME_RE.match(slurm.time_limit):
+        raise BadInput(f"not a Slurm time ({slurm.time_limit!r}); use e.g. 00:30:00",
+                       path=where, field="slurm.time_limit")
+    if slurm.mem_per_task is not None and not MEM_RE.match(str(slurm.mem_per_task)):
+        raise BadInput(f"not a Slurm memory size ({slurm.mem_per_task!r}); use e.g. 16G",
+                       path=where, field="slurm.mem_per_task")
+    nodes = spec.nodes if spec.nodes > 1 else slurm.nodes
+    gpus = spec.gpus_per_node or slurm.gpus_per_node
+    opts = [f"--job-name={name}", f"--output={Path(cell_dir) / 'slurm-%j.out'}",
+            f"--chdir={spec.cwd or cell_dir}", f"--nodes={nodes}", f"--ntasks={spec.ntasks}",
+            f"--time={slurm.time_limit}"]
+    if slurm.partition:
+        opts.append(f"--partition={check_value(slurm.partition, 'slurm.partition', where)}")
+    if slurm.account:
+        opts.append(f"--account={check_value(slurm.account, 'slurm.account', where)}")
+    if gpus > 0:
+        opts.append(f"--gres=gpu:{int(gpus)}")
+    if slurm.mem_per_task:
+        opts.append(f"--mem-per-cpu={slurm.mem_per_task}")
+    for i, extra in enumerate(slurm.extra_sbatch):
+        check_value(str(extra), f"slurm.extra_sbatch[{i}]", where)
+        if not str(extra).startswith("-"):
+            raise BadInput(f"{extra!r} is not an sbatch option (must start with '-')",
+                           path=where, field=f"slurm.extra_sbatch[{i}]")
+        opts.append(str(extra))
+    for opt in opts:
+        check_value(opt, "slurm", where)
+    return opts
+
+
+def batch_script(options: list[str], spec: LaunchSpec, cell_dir: Path, python: str,
+                 gpus_per_node: int = 0, max_used_mib: int = DEFAULT_MAX_USED_MIB,
+                 meta: dict | None = None) -> str:
+    """The batch script: #SBATCH lines, env, MASTER_ADDR/PORT, health probe, srun of the ranks."""
+    q = shlex.quote
+    cell = Path(cell_dir)
+    for key, value in spec.env.items():
+        if not ENV_KEY_RE.match(key):
+            raise BadInput(f"not an environment variable name: {key!r}", field="env")
+        check_value(str(value), f"env.{key}", None)
+    lines = ["#!/bin/bash", "# epcap cell batch script (generated; every value shell-quoted)"]
+    if meta:
+        lines.append(f"{META_TAG} {json.dumps(meta, sort_keys=True)}")
+    lines += [f"#SBATCH {q(opt)}" for opt in options]
+    lines += ["set -u", f"export EPCAP_CELL_DIR={q(str(cell))}"]
+    lines += [f"export {key}={q(str(value))}" for key, value in spec.env.items()]
+    lines += ['MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+              "export MASTER_ADDR",
+              "export MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 20000 ))"]
+    if gpus_per_node > 0:          # CPU-only cells skip the probe (it would say no-gpu)
+        health = [q(python), "-m", "harness.health", "--pre-cell", "--require-gpus",
+                  str(int(gpus_per_node)), "--max-used-mib", str(int(max_used_mib))]
+        lines += ['srun --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 '
+                  f"--output={q(str(cell / 'health%t.log'))} " + " ".join(health)
+                  + f" || exit {PRE_CELL_FAIL_EXIT}"]
+    srun = ["srun", f"--ntasks={int(spec.ntasks)}", "--kill-on-bad-exit=1",
+            f"--output={q(str(cell / 'rank%t.log'))}", "bash", "-c", q(RANK_WRAPPER),
+            "epcap-rank"] + [q(str(a)) for a in spec.argv]
+    lines += [" ".join(srun), "rc=$?", 'echo "[EPCAP_SLURM] srun exit $rc"', 'exit "$rc"', ""]
+    return "\n".join(lines)
+
+
+def script_meta(script: Path) -> dict:
+    """The epcap-meta JSON of a written batch script (ntasks, timeout_s), {} if absent."""
+    for line in script.read_text(errors="replace").splitlines():
+        if line.startswith(META_TAG):
+            try:
+                return json.loads(line[len(META_TAG):])
+            except ValueError:
+                return {}
+    return {}

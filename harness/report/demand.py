@@ -1,0 +1,147 @@
+"""demand.tsv (every dispatch row of the measure and validate cells) and the figures; a
+figure that fails to draw is a stated missing part, never a lost report."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from harness.errors import BadInput
+from harness.plan import Cell, parse_cell_name
+from harness.report.inputs import (
+    DEMAND_COLUMNS,
+    DEMAND_PURPOSES,
+    Context,
+    cell_logs,
+    num,
+)
+from harness.report.sections import _timing_points
+from harness.results import (
+    Table,
+    open_atomic,
+)
+from harness.telemetry import rows_table
+from harness.vocab import Purpose
+
+
+def demand_cells(results_dir: Path) -> list[Cell]:
+    """Measure and validate cells present under cells/, ordered by model, backend, name."""
+    root = results_dir / "cells"
+    cells = [parse_cell_name(p.name) for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
+    picked = [c for c in cells if c and c.purpose in DEMAND_PURPOSES]
+    return sorted(picked, key=lambda c: (c.model, c.backend, c.purpose, c.attempt, c.name))
+
+
+def build_demand(ctx: Context):
+    """Write demand.tsv; return (note line, {cell name: rows DataFrame} of measure cells)."""
+    path = ctx.out / "demand.tsv"
+    cells = demand_cells(ctx.results_dir)
+    measured = {}
+    with open_atomic(path, "w") as fh:
+        fh.write("\t".join(DEMAND_COLUMNS) + "\n")
+        for c in cells:
+            logs = cell_logs(ctx.results_dir / "cells" / c.name)
+            df = rows_table(logs) if logs else None
+            if df is None or len(df) == 0:
+                continue
+            df = df.rename(columns={"iter": "iteration"}).assign(run=c.name)
+            df[list(DEMAND_COLUMNS)].to_csv(fh, sep="\t", header=False, index=False,
+                                            lineterminator="\n")
+            if c.purpose == Purpose.MEASURE:
+                measured[c.name] = df
+    note = (f"[`demand.tsv`](demand.tsv): one row per dispatch telemetry row of the "
+            f"{len(cells)} measure and validate cells (columns: {', '.join(DEMAND_COLUMNS)}). "
+            "Heatmaps: measure cells only; value = max over all iterations (no warmup skipped) "
+            "of actual_valid_recv / expected_recv per (rank, layer).")
+    if not cells:
+        note = ctx.missing("demand", "no measure or validate cell directories under cells/")
+    return note, measured
+
+
+def demand_maps(measured: dict) -> dict[str, list]:
+    """model -> DemandMap list built from the measure cells' rows."""
+    from harness.figures import DemandMap  # lazy: matplotlib is slow to import
+
+    out: dict[str, list] = {}
+    for name, df in measured.items():
+        cell = parse_cell_name(name)
+        df = df[df["expected_recv"] > 0]          # a zero uniform share has no ratio
+        if df.empty:
+            continue
+        d = df.assign(ratio=df["actual_valid_recv"] / df["expected_recv"],
+                      sat=df["actual_valid_recv"] >= df["budget"])
+        g = d.groupby(["rank", "layer"]).agg(ratio=("ratio", "max"), sat=("sat", "any"))
+        ratio = g["ratio"].unstack("layer")
+        sat = g["sat"].unstack("layer").reindex_like(ratio).fillna(False).astype(bool)
+        budget_ratio = float((d["budget"] / d["expected_recv"]).max())
+        out.setdefault(cell.model, []).append(DemandMap(
+            name, cell.backend, [int(r) for r in ratio.index], [int(v) for v in ratio.columns],
+            ratio.to_numpy(dtype=float), sat.to_numpy(dtype=bool), budget_ratio))
+    return out
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def _safe(name: str) -> str:
+    """A model name usable in a file name."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+def _draw(ctx: Context, name: str, plot, *args) -> bool:
+    """Draw one figure; a plotting error becomes a stated missing part, not a lost report."""
+    try:
+        plot(*args)
+    except BadInput:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the tables still stand without this figure
+        ctx.missing(f"figure {name}", f"drawing failed ({type(exc).__name__}: {exc})")
+        return False
+    ctx.figures.append(name)
+    return True
+
+
+def draw_figures(ctx: Context, measured: dict) -> list[tuple[str, str]]:
+    """Draw every figure the inputs allow; return the demand figures as (model, file)."""
+    from harness import figures as fg  # lazy: matplotlib is slow to import
+
+    for old in ctx.out.glob("fig[1-4]_*.png"):
+        old.unlink()
+    colors = fg.backend_colors([b for _, b in ctx.pairs])
+    if ctx.selection is not None and ctx.selection.rows:
+        points = _cap_points(ctx.selection)
+        _draw(ctx, "fig1_capacity.png", fg.plot_capacity, points,
+              ctx.out / "fig1_capacity.png", ctx.pad[0], colors)
+        _draw(ctx, "fig2_overprovision.png", fg.plot_overprovision, points,
+              ctx.out / "fig2_overprovision.png", colors)
+    tpoints = _timing_points(ctx)
+    if tpoints:
+        missing_p10 = ctx.timing is None or not ctx.timing.has("dispatch_ms_p10")
+        _draw(ctx, "fig4_timing.png", fg.plot_timing, tpoints, ctx.out / "fig4_timing.png",
+              missing_p10, colors)
+    demand = []
+    order = list(dict.fromkeys(m for m, _ in ctx.pairs))
+    rank = {m: i for i, m in enumerate(order)}
+    for model, maps in sorted(demand_maps(measured).items(),
+                              key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])):
+        name = f"fig3_demand_{_safe(model)}.png"
+        if _draw(ctx, name, fg.plot_demand, model, maps, ctx.out / name):
+            demand.append((model, name))
+    return demand
+
+
+def _cap_points(t: Table):
+    """CapPoint records from the selection table."""
+    from harness.figures import CapPoint  # lazy: matplotlib is slow to import
+
+    pts = []
+    for i, r in enumerate(t.rows):
+        n = num(t, i, "uniform_tokens")
+        pts.append(CapPoint(r["model"], r["backend"], int(n) if n else None,
+                            num(t, i, "required_capacity"), num(t, i, "selected_capacity"),
+                            num(t, i, "over_provision"), r["required_capacity"],
+                            r["selected_capacity"]))
+    return pts
+
+
+# --------------------------------------------------------------------------- entry points

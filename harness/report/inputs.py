@@ -1,0 +1,166 @@
+"""Inputs of the report: the results directory's TSVs (strict), the recorded grid and
+baseline, and the small Markdown helpers every section uses."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.errors import BadInput
+from harness.results import (
+    ATTEMPTS_TSV,
+    COMPARISON_TSV,
+    DEFAULT_PAD_MULTIPLE,
+    SELECTION_TSV,
+    TIMING_TSV,
+    Table,
+    read_campaign_facts,
+    read_table,
+)
+from harness.vocab import Purpose, Status
+
+ATTEMPTS, SELECTION, TIMING = ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
+DEMAND_PURPOSES = (Purpose.MEASURE, Purpose.VALIDATE)
+DEMAND_COLUMNS = ("run", "iteration", "layer", "rank", "actual_valid_recv", "budget",
+                  "expected_recv")
+
+# Columns each part reads (docs/spec.md: results layout); others present are shown or ignored.
+NEED_ATTEMPTS = ("model", "backend", "purpose", "attempt", "capacity", "status", "cell_dir")
+NEED_SELECTION = ("model", "backend", "required_capacity", "peak_actual_valid_recv",
+                  "uniform_tokens", "measured_at_capacity", "selected_capacity",
+                  "selected_budget_tokens", "over_provision", "validated",
+                  "validate_attempts", "timing_capacity")
+NEED_TIMING = ("model", "backend", "timing_capacity", "budget_tokens", "status", "trials",
+               "iters", "dispatch_ms_median", "dispatch_ms_p90", "combine_ms_median",
+               "combine_ms_p90", "step_cv", "noise_floor_pct", "algbw_gbps",
+               "peak_mem_bytes", "cell_dir")
+NEED_COMPARISON = ("model", "backend", "baseline", "phase", "launches", "ratio_median",
+                   "ci_low", "ci_high", "cv_backend", "cv_baseline", "verdict")
+COMPARISON = COMPARISON_TSV
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def read_tsv(path: Path, required: tuple[str, ...]) -> Table | None:
+    """Read one of the campaign's TSVs strictly (harness.results); None when absent."""
+    return read_table(path, required)
+
+
+def num(table: Table, i: int, column: str) -> float | None:
+    """The float in row i's column; None for an empty cell or absent column; else BadInput."""
+    text = table.rows[i].get(column, "").strip()
+    if text == "":
+        return None
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise BadInput(f"not a number: {text!r}", path=table.name, line=table.lines[i],
+                       field=column) from exc
+    if value != value:      # NaN is not a value a TSV should carry
+        raise BadInput("NaN is not a number", path=table.name, line=table.lines[i],
+                       field=column)
+    return value
+
+
+def read_pad_multiple(results_dir: Path) -> tuple[int, str]:
+    """(P, where from): the pad multiple the campaign recorded in campaign.json, else 128."""
+    pad = read_campaign_facts(results_dir).get("pad_multiple")
+    if isinstance(pad, int) and not isinstance(pad, bool) and pad > 0:
+        return pad, "campaign.json pad_multiple"
+    return DEFAULT_PAD_MULTIPLE, "default (campaign.json does not record pad_multiple)"
+
+
+def read_baseline(results_dir: Path, timing: Table | None) -> str | None:
+    """The backend timings are compared with: recorded in campaign.json, else the first
+    backend of timing.tsv (the runbook's first timed backend)."""
+    recorded = read_campaign_facts(results_dir).get("baseline")
+    if isinstance(recorded, str) and recorded:
+        return recorded
+    return timing.rows[0]["backend"] if timing is not None and timing.rows else None
+
+
+def cell_logs(cell_dir: Path) -> list[Path]:
+    """The rank logs of one cell (rank<R>.log by rank; any *.log when there are none)."""
+    logs = list(cell_dir.glob("rank*.log")) or list(cell_dir.glob("*.log"))
+
+    def key(p: Path) -> tuple[int, str]:
+        m = re.search(r"(\d+)", p.stem)
+        return (int(m.group(1)) if m else -1, p.name)
+
+    return sorted(logs, key=key)
+
+
+# --------------------------------------------------------------------------- derived
+
+
+def pair_order(tables: list[Table | None]) -> list[tuple[str, str]]:
+    """Every (model, backend) pair seen in the TSVs, grouped by model (first-seen orders)."""
+    seen: dict[tuple[str, str], None] = {}
+    for t in tables:
+        for r in t.rows if t else []:
+            seen.setdefault((r["model"], r["backend"]), None)
+    models = list(dict.fromkeys(m for m, _ in seen))
+    backends = list(dict.fromkeys(b for _, b in seen))
+    return sorted(seen, key=lambda p: (models.index(p[0]), backends.index(p[1])))
+
+
+def not_fitting(attempts: Table | None, timing: Table | None) -> dict[tuple[str, str], list[str]]:
+    """(model, backend) -> where it did not fit (attempt cells or the timing row)."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for t, what in ((attempts, "attempt"), (timing, "timing row")):
+        for r in t.rows if t else []:
+            if r["status"] == Status.DOES_NOT_FIT:
+                where = r.get("cell_dir") or what
+                out.setdefault((r["model"], r["backend"]), []).append(f"{what}: {where}")
+    return out
+
+
+# --------------------------------------------------------------------------- markdown
+
+
+def md_escape(text: str) -> str:
+    """Make a cell safe for a Markdown table (pipes, newlines)."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def md_table(headers: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table padded to column width, so it reads in a terminal too."""
+    cells = [[md_escape(h) for h in headers]] + [[md_escape(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in cells]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def na(why: str) -> str:
+    """The one line a missing part becomes."""
+    return f"_not available: {why}_"
+
+
+# --------------------------------------------------------------------------- sections
+
+
+@dataclass
+class Context:
+    """Everything the sections read, loaded once."""
+
+    results_dir: Path
+    out: Path
+    attempts: Table | None
+    selection: Table | None
+    timing: Table | None
+    pairs: list[tuple[str, str]]
+    dnf: dict[tuple[str, str], list[str]]
+    pad: tuple[int, str] = (DEFAULT_PAD_MULTIPLE, "default")
+    baseline: str | None = None
+    comparison: Table | None = None
+    max_cv: float | None = None
+    figures: list[str] = field(default_factory=list)
+    unavailable: list[str] = field(default_factory=list)
+
+    def missing(self, part: str, why: str) -> str:
+        """Record that a part could not be built and return its 'not available' line."""
+        self.unavailable.append(f"{part}: {why}")
+        return na(why)

@@ -1,0 +1,45 @@
+"""The vocabulary lives in harness/vocab.py: no status, purpose, stage or launcher-state
+string literal appears in harness/ or backends/ outside it, except the listed words that
+mean something else there (a YAML or JSON key, a field name, the health probe's status)."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+from harness.vocab import LauncherState, Purpose, Stage, Status
+
+ROOT = Path(__file__).resolve().parents[2]
+WORDS = set(Status.values()) | set(Purpose.values()) | set(Stage.values()) | set(
+    LauncherState.values())
+# (file, word): why the literal is not the vocabulary word
+ALLOWED = {
+    ("harness/runbook.py", "measure"): "the runbook's `measure:` section and capacity key",
+    ("harness/selection.py", "lower_bound"): "the LogSummary field of that name",
+    ("harness/core_cli.py", "lower_bound"): "a key of `epcap parse --json`",
+    ("harness/report/build.py", "report"): "the default output folder, results/<c>/report",
+    ("harness/health.py", "ok"): "the health probe's own status (ok | unhealthy | no-gpu)",
+}
+
+
+def literals() -> set[tuple[str, str]]:
+    found = set()
+    for path in list((ROOT / "harness").rglob("*.py")) + list((ROOT / "backends").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel == "harness/vocab.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                      if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef))
+                      and n.body and isinstance(n.body[0], ast.Expr)}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                    and node.value in WORDS and id(node) not in docstrings):
+                found.add((rel, node.value))
+    return found
+
+
+def test_no_vocabulary_literal_outside_vocab():
+    stray = literals() - set(ALLOWED)
+    assert not stray, f"use harness.vocab for: {json.dumps(sorted(stray))}"
