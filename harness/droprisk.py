@@ -23,7 +23,7 @@ import numpy as np
 from harness.capacity import budget_tokens, round_up_to_grid
 from harness.errors import BadInput
 
-CONFIDENCE = 0.95
+ALPHA = 0.05                # 1 - confidence of every bound and interval here
 MIN_FIT_STEPS = 10          # fewer steps: no tail fit (a 3-parameter fit needs some data)
 MIN_DISTINCT_PEAKS = 3      # fewer distinct peaks: nothing to fit a tail to
 RESAMPLES = 1000            # bootstrap resamples of the steps
@@ -37,7 +37,7 @@ def drop_risk_95(steps: int) -> float | None:
     """1 - 0.05^(1/n): 95% upper bound on the per-step drop probability after n clean steps."""
     if steps <= 0:
         return None
-    return 1.0 - (1.0 - CONFIDENCE) ** (1.0 / steps)
+    return 1.0 - ALPHA ** (1.0 / steps)
 
 
 def _lmoment_gev(sorted_x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -107,8 +107,7 @@ class RiskModel:
         x = budget + 0.5
         value = float(_sf(np.array(self.c), np.array(self.loc), np.array(self.scale), x))
         boot = _sf(*self.boot, x)
-        alpha = (1.0 - CONFIDENCE) / 2
-        low, high = np.quantile(boot, [alpha, 1.0 - alpha])
+        low, high = np.quantile(boot, [ALPHA / 2, 1.0 - ALPHA / 2])
         return RiskEstimate(budget, value, float(low), float(high), self.steps)
 
 

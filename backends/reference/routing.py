@@ -58,11 +58,17 @@ def expert_popularity(seed: int, model: str, layer: int, experts: int, sigma: fl
 
 
 def route(seed: int, model: str, layer: int, iteration: int, rank: int, tokens: int,
-          experts: int, topk: int, sigma: float, router_dtype: str = "fp32") -> Routing:
-    """Each token picks `topk` distinct experts by Gumbel top-k over log popularity."""
+          experts: int, topk: int, sigma: float, router_dtype: str = "fp32",
+          popularity_seed: int | None = None) -> Routing:
+    """Each token picks `topk` distinct experts by Gumbel top-k over log popularity.
+
+    `seed` draws the tokens' choices; `popularity_seed` (default `seed`) the model's expert
+    popularity, so a held-out routing stream (another seed) keeps the same router.
+    """
     if not 0 < topk <= experts:
         raise ValueError(f"topk {topk} must be in 1..experts ({experts})")
-    logp = torch.log(expert_popularity(seed, model, layer, experts, sigma)).float()
+    pop_seed = seed if popularity_seed is None else popularity_seed
+    logp = torch.log(expert_popularity(pop_seed, model, layer, experts, sigma)).float()
     gen = torch.Generator().manual_seed(_seed("tok", seed, model, layer, iteration, rank))
     u = torch.rand(tokens, experts, generator=gen).clamp_(1e-12, 1.0 - 1e-7)
     scores = logp.unsqueeze(0) - torch.log(-torch.log(u))
