@@ -89,6 +89,10 @@ def test_select_for_risk_is_the_smallest_rung_meeting_the_target():
         assert sel.estimate.high <= target
         below = sel.budget - pad
         assert model.at(below).high > target            # one rung lower misses the target
+    # at slot resolution (pad 1) the bisection itself is exact: one slot less misses
+    for target in (0.3, 0.1, 0.05, 0.02, 0.01, 3e-3, 1e-3):
+        exact = select_for_risk(model, target, peak=2500, uniform_tokens=n, pad_multiple=1)
+        assert exact.estimate.high <= target < model.at(exact.budget - 1).high
     legacy = select_for_risk(model, 1e-3, peak=2500, uniform_tokens=65536, decimals=2)
     assert legacy.capacity.count(".") == 1 and len(legacy.capacity.split(".")[1]) == 2
     assert model.at(budget_tokens(step_up("1.00", 65536), 65536)).value < 1

@@ -96,9 +96,14 @@ def test_risk_columns_of_an_accepted_held_out_validation():
 
 def test_risk_columns_not_held_out_pool_only_the_measure_steps_and_state_no_bound():
     measured = steps(gev(12, 4))
-    cols = risk_columns(2560, 1234, False, measured, measured, accepted=True)
+    budget = int(np.median(measured.peaks))        # a budget where the fit says something
+    cols = risk_columns(budget, 1234, False, measured, measured, accepted=True)
     assert cols["drop_risk_95"] is None and cols["held_out"] is False
-    assert cols["predicted_drop_risk"] == fit_risk(measured.exact_peaks()).at(2560).value
+    alone = fit_risk(measured.exact_peaks()).at(budget)
+    twice = fit_risk(measured.exact_peaks() * 2).at(budget)
+    assert alone.high != twice.high                             # counting twice is visible
+    assert (cols["predicted_drop_risk"], cols["predicted_drop_risk_hi"]) == (alone.value,
+                                                                             alone.high)
 
 
 def test_risk_columns_without_acceptance_or_with_drops_state_no_risk():
