@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.capacity import budget_tokens, over_provision, round_up_to_grid
-from harness.droprisk import drop_risk_95, fit_risk, select_for_risk
 from harness.errors import BadInput
 from harness.steps import StepPeaks
 
@@ -83,6 +82,8 @@ def select_budget(target: str | float, peak: int, uniform_tokens: int, pad_multi
     A risk target that cannot be met from the fit (no fit, or unreachable) falls back to
     the peak rule, and the note says why.
     """
+    from harness.droprisk import fit_risk, select_for_risk   # numpy/scipy: only when used
+
     peak_cap = round_up_to_grid(peak, uniform_tokens, pad_multiple, decimals)
     note = "peak rule: smallest executable budget covering the measured peak"
     capacity = peak_cap
@@ -112,6 +113,8 @@ def risk_columns(budget: int, validate_seed: int, held_out: bool,
     and only the measure steps are used (no step counts twice), and no held-out bound is
     stated.
     """
+    from harness.droprisk import drop_risk_95, fit_risk
+
     cols: dict[str, Any] = {"validate_seed": validate_seed, "validate_steps": None,
                             "validate_peak": None, "headroom": None, "drop_risk_95": None,
                             "predicted_drop_risk": None, "predicted_drop_risk_hi": None,
