@@ -13,8 +13,9 @@ import click
 
 from harness import __version__
 from harness.errors import EpcapError
+from harness.vocab import Stage
 
-STAGES = ("preflight", "measure", "select", "validate", "time", "report")
+STAGES = Stage.values()
 
 
 def _call(target: str, /, **kwargs) -> None:
@@ -54,7 +55,7 @@ def run(runbook, results, launcher, dry_run, fresh, stages, until) -> None:
 
     RUNBOOK defaults to runbooks/local-cpu.yaml. Running the same command again resumes.
     """
-    _call("harness.campaign:cli_run", runbook=runbook, results=results, launcher=launcher,
+    _call("harness.campaign.cli:cli_run", runbook=runbook, results=results, launcher=launcher,
           dry_run=dry_run, fresh=fresh, stages=tuple(stages), until=until)
 
 
@@ -62,7 +63,7 @@ def run(runbook, results, launcher, dry_run, fresh, stages, until) -> None:
 @click.argument("results_dir", type=click.Path(file_okay=False))
 def status(results_dir) -> None:
     """Stage, cells done / left, failures by class and ETA of a campaign directory."""
-    _call("harness.campaign:cli_status", results_dir=results_dir)
+    _call("harness.campaign.cli:cli_status", results_dir=results_dir)
 
 
 @main.command()

@@ -21,12 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import BadInput
+from harness.vocab import BUG_CLASSES, FAILURE_CLASSES, PATTERN_CLASSES, LauncherState, Status
 
-CLASS_ORDER = ("assert", "badflag", "does_not_fit", "infra")
-STATUSES = ("does_not_fit", "assert", "badflag", "crash", "timeout", "infra")
-BUG_CLASSES = ("assert", "badflag")
-LAUNCHER_STATES = ("completed", "failed", "timeout", "oom", "node_fail", "cancelled")
-STATE_CLASSES = {"timeout": "timeout", "oom": "does_not_fit", "node_fail": "infra"}
+CLASS_ORDER = PATTERN_CLASSES
+STATUSES = FAILURE_CLASSES
+LAUNCHER_STATES = LauncherState.values()
+STATE_CLASSES = {LauncherState.TIMEOUT: Status.TIMEOUT, LauncherState.OOM: Status.DOES_NOT_FIT,
+                 LauncherState.NODE_FAIL: Status.INFRA}
 
 
 @dataclass(frozen=True)
@@ -102,19 +103,19 @@ def classify(exit_code: int | None, launcher_state: str, lines: Iterable[tuple],
         if found:
             reason += f"; the log also shows {found[0]} at {found[1]}:{found[2]}"
         return Outcome(STATE_CLASSES[launcher_state], reason=reason)
-    if launcher_state == "completed" and exit_code == 0 and rows > 0:
+    if launcher_state == LauncherState.COMPLETED and exit_code == 0 and rows > 0:
         return Outcome(None, reason=f"clean exit with {rows} telemetry rows")
     found = find_signature(lines, patterns)
     if found:
         cls_name, path, line_no, text = found
         return Outcome(cls_name, path, line_no, text,
                        reason=f"{cls_name} signature at {path}:{line_no}")
-    if launcher_state == "cancelled":
-        return Outcome("infra", reason=f"cancelled without a failure signature (exit {exit_code})")
-    if exit_code not in (0, None) or launcher_state == "failed":
-        return Outcome("crash", reason=f"exit {exit_code}, state {launcher_state}, no failure "
+    if launcher_state == LauncherState.CANCELLED:
+        return Outcome(Status.INFRA, reason=f"cancelled without a failure signature (exit {exit_code})")
+    if exit_code not in (0, None) or launcher_state == LauncherState.FAILED:
+        return Outcome(Status.CRASH, reason=f"exit {exit_code}, state {launcher_state}, no failure "
                                        f"signature ({rows} telemetry rows)")
-    return Outcome("crash", reason="exited cleanly but wrote no dispatch telemetry rows "
+    return Outcome(Status.CRASH, reason="exited cleanly but wrote no dispatch telemetry rows "
                                    "(setup_metadata rows alone are not telemetry)")
 
 

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends import load_backend
-from backends.base import DEFAULT_FAILURE_PATTERNS
+from harness.backend_api import DEFAULT_FAILURE_PATTERNS
 from harness.errors import BadInput
+from harness.registry import load_backend
 from harness.runbook import BackendConfig
 from harness.selection import requirement
 from harness.taxonomy import (
