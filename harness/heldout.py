@@ -82,7 +82,7 @@ def select_budget(target: str | float, peak: int, uniform_tokens: int, pad_multi
     A risk target that cannot be met from the fit (no fit, or unreachable) falls back to
     the peak rule, and the note says why.
     """
-    from harness.droprisk import fit_risk, select_for_risk   # numpy/scipy: only when used
+    from harness.droprisk import fit_risk, select_for_risk  # numpy/scipy: only when used
 
     peak_cap = round_up_to_grid(peak, uniform_tokens, pad_multiple, decimals)
     note = "peak rule: smallest executable budget covering the measured peak"

@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.droprisk import no_fit_reason, percent
+from harness.errors import BadInput
+from harness.heldout import TARGET_PEAK, parse_target, select_budget
 from harness.steps import StepPeaks, step_peaks
+from harness.vocab import Purpose, Status
 
 RISK_COLUMNS = ("validate_seed", "validate_steps", "validate_peak", "headroom",
                 "drop_risk_95", "predicted_drop_risk", "predicted_drop_risk_hi", "held_out")
-MEASURE, VALIDATE, OK = "measure", "validate", "ok"   # SPEC purposes/status as in the TSVs
 
 
 @dataclass(frozen=True)
@@ -40,22 +42,40 @@ def _float(text: str) -> float | None:
         return None
 
 
-def _runbook_warmup(results_dir: Path) -> int:
-    """measure.warmup of the frozen runbook.yaml (0 when absent)."""
+def _frozen_capacity(results_dir: Path) -> dict:
+    """The `capacity:` mapping of the frozen runbook.yaml ({} when absent or unreadable)."""
     path = results_dir / "runbook.yaml"
     if not path.is_file():
-        return 0
+        return {}
     import yaml
 
     try:
         book = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except (yaml.YAMLError, UnicodeDecodeError):
-        return 0
-    warmup = ((book.get("measure") or {}) if isinstance(book, dict) else {}).get("warmup", 0)
-    return warmup if isinstance(warmup, int) and warmup >= 0 else 0
+        return {}
+    capacity = book.get("capacity") if isinstance(book, dict) else None
+    return capacity if isinstance(capacity, dict) else {}
 
 
-def _cell_steps(results_dir: Path, cell_dir: str, warmup: int) -> StepPeaks | None:
+def target_note(results_dir: Path, row: dict, steps: PairSteps | None) -> str | None:
+    """With capacity.target {drop_risk: R}: how the pre-validation budget was chosen."""
+    capacity = _frozen_capacity(results_dir)
+    try:
+        target = parse_target(capacity.get("target"))
+    except BadInput:
+        return None
+    peak, n = _float(row.get("peak_actual_valid_recv", "")), _float(
+        row.get("uniform_tokens", ""))
+    if target == TARGET_PEAK or peak is None or n is None or steps is None:
+        return None
+    grid = str(capacity.get("grid", "exact"))
+    decimals = int(grid[9:]) if grid.startswith("decimals-") and grid[9:].isdigit() else None
+    pad = capacity.get("pad_multiple", 128)
+    return select_budget(target, int(peak), int(n), pad if isinstance(pad, int) else 128,
+                         decimals, steps.measure).note
+
+
+def _cell_steps(results_dir: Path, cell_dir: str) -> StepPeaks | None:
     """Per-step peaks of one cell's rank logs, or None when it has none."""
     if not cell_dir:
         return None
@@ -63,7 +83,7 @@ def _cell_steps(results_dir: Path, cell_dir: str, warmup: int) -> StepPeaks | No
     logs = sorted(root.glob("rank*.log")) or sorted(root.glob("*.log"))
     if not logs:
         return None
-    steps = step_peaks(logs, warmup=warmup)
+    steps = step_peaks(logs)         # every iteration is a step, as in the requirement
     return steps if steps.steps else None
 
 
@@ -77,17 +97,16 @@ def _last(rows: list[dict], model: str, backend: str, purpose: str,
 
 def pair_steps(results_dir: Path, selection: list[dict], attempts: list[dict]) -> dict:
     """model -> [PairSteps] for every selection row (measure: its last ok attempt)."""
-    warmup = _runbook_warmup(results_dir)
     out: dict[str, list[PairSteps]] = {}
     for row in selection:
         m, b = row["model"], row["backend"]
-        meas = _last(attempts, m, b, MEASURE, OK)
-        val = _last(attempts, m, b, VALIDATE)
+        meas = _last(attempts, m, b, Purpose.MEASURE, Status.OK)
+        val = _last(attempts, m, b, Purpose.VALIDATE)
         budget = _float(row.get("selected_budget_tokens", ""))
         out.setdefault(m, []).append(PairSteps(
             b, int(budget) if budget is not None else None, row.get("selected_capacity", ""),
-            _cell_steps(results_dir, meas["cell_dir"], warmup) if meas else None,
-            _cell_steps(results_dir, val["cell_dir"], warmup) if val else None))
+            _cell_steps(results_dir, meas["cell_dir"]) if meas else None,
+            _cell_steps(results_dir, val["cell_dir"]) if val else None))
     return out
 
 
@@ -146,6 +165,9 @@ def section_risk(results_dir: Path, out: Path, selection, attempts, figures: lis
         for row in (r for r in selection.rows if r["model"] == model):
             found = next((p for p in items if p.backend == row["backend"]), None)
             lines.append(f"- **{row['backend']}**: {risk_sentence(row, found)}.")
+            note = target_note(results_dir, row, found)
+            if note:
+                lines.append(f"  Budget before validation: {note}.")
         name = f"fig5_steps_{re.sub(r'[^A-Za-z0-9_.-]', '_', model)}.png"
         drawable = [p for p in items if p.measure or p.validate]
         if not drawable:

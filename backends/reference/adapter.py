@@ -86,6 +86,8 @@ class ReferenceBackend(Backend):
                 "--warmup", ph.warmup, "--iters", ph.iters, "--trials", ph.trials,
                 "--purpose", req.cell.purpose, "--seed", req.seed,
                 "--pad-multiple", req.pad_multiple, "--device", opt.device]
+        if req.model_seed is not None:        # held-out routing keeps the model's router
+            args += ["--model-seed", req.model_seed]
         if req.device_memory_bytes is not None:
             args += ["--device-memory-bytes", req.device_memory_bytes]
         for key, flag in (("trace", "--trace"), ("record_trace", "--record-trace"),

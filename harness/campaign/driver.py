@@ -179,7 +179,8 @@ class Campaign:
         eta = self.eta(left)
         self.log.append(Event.CELL_FINISH, **store.cell_fields(act.cell), status=out.status,
                         row=out.row, summary=summary, timing=out.timing,
-                        failure=out.failure, wall_s=result.wall_s, span_s=round(span, 3),
+                        failure=out.failure, wall_s=result.wall_s,
+                        steps=out.steps.to_dict() if out.steps is not None else None, span_s=round(span, 3),
                         runs_left=len(left), eta_s=None if eta is None else round(eta, 3),
                         stage=STAGE_OF_PURPOSE[act.cell.purpose])
         if act.cell.purpose != Purpose.CANARY:

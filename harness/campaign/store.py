@@ -36,6 +36,7 @@ from harness.results import (
     write_text_atomic,
 )
 from harness.runbook import Runbook
+from harness.steps import StepPeaks
 from harness.telemetry import LogSummary
 from harness.vocab import (
     BUG_CLASSES,
@@ -208,8 +209,9 @@ def outcome_of(ev: dict) -> Outcome:
     cell = Cell(ev["campaign"], ev["model"], ev["backend"], ev["purpose"], ev["capacity"],
                 int(ev["attempt"]))
     summary = LogSummary.from_dict(ev["summary"]) if ev.get("summary") else None
+    steps = StepPeaks.from_dict(ev["steps"]) if ev.get("steps") else None
     return Outcome(cell, ev["status"], summary, ev.get("timing"), ev.get("row") or {},
-                   ev.get("failure") or {})
+                   ev.get("failure") or {}, steps)
 
 
 def iterations_per_purpose(rb: Runbook) -> dict[str, int]:

@@ -54,7 +54,7 @@ def test_held_out_validation_saturates_steps_up_and_covers_the_held_out_peak(tmp
     measure = [r for r in attempts if r["purpose"] == "measure"]
     assert [r["peak_actual_valid_recv"] for r in measure] == ["2409"]
     # the rounded budget 2432 (1.1875) saturates on the held-out steps; one rung up holds
-    assert validate_rows(attempts) == [("1.1875", "drops", ""), ("1.25", "ok", "2446")]
+    assert validate_rows(attempts) == [("1.1875", "drops", "2432"), ("1.25", "ok", "2446")]
     assert row["validated"] == "true" and row["validate_attempts"] == "2"
     assert row["selected_capacity"] == "1.25" and row["selected_budget_tokens"] == "2560"
     assert row["held_out"] == "true" and row["validate_seed"] == "8"

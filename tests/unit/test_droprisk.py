@@ -58,7 +58,7 @@ def test_small_sample_interval_is_ordered_reproducible_and_monotone():
     assert fit_risk(peaks, seed=7).at(2460) != est
     # more budget, less risk
     values = [model.at(b) for b in range(2380, 2560, 20)]
-    assert all(a.value >= b.value and a.high >= b.high for a, b in zip(values, values[1:]))
+    assert all(a.value >= b.value and a.high >= b.high for a, b in zip(values, values[1:], strict=False))
 
 
 def test_coverage_of_the_interval_over_repeated_small_samples():
