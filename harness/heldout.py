@@ -126,12 +126,19 @@ def risk_columns(budget: int, validate_seed: int, held_out: bool,
     if not accepted or validate_steps is None or validate_steps.drops:
         return cols
     if held_out:
-        cols["drop_risk_95"] = drop_risk_95(validate_steps.steps)
+        cols["drop_risk_95"] = probability_text(drop_risk_95(validate_steps.steps))
     pool = list(measure_steps.exact_peaks()) if measure_steps is not None else []
     if held_out:
         pool += validate_steps.exact_peaks()
     model = fit_risk(pool)
     if not isinstance(model, str):
         est = model.at(budget)
-        cols.update(predicted_drop_risk=est.value, predicted_drop_risk_hi=est.high)
+        cols.update(predicted_drop_risk=probability_text(est.value),
+                    predicted_drop_risk_hi=probability_text(est.high))
     return cols
+
+
+def probability_text(p: float) -> str:
+    """A probability with 6 significant digits: small risks keep their value (2.1e-07)
+    instead of rounding to 0 at the TSV's 6 decimals."""
+    return f"{p:.6g}"

@@ -133,6 +133,9 @@ def _fit_words(row: dict, steps: PairSteps | None) -> str:
     value, high = _float(row.get("predicted_drop_risk", "")), _float(
         row.get("predicted_drop_risk_hi", ""))
     if value is not None and high is not None:
+        if value == 0:
+            return (f"the tail fit predicts 0%: the budget lies beyond the fitted tail's "
+                    f"upper end (≤ {percent(high)} at 95%)")
         return f"the tail fit predicts {percent(value)} (≤ {percent(high)})"
     reason = "the per-step peaks are not available"
     if steps is not None and steps.measure is not None:
@@ -197,7 +200,7 @@ def plot_steps(model: str, items: list[PairSteps], path: Path) -> None:
 
     from harness.figures import save_png
 
-    fig = Figure(figsize=(8.0, 1.2 + 1.6 * len(items)), layout="constrained")
+    fig = Figure(figsize=(10.0, 1.2 + 1.6 * len(items)), layout="constrained")
     axes = fig.subplots(len(items), 1, squeeze=False)[:, 0]
     for ax, p in zip(axes, items, strict=True):
         for y, (label, steps, color) in enumerate((("measure", p.measure, "#1f77b4"),
@@ -218,7 +221,7 @@ def plot_steps(model: str, items: list[PairSteps], path: Path) -> None:
         ax.set_yticks([0, 1], ["measure", "validate"], fontsize=8)
         ax.set_ylim(-0.6, 1.6)
         ax.set_title(p.backend, fontsize=9, loc="left")
-        ax.legend(fontsize=7, loc="upper left", framealpha=0.8)
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     axes[-1].set_xlabel("per-step peak demand (slots)", fontsize=8)
     fig.suptitle(f"{model}: per-step peaks (measure vs held-out validate) and the selected "
                  "budget", fontsize=10)

@@ -12,6 +12,7 @@ from harness.errors import BadInput
 from harness.heldout import (
     ValidateConfig,
     parse_target,
+    probability_text,
     resolve_validate,
     risk_columns,
     select_budget,
@@ -88,10 +89,11 @@ def test_risk_columns_of_an_accepted_held_out_validation():
     assert cols["validate_seed"] == 1235 and cols["held_out"] is True
     assert cols["validate_steps"] == 7 and cols["validate_peak"] == max(validated.peaks)
     assert cols["headroom"] == budget / max(validated.peaks)
-    assert cols["drop_risk_95"] == 1 - 0.05 ** (1 / 7)
+    assert cols["drop_risk_95"] == f"{1 - 0.05 ** (1 / 7):.6g}" == "0.348164"
     pooled = fit_risk(measured.exact_peaks() + validated.exact_peaks()).at(budget)
-    assert cols["predicted_drop_risk"] == pooled.value
-    assert cols["predicted_drop_risk_hi"] == pooled.high
+    assert cols["predicted_drop_risk"] == f"{pooled.value:.6g}"
+    assert cols["predicted_drop_risk_hi"] == f"{pooled.high:.6g}"
+    assert probability_text(2.1e-07) == "2.1e-07" and probability_text(0.0) == "0"
 
 
 def test_risk_columns_not_held_out_pool_only_the_measure_steps_and_state_no_bound():
@@ -102,8 +104,8 @@ def test_risk_columns_not_held_out_pool_only_the_measure_steps_and_state_no_boun
     alone = fit_risk(measured.exact_peaks()).at(budget)
     twice = fit_risk(measured.exact_peaks() * 2).at(budget)
     assert alone.high != twice.high                             # counting twice is visible
-    assert (cols["predicted_drop_risk"], cols["predicted_drop_risk_hi"]) == (alone.value,
-                                                                             alone.high)
+    assert (cols["predicted_drop_risk"], cols["predicted_drop_risk_hi"]) == (
+        f"{alone.value:.6g}", f"{alone.high:.6g}")
 
 
 def test_risk_columns_without_acceptance_or_with_drops_state_no_risk():
@@ -114,7 +116,7 @@ def test_risk_columns_without_acceptance_or_with_drops_state_no_risk():
         assert cols["drop_risk_95"] is None and cols["predicted_drop_risk"] is None
         assert cols["validate_steps"] == 7
     few = risk_columns(2560, 1235, True, steps([2400, 2401]), steps([2402, 2403]), True)
-    assert few["drop_risk_95"] == pytest.approx(1 - 0.05 ** 0.5)
+    assert float(few["drop_risk_95"]) == pytest.approx(1 - 0.05 ** 0.5)
     assert few["predicted_drop_risk"] is None                        # 4 steps: no fit
     assert risk_columns(2560, 1235, True, None, None, True)["validate_steps"] is None
     assert budget_tokens("1.25", N) == 2560
