@@ -13,7 +13,7 @@ import click
 
 from harness import __version__
 from harness.errors import EpcapError
-from harness.vocab import Stage
+from harness.vocab import LauncherState, Stage
 
 STAGES = Stage.values()
 
@@ -121,6 +121,22 @@ def report(results_dir, out) -> None:
 def publish(results_dir, repo, dry_run) -> None:
     """Audit, then upload a VALID campaign to a HuggingFace dataset under a new path."""
     _call("harness.publish:cli_publish", results_dir=results_dir, repo=repo, dry_run=dry_run)
+
+
+@main.command()
+@click.argument("cell_dirs", nargs=-1, required=True, type=click.Path())
+@click.option("--runbook", type=click.Path(dir_okay=False),
+              help="Take the backend's failure patterns from this runbook.")
+@click.option("--backend", help="Backend name (default: cell.json's cell.backend).")
+@click.option("--exit-code", "exit_code", type=int,
+              help="Exit code of the run (default: cell.json's launcher.exit_code).")
+@click.option("--state", type=click.Choice(LauncherState.values()),
+              help="Launcher state of the run (default: cell.json's launcher.state).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def classify(cell_dirs, runbook, backend, exit_code, state, as_json) -> None:
+    """Re-classify finished runs: class, deciding line, first failed rank, survived warnings."""
+    _call("harness.classify:cli_classify", cell_dirs=tuple(cell_dirs), runbook=runbook,
+          backend=backend, exit_code=exit_code, state=state, as_json=as_json)
 
 
 @main.command()

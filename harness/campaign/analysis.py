@@ -1,8 +1,11 @@
 """One finished run: telemetry summary + failure taxonomy + timing line -> its Outcome.
 
-The status of a run (docs/spec.md: pipeline): a taxonomy class when the run failed; else
-`lower_bound` (a measure run with saturated rows), `drops` (any other run with saturated
-rows) or `ok`; a timed run without its [EPCAP_TIMING] line is a `crash`.
+The status of a run (docs/spec.md: pipeline; harness.taxonomy.judge_run, the code `epcap
+classify` runs too): a taxonomy class when the run failed; else `lower_bound` (a measure run
+with saturated rows or an overflow report), `drops` (any other run with saturated rows or an
+overflow report, docs/taxonomy.md) or `ok`; a timed run without its [EPCAP_TIMING] line is a
+`crash`. The failure dict (cell.json, events) carries the deciding line, the first failed
+rank, the survived warnings and any stated receive demand.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from harness.campaign.decisions import Outcome
 from harness.launch.base import JobResult
 from harness.plan import Cell
 from harness.steps import step_peaks
-from harness.taxonomy import classify_logs, iter_log_lines
+from harness.taxonomy import iter_log_lines, judge_run
 from harness.telemetry import LogSummary, summarize
 from harness.vocab import FAILURE_CLASSES, TIMED_OK, Purpose, Status
 
@@ -36,16 +39,12 @@ def analyse(req: RunRequest, backend: Backend, result: JobResult, cell_dir: Path
             if Path(p).is_file()]
     summary = summarize(logs, tags=backend.telemetry_tags(),
                         **backend.expected_log_shape(req)) if logs else None
-    rows = summary.rows if summary else 0
-    verdict = classify_logs(result.exit_code, result.state, logs, backend.failure_patterns(),
-                            rows)
-    failure = verdict.to_dict()
+    verdict = judge_run(result.exit_code, result.state, logs, backend.failure_patterns(),
+                        purpose=cell.purpose, library=getattr(backend, "library", None),
+                        summary=summary)
+    failure = verdict.outcome.to_dict()
     status = verdict.status
     timing = None
-    if status is None:
-        saturated = summary.saturated_rows > 0
-        status = ((Status.LOWER_BOUND if cell.purpose == Purpose.MEASURE else Status.DROPS)
-                  if saturated else Status.OK)
     if cell.purpose == Purpose.TIME and status in TIMED_OK:
         timing = backend.parse_timing(t for _, _, t in iter_log_lines(logs))
         if timing is None:
@@ -55,7 +54,8 @@ def analyse(req: RunRequest, backend: Backend, result: JobResult, cell_dir: Path
     row = attempt_row(cell, n, backend.implementation(timing), result, summary, status,
                       failure, started_utc)
     steps = None                     # every iteration is a step, as in the requirement
-    if rows and cell.purpose in STEP_PURPOSES and status not in FAILURE_CLASSES:
+    if summary is not None and summary.rows and cell.purpose in STEP_PURPOSES \
+            and status not in FAILURE_CLASSES:
         steps = step_peaks(logs, tags=backend.telemetry_tags())
     return Outcome(cell, status, summary, timing, row, failure, steps)
 

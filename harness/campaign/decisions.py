@@ -106,10 +106,20 @@ def measure_step(ctx: Context, model: str, backend: str, state: dict
         out = yield Request(model, backend, Purpose.MEASURE, capacity)
         if out.status != Status.LOWER_BOUND or tries == rb.capacity.max_remeasure:
             break
-        peak = selection.requirement(out.summary).peak
-        capacity = selection.remeasure_capacity(capacity, n, pad, peak)
+        capacity = selection.remeasure_capacity(capacity, n, pad, lower_bound_peak(out))
     state.update(outcome=out, capacity=capacity)
     return True
+
+
+def lower_bound_peak(out: Outcome) -> int:
+    """What a lower-bound measure saw: its telemetry peak, or the receive demand an overflow
+    report stated when larger (docs/taxonomy.md); 0 when neither exists."""
+    stated = (out.failure or {}).get("stated_demand") or 0
+    try:
+        peak = selection.requirement(out.summary).peak if out.summary is not None else 0
+    except BadInput:                 # no telemetry rows: the overflow report is all there is
+        peak = 0
+    return max(peak, stated)
 
 
 def select_step(ctx: Context, model: str, backend: str, state: dict
