@@ -120,3 +120,39 @@ def test_risk_columns_without_acceptance_or_with_drops_state_no_risk():
     assert few["predicted_drop_risk"] is None                        # 4 steps: no fit
     assert risk_columns(2560, 1235, True, None, None, True)["validate_steps"] is None
     assert budget_tokens("1.25", N) == 2560
+
+
+def test_select_stage_uses_the_runbook_target():
+    """capacity.target {drop_risk: R} reaches the campaign's select stage; peak is today's."""
+    import dataclasses
+    from pathlib import Path
+
+    from harness.campaign.decisions import Context, Outcome, select_step
+    from harness.plan import Cell
+    from harness.runbook import load_runbook
+    from harness.telemetry import LogSummary
+
+    base = load_runbook(Path(__file__).resolve().parents[2] / "runbooks" / "local-cpu.yaml")
+    measured = steps(gev(40, 21))
+    peak = max(measured.peaks)
+    summary = LogSummary(rows=40, expected_recv=N, peak_actual_valid_recv=peak,
+                         required_capacity=peak / N, lower_bound=False)
+
+    def selected(target) -> dict:
+        rb = dataclasses.replace(base, capacity=dataclasses.replace(base.capacity,
+                                                                    target=target))
+        ctx = Context(rb, (), None)
+        cell = Cell(rb.campaign, "QWEN3_30B", "echo", "measure", "2.00")
+        state = {"outcome": Outcome(cell, "ok", summary, None, {}, {}, measured),
+                 "capacity": "2.00"}
+        gen = select_step(ctx, "QWEN3_30B", "echo", state)
+        try:
+            next(gen)
+        except StopIteration:
+            pass
+        return state["row"]
+
+    assert selected("peak")["selected_budget_tokens"] == -(-peak // PAD) * PAD
+    tight = selected(1e-6)["selected_budget_tokens"]
+    assert tight > -(-peak // PAD) * PAD
+    assert tight == select_budget(1e-6, peak, N, PAD, None, measured).budget
