@@ -35,3 +35,9 @@ def test_no_fit_gives_the_reason_from_the_steps():
 
 def test_unvalidated_selection_has_no_risk_figures():
     assert "not validated" in risk_sentence({**ROW, "validated": "false"}, None)
+
+
+def test_no_fit_reason_of_a_rerun_counts_the_measure_steps_once():
+    row = {**ROW, "predicted_drop_risk": "", "predicted_drop_risk_hi": "", "held_out": "false"}
+    rerun = PairSteps("echo", 2560, "1.25", steps(range(2400, 2407)), steps(range(2400, 2407)))
+    assert "no tail fit (7 steps: a tail fit needs at least 10" in risk_sentence(row, rerun)
