@@ -411,6 +411,9 @@ def section_audit(ctx: Context) -> list[str]:
     summary = getattr(result, "summary", None) or {}
     if rows:
         out += [md_table(["upload", "verdict", "reasons", "ignored cells"], rows), ""]
+    said = [f"- {w}" for up in getattr(result, "uploads", []) or []
+            for w in [*(_field(up, "why") or []), *(f"note: {n}" for n in _field(up, "notes") or [])]]
+    out += said + ([""] if said else [])
     out += ["Summary: " + (", ".join(f"{k} {v}" for k, v in summary.items()) or "none"), ""]
     return out
 

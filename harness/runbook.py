@@ -63,7 +63,7 @@ class Shape:
 @dataclass(frozen=True)
 class BackendConfig:
     name: str                       # as written in TSVs, e.g. echo, ultraep, moonep
-    kind: str                       # reference | cluster
+    kind: str                       # reference | cluster | megatron-core
     module: str                     # reference: personality; cluster: adapter module in backends/
     select: bool = True             # measured/validated; its selection feeds the timing capacity
     time: bool = True               # timed at the common capacity
@@ -380,7 +380,7 @@ def _backends(doc: _Doc, data: dict) -> tuple[BackendConfig, ...]:
         fields = _fields_from(doc, BackendConfig, entry, where)
         _require(doc, entry, ("name", "kind"), where)
         if fields["kind"] not in BACKEND_KINDS:
-            raise doc.error(where + ("kind",), "must be reference or cluster")
+            raise doc.error(where + ("kind",), "must be reference or cluster or megatron-core")
         fields.setdefault("module", fields["name"])
         fields["options"] = _backend_options(doc, entry, fields, where)
         if any(b.name.lower() == fields["name"].lower() for b in out):

