@@ -156,3 +156,24 @@ def test_select_stage_uses_the_runbook_target():
     tight = selected(1e-6)["selected_budget_tokens"]
     assert tight > -(-peak // PAD) * PAD
     assert tight == select_budget(1e-6, peak, N, PAD, None, measured).budget
+
+
+def test_held_out_routing_needs_another_seed_and_no_trace_replay():
+    import dataclasses
+    from pathlib import Path
+
+    from harness.campaign.decisions import held_out_routing
+    from harness.heldout import resolve_validate
+    from harness.runbook import load_runbook
+
+    rb = load_runbook(Path(__file__).resolve().parents[2] / "runbooks" / "local-cpu.yaml")
+    assert held_out_routing(rb, "echo")
+    same = dataclasses.replace(rb, validate_config=resolve_validate({"seed": rb.seed}, rb.seed,
+                                                                    rb.measure.iters))
+    assert not held_out_routing(same, "echo")
+    echo = rb.backend("echo")
+    traced = dataclasses.replace(echo, options=dataclasses.replace(echo.options,
+                                                                   trace="routing.jsonl"))
+    replay = dataclasses.replace(rb, backends=tuple(traced if b.name == "echo" else b
+                                                    for b in rb.backends))
+    assert not held_out_routing(replay, "echo") and held_out_routing(replay, "ultraep")
