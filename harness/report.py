@@ -18,6 +18,7 @@ from pathlib import Path
 from harness.errors import BadInput
 from harness.plan import Cell, parse_cell_name
 from harness.provenance import read_provenance_lines
+from harness.report_balance import balance_lines
 from harness.results import (
     ATTEMPTS_TSV,
     DEFAULT_PAD_MULTIPLE,
@@ -642,7 +643,7 @@ def _render(results_dir: Path, out: Path) -> Context:
             f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} · numbers in tables are "
             "the TSV strings unchanged unless a column says derived.", ""]
     body += _impl_note(ctx) + [""]
-    body += section_overview(ctx) + section_selection(ctx)
+    body += section_overview(ctx) + section_selection(ctx) + balance_lines(results_dir)
     from harness.report_risk import section_risk  # numpy/scipy only when a report is built
 
     body += section_risk(results_dir, out, ctx.selection, ctx.attempts, ctx.figures,

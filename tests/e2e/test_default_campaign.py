@@ -160,3 +160,23 @@ def test_default_campaign_audits_valid_within_two_seconds(default_run):
     (upload,) = result.uploads
     assert (upload.verdict, upload.why) == ("VALID", [])
     assert elapsed < 2 * 3                   # 2 s on a quiet machine; 2 shared cores here
+
+
+@pytest.mark.slow
+def test_default_campaign_shows_each_library_rebalancing(default_run):
+    """Issue 14: measured requirement ultraep < echo < raw for every model, and the report
+    shows raw (pre-balance) and rebalanced demand side by side."""
+    from harness.report_balance import balance_rows
+    from harness.results import read_rows
+
+    sel = {(r["model"], r["backend"]): float(r["required_capacity"])
+           for r in read_rows(default_run / "capacity_selection.tsv")}
+    raw = {(r["model"], r["backend"]): float(r["raw_required"])
+           for r in balance_rows(default_run)}
+    models = {m for m, _ in sel}
+    assert len(models) == 4
+    for m in models:
+        assert sel[(m, "ultraep")] < sel[(m, "echo")] < raw[(m, "echo")], m
+        assert raw[(m, "echo")] == raw[(m, "ultraep")]             # the same routing
+    report = (default_run / "report" / "report.md").read_text(encoding="utf-8")
+    assert "## Load before and after rebalancing" in report
