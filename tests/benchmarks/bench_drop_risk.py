@@ -3,8 +3,8 @@
 For the four zoo models at the default campaign's scaled shape (runbooks/local-cpu.yaml:
 seq 256, ep 4, its layer counts, the zoo's experts, top-k and routing sigma), the per-step
 peak is the largest raw receive demand over the step's MoE layers and EP ranks, recounted
-from `backends.reference.routing.route` (contiguous placement, no rebalancing, no
-dispatch). One routing stream (seed SEED) per model: steps 0..W*FIT-1 are W independent
+from the reference routing's slot counts (`backends.reference.workloads.layer_counts`, what
+`routing.route` lays out as ids; contiguous placement, no rebalancing, no dispatch). One routing stream (seed SEED) per model: steps 0..W*FIT-1 are W independent
 fitting windows of FIT steps each (a campaign's measure and validate steps); the next FRESH
 steps are fresh steps, seen by no fit.
 
@@ -18,7 +18,7 @@ judge an 80% coverage; W = 5 gives 60.
 
 Targets (exit 1 when missed): observed frequency inside the predicted 95% interval in at
 least 80% of the cases; observed frequency above drop_risk_95 in at most 5% of the cases
-where drop_risk_95 applies. Wall time about 90 s with 2 jobs (routing dominates).
+where drop_risk_95 applies.
 
     python tests/benchmarks/bench_drop_risk.py [--fresh 5000] [--fit 65] [--windows 5] [--seed 1234] [--jobs 2]
 """
@@ -40,8 +40,12 @@ ABOVE_RULE_TARGET = 0.05
 
 
 def step_peaks(model, shape, seed: int, first: int, count: int) -> list[int]:
-    """Raw per-step peak demand (max over MoE layers and ranks) of steps first..first+count-1."""
-    from backends.reference.routing import demand_per_rank, route
+    """Raw per-step peak demand (max over MoE layers and ranks) of steps first..first+count-1.
+
+    The counts are the reference routing's own (workloads.layer_counts: the slot counts that
+    routing.route lays out as ids, without building the ids); contiguous placement.
+    """
+    from backends.reference.workloads import layer_counts
 
     tokens, ep = shape.seq * shape.micro_batch, shape.ep
     layers = range(model.first_dense_layers, model.layers)
@@ -49,9 +53,10 @@ def step_peaks(model, shape, seed: int, first: int, count: int) -> list[int]:
     for it in range(first, first + count):
         peak = 0
         for layer in layers:
-            ids = [route(seed, model.name, layer, it, rank, tokens, model.experts, model.topk,
-                         model.routing_sigma).ids for rank in range(ep)]
-            peak = max(peak, int(demand_per_rank(ids, model.experts, ep).max()))
+            counts = layer_counts(None, seed, model.name, layer, it, ep, tokens, model.experts,
+                                  model.topk, model.routing_sigma)
+            demand = counts.sum(axis=0).reshape(ep, -1).sum(axis=1)
+            peak = max(peak, int(demand.max()))
         peaks.append(peak)
     return peaks
 
