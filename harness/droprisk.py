@@ -117,8 +117,8 @@ def no_fit_reason(peaks: Sequence[int]) -> str | None:
     if n < MIN_FIT_STEPS:
         return f"{n} steps: a tail fit needs at least {MIN_FIT_STEPS} (run more iterations)"
     if distinct == 1:
-        return (f"every step peaked at exactly {peaks[0]} slots (a balanced backend): "
-                "no tail to fit")
+        return (f"every step peaked at exactly {peaks[0]} slots (a balanced or rebalancing "
+                "backend): no tail to fit")
     if distinct < MIN_DISTINCT_PEAKS:
         return f"only {distinct} distinct step peaks in {n} steps: no tail to fit"
     return None

@@ -130,19 +130,28 @@ def test_default_campaign_validates_on_held_out_routing_with_its_risk(default_ru
         assert _argv_seed(cell, "--model-seed") == measure_seed[(r["model"], r["backend"])]
     rows = read_rows(default_run / "capacity_selection.tsv")
     assert rows
+    report = (default_run / "report" / "report.md").read_text(encoding="utf-8")
+    fitted = 0
     for row in rows:
         for col in ("validate_seed", "validate_steps", "validate_peak", "headroom",
-                    "drop_risk_95", "predicted_drop_risk", "predicted_drop_risk_hi",
-                    "held_out"):
+                    "drop_risk_95", "held_out"):
             assert row[col] != "", (row["model"], row["backend"], col)
         n = int(row["validate_steps"])
         assert float(row["drop_risk_95"]) == pytest.approx(1 - 0.05 ** (1 / n), rel=1e-5)
         assert row["held_out"] == "true" and row["validate_seed"] == "1235"
         assert float(row["headroom"]) == pytest.approx(
             int(row["selected_budget_tokens"]) / int(row["validate_peak"]), rel=1e-5)
-        assert 0 <= float(row["predicted_drop_risk"]) <= float(row["predicted_drop_risk_hi"]) <= 1
+        # the tail fit: both figures, or neither and the report says why (a rebalancing
+        # backend's peaks can be constant: no tail to fit, never a made-up number)
+        pair = (row["predicted_drop_risk"], row["predicted_drop_risk_hi"])
+        if pair == ("", ""):
+            assert f"**{row['backend']}**: at {row['selected_capacity']}" in report
+            assert "no tail fit (" in report
+            continue
+        fitted += 1
+        assert 0 <= float(pair[0]) <= float(pair[1]) <= 1
+    assert fitted >= 4                                 # echo's imbalanced peaks have a tail
     # the report states the risk in words and draws the per-step peaks
-    report = (default_run / "report" / "report.md").read_text(encoding="utf-8")
     assert "## Held-out validation and drop risk" in report
     assert "no drop in 7 held-out steps: per-step drop probability below 34.8% at 95%" in report
     assert "fig5_steps_QWEN3_30B.png" in report
