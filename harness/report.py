@@ -649,6 +649,8 @@ def _render(results_dir: Path, out: Path) -> Context:
     body += section_risk(results_dir, out, ctx.selection, ctx.attempts, ctx.figures,
                          ctx.missing)
     body += section_demand(ctx, demand_note, demand_figs)
+    from harness.forecast_report import report_section
+    body += report_section(ctx)
     body += section_timing(ctx) + section_dnf(ctx) + section_failures(ctx)
     body += section_audit(ctx) + section_provenance(ctx) + section_campaign(ctx)
     if ctx.unavailable:

@@ -9,11 +9,12 @@ from pathlib import Path
 
 from harness.backend_api import Backend, LaunchSpec, NoOptions, OptionError, RunRequest
 from harness.errors import BadInput
-from harness.vocab import Impl, run_iterations
+from harness.vocab import Impl, Purpose, run_iterations
 
 from .memory import memory_options
 from .personalities import LIBRARIES
 from .planners import PERSONALITIES, planner_options
+from .trace_io import ROUTING_TRACE
 from .workloads import workload_spec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -29,7 +30,9 @@ class ReferenceOptions(NoOptions):
     launch: str = "per-rank"            # per-rank: ep tasks; single: one task forks the ranks
     device: str = "auto"                # auto | cpu | cuda
     trace: str | None = None            # replay this routing trace
-    record_trace: str | None = None     # write the routing used to this file
+    record_trace: str | None = None     # write the routing used (ids and weights) here
+    record_trace_format: str = "epcap"  # epcap (one file) | megatron (a directory)
+    record_routing: bool = True         # a measure cell records CELL/routing_trace.jsonl
     pg_timeout_s: int | None = None
     threads: int = 1                    # OMP_NUM_THREADS of each rank
     gpus_per_node: int = 0
@@ -57,6 +60,9 @@ class ReferenceOptions(NoOptions):
         if self.launch not in LAUNCH_MODES:
             raise OptionError("launch", f"options.launch {self.launch!r} is not per-rank or "
                                         "single")
+        if self.record_trace_format not in ("epcap", "megatron"):
+            raise OptionError("record_trace_format", f"options.record_trace_format "
+                              f"{self.record_trace_format!r} is not epcap or megatron")
         if self.device not in ("auto", "cpu", "cuda"):
             raise OptionError("device", f"options.device {self.device!r} is not auto, cpu or "
                                         "cuda")
@@ -65,7 +71,9 @@ class ReferenceOptions(NoOptions):
 class ReferenceBackend(Backend):
     """Builds the worker argv.
 
-    Options (runbook `options:`): device (auto|cpu|cuda), trace, record_trace, pg_timeout_s,
+    Options (runbook `options:`): device (auto|cpu|cuda), trace, record_trace,
+    record_trace_format (epcap|megatron), record_routing (default true: a measure cell
+    records its routing to CELL/routing_trace.jsonl for `epcap forecast`), pg_timeout_s,
     threads, gpus_per_node, planner, memory, routing, and launch: `per-rank` (default: the launcher starts ep tasks,
     one per rank) or `single` (one task that starts the ep ranks itself; on CPU it forks them
     after one torch import, about 1.5 s of CPU saved per rank).
@@ -136,9 +144,13 @@ class ReferenceBackend(Backend):
                 "--pad-multiple", req.pad_multiple, "--device", opt.device]
         if req.model_seed is not None:        # held-out routing keeps the model's router
             args += ["--model-seed", req.model_seed]
+        if req.cell.purpose == Purpose.MEASURE and opt.record_routing and \
+                opt.record_trace is None:           # for the report's forecast section
+            args += ["--record-trace", str(Path(req.cell_dir).resolve() / ROUTING_TRACE)]
         if req.device_memory_bytes is not None:
             args += ["--device-memory-bytes", req.device_memory_bytes]
         for key, flag in (("trace", "--trace"), ("record_trace", "--record-trace"),
+                          ("record_trace_format", "--record-trace-format"),
                           ("pg_timeout_s", "--pg-timeout-s")):
             if getattr(opt, key) is not None:
                 args += [flag, getattr(opt, key)]

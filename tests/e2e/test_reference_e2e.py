@@ -178,9 +178,10 @@ def test_too_small_device_memory_is_an_out_of_memory_failure(tmp_path):
 def test_bad_trace_is_bad_input(tmp_path):
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"format": "epcap-routing-trace", "version": 1, "experts": 16, '
-                     '"topk": 4, "tokens": 32}\n')
+                     '"topk": 3, "tokens": 32}\n{"iter": 0, "layer": 1, "rank": 0, '
+                     '"topk_ids": [[0, 1, 2]]}\n')
     rc, text = standalone(tmp_path, [*flags(1, "2.00"), "--trace", str(trace)])
-    assert rc == 2 and f"{trace}:1: tokens: trace has 32, this run needs 64" in text
+    assert rc == 2 and f"{trace}:2: topk_ids: 1 rows, expected 32" in text
 
 
 def test_timing_line(tmp_path):

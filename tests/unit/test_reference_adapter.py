@@ -84,6 +84,18 @@ def test_bad_flag_exits_2_before_torch_loads():
     assert proc.returncode == 2 and "divisible" in proc.stderr
 
 
+def test_measure_cells_record_their_routing_for_the_forecast():
+    cfg = BackendConfig("echo", "reference", "echo")
+    argv = load_backend(cfg).command(_req()).argv
+    assert argv[argv.index("--record-trace") + 1] == str(Path("/tmp/cell/routing_trace.jsonl"))
+    assert "--record-trace" not in load_backend(cfg).command(_req("validate")).argv
+    off = BackendConfig("echo", "reference", "echo", options={"record_routing": False})
+    assert "--record-trace" not in load_backend(off).command(_req()).argv
+    mine = BackendConfig("echo", "reference", "echo", options={"record_trace": "/x.jsonl"})
+    argv = load_backend(mine).command(_req()).argv
+    assert argv.count("--record-trace") == 1 and "/x.jsonl" in argv
+
+
 def test_planner_memory_and_routing_options_reach_the_worker():
     cfg = BackendConfig("echo", "reference", "echo",
                         options={"planner": {"threshold_multiplier": 0.1},
