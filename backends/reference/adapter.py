@@ -17,17 +17,19 @@ from .planners import PERSONALITIES, planner_options
 from .trace_io import ROUTING_TRACE
 from .workloads import workload_spec
 
+PREFORK_ENV = "EPCAP_PREFORK"     # = harness.launch.forkserver.PREFORK_ENV (tested equal)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-LAUNCH_MODES = ("per-rank", "single")
+LAUNCH_MODES = ("per-rank", "single", "forked")
 
 
 @dataclass(frozen=True)
 class ReferenceOptions(NoOptions):
     """Runbook `options:` of a reference backend (docs/reference-backend.md)."""
 
-    launch: str = "per-rank"            # per-rank: ep tasks; single: one task forks the ranks
+    launch: str = "per-rank"            # per-rank: ep tasks; single: one task forks the ranks;
+    #                                     forked: single, forked from the launcher's fork server
     device: str = "auto"                # auto | cpu | cuda
     trace: str | None = None            # replay this routing trace
     record_trace: str | None = None     # write the routing used (ids and weights) here
@@ -36,6 +38,7 @@ class ReferenceOptions(NoOptions):
     pg_timeout_s: int | None = None
     threads: int = 1                    # OMP_NUM_THREADS of each rank
     gpus_per_node: int = 0
+    extra_dispatch_passes: int = 0      # timing tests only: a measurably slower arm (0 = off)
     planner: dict | None = None         # the personality's planner options (planners.py)
     memory: dict | None = None          # memory-model options (memory.py)
     routing: dict | None = None         # a named workload (workloads.py); a model's wins
@@ -58,8 +61,11 @@ class ReferenceOptions(NoOptions):
                 raise OptionError("planner", f"options.planner fits no personality: "
                                              f"{'; '.join(errors)}")
         if self.launch not in LAUNCH_MODES:
-            raise OptionError("launch", f"options.launch {self.launch!r} is not per-rank or "
-                                        "single")
+            raise OptionError("launch", f"options.launch {self.launch!r} is not per-rank, "
+                                        "single or forked")
+        if self.extra_dispatch_passes < 0:
+            raise OptionError("extra_dispatch_passes", "options.extra_dispatch_passes must be "
+                                                       ">= 0")
         if self.record_trace_format not in ("epcap", "megatron"):
             raise OptionError("record_trace_format", f"options.record_trace_format "
                               f"{self.record_trace_format!r} is not epcap or megatron")
@@ -74,9 +80,11 @@ class ReferenceBackend(Backend):
     Options (runbook `options:`): device (auto|cpu|cuda), trace, record_trace,
     record_trace_format (epcap|megatron), record_routing (default true: a measure cell
     records its routing to CELL/routing_trace.jsonl for `epcap forecast`), pg_timeout_s,
-    threads, gpus_per_node, planner, memory, routing, and launch: `per-rank` (default: the launcher starts ep tasks,
-    one per rank) or `single` (one task that starts the ep ranks itself; on CPU it forks them
-    after one torch import, about 1.5 s of CPU saved per rank).
+    threads, gpus_per_node, planner, memory, routing, extra_dispatch_passes (timing tests: a
+    slower arm), and launch: `per-rank` (default: the launcher starts ep tasks, one per rank),
+    `single` (one task that starts the ep ranks itself; on CPU it forks them after one torch
+    import, about 1.5 s of CPU saved per rank) or `forked` (as single, and the local launcher
+    forks that task from a server that imported torch once per campaign).
     """
 
     options_type = ReferenceOptions
@@ -99,11 +107,12 @@ class ReferenceBackend(Backend):
         self.check_model_routing(req)
         launch = self.options.launch
         argv = [sys.executable, "-m", "backends.reference", *self.args(req)]
-        if launch == "single":
+        if launch != "per-rank":
             argv += ["--ranks", str(req.shape.ep)]
-        return LaunchSpec(argv=argv,
-                          env={"OMP_NUM_THREADS": str(self.options.threads),
-                               "PYTHONUNBUFFERED": "1"},
+        env = {"OMP_NUM_THREADS": str(self.options.threads), "PYTHONUNBUFFERED": "1"}
+        if launch == "forked":
+            env[PREFORK_ENV] = "backends.reference.worker"
+        return LaunchSpec(argv=argv, env=env,
                           ntasks=req.shape.ep if launch == "per-rank" else 1, nodes=1,
                           gpus_per_node=int(self.options.gpus_per_node),
                           cwd=str(REPO_ROOT))
@@ -159,4 +168,6 @@ class ReferenceBackend(Backend):
                             (routing, "--routing")):
             if value:
                 args += [flag, json.dumps(dict(value), sort_keys=True)]
+        if opt.extra_dispatch_passes:
+            args += ["--extra-dispatch-passes", opt.extra_dispatch_passes]
         return [str(a) for a in args] + list(self.config.flags)

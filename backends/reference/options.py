@@ -97,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--combine-digest", action="store_true",
                    help="print a sha256 of every combine result ([EPCAP_COMBINE] lines)")
     s.add_argument("--pg-timeout-s", type=_positive, default=300)
+    s.add_argument("--extra-dispatch-passes", type=_non_negative, default=0,
+                   help="timing tests only: run the dispatch exchange this many extra times "
+                        "per timed dispatch (discarded), making it measurably slower; 0 = off")
     s.add_argument("--ranks", type=_positive, default=None,
                    help="standalone: spawn this many local ranks (default: --ep)")
     s.add_argument("--spawn", choices=("auto", "fork", "exec"), default="auto",

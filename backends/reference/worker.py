@@ -127,6 +127,8 @@ class RankRun:
         if timed:
             dist.barrier()
         t0 = self.sw.start()
+        for _ in range(a.extra_dispatch_passes if timed else 0):
+            self.extra_dispatch(x, ids)
         if self.p.rebalances:
             plan = plan_rebalanced(ids, a.experts, a.ep, self.rank, self.budget,
                                    a.personality, a.planner_options)
@@ -149,6 +151,17 @@ class RankRun:
             say(f"[EPCAP_COMBINE] iter={it} layer={layer} rank={self.rank} sha256={digest}")
         self.report(it, layer, plan, d)
         return self.sw.ms(h_disp), self.sw.ms(h_comb)
+
+    def extra_dispatch(self, x: torch.Tensor, ids: torch.Tensor) -> None:
+        """One discarded dispatch (--extra-dispatch-passes): a measurably slower arm for tests."""
+        a = self.a
+        if self.p.rebalances:
+            plan = plan_rebalanced(ids, a.experts, a.ep, self.rank, self.budget,
+                                   a.personality, a.planner_options)
+            dispatch(x, a.topk, plan, a.experts, bufs=self.bufs)
+        else:
+            dispatch_clipped(x, ids, a.topk, a.experts, a.ep, self.rank, self.budget,
+                             bufs=self.bufs)
 
     def report(self, it: int, layer: int, plan, d) -> None:
         """The dispatch row (and UltraEP's overflow flag); guards the buffer invariants."""
