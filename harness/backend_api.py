@@ -33,7 +33,7 @@ from typing import Any
 
 from harness.plan import Cell
 from harness.runbook import BackendConfig, ModelSpec, PhaseConfig, Runbook, Shape, SlurmConfig
-from harness.vocab import Impl, Status, run_phase
+from harness.vocab import Impl, Status, run_phase, run_seed
 
 __all__ = ["DEFAULT_FAILURE_PATTERNS", "TIMING_TAG", "Backend",
            "BackendConfig", "Cell", "LaunchSpec", "ModelSpec", "NoOptions", "PhaseConfig",
@@ -114,19 +114,21 @@ class RunRequest:
     backend: BackendConfig
     phase: PhaseConfig              # warmup/iters/trials for this purpose (vocab.run_phase)
     pad_multiple: int
-    seed: int
+    seed: int                       # the run's routing seed (vocab.run_seed: validate = held out)
     cell_dir: Path
     device_memory_bytes: int | None = None
     paths: dict[str, str] = field(default_factory=dict)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)   # nodes, gpus_per_node (cluster)
+    model_seed: int | None = None   # the campaign seed: the emulated model's router (reference)
 
     @classmethod
     def for_cell(cls, runbook: Runbook, cell: Cell, cell_dir: Path) -> RunRequest:
         return cls(cell=cell, model=runbook.model(cell.model), shape=runbook.shape,
                    backend=runbook.backend(cell.backend), phase=run_phase(runbook, cell.purpose),
-                   pad_multiple=runbook.capacity.pad_multiple, seed=runbook.seed,
-                   cell_dir=cell_dir, device_memory_bytes=runbook.device_memory_bytes,
-                   paths=dict(runbook.paths), slurm=runbook.slurm)
+                   pad_multiple=runbook.capacity.pad_multiple,
+                   seed=run_seed(runbook, cell.purpose), cell_dir=cell_dir,
+                   device_memory_bytes=runbook.device_memory_bytes,
+                   paths=dict(runbook.paths), slurm=runbook.slurm, model_seed=runbook.seed)
 
 
 class Backend(ABC):

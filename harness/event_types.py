@@ -109,6 +109,7 @@ class CellFinish(CellRef):
     timing: dict | None = None
     failure: dict = field(default_factory=dict)
     wall_s: float | None = None
+    steps: dict | None = None        # per-step peaks of a measure/validate run (harness.steps)
     span_s: float | None = None
     runs_left: int | None = None
     eta_s: float | None = None

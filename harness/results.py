@@ -27,6 +27,9 @@ SELECTION_COLUMNS = (
     "campaign", "model", "backend", "required_capacity", "peak_actual_valid_recv",
     "uniform_tokens", "measured_at_capacity", "selected_capacity", "selected_budget_tokens",
     "over_provision", "validated", "validate_attempts", "timing_capacity",
+    # held-out validation and drop risk (docs/drop-risk.md)
+    "validate_seed", "validate_steps", "validate_peak", "headroom", "drop_risk_95",
+    "predicted_drop_risk", "predicted_drop_risk_hi", "held_out",
 )
 TIMING_COLUMNS = (
     "campaign", "model", "backend", "timing_capacity", "budget_tokens", "status", "trials",

@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.capacity import format_capacity, next_executable
 from harness.errors import BadInput
+from harness.heldout import TARGET_PEAK, ValidateConfig, parse_target, resolve_validate
 from harness.registry import BACKEND_KINDS, module_name, options_type
 from harness.vocab import CONTROL_SUFFIX
 from harness.yamldoc import Doc as _Doc
@@ -84,6 +85,7 @@ class CapacityConfig:
     decimals: int | None = None     # None = exact grid; D = legacy D-decimals grid
     max_remeasure: int = 2          # re-measures at a larger capacity after a lower bound
     max_validate_steps: int = 4     # step-ups of one rung (budget + P) after drops
+    target: str | float = TARGET_PEAK   # "peak" or a per-step drop-risk target (a float)
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,12 @@ class Runbook:
     gpu_hours_per_cell: float | None = None
     max_parallel_cells: int = 1     # cells in flight at once (independent models)
     models_path: Path | None = None  # the model zoo file it read (frozen next to the results)
+    validate_config: ValidateConfig | None = None   # `validate:`; None = the defaults
+
+    @property
+    def validate(self) -> ValidateConfig:
+        """Routing seed and iterations of validate runs (default: seed + 1, measure iters)."""
+        return self.validate_config or resolve_validate(None, self.seed, self.measure.iters)
 
     def model(self, name: str) -> ModelSpec:
         return next(m for m in self.models if m.name == name)
@@ -165,8 +173,9 @@ class Runbook:
 
 
 TOP_KEYS = ("campaign", "models_file", "models", "shape", "backends", "capacity", "measure",
-            "timing", "limits", "launcher", "device_memory_gb", "seed", "repositories",
-            "paths", "slurm", "gpu_hours_per_cell", "max_parallel_cells", "routing")
+            "validate", "timing", "limits", "launcher", "device_memory_gb", "seed",
+            "repositories", "paths", "slurm", "gpu_hours_per_cell", "max_parallel_cells",
+            "routing")
 REQUIRED_TOP = ("campaign", "models", "shape", "backends")
 LAUNCHERS = ("local", "slurm")
 
@@ -278,10 +287,13 @@ def _backend_options(doc: _Doc, entry: dict, fields: dict, where: tuple):
 def _capacity(doc: _Doc, data: dict) -> CapacityConfig:
     where = ("capacity",)
     raw = _mapping(doc, data.get("capacity"), where,
-                   ("measure", "pad_multiple", "grid", "max_remeasure", "max_validate_steps"))
+                   ("measure", "pad_multiple", "grid", "max_remeasure", "max_validate_steps",
+                    "target"))
     fields = _fields_from(doc, CapacityConfig, {k: v for k, v in raw.items()
-                                                if k not in ("measure", "grid")},
-                          where, skip=("measure", "decimals"))
+                                                if k not in ("measure", "grid", "target")},
+                          where, skip=("measure", "decimals", "target"))
+    fields["target"] = _held_out_field(doc, where + ("target",), parse_target,
+                                       raw.get("target"))
     if "measure" in raw:
         fields["measure"] = canonical_capacity(doc, raw["measure"], where + ("measure",))
     grid = raw.get("grid", "exact")
@@ -348,6 +360,16 @@ def _check_capacities(doc: _Doc, runbook: Runbook) -> None:
                             f"of pad_multiple {pad}{nxt}")
 
 
+def _held_out_field(doc: _Doc, where: tuple, parse, *args):
+    """Run a harness.heldout parser; its BadInput becomes one naming file:line: field."""
+    try:
+        return parse(*args)
+    except BadInput as exc:
+        text, prefix = str(exc), f"{exc.field}: "
+        message = text[len(prefix):] if exc.field and text.startswith(prefix) else text
+        raise doc.error(tuple(exc.field.split(".")) if exc.field else where, message) from None
+
+
 def _next_executable_hint(cap: str, n: int, pad: int) -> str:
     try:
         return f"; next executable: {next_executable(cap, n, pad)}"
@@ -397,6 +419,12 @@ def load_runbook(path: str | Path) -> Runbook:
         slurm=SlurmConfig(**slurm), gpu_hours_per_cell=gph,
         max_parallel_cells=_check_type(doc, data.get("max_parallel_cells", 1), int,
                                        ("max_parallel_cells",)))
+    raw_validate = data.get("validate")
+    if raw_validate is not None:
+        _mapping(doc, raw_validate, ("validate",), ("seed", "iters"))
+        runbook = dataclasses.replace(runbook, validate_config=_held_out_field(
+            doc, ("validate",), resolve_validate, raw_validate, runbook.seed,
+            runbook.measure.iters))
     if runbook.max_parallel_cells < 1:
         raise doc.error(("max_parallel_cells",), "must be >= 1")
     if runbook.limits.run_timeout_s <= 0:

@@ -143,14 +143,23 @@ DURATION_CLASS: dict[str, str] = {Purpose.CANARY: "canary", Purpose.MEASURE: "se
 def run_phase(runbook: Any, purpose: str) -> Any:
     """The phase config (warmup, iters, trials) a run of `purpose` uses.
 
-    canary: one iteration, no warmup, one trial; time: the runbook's `timing`; measure and
-    validate: the runbook's `measure`. The one place this is decided (docs/spec.md: pipeline).
+    canary: one iteration, no warmup, one trial; time: the runbook's `timing`; measure: the
+    runbook's `measure`; validate: its warmup, then `validate.iters` held-out iterations. The
+    one place this is decided (docs/spec.md: pipeline).
     """
     if purpose == Purpose.CANARY:
         return dataclasses.replace(runbook.measure, warmup=0, iters=1, trials=1)
     if purpose == Purpose.TIME:
         return runbook.timing
+    if purpose == Purpose.VALIDATE:
+        return dataclasses.replace(runbook.measure, iters=runbook.validate.iters)
     return runbook.measure
+
+
+def run_seed(runbook: Any, purpose: str) -> int:
+    """The routing seed of a run: `validate.seed` (held-out routing) for validate runs, the
+    campaign seed for every other purpose (docs/drop-risk.md)."""
+    return runbook.validate.seed if purpose == Purpose.VALIDATE else runbook.seed
 
 
 def run_iterations(phase: Any, purpose: str) -> int:

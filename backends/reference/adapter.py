@@ -151,6 +151,8 @@ class ReferenceBackend(Backend):
                 "--warmup", ph.warmup, "--iters", ph.iters, "--trials", ph.trials,
                 "--purpose", req.cell.purpose, "--seed", req.seed,
                 "--pad-multiple", req.pad_multiple, "--device", opt.device]
+        if req.model_seed is not None:        # held-out routing keeps the model's router
+            args += ["--model-seed", req.model_seed]
         if req.cell.purpose == Purpose.MEASURE and opt.record_routing and \
                 opt.record_trace is None:           # for the report's forecast section
             args += ["--record-trace", str(Path(req.cell_dir).resolve() / ROUTING_TRACE)]

@@ -78,7 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--iters", type=_positive, default=4)
     s.add_argument("--trials", type=_positive, default=1)
     s.add_argument("--purpose", choices=PURPOSES, default=Purpose.MEASURE.value)
-    s.add_argument("--seed", type=int, default=1234)
+    s.add_argument("--seed", type=int, default=1234,
+                   help="routing seed: the tokens' expert choices (validate: held-out)")
+    s.add_argument("--model-seed", type=int, default=None,
+                   help="seed of the model's expert popularity (default: --seed); the "
+                        "campaign passes its seed, so held-out routing keeps one router")
     s.add_argument("--device-memory-bytes", type=_positive, default=None)
     s.add_argument("--pad-multiple", type=_positive, default=128)
     s.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")

@@ -37,12 +37,17 @@ def expert_popularity(seed: int, model: str, layer: int, experts: int, sigma: fl
 
 def route(seed: int, model: str, layer: int, iteration: int, rank: int, tokens: int,
           experts: int, topk: int, sigma: float, router_dtype: str = "fp32",
-          workload=None) -> Routing:
+          workload=None, popularity_seed: int | None = None) -> Routing:
     """Top-k ids from the workload's per-rank slot counts; weights = softmax of the chosen
-    experts' log popularity in the router dtype (the ids do not depend on it)."""
+    experts' log popularity in the router dtype (the ids do not depend on it).
+
+    `seed` draws the tokens' choices; `popularity_seed` (default `seed`) the model's expert
+    popularity, so a held-out routing stream (another seed) keeps the same router.
+    """
     ids = torch.from_numpy(route_ids(workload, seed, model, layer, iteration, rank, tokens,
-                                     experts, topk, sigma))
-    pop = expert_popularity(seed, model, layer, experts, sigma, workload, iteration)
+                                     experts, topk, sigma, popularity_seed))
+    pop_seed = seed if popularity_seed is None else popularity_seed
+    pop = expert_popularity(pop_seed, model, layer, experts, sigma, workload, iteration)
     return Routing(ids=ids, weights=weights_for_ids(ids, pop, router_dtype))
 
 

@@ -75,6 +75,8 @@ class RankRun:
         self.bufs: Buffers | None = None
         self.recorded: list[tuple[int, int, int, list, list]] = []
         self.samples: dict[str, list[list[float]]] = {"dispatch": [], "combine": []}
+        model_seed = getattr(args, "model_seed", None)
+        self.model_seed = args.seed if model_seed is None else model_seed
 
     def total_iters(self) -> int:
         return run_iterations(self.a, self.a.purpose)     # warmup + iters (x trials if timed)
@@ -92,14 +94,15 @@ class RankRun:
             ids, w = self.trace.lookup(it, layer, self.rank)
             ids = torch.from_numpy(ids)
             if w is None:
-                pop = expert_popularity(a.seed, a.model, layer, a.experts, a.routing_sigma,
-                                        a.routing, it)
+                pop = expert_popularity(self.model_seed, a.model, layer, a.experts,
+                                        a.routing_sigma, a.routing, it)
                 w = weights_for_ids(ids, pop, a.router_dtype)
             else:
                 w = torch.from_numpy(w).to(ROUTER_DTYPES[a.router_dtype])
         else:
             r = route(a.seed, a.model, layer, it, self.rank, self.tokens, a.experts, a.topk,
-                      a.routing_sigma, a.router_dtype, a.routing)
+                      a.routing_sigma, a.router_dtype, a.routing,
+                      popularity_seed=self.model_seed)
             ids, w = r.ids, r.weights
         if a.record_trace:
             self.recorded.append((it, layer, self.rank, ids.tolist(), w.float().tolist()))

@@ -148,14 +148,17 @@ def layer_counts(spec: Mapping | str | None, seed: int, model: str, layer: int, 
 
 
 def rank_counts(spec: Mapping | str | None, seed: int, model: str, layer: int, step: int,
-                rank: int, tokens: int, experts: int, topk: int, sigma: float = 1.0) -> np.ndarray:
+                rank: int, tokens: int, experts: int, topk: int, sigma: float = 1.0,
+                popularity_seed: int | None = None) -> np.ndarray:
     """(E,) int64 slots rank `rank` routes to each expert at (layer, step); sums to S*K,
-    each <= S (a token picks an expert at most once)."""
+    each <= S (a token picks an expert at most once). `popularity_seed` (default `seed`)
+    seeds the popularity, `seed` the draw: another seed = held-out steps of one model."""
     if not 0 < topk <= experts:
         raise ValueError(f"topk {topk} must be in 1..experts ({experts})")
     if workload_spec(spec)["workload"] == "balanced":
         return _balanced(experts, tokens * topk, rank)
-    p = slot_probabilities(popularity(spec, seed, model, layer, step, experts, sigma), topk)
+    pop_seed = seed if popularity_seed is None else popularity_seed
+    p = slot_probabilities(popularity(spec, pop_seed, model, layer, step, experts, sigma), topk)
     return _draw(p, seed, model, layer, step, rank, tokens, topk)
 
 
@@ -171,7 +174,9 @@ def ids_from_counts(counts: np.ndarray, tokens: int, topk: int, seed: int) -> np
 
 
 def route_ids(spec: Mapping | str | None, seed: int, model: str, layer: int, step: int,
-              rank: int, tokens: int, experts: int, topk: int, sigma: float = 1.0) -> np.ndarray:
-    """The (S, K) top-k ids of one rank at (layer, step)."""
-    counts = rank_counts(spec, seed, model, layer, step, rank, tokens, experts, topk, sigma)
+              rank: int, tokens: int, experts: int, topk: int, sigma: float = 1.0,
+              popularity_seed: int | None = None) -> np.ndarray:
+    """The (S, K) top-k ids of one rank at (layer, step) (popularity_seed: rank_counts)."""
+    counts = rank_counts(spec, seed, model, layer, step, rank, tokens, experts, topk, sigma,
+                         popularity_seed)
     return ids_from_counts(counts, tokens, topk, seed_of("tok", seed, model, layer, step, rank))

@@ -19,9 +19,12 @@ from harness.backend_api import Backend, RunRequest
 from harness.campaign.decisions import Outcome
 from harness.launch.base import JobResult
 from harness.plan import Cell
+from harness.steps import step_peaks
 from harness.taxonomy import iter_log_lines, judge_run
 from harness.telemetry import LogSummary, summarize
 from harness.vocab import FAILURE_CLASSES, TIMED_OK, Purpose, Status
+
+STEP_PURPOSES = (Purpose.MEASURE, Purpose.VALIDATE)   # runs whose per-step peaks are kept
 
 
 def utc_now() -> str:
@@ -50,7 +53,11 @@ def analyse(req: RunRequest, backend: Backend, result: JobResult, cell_dir: Path
     n = req.shape.uniform_tokens(req.model.topk)
     row = attempt_row(cell, n, backend.implementation(timing), result, summary, status,
                       failure, started_utc)
-    return Outcome(cell, status, summary, timing, row, failure)
+    steps = None                     # every iteration is a step, as in the requirement
+    if summary is not None and summary.rows and cell.purpose in STEP_PURPOSES \
+            and status not in FAILURE_CLASSES:
+        steps = step_peaks(logs, tags=backend.telemetry_tags())
+    return Outcome(cell, status, summary, timing, row, failure, steps)
 
 
 def attempt_row(cell: Cell, n: int, impl: str, result: JobResult, summary: LogSummary | None,

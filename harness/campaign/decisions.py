@@ -23,9 +23,11 @@ from harness.campaign.stages import (
     timed_arms,
 )
 from harness.errors import BadInput
+from harness.heldout import TARGET_PEAK, risk_columns, select_budget
 from harness.plan import Cell
 from harness.results import SELECTION_COLUMNS, TIMING_COLUMNS
 from harness.runbook import Runbook
+from harness.steps import StepPeaks
 from harness.vocab import TIMED_OK, Purpose, Stage, StageMode, Status
 
 
@@ -49,6 +51,7 @@ class Outcome:
     timing: dict | None
     row: dict
     failure: dict
+    steps: StepPeaks | None = None   # per-step peaks of a measure/validate run (harness.steps)
 
 
 class Context:
@@ -136,6 +139,9 @@ def select_step(ctx: Context, model: str, backend: str, state: dict) -> bool:
     rb = ctx.runbook
     req = selection.requirement(out.summary)
     sel = selection.select(req, rb.capacity.pad_multiple, rb.capacity.decimals)
+    if rb.capacity.target != TARGET_PEAK:
+        sel = select_budget(rb.capacity.target, req.peak, req.uniform_tokens,
+                            rb.capacity.pad_multiple, rb.capacity.decimals, out.steps)
     row = selection_row(ctx, model, backend, required_capacity=req.required_capacity,
                         peak_actual_valid_recv=req.peak, measured_at_capacity=state["capacity"],
                         selected_capacity=sel.capacity, selected_budget_tokens=sel.budget,
@@ -153,6 +159,7 @@ def validate_step(ctx: Context, model: str, backend: str, state: dict
     n, pad = ctx.n_of(model), rb.capacity.pad_multiple
     row = state["row"]
     capacity = row["selected_capacity"]
+    held_out = held_out_routing(rb, backend)
     for step in range(rb.capacity.max_validate_steps + 1):
         out = yield Request(model, backend, Purpose.VALIDATE, capacity)
         accepted = out.status == Status.OK and validation_ok(out.summary)
@@ -160,12 +167,22 @@ def validate_step(ctx: Context, model: str, backend: str, state: dict
         row = {**row, "selected_capacity": capacity, "selected_budget_tokens": budget,
                "over_provision": (cap.over_provision(budget, row["peak_actual_valid_recv"])
                                   if row["peak_actual_valid_recv"] else None),
-               "validated": accepted, "validate_attempts": step + 1}
+               "validated": accepted, "validate_attempts": step + 1,
+               **risk_columns(budget, rb.validate.seed, held_out, state["outcome"].steps,
+                              out.steps, accepted)}
         ctx.set_selection(model, backend, row)
         if accepted or out.status != Status.DROPS or step == rb.capacity.max_validate_steps:
             break
         capacity = cap.step_up(capacity, n, pad, rb.capacity.decimals)
     return True
+
+
+def held_out_routing(rb: Runbook, backend: str) -> bool:
+    """Whether validate runs see routing the measure run did not: another seed, and no
+    recorded routing trace replayed (a trace ignores seeds)."""
+    opts = rb.backend(backend).options
+    trace = opts.get("trace") if isinstance(opts, dict) else getattr(opts, "trace", None)
+    return rb.validate.held_out and trace is None
 
 
 def time_step(ctx: Context, model: str) -> Pipe:

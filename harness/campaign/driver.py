@@ -188,7 +188,9 @@ class Campaign:
         eta = self.eta(left)
         record = CellFinish(**CellRef.fields_of(act.cell), status=out.status, row=out.row,
                             summary=summary, timing=out.timing, failure=out.failure,
-                            wall_s=result.wall_s, span_s=round(span, 3), runs_left=len(left),
+                            wall_s=result.wall_s,
+                            steps=out.steps.to_dict() if out.steps is not None else None,
+                            span_s=round(span, 3), runs_left=len(left),
                             eta_s=None if eta is None else round(eta, 3),
                             stage=STAGE_OF_PURPOSE[act.cell.purpose])
         self.log.write(record)
@@ -224,7 +226,7 @@ class Campaign:
     def launches_stopped(self, key: tuple[str, str, str]) -> bool:
         """A timed arm that did not fit gets no further launches (decisions.time_step)."""
         return key[2] == Purpose.TIME and any(
-            e.get("status") == Status.DOES_NOT_FIT for e in self.finished.get(key, []))
+            e.status == Status.DOES_NOT_FIT for e in self.finished.get(key, []))
 
     def eta(self, left: list[tuple[str, str, str]]) -> float | None:
         eta = self.estimator.eta(left, self.rb.max_parallel_cells)

@@ -8,12 +8,27 @@ from pathlib import Path
 
 from harness import capacity as cap
 from harness.backend_api import RunRequest
+from harness.campaign.decisions import held_out_routing
 from harness.campaign.stages import plan_cells, timed_arms
 from harness.gpuhours import describe_estimate
 from harness.plan import Cell, cell_dir
 from harness.registry import load_backend
 from harness.runbook import Runbook
 from harness.vocab import Purpose
+
+
+def validate_routing(rb: Runbook, backend: str) -> str:
+    """The routing a validate cell runs on: seed, iterations, and whether it is held out."""
+    v, warmup = rb.validate, rb.measure.warmup
+    iters = f"{v.iters} iterations" + (f" after {warmup} warmup" if warmup else "")
+    if not held_out_routing(rb, backend):
+        why = ("a recorded routing trace is replayed" if v.held_out
+               else "validate.seed = the campaign seed")
+        return (f"seed {v.seed}, {iters}: the measured routing again ({why}; "
+                "held_out=false)")
+    plus = f" + {v.seed - rb.seed}" if 0 < v.seed - rb.seed < 1000 else ""
+    how = f"campaign seed {rb.seed}{plus}" if plus else f"campaign seed {rb.seed} differs"
+    return f"seed {v.seed} (held out: {how}), {iters}"
 
 
 def print_dry_run(rb: Runbook, root: Path, launcher_name: str) -> int:
@@ -30,6 +45,8 @@ def print_dry_run(rb: Runbook, root: Path, launcher_name: str) -> int:
         attempts[key] = attempts.get(key, 0) + 1
         n = rb.shape.uniform_tokens(rb.model(p.model).topk)
         print(f"\n[{p.stage}] {p.model} {p.backend} {p.purpose}")
+        if p.purpose == Purpose.VALIDATE:
+            print(f"  routing: {validate_routing(rb, p.backend)}")
         if p.capacity is None:
             print("  capacity: unknown until measured (set by the select stage; timing uses "
                   "max over the select backends' selections)")

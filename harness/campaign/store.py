@@ -38,6 +38,7 @@ from harness.results import (
     write_text_atomic,
 )
 from harness.runbook import Runbook
+from harness.steps import StepPeaks
 from harness.telemetry import LogSummary
 from harness.vocab import (
     BUG_CLASSES,
@@ -205,8 +206,9 @@ def rerun_on_resume(fin: CellFinish) -> bool:
 def outcome_of(fin: CellFinish) -> Outcome:
     """The Outcome a cell_finish event recorded (its summary an object again)."""
     summary = LogSummary.from_dict(fin.summary) if fin.summary else None
+    steps = StepPeaks.from_dict(fin.steps) if fin.steps else None
     return Outcome(fin.to_cell(), fin.status, summary, fin.timing, fin.row or {},
-                   fin.failure or {})
+                   fin.failure or {}, steps)
 
 
 def iterations_per_purpose(rb: Runbook) -> dict[str, int]:

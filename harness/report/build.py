@@ -90,6 +90,10 @@ def _render(results_dir: Path, out: Path) -> Context:
             "the TSV strings unchanged unless a column says derived.", ""]
     body += _impl_note(ctx) + [""]
     body += section_overview(ctx) + section_selection(ctx) + balance_lines(results_dir)
+    from harness.report_risk import section_risk  # lazy: scipy only when a report is built
+
+    body += section_risk(results_dir, out, ctx.selection, ctx.attempts, ctx.figures,
+                         ctx.missing)
     body += section_demand(ctx, demand_note, demand_figs)
     body += report_section(ctx)
     body += section_timing(ctx) + section_dnf(ctx) + section_failures(ctx)

@@ -104,6 +104,63 @@ def test_dry_run_plan_and_the_runs_come_from_the_same_table(default_run):
         assert [k for k in ran if k[0] == model] == [k for k in planned if k[0] == model]
 
 
+def _argv_seed(cell: Path, flag: str) -> str:
+    """The value of `flag` in a cell's recorded argv (cell provenance `cell.argv`)."""
+    import shlex
+
+    for line in (cell / "provenance.txt").read_text(encoding="utf-8").splitlines():
+        if line.startswith("cell.argv:"):
+            argv = shlex.split(line.partition(":")[2])
+            return argv[argv.index(flag) + 1]
+    raise AssertionError(f"no cell.argv in {cell}")
+
+
+@pytest.mark.slow
+def test_default_campaign_validates_on_held_out_routing_with_its_risk(default_run):
+    """No validate run shares its measure run's routing seed; the risk columns are filled;
+    drop_risk_95 = 1 - 0.05^(1/n) for the recorded n held-out steps (docs/drop-risk.md)."""
+    from harness.results import read_rows
+
+    attempts = read_rows(default_run / "capacity_attempts.tsv")
+    measure_seed = {(r["model"], r["backend"]): _argv_seed(default_run / r["cell_dir"], "--seed")
+                    for r in attempts if r["purpose"] == Purpose.MEASURE}
+    validates = [r for r in attempts if r["purpose"] == Purpose.VALIDATE]
+    assert validates
+    for r in validates:
+        cell = default_run / r["cell_dir"]
+        seed = _argv_seed(cell, "--seed")
+        assert seed != measure_seed[(r["model"], r["backend"])], r["cell_dir"]
+        assert _argv_seed(cell, "--model-seed") == measure_seed[(r["model"], r["backend"])]
+    rows = read_rows(default_run / "capacity_selection.tsv")
+    assert rows
+    report = (default_run / "report" / "report.md").read_text(encoding="utf-8")
+    fitted = 0
+    for row in rows:
+        for col in ("validate_seed", "validate_steps", "validate_peak", "headroom",
+                    "drop_risk_95", "held_out"):
+            assert row[col] != "", (row["model"], row["backend"], col)
+        n = int(row["validate_steps"])
+        assert float(row["drop_risk_95"]) == pytest.approx(1 - 0.05 ** (1 / n), rel=1e-5)
+        assert row["held_out"] == "true" and row["validate_seed"] == "1235"
+        assert float(row["headroom"]) == pytest.approx(
+            int(row["selected_budget_tokens"]) / int(row["validate_peak"]), rel=1e-5)
+        # the tail fit: both figures, or neither and the report says why (a rebalancing
+        # backend's peaks can be constant: no tail to fit, never a made-up number)
+        pair = (row["predicted_drop_risk"], row["predicted_drop_risk_hi"])
+        if pair == ("", ""):
+            assert f"**{row['backend']}**: at {row['selected_capacity']}" in report
+            assert "no tail fit (" in report
+            continue
+        fitted += 1
+        assert 0 <= float(pair[0]) <= float(pair[1]) <= 1
+    assert fitted >= 4                                 # echo's imbalanced peaks have a tail
+    # the report states the risk in words and draws the per-step peaks
+    assert "## Held-out validation and drop risk" in report
+    assert "no drop in 7 held-out steps: per-step drop probability below 34.8% at 95%" in report
+    assert "fig5_steps_QWEN3_30B.png" in report
+    assert (default_run / "report" / "fig5_steps_QWEN3_30B.png").is_file()
+
+
 @pytest.mark.slow
 def test_default_campaign_audits_valid_within_two_seconds(default_run):
     """issue 16: the default campaign's own results audit VALID, every row re-derived from

@@ -56,3 +56,18 @@ def test_destination_counts_contiguous_placement():
     assert destination_counts(ids, experts=8, ep=2).tolist() == [3, 3]
     assert destination_counts(ids, experts=8, ep=4).tolist() == [1, 2, 2, 1]
     assert demand_per_rank([ids, ids], 8, 4).tolist() == [2, 4, 4, 2]
+
+
+def test_held_out_stream_keeps_the_model_popularity():
+    """--seed draws the tokens, --model-seed the popularity: a held-out stream of one model."""
+    base = route(**ARGS)
+    assert torch.equal(route(**ARGS, popularity_seed=ARGS["seed"]).ids, base.ids)   # default
+    held = route(**{**ARGS, "seed": 8}, popularity_seed=7)
+    assert not torch.equal(held.ids, base.ids)                 # fresh token choices
+    # the same hot experts: demand over many tokens follows popularity(model seed 7)
+    big = {**ARGS, "tokens": 20000, "sigma": 2.0}
+    a = destination_counts(route(**big).ids, 16, 16).double()
+    b = destination_counts(route(**{**big, "seed": 8}, popularity_seed=7).ids, 16, 16).double()
+    c = destination_counts(route(**{**big, "seed": 8}).ids, 16, 16).double()
+    assert torch.argmax(a) == torch.argmax(b)
+    assert float((a - b).abs().sum()) < 0.2 * float((a - c).abs().sum())

@@ -22,7 +22,9 @@ SPEC_ATTEMPTS = ("campaign model backend purpose attempt capacity capacity_tag u
                  "required_capacity cell_dir started_utc finished_utc wall_s").split()
 SPEC_SELECTION = ("campaign model backend required_capacity peak_actual_valid_recv "
                   "uniform_tokens measured_at_capacity selected_capacity selected_budget_tokens "
-                  "over_provision validated validate_attempts timing_capacity").split()
+                  "over_provision validated validate_attempts timing_capacity "
+                  "validate_seed validate_steps validate_peak headroom drop_risk_95 "
+                  "predicted_drop_risk predicted_drop_risk_hi held_out").split()
 SPEC_TIMING = ("campaign model backend timing_capacity budget_tokens status trials iters "
                "dispatch_ms_median dispatch_ms_p90 combine_ms_median combine_ms_p90 step_cv "
                "noise_floor_pct algbw_gbps peak_mem_bytes cell_dir launches").split()
