@@ -36,6 +36,7 @@ mutation: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf mutants .mutmut-cache .pytest_cache .hypothesis

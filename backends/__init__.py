@@ -1,23 +1,6 @@
 """Backends: one module per dispatch library plus the torch.distributed `reference` emulation.
 
-`load_backend` maps a runbook entry to its module: kind `reference` -> backends.reference
-(the personality picks echo/ultraep/moonep behaviour); kind `cluster` -> backends.<module>.
+Each module imports the contract from harness.backend_api and exposes
+`make_backend(config) -> Backend` and `OPTIONS` (its runbook options dataclass); the harness
+finds it by name through harness.registry.
 """
-
-from __future__ import annotations
-
-import importlib
-
-from harness.errors import BadInput
-from harness.runbook import BackendConfig
-
-
-def load_backend(config: BackendConfig):
-    """Import the backend module named by the runbook and build its Backend."""
-    module = "backends.reference" if config.kind == "reference" else f"backends.{config.module}"
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        raise BadInput(f"no backend module {module!r} for backend {config.name!r}",
-                       field="backends") from exc
-    return mod.make_backend(config)

@@ -13,17 +13,25 @@ every other argument through "$@" untouched (no user text is ever parsed by a sh
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from backends.base import DEFAULT_FAILURE_PATTERNS, Backend, LaunchSpec, RunRequest
+from harness.backend_api import (
+    DEFAULT_FAILURE_PATTERNS,
+    Backend,
+    LaunchSpec,
+    ModelSpec,
+    NoOptions,
+    RunRequest,
+)
 from harness.capacity import budget_tokens
 from harness.errors import BadInput
-from harness.runbook import ModelSpec
+from harness.vocab import Purpose, run_iterations
 
 # The fixed multi-node trampoline: "$@" carries the real torchrun arguments verbatim.
 RDZV_TRAMPOLINE = 'exec "$0" --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" "$@"'
 
-# Signatures every Megatron run can print, on top of backends.base.DEFAULT_FAILURE_PATTERNS.
+# Signatures every Megatron run can print, on top of harness.backend_api.DEFAULT_FAILURE_PATTERNS.
 MEGATRON_FAILURE_PATTERNS: dict[str, tuple[str, ...]] = {
     "assert": (r"Assertion `.*` failed", r"RuntimeError: .*[Aa]ssert(?:ion)? failed"),
     "badflag": (r"error: unrecognized arguments", r"error: ambiguous option",
@@ -88,9 +96,7 @@ def common_args() -> list[str]:
 
 def train_iters(req: RunRequest) -> int:
     """Iterations of this run: warmup plus measured iterations (x trials when timing)."""
-    phase = req.phase
-    trials = phase.trials if req.cell.purpose == "time" else 1
-    return phase.warmup + phase.iters * max(1, trials)
+    return run_iterations(req.phase, req.cell.purpose)
 
 
 def shape_args(req: RunRequest) -> list[str]:
@@ -126,8 +132,23 @@ def fill_template(arg: str, values: dict[str, str]) -> str:
     return arg
 
 
+@dataclass(frozen=True)
+class MegatronOptions(NoOptions):
+    """Runbook `options:` of a cluster adapter (docs/cluster.md)."""
+
+    torchrun: str = "torchrun"                  # the torchrun executable
+    script: str = "pretrain_gpt.py"             # under paths.megatron
+    dispatcher_args: tuple[str, ...] | None = None   # replaces the library/capacity flags
+    env: dict = field(default_factory=dict)     # extra environment (wins over ours)
+
+
+OPTIONS = MegatronOptions
+
+
 class MegatronBackend(Backend):
     """A dispatch library run inside Megatron-LM `pretrain_gpt.py` under torchrun."""
+
+    options_type = MegatronOptions
 
     library = "base"                      # --moe-flex-dispatcher-backend value
     patterns: dict[str, tuple[str, ...]] = {}
@@ -135,7 +156,7 @@ class MegatronBackend(Backend):
     def dispatcher_args(self, req: RunRequest) -> list[str]:
         """Library selection and capacity flags; `options.dispatcher_args` replaces them."""
         values = self.template_values(req)
-        custom = self.config.options.get("dispatcher_args")
+        custom = self.options.dispatcher_args
         if custom is not None:
             return [fill_template(str(a), values) for a in custom]
         return ["--moe-token-dispatcher-type", "flex",
@@ -171,7 +192,7 @@ class MegatronBackend(Backend):
 
     def launcher_args(self, req: RunRequest, nodes: int, gpus: int) -> list[str]:
         """torchrun and its rendezvous (standalone on one node; trampoline on several)."""
-        torchrun = str(self.config.options.get("torchrun", "torchrun"))
+        torchrun = str(self.options.torchrun)
         if nodes == 1:
             return [torchrun, "--standalone", "--nnodes", "1", "--nproc-per-node", str(gpus)]
         return ["sh", "-c", RDZV_TRAMPOLINE, torchrun, "--nnodes", str(nodes),
@@ -184,7 +205,7 @@ class MegatronBackend(Backend):
         if not megatron:
             raise BadInput("cluster backends need paths.megatron (the Megatron-LM checkout)",
                            field="paths.megatron")
-        name = str(self.config.options.get("script", "pretrain_gpt.py"))
+        name = str(self.options.script)
         return str(PurePosixPath(megatron) / name)
 
     def env(self, req: RunRequest) -> dict[str, str]:
@@ -194,11 +215,11 @@ class MegatronBackend(Backend):
                "EPCAP_CELL": req.cell.name, "EPCAP_PURPOSE": req.cell.purpose,
                "EPCAP_CAPACITY": values["capacity"], "EPCAP_BUDGET_TOKENS": values["budget"],
                "EPCAP_PAD_MULTIPLE": values["pad_multiple"]}
-        if req.cell.purpose == "time":
+        if req.cell.purpose == Purpose.TIME:
             env.update({"EPCAP_TIMING": "1", "EPCAP_TIMING_WARMUP": str(req.phase.warmup),
                         "EPCAP_TIMING_ITERS": str(req.phase.iters),
                         "EPCAP_TIMING_TRIALS": str(req.phase.trials)})
-        extra = self.config.options.get("env", {}) or {}
+        extra = self.options.env or {}
         env.update({str(k): str(v) for k, v in extra.items()})
         return env
 
@@ -215,6 +236,6 @@ class MegatronBackend(Backend):
 
     def failure_patterns(self) -> dict[str, tuple[str, ...]]:
         """Defaults, Megatron's, the library's own, then runbook `options.failure_patterns`."""
-        extra = self.config.options.get("failure_patterns", {}) or {}
+        extra = self.options.failure_patterns or {}
         return merge_patterns(DEFAULT_FAILURE_PATTERNS, MEGATRON_FAILURE_PATTERNS,
                               self.patterns, {k: tuple(v) for k, v in extra.items()})

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from backends.megatron import MegatronBackend
-from harness.runbook import BackendConfig
+from backends.megatron import MegatronBackend, MegatronOptions
+from harness.backend_api import BackendConfig
 
 
 class MoonEPBackend(MegatronBackend):
@@ -14,6 +14,9 @@ class MoonEPBackend(MegatronBackend):
         "assert": (r"moon_ep\S*:\d+.*[Aa]ssert", r"\[MoonEP\].*assert(?:ion)? failed"),
         "does_not_fit": (r"\[MoonEP\].*(?:failed to allocate|allocation failed)",),
     }
+
+
+OPTIONS = MegatronOptions
 
 
 def make_backend(config: BackendConfig) -> MoonEPBackend:

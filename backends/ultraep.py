@@ -6,10 +6,9 @@ receive budget is a multiple of the pad multiple; both are bug signatures (class
 
 from __future__ import annotations
 
-from backends.base import LaunchSpec, RunRequest
-from backends.megatron import MegatronBackend
+from backends.megatron import MegatronBackend, MegatronOptions
+from harness.backend_api import BackendConfig, LaunchSpec, RunRequest
 from harness.errors import BadInput
-from harness.runbook import BackendConfig
 
 REQUIRED_ROUTER_DTYPE = "fp32"
 
@@ -51,6 +50,9 @@ def router_dtypes(argv: list[str]) -> list[str]:
         elif arg.startswith("--moe-router-dtype="):
             out.append(arg.split("=", 1)[1])
     return out
+
+
+OPTIONS = MegatronOptions
 
 
 def make_backend(config: BackendConfig) -> UltraEPBackend:

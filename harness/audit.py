@@ -22,6 +22,7 @@ from pathlib import Path
 
 import yaml
 
+from harness import results
 from harness.audit_rules import (
     FAIL,
     IGNORED_TAG,
@@ -42,7 +43,7 @@ from harness.audit_rules import (
     parse_date,
 )
 from harness.errors import BadInput
-from harness.provenance import run_git
+from harness.provenance import parse_provenance, run_git
 from harness.results import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV, write_table_atomic
 
 __all__ = ["REASON_CODES", "AuditResult", "UploadVerdict", "audit_target", "cli_audit",
@@ -267,29 +268,10 @@ def safe_read(root: Path, path: Path, cap: int) -> tuple[bytes | None, str | Non
 
 def parse_table(name: str, data: bytes) -> Table:
     """A tab-separated table; malformed lines are kept aside with their line numbers."""
-    if b"\x00" in data:
-        return Table(name, unreadable="binary data (NUL byte), not a TSV")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return Table(name, unreadable=f"not UTF-8 (byte {exc.start})")
-    lines = [line.rstrip("\r") for line in text.lstrip("\ufeff").split("\n")]
-    if not lines or not lines[0].strip():
-        return Table(name, unreadable="no header row")
-    header = [c.strip() for c in lines[0].split("\t")]
-    if any(not c for c in header) or len(set(header)) != len(header):
-        return Table(name, unreadable="header has empty or repeated column names")
-    table = Table(name, columns=header)
-    for number, line in enumerate(lines[1:], start=2):
-        if not line.strip():
-            continue
-        values = line.split("\t")
-        if len(values) != len(header):
-            table.malformed.append(f"{name}:{number}: {len(values)} fields, header has "
-                                   f"{len(header)}")
-            continue
-        table.rows.append(Row(number, dict(zip(header, values, strict=True))))
-    return table
+    parsed = results.parse_table(name, data)
+    return Table(name, columns=parsed.columns, unreadable=parsed.unreadable,
+                 malformed=parsed.malformed,
+                 rows=[Row(n, r) for n, r in zip(parsed.lines, parsed.rows, strict=True)])
 
 
 def read_table(root: Path, path: Path) -> Table:
@@ -306,11 +288,7 @@ def read_fields(root: Path, path: Path) -> tuple[dict[str, str] | None, str | No
     data, problem = safe_read(root, path, SMALL_CAP_BYTES)
     if data is None:
         return None, problem
-    fields: dict[str, str] = {}
-    for line in data.decode("utf-8", errors="replace").splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key.strip() and " " not in key.strip():
-            fields[key.strip()] = value.strip()
+    fields = dict(parse_provenance(data.decode("utf-8", errors="replace")))
     return (fields, None) if fields else (None, "provenance.txt has no key: value lines")
 
 

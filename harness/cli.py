@@ -13,8 +13,9 @@ import click
 
 from harness import __version__
 from harness.errors import EpcapError
+from harness.vocab import LauncherState, Stage
 
-STAGES = ("preflight", "measure", "select", "validate", "time", "report")
+STAGES = Stage.values()
 
 
 def _call(target: str, /, **kwargs) -> None:
@@ -54,7 +55,7 @@ def run(runbook, results, launcher, dry_run, fresh, stages, until) -> None:
 
     RUNBOOK defaults to runbooks/local-cpu.yaml. Running the same command again resumes.
     """
-    _call("harness.campaign:cli_run", runbook=runbook, results=results, launcher=launcher,
+    _call("harness.campaign.cli:cli_run", runbook=runbook, results=results, launcher=launcher,
           dry_run=dry_run, fresh=fresh, stages=tuple(stages), until=until)
 
 
@@ -62,7 +63,7 @@ def run(runbook, results, launcher, dry_run, fresh, stages, until) -> None:
 @click.argument("results_dir", type=click.Path(file_okay=False))
 def status(results_dir) -> None:
     """Stage, cells done / left, failures by class and ETA of a campaign directory."""
-    _call("harness.campaign:cli_status", results_dir=results_dir)
+    _call("harness.campaign.cli:cli_status", results_dir=results_dir)
 
 
 @main.command()
@@ -120,6 +121,22 @@ def report(results_dir, out) -> None:
 def publish(results_dir, repo, dry_run) -> None:
     """Audit, then upload a VALID campaign to a HuggingFace dataset under a new path."""
     _call("harness.publish:cli_publish", results_dir=results_dir, repo=repo, dry_run=dry_run)
+
+
+@main.command()
+@click.argument("cell_dirs", nargs=-1, required=True, type=click.Path())
+@click.option("--runbook", type=click.Path(dir_okay=False),
+              help="Take the backend's failure patterns from this runbook.")
+@click.option("--backend", help="Backend name (default: cell.json's cell.backend).")
+@click.option("--exit-code", "exit_code", type=int,
+              help="Exit code of the run (default: cell.json's launcher.exit_code).")
+@click.option("--state", type=click.Choice(LauncherState.values()),
+              help="Launcher state of the run (default: cell.json's launcher.state).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def classify(cell_dirs, runbook, backend, exit_code, state, as_json) -> None:
+    """Re-classify finished runs: class, deciding line, first failed rank, survived warnings."""
+    _call("harness.classify:cli_classify", cell_dirs=tuple(cell_dirs), runbook=runbook,
+          backend=backend, exit_code=exit_code, state=state, as_json=as_json)
 
 
 @main.command()

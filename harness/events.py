@@ -12,8 +12,9 @@ import os
 import time
 from pathlib import Path
 
+from harness.vocab import FAILURE_CLASSES, Event
+
 EVENTS = "events.jsonl"
-FAILURE_CLASSES = ("does_not_fit", "assert", "badflag", "crash", "timeout", "infra")
 
 
 class EventLog:
@@ -69,8 +70,8 @@ def read_events(path: Path) -> list[dict]:
 def campaign_stats(results_dir: str | Path) -> dict:
     """Wall span, busy time, runs done/left, ETA error, failures by class and stage."""
     events = read_events(Path(results_dir) / EVENTS)
-    finished = [e for e in events if e["ev"] == "cell_finish"]
-    starts = [e["t"] for e in events if e["ev"] in ("run_start", "campaign_start")]
+    finished = [e for e in events if e["ev"] == Event.CELL_FINISH]
+    starts = [e["t"] for e in events if e["ev"] in (Event.RUN_START, Event.CAMPAIGN_START)]
     ends = [e["t"] for e in events]
     busy = sum(float(e.get("wall_s") or 0.0) for e in finished)
     failures: dict[str, int] = {}
@@ -78,7 +79,7 @@ def campaign_stats(results_dir: str | Path) -> dict:
         if e.get("status") in FAILURE_CLASSES:
             failures[e["status"]] = failures.get(e["status"], 0) + 1
     last_progress = next((e for e in reversed(events) if "runs_left" in e), {})
-    done_ev = next((e for e in reversed(events) if e["ev"] == "campaign_done"), None)
+    done_ev = next((e for e in reversed(events) if e["ev"] == Event.CAMPAIGN_DONE), None)
     stage = next((e.get("stage") for e in reversed(events) if e.get("stage")), None)
     return {
         "wall_span_s": round(max(ends) - min(starts), 3) if starts and ends else 0.0,
@@ -91,16 +92,17 @@ def campaign_stats(results_dir: str | Path) -> dict:
         "failures_by_class": failures,
         "stage": "done" if done_ev else stage,
         "done": done_ev is not None,
-        "stopped": next((e for e in reversed(events) if e["ev"] == "campaign_stopped"), None),
+        "stopped": next((e for e in reversed(events) if e["ev"] == Event.CAMPAIGN_STOPPED),
+                        None),
     }
 
 
 def _eta_points(events: list[dict]) -> tuple[list[dict], float | None]:
     """Finished-cell events carrying an ETA, and the time the campaign completed."""
-    done = next((e for e in reversed(events) if e["ev"] == "campaign_done"), None)
+    done = next((e for e in reversed(events) if e["ev"] == Event.CAMPAIGN_DONE), None)
     if done is None:
         return [], None
-    points = [e for e in events if e["ev"] == "cell_finish" and e.get("eta_s") is not None]
+    points = [e for e in events if e["ev"] == Event.CELL_FINISH and e.get("eta_s") is not None]
     return points, done["t"]
 
 
@@ -123,7 +125,7 @@ def eta_error_at(events: list[dict], fractions=(0.25, 0.5, 0.75)) -> dict[str, f
         if not points:
             out[key] = None
             continue
-        total = len([e for e in events if e["ev"] == "cell_finish"])
+        total = len([e for e in events if e["ev"] == Event.CELL_FINISH])
         idx = max(0, min(len(points) - 1, int(round(frac * total)) - 1))
         point = points[idx]
         actual = end - point["t"]

@@ -8,7 +8,6 @@ imported lazily by the report, so commands that draw nothing never pay for it.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +19,8 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
+
+from harness.results import open_atomic  # noqa: E402
 
 DPI = 110
 GRID_MAX_LINES = 60     # denser grids are drawn only next to each point
@@ -75,14 +76,9 @@ def backend_colors(backends: list[str]) -> dict[str, str]:
 
 
 def save_png(fig: Figure, path: Path) -> None:
-    """Write the figure as PNG through a temp file in the same directory, then os.replace."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        fig.savefig(tmp, format="png", dpi=DPI)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    """Write the figure as PNG atomically (harness.results.open_atomic)."""
+    with open_atomic(path, "wb") as fh:
+        fig.savefig(fh, format="png", dpi=DPI)
 
 
 def _by_model(items: list) -> dict[str, list]:

@@ -1,12 +1,20 @@
-"""Plan: runbook -> ordered cells; cell names and directories (SPEC section 4)."""
+"""Cells: one run's identity, its directory name and the inverse parser (docs/spec.md: results).
+
+The order of the runs is the stage table's (harness.campaign.stages).
+"""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from harness.capacity import capacity_tag
+from harness.vocab import Purpose
 
-PURPOSES = ("canary", "measure", "validate", "time")
+PURPOSES = Purpose.values()
+TAG = re.compile(r"cap(\d+)p(\d+)")
+ATTEMPT = re.compile(r"a(\d+)")
 
 
 @dataclass(frozen=True)
@@ -27,28 +35,20 @@ class Cell:
                 f"{capacity_tag(self.capacity)}__a{self.attempt}")  # tag = cap2p00
 
 
-STAGES = ("preflight", "measure", "select", "validate", "time", "report")
-STAGE_OF_PURPOSE = {"canary": "preflight", "measure": "measure", "validate": "validate",
-                    "time": "time"}
+def parse_cell_name(name: str, campaign: str = "") -> Cell | None:
+    """The Cell a directory name stands for (the inverse of Cell.name), else None."""
+    parts = name.split("__")
+    if len(parts) != 5 or not all(parts[:3]):
+        return None
+    tag, attempt = TAG.fullmatch(parts[3]), ATTEMPT.fullmatch(parts[4])
+    if tag is None or attempt is None:
+        return None
+    cell = Cell(campaign, parts[0], parts[1], parts[2], f"{tag[1]}.{tag[2]}", int(attempt[1]))
+    return cell if cell.name == name else None          # only names Cell.name can write
 
 
-@dataclass(frozen=True)
-class PlannedCell:
-    """A run the plan expects; `capacity` is None until earlier stages measured it."""
-
-    model: str
-    backend: str
-    purpose: str
-    capacity: str | None
-
-    @property
-    def stage(self) -> str:
-        return STAGE_OF_PURPOSE[self.purpose]
-
-
-def cell_dir(campaign_dir, cell: Cell):
+def cell_dir(campaign_dir: str | Path, cell: Cell) -> Path:
     """results/<campaign>/cells/<cell.name>."""
-    from pathlib import Path
     return Path(campaign_dir) / "cells" / cell.name
 
 
@@ -59,20 +59,12 @@ def canary_model(runbook) -> str:
     return min(runbook.models, key=weight).name
 
 
-def plan_cells(runbook) -> list[PlannedCell]:
-    """The minimum ordered plan: canaries, then per model measure/validate, then time.
+@dataclass(frozen=True)
+class PlannedCell:
+    """A run the plan expects; `capacity` is None until earlier stages measured it."""
 
-    Re-measures and validation step-ups add runs at run time; they are not known here.
-    """
-    cells = [PlannedCell(canary_model(runbook), b.name, "canary", runbook.capacity.measure)
-             for b in runbook.backends]
-    for model in runbook.models:
-        for b in runbook.backends:
-            if b.select:
-                cells.append(PlannedCell(model.name, b.name, "measure",
-                                         runbook.capacity.measure))
-                cells.append(PlannedCell(model.name, b.name, "validate", None))
-        for b in runbook.backends:
-            if b.time:
-                cells.append(PlannedCell(model.name, b.name, "time", None))
-    return cells
+    model: str
+    backend: str
+    purpose: str
+    capacity: str | None
+    stage: str = ""

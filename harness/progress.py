@@ -13,6 +13,8 @@ import sys
 import time
 from collections.abc import Iterable
 
+from harness.vocab import DURATION_CLASS
+
 SHRINK = 0.1            # pseudo-observations pulling each factor toward 0 (stability)
 ROUNDS = 12             # backfitting rounds
 DECAY = 0.9             # weight of a run per newer run: recent durations count more (drift)
@@ -25,7 +27,7 @@ def model_size(model) -> float:
 
 def purpose_class(purpose: str) -> str:
     """Durations are pooled by run type: measure and validate runs share iterations."""
-    return "select" if purpose in ("measure", "validate") else purpose
+    return DURATION_CLASS.get(purpose, purpose)
 
 
 class EtaEstimator:

@@ -25,6 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from harness import __version__
+from harness.errors import BadInput
 from harness.redact import (  # noqa: F401  (re-exported: provenance is where callers look)
     REDACTED,
     is_secret_name,
@@ -302,18 +303,35 @@ def write_provenance(path: Path | str, fields: dict[str, str]) -> None:
     write_text_atomic(path, render(redact_fields(fields)))
 
 
-def read_provenance(path: Path | str) -> dict[str, str]:
-    """Parse `key: value` lines; reads at most 1 MiB, skips lines without `: `."""
+def parse_provenance(text: str, path: str | None = None, strict: bool = False
+                     ) -> list[tuple[str, str]]:
+    """`key: value` lines (docs/spec.md: provenance) in file order; blank and `#` lines are
+    skipped; a key has no white space. Any other line: BadInput naming path:line when
+    `strict` (our own results), else skipped (untrusted uploads)."""
+    pairs = []
+    for no, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        key, sep, value = line.partition(":")
+        key = key.strip()
+        if sep and key and not any(c.isspace() for c in key):
+            pairs.append((key, value.strip()))
+        elif strict:
+            raise BadInput("expected `key: value`", path=path, line=no, field="provenance")
+    return pairs
+
+
+def read_provenance(path: Path | str, cap: int = READ_CAP_BYTES) -> dict[str, str]:
+    """A provenance.txt as fields, leniently; reads at most `cap` bytes (untrusted)."""
     with open(path, "rb") as handle:
-        data = handle.read(READ_CAP_BYTES)
-    fields: dict[str, str] = {}
-    for line in data.decode("utf-8", errors="replace").splitlines():
-        key, sep, value = line.partition(": ")
-        if not sep:
-            key, sep, value = line.partition(":")
-        if sep and key.strip():
-            fields[key.strip()] = value.strip()
-    return fields
+        data = handle.read(cap)
+    return dict(parse_provenance(data.decode("utf-8", errors="replace")))
+
+
+def read_provenance_lines(path: Path | str) -> list[tuple[str, str]]:
+    """One of our own provenance.txt files, strictly, as ordered (key, value) pairs."""
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    return parse_provenance(text, str(path), strict=True)
 
 
 def parse_repo_line(value: str) -> dict[str, str] | None:

@@ -9,8 +9,6 @@ module is missing becomes a "not available: <why>" line, never a crash or an inv
 
 from __future__ import annotations
 
-import csv
-import os
 import re
 import sys
 import time
@@ -18,14 +16,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import BadInput
-from harness.results import write_text_atomic
+from harness.plan import Cell, parse_cell_name
+from harness.provenance import read_provenance_lines
+from harness.results import (
+    ATTEMPTS_TSV,
+    DEFAULT_PAD_MULTIPLE,
+    SELECTION_TSV,
+    TIMING_TSV,
+    Table,
+    open_atomic,
+    read_campaign_facts,
+    read_table,
+    write_text_atomic,
+)
+from harness.vocab import FAILURE_CLASSES, Impl, Purpose, Status
 
-ATTEMPTS = "capacity_attempts.tsv"
-SELECTION = "capacity_selection.tsv"
-TIMING = "timing.tsv"
-BASELINE = "echo"           # the library the others are compared with (SPEC section 3)
-PAD_MULTIPLE = 128          # SPEC P, when the frozen runbook.yaml does not say otherwise
-DEMAND_PURPOSES = ("measure", "validate")
+ATTEMPTS, SELECTION, TIMING = ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
+DEMAND_PURPOSES = (Purpose.MEASURE, Purpose.VALIDATE)
 DEMAND_COLUMNS = ("run", "iteration", "layer", "rank", "actual_valid_recv", "budget",
                   "expected_recv")
 
@@ -39,60 +46,14 @@ NEED_TIMING = ("model", "backend", "timing_capacity", "budget_tokens", "status",
                "iters", "dispatch_ms_median", "dispatch_ms_p90", "combine_ms_median",
                "combine_ms_p90", "step_cv", "noise_floor_pct", "algbw_gbps",
                "peak_mem_bytes", "cell_dir")
-FAILURE_CLASSES = ("does_not_fit", "assert", "badflag", "crash", "timeout", "infra")
 
 
 # --------------------------------------------------------------------------- inputs
 
 
-@dataclass
-class Table:
-    """One TSV as strings: `rows` are dicts; `line` of row i is i + 2 (header is line 1)."""
-
-    path: Path
-    columns: list[str]
-    rows: list[dict[str, str]]
-
-    def has(self, column: str) -> bool:
-        """Whether the file carries this (possibly appended, optional) column."""
-        return column in self.columns
-
-
 def read_tsv(path: Path, required: tuple[str, ...]) -> Table | None:
-    """Read a SPEC TSV as strings (empty = not applicable); None when the file is absent."""
-    if not path.is_file():
-        return None
-    _check_field_counts(path)
-    import pandas as pd
-
-    try:
-        df = pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False, na_filter=False,
-                         quoting=csv.QUOTE_NONE, encoding="utf-8", index_col=False)
-    except pd.errors.EmptyDataError as exc:
-        raise BadInput("empty file: no header row", path=str(path), line=1) from exc
-    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise BadInput(f"not a valid TSV: {exc}", path=str(path)) from exc
-    missing = [c for c in required if c not in df.columns]
-    if missing:
-        raise BadInput(f"missing column (have: {', '.join(df.columns)})", path=str(path),
-                       line=1, field=missing[0])
-    return Table(path, list(df.columns), df.to_dict("records"))
-
-
-def _check_field_counts(path: Path) -> None:
-    """Every non-blank line has the header's number of fields; else BadInput naming the line."""
-    with open(path, encoding="utf-8", errors="replace", newline="") as fh:
-        width = None
-        for no, line in enumerate(fh, start=1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            fields = line.count("\t") + 1
-            if width is None:
-                width = fields
-            elif fields != width:
-                raise BadInput(f"{fields} fields where the header has {width}", path=str(path),
-                               line=no, field="row")
+    """Read one of the campaign's TSVs strictly (harness.results); None when absent."""
+    return read_table(path, required)
 
 
 def num(table: Table, i: int, column: str) -> float | None:
@@ -103,64 +64,29 @@ def num(table: Table, i: int, column: str) -> float | None:
     try:
         value = float(text)
     except ValueError as exc:
-        raise BadInput(f"not a number: {text!r}", path=str(table.path), line=i + 2,
+        raise BadInput(f"not a number: {text!r}", path=table.name, line=table.lines[i],
                        field=column) from exc
     if value != value:      # NaN is not a value a TSV should carry
-        raise BadInput("NaN is not a number", path=str(table.path), line=i + 2, field=column)
+        raise BadInput("NaN is not a number", path=table.name, line=table.lines[i],
+                       field=column)
     return value
 
 
-def read_provenance(path: Path) -> list[tuple[str, str]]:
-    """`key: value` lines in file order; blank and `#` lines skipped; anything else BadInput."""
-    pairs = []
-    text = path.read_text(encoding="utf-8", errors="replace")
-    for no, line in enumerate(text.splitlines(), start=1):
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        key, sep, value = line.partition(":")
-        if not sep or not key.strip():
-            raise BadInput("expected `key: value`", path=str(path), line=no, field="provenance")
-        pairs.append((key.strip(), value.strip()))
-    return pairs
-
-
 def read_pad_multiple(results_dir: Path) -> tuple[int, str]:
-    """(P, where from): capacity.pad_multiple of the frozen runbook.yaml, else SPEC's 128."""
-    path = results_dir / "runbook.yaml"
-    if not path.is_file():
-        return PAD_MULTIPLE, "default (no runbook.yaml)"
-    import yaml
-
-    try:
-        book = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise BadInput(f"not valid YAML: {exc}", path=str(path)) from exc
-    pad = (book.get("capacity") or {}).get("pad_multiple") if isinstance(book, dict) else None
+    """(P, where from): the pad multiple the campaign recorded in campaign.json, else 128."""
+    pad = read_campaign_facts(results_dir).get("pad_multiple")
     if isinstance(pad, int) and not isinstance(pad, bool) and pad > 0:
-        return pad, "runbook.yaml capacity.pad_multiple"
-    return PAD_MULTIPLE, "default (runbook.yaml does not set capacity.pad_multiple)"
+        return pad, "campaign.json pad_multiple"
+    return DEFAULT_PAD_MULTIPLE, "default (campaign.json does not record pad_multiple)"
 
 
-@dataclass(frozen=True)
-class CellName:
-    """A cell directory name parsed per SPEC section 4."""
-
-    name: str
-    model: str
-    backend: str
-    purpose: str
-    tag: str
-    attempt: int
-
-
-def parse_cell_name(name: str) -> CellName | None:
-    """`<MODEL>__<backend>__<purpose>__cap<TAG>__a<N>`, else None (not a cell directory)."""
-    parts = name.split("__")
-    if len(parts) != 5 or not parts[3].startswith("cap"):
-        return None
-    if not re.fullmatch(r"a\d+", parts[4]):
-        return None
-    return CellName(name, parts[0], parts[1], parts[2], parts[3], int(parts[4][1:]))
+def read_baseline(results_dir: Path, timing: Table | None) -> str | None:
+    """The backend timings are compared with: recorded in campaign.json, else the first
+    backend of timing.tsv (the runbook's first timed backend)."""
+    recorded = read_campaign_facts(results_dir).get("baseline")
+    if isinstance(recorded, str) and recorded:
+        return recorded
+    return timing.rows[0]["backend"] if timing is not None and timing.rows else None
 
 
 def cell_logs(cell_dir: Path) -> list[Path]:
@@ -200,7 +126,7 @@ def not_fitting(attempts: Table | None, timing: Table | None) -> dict[tuple[str,
     out: dict[tuple[str, str], list[str]] = {}
     for t, what in ((attempts, "attempt"), (timing, "timing row")):
         for r in t.rows if t else []:
-            if r["status"] == "does_not_fit":
+            if r["status"] == Status.DOES_NOT_FIT:
                 where = r.get("cell_dir") or what
                 out.setdefault((r["model"], r["backend"]), []).append(f"{what}: {where}")
     return out
@@ -242,7 +168,8 @@ class Context:
     timing: Table | None
     pairs: list[tuple[str, str]]
     dnf: dict[tuple[str, str], list[str]]
-    pad: tuple[int, str] = (PAD_MULTIPLE, "default")
+    pad: tuple[int, str] = (DEFAULT_PAD_MULTIPLE, "default")
+    baseline: str | None = None
     figures: list[str] = field(default_factory=list)
     unavailable: list[str] = field(default_factory=list)
 
@@ -266,14 +193,14 @@ def _impl_note(ctx: Context) -> list[str]:
         return ["> **backend_impl not recorded** in these TSVs: this report cannot tell whether "
                 "the rows come from the real libraries or from the reference emulation."]
     lines = []
-    if "reference" in impls:
-        names = ", ".join(sorted(impls["reference"], key=str.lower))
+    if Impl.REFERENCE in impls:
+        names = ", ".join(sorted(impls[Impl.REFERENCE], key=str.lower))
         lines.append(f"> **Emulation, not the libraries.** Rows with `backend_impl=reference` "
                      f"({names}) were produced by the torch.distributed reference emulation "
                      "(`backends/reference`), which imitates each library's capacity-bounded "
                      "dispatch. Their capacities and timings describe the emulation, not "
                      "ECHO, UltraEP or MoonEP.")
-    others = sorted(k for k in impls if k != "reference")
+    others = sorted(k for k in impls if k != Impl.REFERENCE)
     if others:
         lines.append("> Rows with backend_impl " + ", ".join(f"`{k}`" for k in others)
                      + " come from the named library implementation.")
@@ -353,30 +280,31 @@ def _timing_points(ctx: Context):
                                 num(t, i, "noise_floor_pct"), r["timing_capacity"]))
     for pair in ctx.dnf:
         if pair not in seen:
-            points.append(TimePoint(pair[0], pair[1], "does_not_fit", (None,) * 3, (None,) * 3,
+            points.append(TimePoint(pair[0], pair[1], Status.DOES_NOT_FIT, (None,) * 3, (None,) * 3,
                                     None))
     return points
 
 
-def _versus_baseline(t: Table) -> dict[int, list[str]]:
+def _versus_baseline(t: Table, baseline: str) -> dict[int, list[str]]:
     """Row index -> [dispatch Δ text, combine Δ text] against the baseline of the same model."""
     base = {r["model"]: i for i, r in enumerate(t.rows)
-            if r["backend"].lower() == BASELINE and r["status"] == "ok"}
+            if r["backend"].lower() == baseline.lower() and r["status"] == Status.OK}
     out = {}
     for i, r in enumerate(t.rows):
-        if r["backend"].lower() == BASELINE:
+        if r["backend"].lower() == baseline.lower():
             out[i] = ["baseline", "baseline"]
             continue
-        out[i] = [_delta_text(t, base.get(r["model"]), i, m) for m in ("dispatch", "combine")]
+        out[i] = [_delta_text(t, base.get(r["model"]), i, m, baseline)
+                  for m in ("dispatch", "combine")]
     return out
 
 
-def _delta_text(t: Table, b: int | None, i: int, metric: str) -> str:
+def _delta_text(t: Table, b: int | None, i: int, metric: str, baseline: str) -> str:
     """'+12.34% > 2.5%: EXCEEDS noise' style cell, or why there is no comparison."""
-    if t.rows[i]["status"] != "ok":
+    if t.rows[i]["status"] != Status.OK:
         return f"n/a: {t.rows[i]['status'] or 'no status'}"
     if b is None:
-        return f"n/a: no {BASELINE.upper()} timing for this model"
+        return f"n/a: no {baseline.upper()} timing for this model"
     col = f"{metric}_ms_median"
     med_b, med_o = num(t, b, col), num(t, i, col)
     nf_b, nf_o = num(t, b, "noise_floor_pct"), num(t, i, "noise_floor_pct")
@@ -396,13 +324,14 @@ def section_timing(ctx: Context) -> list[str]:
     t = ctx.timing
     if t is None:
         return out + [ctx.missing("timing", f"{TIMING} not found (time stage not run)"), ""]
-    versus = _versus_baseline(t)
+    baseline = ctx.baseline or (t.rows[0]["backend"] if t.rows else "")
+    versus = _versus_baseline(t, baseline)
     main = ["model", "backend", "status", "timing_capacity", "budget_tokens"]
     for m in ("dispatch", "combine"):
         main += [c for c in (f"{m}_ms_p10", f"{m}_ms_median", f"{m}_ms_p90") if t.has(c)]
     main += ["noise_floor_pct"]
     rows = [[r[c] for c in main] + versus[i] for i, r in enumerate(t.rows)]
-    vs = BASELINE.upper()
+    vs = baseline.upper()
     out += [md_table(main + [f"dispatch Δ vs {vs}", f"combine Δ vs {vs}"], rows), ""]
     extra = ["model", "backend", "trials", "iters", "step_cv", "algbw_gbps", "peak_mem_bytes"]
     extra += [c for c in ("timer", "backend_impl") if t.has(c)] + ["cell_dir"]
@@ -497,7 +426,7 @@ def section_provenance(ctx: Context) -> list[str]:
     path = ctx.results_dir / "provenance.txt"
     if not path.is_file():
         return out + [ctx.missing("provenance", "provenance.txt not found"), ""]
-    pairs = read_provenance(path)
+    pairs = read_provenance_lines(path)
     return out + [md_table(["key", "value"], [[k, v] for k, v in pairs]), ""]
 
 
@@ -542,7 +471,7 @@ def _fmt(value) -> str:
 # --------------------------------------------------------------------------- demand
 
 
-def demand_cells(results_dir: Path) -> list[CellName]:
+def demand_cells(results_dir: Path) -> list[Cell]:
     """Measure and validate cells present under cells/, ordered by model, backend, name."""
     root = results_dir / "cells"
     cells = [parse_cell_name(p.name) for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
@@ -562,8 +491,7 @@ def build_demand(ctx: Context):
         return ctx.missing("demand", why), {}
     cells = demand_cells(ctx.results_dir)
     measured = {}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+    with open_atomic(path, "w") as fh:
         fh.write("\t".join(DEMAND_COLUMNS) + "\n")
         for c in cells:
             logs = cell_logs(ctx.results_dir / "cells" / c.name)
@@ -573,11 +501,8 @@ def build_demand(ctx: Context):
             df = df.rename(columns={"iter": "iteration"}).assign(run=c.name)
             df[list(DEMAND_COLUMNS)].to_csv(fh, sep="\t", header=False, index=False,
                                             lineterminator="\n")
-            if c.purpose == "measure":
+            if c.purpose == Purpose.MEASURE:
                 measured[c.name] = df
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
     note = (f"[`demand.tsv`](demand.tsv): one row per dispatch telemetry row of the "
             f"{len(cells)} measure and validate cells (columns: {', '.join(DEMAND_COLUMNS)}). "
             "Heatmaps: measure cells only; value = max over all iterations (no warmup skipped) "
@@ -689,7 +614,8 @@ def load_context(results_dir: Path, out: Path) -> Context:
     timing = read_tsv(results_dir / TIMING, NEED_TIMING)
     pairs = pair_order([selection, timing, attempts])
     return Context(results_dir, out, attempts, selection, timing, pairs,
-                   not_fitting(attempts, timing), read_pad_multiple(results_dir))
+                   not_fitting(attempts, timing), read_pad_multiple(results_dir),
+                   read_baseline(results_dir, timing))
 
 
 def _campaign_name(ctx: Context) -> str:

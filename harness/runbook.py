@@ -12,10 +12,12 @@ import typing
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from harness.errors import BadInput
+from harness.registry import BACKEND_KINDS, module_name, options_type
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,9 @@ class BackendConfig:
     select: bool = True             # measured/validated; its selection feeds the timing capacity
     time: bool = True               # timed at the common capacity
     flags: tuple[str, ...] = ()     # extra launch flags
-    options: dict = field(default_factory=dict)   # backend-specific settings (paths, patterns)
+    # backend-specific settings: the backend's OPTIONS dataclass (validated at load); a plain
+    # dict is accepted from code and checked when the backend is built
+    options: Any = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -127,6 +131,11 @@ class Runbook:
     def backend(self, name: str) -> BackendConfig:
         return next(b for b in self.backends if b.name == name)
 
+    @property
+    def baseline(self) -> str | None:
+        """The backend timing comparisons are made against: the first timed backend."""
+        return next((b.name for b in self.backends if b.time), None)
+
 
 # ---------------------------------------------------------------------------------------------
 # Loading and validation (docs/runbook.md). Every error names file, line and field.
@@ -137,7 +146,6 @@ TOP_KEYS = ("campaign", "models_file", "models", "shape", "backends", "capacity"
             "timing", "limits", "launcher", "device_memory_gb", "seed", "repositories",
             "paths", "slurm", "gpu_hours_per_cell", "max_parallel_cells")
 REQUIRED_TOP = ("campaign", "models", "shape", "backends")
-BACKEND_KINDS = ("reference", "cluster")
 LAUNCHERS = ("local", "slurm")
 
 
@@ -366,12 +374,30 @@ def _backends(doc: _Doc, data: dict) -> tuple[BackendConfig, ...]:
         if fields["kind"] not in BACKEND_KINDS:
             raise doc.error(where + ("kind",), "must be reference or cluster")
         fields.setdefault("module", fields["name"])
+        fields["options"] = _backend_options(doc, entry, fields, where)
         if any(b.name.lower() == fields["name"].lower() for b in out):
             raise doc.error(where + ("name",), f"backend {fields['name']!r} listed twice")
         out.append(BackendConfig(**fields))
     if not any(b.select for b in out):
         raise doc.error(("backends",), "at least one backend needs select: true")
     return tuple(out)
+
+
+def _backend_options(doc: _Doc, entry: dict, fields: dict, where: tuple):
+    """The entry's `options:` as its backend's OPTIONS dataclass, every field checked."""
+    kind, module, name = fields["kind"], fields["module"], fields["name"]
+    try:
+        cls = options_type(kind, module, name)
+    except BadInput as exc:
+        raise doc.error(where + ("module",), f"no backend module {module_name(kind, module)!r} "
+                        f"for backend {name!r}") from exc
+    where = where + ("options",)
+    kwargs = _fields_from(doc, cls, entry.get("options"), where)
+    try:
+        return cls(**kwargs)
+    except ValueError as exc:
+        sub = getattr(exc, "field", None)
+        raise doc.error(where + (sub,) if sub else where, str(exc)) from exc
 
 
 def _capacity(doc: _Doc, data: dict) -> CapacityConfig:

@@ -103,8 +103,13 @@ class LogSummary:
     malformed: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        """JSON-ready dict (SPEC section 7 keys plus the extra ones)."""
+        """JSON-ready dict (the `parse --json` keys of docs/spec.md plus the extra ones)."""
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> LogSummary:
+        """The summary `to_dict` wrote (events.jsonl); keys it does not know are ignored."""
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
 @dataclass(frozen=True)

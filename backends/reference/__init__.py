@@ -1,19 +1,20 @@
 """The `reference` backend: a torch.distributed emulation of the EP libraries' contracts.
 
 `make_backend(config)` returns the adapter that turns a RunRequest into the worker's argv
-(`python -m backends.reference ...`, one process per rank). Kept import-light: the adapter
-and torch load only when used, so the worker starts fast.
+(`python -m backends.reference ...`, one process per rank); `OPTIONS` is its runbook options
+dataclass. Kept import-light: torch loads only in the worker's rank processes.
 """
 
 from __future__ import annotations
 
+from .adapter import ReferenceBackend, ReferenceOptions
 from .memory import estimate_memory_bytes
 
-__all__ = ["estimate_memory_bytes", "make_backend"]
+__all__ = ["OPTIONS", "estimate_memory_bytes", "make_backend"]
+
+OPTIONS = ReferenceOptions
 
 
-def make_backend(config):
+def make_backend(config) -> ReferenceBackend:
     """The reference Backend for a runbook backend entry (personality = config.module)."""
-    from .adapter import ReferenceBackend
-
     return ReferenceBackend(config)

@@ -18,7 +18,7 @@ import time
 import traceback
 from pathlib import Path
 
-from harness.launch.local import free_port
+from harness.backend_api import free_port
 
 from .memory import estimate_memory_bytes, oom_message
 from .options import build_parser, check_args, model_of, shape_of

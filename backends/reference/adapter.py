@@ -3,13 +3,39 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-from backends.base import Backend, LaunchSpec, RunRequest
+from harness.backend_api import Backend, LaunchSpec, NoOptions, OptionError, RunRequest
+from harness.vocab import Impl, run_iterations
 
 from .personalities import LIBRARIES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+LAUNCH_MODES = ("per-rank", "single")
+
+
+@dataclass(frozen=True)
+class ReferenceOptions(NoOptions):
+    """Runbook `options:` of a reference backend (docs/reference-backend.md)."""
+
+    launch: str = "per-rank"            # per-rank: ep tasks; single: one task forks the ranks
+    device: str = "auto"                # auto | cpu | cuda
+    trace: str | None = None            # replay this routing trace
+    record_trace: str | None = None     # write the routing used to this file
+    pg_timeout_s: int | None = None
+    threads: int = 1                    # OMP_NUM_THREADS of each rank
+    gpus_per_node: int = 0
+
+    def __post_init__(self) -> None:
+        if self.launch not in LAUNCH_MODES:
+            raise OptionError("launch", f"options.launch {self.launch!r} is not per-rank or "
+                                        "single")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise OptionError("device", f"options.device {self.device!r} is not auto, cpu or "
+                                        "cuda")
 
 
 class ReferenceBackend(Backend):
@@ -21,27 +47,36 @@ class ReferenceBackend(Backend):
     after one torch import, about 1.5 s of CPU saved per rank).
     """
 
+    options_type = ReferenceOptions
+
+    def implementation(self, timing: dict | None = None) -> str:
+        """Rows of the emulation are labelled `reference`, never a library's name."""
+        return Impl.REFERENCE
+
+    def expected_log_shape(self, req: RunRequest) -> dict[str, int]:
+        """The worker logs every rank, MoE layer and iteration (warmup included; a timed run
+        logs warmup + iters x trials), so a complete log's size is known."""
+        return {"expected_ranks": req.shape.ep, "expected_layers": req.model.moe_layers,
+                "expected_iters": run_iterations(req.phase, req.cell.purpose)}
+
     def command(self, req: RunRequest) -> LaunchSpec:
         if self.config.module not in LIBRARIES:
             raise ValueError(f"reference backend {self.name!r}: personality "
                              f"{self.config.module!r} is not one of {sorted(LIBRARIES)}")
-        launch = self.config.options.get("launch", "per-rank")
-        if launch not in ("per-rank", "single"):
-            raise ValueError(f"reference backend {self.name!r}: options.launch {launch!r} "
-                             f"is not per-rank or single")
+        launch = self.options.launch
         argv = [sys.executable, "-m", "backends.reference", *self.args(req)]
         if launch == "single":
             argv += ["--ranks", str(req.shape.ep)]
         return LaunchSpec(argv=argv,
-                          env={"OMP_NUM_THREADS": str(self.config.options.get("threads", 1)),
+                          env={"OMP_NUM_THREADS": str(self.options.threads),
                                "PYTHONUNBUFFERED": "1"},
                           ntasks=req.shape.ep if launch == "per-rank" else 1, nodes=1,
-                          gpus_per_node=int(self.config.options.get("gpus_per_node", 0)),
+                          gpus_per_node=int(self.options.gpus_per_node),
                           cwd=str(REPO_ROOT))
 
     def args(self, req: RunRequest) -> list[str]:
         """The worker flags for one cell (see docs/reference-backend.md)."""
-        m, s, ph, opt = req.model, req.shape, req.phase, self.config.options
+        m, s, ph, opt = req.model, req.shape, req.phase, self.options
         args = ["--model", m.name, "--layers", m.layers, "--first-dense-layers",
                 m.first_dense_layers, "--hidden", m.hidden, "--experts", m.experts,
                 "--topk", m.topk, "--expert-ffn", m.expert_ffn, "--shared-ffn", m.shared_ffn,
@@ -50,11 +85,11 @@ class ReferenceBackend(Backend):
                 "--capacity", req.cell.capacity, "--personality", self.config.module,
                 "--warmup", ph.warmup, "--iters", ph.iters, "--trials", ph.trials,
                 "--purpose", req.cell.purpose, "--seed", req.seed,
-                "--pad-multiple", req.pad_multiple, "--device", opt.get("device", "auto")]
+                "--pad-multiple", req.pad_multiple, "--device", opt.device]
         if req.device_memory_bytes is not None:
             args += ["--device-memory-bytes", req.device_memory_bytes]
         for key, flag in (("trace", "--trace"), ("record_trace", "--record-trace"),
                           ("pg_timeout_s", "--pg-timeout-s")):
-            if opt.get(key) is not None:
-                args += [flag, opt[key]]
+            if getattr(opt, key) is not None:
+                args += [flag, getattr(opt, key)]
         return [str(a) for a in args] + list(self.config.flags)

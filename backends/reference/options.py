@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 from types import SimpleNamespace
 
-PURPOSES = ("measure", "validate", "time", "canary")
+from harness.vocab import Purpose
+
+PURPOSES = Purpose.values()
 
 
 def _positive(text: str) -> int:
@@ -54,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--warmup", type=_non_negative, default=1)
     s.add_argument("--iters", type=_positive, default=4)
     s.add_argument("--trials", type=_positive, default=1)
-    s.add_argument("--purpose", choices=PURPOSES, default="measure")
+    s.add_argument("--purpose", choices=PURPOSES, default=Purpose.MEASURE.value)
     s.add_argument("--seed", type=int, default=1234)
     s.add_argument("--device-memory-bytes", type=_positive, default=None)
     s.add_argument("--pad-multiple", type=_positive, default=128)

@@ -11,6 +11,8 @@ import sys
 import torch
 import torch.distributed as dist
 
+from harness.vocab import run_iterations
+
 from .dispatch import (
     Buffers,
     check_combine,
@@ -80,8 +82,7 @@ class RankRun:
         self.samples: dict[str, list[list[float]]] = {"dispatch": [], "combine": []}
 
     def total_iters(self) -> int:
-        a = self.a
-        return a.warmup + (a.trials * a.iters if a.purpose == "time" else a.iters)
+        return run_iterations(self.a, self.a.purpose)     # warmup + iters (x trials if timed)
 
     def hidden_states(self) -> torch.Tensor:
         """This rank's tokens: seeded N(0,1) bf16 [S, hidden], reused for every layer."""

@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from backends.base import LaunchSpec
+from harness.backend_api import LaunchSpec
 
 
 @dataclass

@@ -11,24 +11,16 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
-from backends.base import LaunchSpec
+from harness.backend_api import LaunchSpec, free_port
 from harness.launch.base import JobHandle, JobResult, Launcher
 
 PEER_GRACE_S = 3.0          # after one rank fails, how long the others may take to exit
 KILL_WAIT_S = 2.0           # SIGTERM -> SIGKILL escalation
 MARKER_ENV = "EPCAP_CELL_DIR"
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def log_size(paths: list[Path]) -> int:

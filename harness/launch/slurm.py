@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -26,10 +25,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from backends.base import LaunchSpec
+from harness.backend_api import LaunchSpec
 from harness.errors import BadInput, EpcapError
 from harness.health import DEFAULT_MAX_USED_MIB, PRE_CELL_FAIL_EXIT
 from harness.launch.base import JobHandle, JobResult, Launcher
+from harness.results import write_text_atomic
 from harness.runbook import SlurmConfig
 
 CMD_TIMEOUT_S = 30.0            # every Slurm client call
@@ -309,7 +309,7 @@ class SlurmLauncher(Launcher):
                 "timeout_s": timeout_s}
         text = batch_script(opts, spec, cell_dir, self.python, gpus, meta=meta)
         path = cell_dir / SCRIPT_NAME
-        _write_atomic(path, text)
+        write_text_atomic(path, text)
         return path
 
     def submit(self, cell_name: str, spec: LaunchSpec, cell_dir: Path,
@@ -322,7 +322,7 @@ class SlurmLauncher(Launcher):
         if proc.returncode != 0 or not job_id.isdigit():
             raise SlurmError(f"sbatch refused {script}: {proc.stderr.strip() or proc.stdout}")
         name = job_name(self.campaign, cell_name, cell_dir)
-        _write_atomic(cell_dir / JOB_FILE, json.dumps({"job_id": job_id, "job_name": name}))
+        write_text_atomic(cell_dir / JOB_FILE, json.dumps({"job_id": job_id, "job_name": name}))
         return self._handle(cell_name, cell_dir, job_id, spec.ntasks, timeout_s)
 
     def _handle(self, cell_name: str, cell_dir: Path, job_id: str, ntasks: int,
@@ -482,11 +482,3 @@ def script_meta(script: Path) -> dict:
     return {}
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Write via a temp file + fsync + os.replace."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)

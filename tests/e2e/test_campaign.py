@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from backends.base import LaunchSpec
-from harness.campaign import choose_dir
+from harness.backend_api import LaunchSpec
+from harness.campaign.store import choose_dir
 from harness.capacity import budget_tokens, is_executable
 from harness.events import read_events
 from harness.launch import make_launcher

@@ -143,7 +143,7 @@ def test_bad_trace_is_bad_input(tmp_path):
 
 
 def test_timing_line(tmp_path):
-    from backends.base import TIMING_TAG, Backend
+    from harness.backend_api import TIMING_TAG, Backend
 
     rc, text = standalone(tmp_path, [*flags(2, "2.00", "ultraep", purpose="time", trials=2),
                                      "--spawn", "exec"])       # one interpreter per rank

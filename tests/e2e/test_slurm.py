@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from backends.base import DEFAULT_FAILURE_PATTERNS, LaunchSpec
+from harness.backend_api import DEFAULT_FAILURE_PATTERNS, LaunchSpec
 from harness.launch import slurm as S
 from harness.runbook import SlurmConfig
 

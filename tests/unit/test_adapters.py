@@ -21,13 +21,13 @@ import pytest
 import yaml
 
 import backends.megatron as megatron
-from backends import load_backend
-from backends.base import RunRequest
 from backends.ultraep import router_dtypes
+from harness.backend_api import RunRequest
 from harness.capacity import UnexecutableCapacity, check_executable
 from harness.errors import BadInput
 from harness.gpuhours import describe_estimate, estimate_gpu_hours, parse_time_limit
 from harness.plan import PURPOSES, Cell
+from harness.registry import load_backend
 from harness.runbook import BackendConfig, load_runbook
 
 ROOT = Path(__file__).resolve().parents[2]

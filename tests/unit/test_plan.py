@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.campaign import Context, Outcome, model_pipeline
+from harness.campaign.decisions import Context, Outcome, model_pipeline
+from harness.campaign.stages import plan_cells
 from harness.capacity import budget_tokens, is_executable
-from harness.plan import Cell, canary_model, cell_dir, plan_cells
+from harness.plan import Cell, canary_model, cell_dir
 from harness.runbook import load_runbook
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -177,7 +178,7 @@ def test_stage_modes():
 
 
 def campaign_with(tmp_path, events, rb=RB):
-    from harness.campaign import Campaign
+    from harness.campaign.driver import Campaign
     from harness.events import EventLog
     from harness.launch.local import LocalLauncher
     from harness.progress import ProgressView
@@ -197,7 +198,7 @@ def fin(attempt, status, capacity="2.00", purpose="measure"):
 
 
 def test_replay_skips_retried_infra_and_numbers_new_attempts(tmp_path):
-    from harness.campaign import Request
+    from harness.campaign.decisions import Request
     started = Cell(RB.campaign, M, "echo", "measure", "2.00", 3)
     camp = campaign_with(tmp_path, [fin(1, "infra"), fin(2, "ok"),
                                     ("cell_submit", {"cell": started.name, "model": M,
@@ -213,7 +214,7 @@ def test_replay_skips_retried_infra_and_numbers_new_attempts(tmp_path):
 def test_replay_without_retries_left_returns_the_infra(tmp_path):
     import dataclasses
 
-    from harness.campaign import Request
+    from harness.campaign.decisions import Request
     rb = dataclasses.replace(RB, limits=dataclasses.replace(RB.limits, infra_retries=0))
     camp = campaign_with(tmp_path, [fin(1, "infra"), fin(2, "ok")], rb)
     out, left = camp.replay_with_retries(Request(M, "echo", "measure", "2.00"))
@@ -221,7 +222,7 @@ def test_replay_without_retries_left_returns_the_infra(tmp_path):
 
 
 def test_replay_refuses_results_that_disagree_with_the_plan(tmp_path):
-    from harness.campaign import Request
+    from harness.campaign.decisions import Request
     from harness.errors import BadInput
     camp = campaign_with(tmp_path, [fin(1, "ok", capacity="3.00")])
     with pytest.raises(BadInput, match="use --fresh"):
@@ -229,7 +230,7 @@ def test_replay_refuses_results_that_disagree_with_the_plan(tmp_path):
 
 
 def test_bug_class_runs_are_rerun_after_a_fix(tmp_path):
-    from harness.campaign import Request
+    from harness.campaign.decisions import Request
     camp = campaign_with(tmp_path, [fin(1, "assert")])
     assert camp.replayed(Request(M, "echo", "measure", "2.00")) is None
     assert camp.next_cell(Request(M, "echo", "measure", "2.00")).attempt == 2

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from backends import load_backend
-from backends.base import RunRequest
 from backends.reference.__main__ import rank_env
 from backends.reference.options import build_parser
+from harness.backend_api import RunRequest
 from harness.plan import Cell
+from harness.registry import load_backend
 from harness.runbook import BackendConfig, ModelSpec, PhaseConfig, Shape
 
 MODEL = ModelSpec(name="TINY", hf_name="x/y", layers=3, hidden=64, experts=16, topk=4,

@@ -524,12 +524,14 @@ def test_executable_check_flags_an_off_grid_selection(tmp_path, stub_figures):
     text = rp.build_report(res).read_text()
     assert _selection_cell(text, "QWEN3_30B", "echo", "executable (checked)") == "NO"
     assert _selection_cell(text, "QWEN3_30B", "ultraep", "executable (checked)") == "yes"
-    # the pad multiple comes from the frozen runbook: at P = 256, 2432 slots are off the grid
-    (res / "runbook.yaml").write_text("campaign: sample\ncapacity: {pad_multiple: 256}\n")
+    # the pad multiple is the one the campaign recorded as data (campaign.json), never a
+    # re-parse of the runbook: at P = 256, 2432 slots are off the grid
+    (res / "runbook.yaml").write_text("campaign: sample\ncapacity: {pad_multiple: 64}\n")
+    (res / "campaign.json").write_text('{"pad_multiple": 256}\n')
     text = rp.build_report(res).read_text()
     assert _selection_cell(text, "QWEN3_30B", "ultraep", "executable (checked)") == "NO"
     assert _selection_cell(text, "QWEN2_57B", "ultraep", "executable (checked)") == "yes"
-    assert "pad multiple 256: runbook.yaml" in text
+    assert "pad multiple 256: campaign.json" in text
 
 
 def test_a_figure_that_fails_to_draw_is_stated_not_fatal(tmp_path, monkeypatch, stub_figures):

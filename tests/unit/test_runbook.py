@@ -133,3 +133,29 @@ def test_bad_runbook_leaves_earlier_results_untouched(tmp_path):
         assert f"{bad}:" in result.output
     assert {p.name: p.read_bytes() for p in camp.iterdir()} == before
     assert sorted(p.name for p in results.iterdir()) == ["reduced"]
+
+
+OPTS = BASE.replace("module: echo}", "module: echo,\n     options: {launch: single, %s}}")
+
+
+@pytest.mark.parametrize("option, field, words", [
+    ("lunch: single", "backends[0].options.lunch", "unknown key"),
+    ("threads: many", "backends[0].options.threads", "must be an integer"),
+    ("device: tpu", "backends[0].options.device", "is not auto, cpu or cuda"),
+])
+def test_backend_options_are_checked_at_load(tmp_path, option, field, words):
+    """Each backend's options dataclass is validated when the runbook loads (file:line)."""
+    with pytest.raises(BadInput, match=words) as info:
+        load_runbook(write(tmp_path, OPTS % option))
+    assert (info.value.line, info.value.field) == (7, field)      # the options line
+
+
+def test_backend_options_are_typed_and_cluster_modules_are_found(tmp_path):
+    rb = load_runbook(write(tmp_path, OPTS % "threads: 2"))
+    opts = rb.backends[0].options
+    assert (type(opts).__name__, opts.launch, opts.threads, opts.device) == (
+        "ReferenceOptions", "single", 2, "auto")
+    body = BASE.replace("kind: reference, module: echo", "kind: cluster, module: nosuch")
+    with pytest.raises(BadInput, match="no backend module 'backends.nosuch'") as info:
+        load_runbook(write(tmp_path, body))
+    assert info.value.field == "backends[0].module"

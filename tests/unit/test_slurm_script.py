@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from backends.base import LaunchSpec
+from harness.backend_api import LaunchSpec
 from harness.errors import BadInput
 from harness.launch import slurm as S
 from harness.launch.base import JobHandle

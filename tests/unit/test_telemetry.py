@@ -687,3 +687,10 @@ def test_rows_after_a_skipped_long_line_near_the_end_are_not_truncated(tmp_path,
     s = summarize(path)
     assert (s.rows, s.malformed_rows) == (2, 0)
     assert [r.line_no for r in iter_rows(path)] == [2, 3]
+
+
+def test_summary_round_trips_through_its_dict(tmp_path):
+    summary = summarize(write(tmp_path, "".join(grid()), "r.log"))
+    back = tm.LogSummary.from_dict({**summary.to_dict(), "unknown_key": 1})
+    assert back == summary and back.rows == 8
+    assert tm.LogSummary.from_dict({"rows": 3}) == tm.LogSummary(rows=3)

@@ -1,0 +1,75 @@
+"""One finished run: telemetry summary + failure taxonomy + timing line -> its Outcome.
+
+The status of a run (docs/spec.md: pipeline; harness.taxonomy.judge_run, the code `epcap
+classify` runs too): a taxonomy class when the run failed; else `lower_bound` (a measure run
+with saturated rows or an overflow report), `drops` (any other run with saturated rows or an
+overflow report, docs/taxonomy.md) or `ok`; a timed run without its [EPCAP_TIMING] line is a
+`crash`. The failure dict (cell.json, events) carries the deciding line, the first failed
+rank, the survived warnings and any stated receive demand.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from harness import capacity as cap
+from harness.backend_api import Backend, RunRequest
+from harness.campaign.decisions import Outcome
+from harness.launch.base import JobResult
+from harness.plan import Cell
+from harness.taxonomy import iter_log_lines, judge_run
+from harness.telemetry import LogSummary, summarize
+from harness.vocab import FAILURE_CLASSES, TIMED_OK, Purpose, Status
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def analyse(req: RunRequest, backend: Backend, result: JobResult, cell_dir: Path,
+            started_utc: str) -> Outcome:
+    """Classify, summarize and time one finished run; returns its Outcome with the row."""
+    cell = req.cell
+    logs = [p for p in (result.log_paths or sorted(cell_dir.glob("rank*.log")))
+            if Path(p).is_file()]
+    summary = summarize(logs, tags=backend.telemetry_tags(),
+                        **backend.expected_log_shape(req)) if logs else None
+    verdict = judge_run(result.exit_code, result.state, logs, backend.failure_patterns(),
+                        purpose=cell.purpose, library=getattr(backend, "library", None),
+                        summary=summary)
+    failure = verdict.outcome.to_dict()
+    status = verdict.status
+    timing = None
+    if cell.purpose == Purpose.TIME and status in TIMED_OK:
+        timing = backend.parse_timing(t for _, _, t in iter_log_lines(logs))
+        if timing is None:
+            status = Status.CRASH
+            failure.update(status=Status.CRASH, reason="no [EPCAP_TIMING] line in the logs")
+    n = req.shape.uniform_tokens(req.model.topk)
+    row = attempt_row(cell, n, backend.implementation(timing), result, summary, status,
+                      failure, started_utc)
+    return Outcome(cell, status, summary, timing, row, failure)
+
+
+def attempt_row(cell: Cell, n: int, impl: str, result: JobResult, summary: LogSummary | None,
+                status: str, failure: dict, started_utc: str) -> dict[str, Any]:
+    """The capacity_attempts.tsv row of one run (docs/spec.md: TSV columns)."""
+    measured = summary is not None and summary.rows > 0 and status not in FAILURE_CLASSES
+    return {
+        "campaign": cell.campaign, "model": cell.model, "backend": cell.backend,
+        "purpose": cell.purpose, "attempt": cell.attempt, "capacity": cell.capacity,
+        "capacity_tag": cap.capacity_tag(cell.capacity), "uniform_tokens": n,
+        "budget_tokens": cap.budget_tokens(cell.capacity, n), "status": status,
+        "rows": summary.rows if summary else 0,
+        "malformed_rows": summary.malformed_rows if summary else 0,
+        "saturated_rows": summary.saturated_rows if summary else 0,
+        "peak_actual_valid_recv": summary.peak_actual_valid_recv if measured else None,
+        "required_capacity": summary.required_capacity if measured else None,
+        "cell_dir": f"cells/{cell.name}", "started_utc": started_utc,
+        "finished_utc": utc_now(), "wall_s": result.wall_s,
+        "backend_impl": impl,
+        "exit_code": result.exit_code,
+        "failure_line": failure.get("line") if failure.get("status") else None,
+    }

@@ -1,0 +1,375 @@
+"""The driver: schedules the model pipelines, launches and finishes cells, retries infra
+failures (bounded), stops on a bug, and replays finished runs from the events on resume."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import time
+from pathlib import Path
+
+from harness import capacity as cap
+from harness.backend_api import Backend, LaunchSpec, RunRequest
+from harness.campaign import store
+from harness.campaign.analysis import analyse, utc_now
+from harness.campaign.decisions import Context, Outcome, Pipe, Request
+from harness.campaign.stages import STAGE_OF_PURPOSE, plan_cells
+from harness.errors import BadInput, CampaignStopped, Findings
+from harness.events import EVENTS, EventLog, read_events
+from harness.launch import make_launcher
+from harness.launch.base import JobHandle, JobResult, Launcher
+from harness.plan import Cell, PlannedCell, canary_model, cell_dir
+from harness.progress import EtaEstimator, ProgressView, fmt_s, model_size
+from harness.provenance import write_provenance
+from harness.registry import load_backend
+from harness.results import ATTEMPT_COLUMNS, ATTEMPTS_TSV, append_row, write_text_atomic
+from harness.runbook import Runbook
+from harness.vocab import BUG_CLASSES, CANARY_OK, Event, Purpose, Stage, StageMode, Status
+
+POLL_S = 0.05
+
+
+class Replay(Exception):
+    """A stage that may not run (--stage) lacks the results it needs."""
+
+
+@dataclasses.dataclass
+class Active:
+    """A cell in flight."""
+
+    pipe: Pipe | None
+    request: Request
+    cell: Cell
+    handle: JobHandle
+    backend: Backend
+    spec: LaunchSpec
+    started_utc: str
+    t0: float
+    infra_left: int
+
+
+class Campaign:
+    """Runs (or replays) the pipelines of one campaign directory."""
+
+    def __init__(self, runbook: Runbook, root: Path, launcher: Launcher, ctx: Context,
+                 view: ProgressView, command_line: list[str]) -> None:
+        self.rb = runbook
+        self.root = root
+        self.launcher = launcher
+        self.ctx = ctx
+        self.view = view
+        self.command_line = command_line
+        self.log = EventLog(root / EVENTS)
+        self.finished: dict[tuple, list[dict]] = {}
+        self.cursor: dict[tuple, int] = {}
+        self.attempts: dict[tuple, int] = {}
+        self.done_runs = 0
+        self.estimator = EtaEstimator({m.name: model_size(m) for m in runbook.models},
+                                      store.iterations_per_purpose(runbook))
+        self.backends: dict[str, Backend] = {}
+        self.provenance: dict[str, str] = {}
+        self.active: list[Active] = []
+        self._index_events(read_events(root / EVENTS))
+
+    # -- state from events ---------------------------------------------------------------
+    def _index_events(self, events: list[dict]) -> None:
+        for ev in events:
+            if ev["ev"] in (Event.CELL_SUBMIT, Event.CELL_START, Event.CELL_FINISH):
+                key = (ev["model"], ev["backend"], ev["purpose"])
+                self.attempts[key] = max(self.attempts.get(key, 0), int(ev["attempt"]))
+            if ev["ev"] == Event.CELL_FINISH and not store.rerun_on_resume(ev):
+                key = (ev["model"], ev["backend"], ev["purpose"])
+                self.finished.setdefault(key, []).append(ev)
+                self.done_runs += 1
+                if ev.get("span_s"):
+                    self.estimator.add(ev["backend"], ev["model"], ev["purpose"], ev["span_s"])
+        for runs in self.finished.values():
+            runs.sort(key=lambda e: int(e["attempt"]))
+
+    def unfinished_starts(self) -> list[dict]:
+        return store.unfinished_starts(self.root)
+
+    def reap_stale(self) -> None:
+        """Kill still-running process groups of cells an earlier driver left behind."""
+        for ev in self.unfinished_starts():
+            handle = None
+            if ev.get("job_id"):
+                handle = JobHandle(ev["cell"], Path(ev["cell_dir"]), ev["job_id"],
+                                   ev.get("job_extra") or {})
+            launcher = self.launcher
+            if ev.get("launcher") and ev["launcher"] != getattr(self.launcher, "name", None):
+                launcher = make_launcher(ev["launcher"], self.rb)
+            if handle is None:
+                handle = launcher.find_existing(ev["cell"], Path(ev["cell_dir"]))
+            if handle is not None:
+                launcher.cancel(handle)
+            self.log.append(Event.CELL_ABANDONED, cell=ev["cell"],
+                            reason="driver stopped mid-run; rerun as a new attempt")
+
+    # -- replay and run ------------------------------------------------------------------
+    def replayed(self, req: Request) -> Outcome | None:
+        """The next finished run for this request's key, if the events hold one."""
+        key = (req.model, req.backend, req.purpose)
+        runs = self.finished.get(key, [])
+        idx = self.cursor.get(key, 0)
+        if idx >= len(runs):
+            return None
+        ev = runs[idx]
+        self.cursor[key] = idx + 1
+        if cap.format_capacity(ev["capacity"]) != cap.format_capacity(req.capacity):
+            raise BadInput(f"results in {self.root} disagree with the runbook: {ev['cell']} ran "
+                           f"at capacity {ev['capacity']}, the plan now asks {req.capacity}; "
+                           "use --fresh", path=str(self.rb.path), field="capacity")
+        return store.outcome_of(ev)
+
+    def backend(self, name: str) -> Backend:
+        if name not in self.backends:
+            self.backends[name] = load_backend(self.rb.backend(name))
+        return self.backends[name]
+
+    def next_cell(self, req: Request) -> Cell:
+        key = (req.model, req.backend, req.purpose)
+        self.attempts[key] = self.attempts.get(key, 0) + 1
+        return Cell(self.rb.campaign, req.model, req.backend, req.purpose,
+                    cap.format_capacity(req.capacity), self.attempts[key])
+
+    def launch(self, pipe: Pipe | None, req: Request, infra_left: int) -> Active:
+        """Check, write cell.json + provenance, submit, record the pids."""
+        t0 = time.monotonic()
+        cell = self.next_cell(req)
+        cap.check_executable(cell.capacity, self.ctx.n_of(req.model), self.rb.capacity.pad_multiple)
+        cdir = cell_dir(self.root, cell)
+        cdir.mkdir(parents=True, exist_ok=True)
+        backend = self.backend(req.backend)
+        try:
+            spec = backend.command(RunRequest.for_cell(self.rb, cell, cdir))
+        except ValueError as exc:
+            raise BadInput(f"backend {req.backend!r} cannot build its command: {exc}",
+                           path=str(self.rb.path), field="backends") from exc
+        store.write_cell_json(cdir, cell, spec, status="running")
+        self.write_cell_provenance(cdir, cell, spec)
+        where = {**store.cell_fields(cell), "cell_dir": str(cdir), "launcher": self.launcher.name}
+        self.log.append(Event.CELL_SUBMIT, **where)
+        handle = self.launcher.submit(cell.name, spec, cdir, self.rb.limits.run_timeout_s)
+        self.log.append(Event.CELL_START, **where, job_id=handle.job_id,
+                        job_extra=store.jsonable(handle.extra))
+        return Active(pipe, req, cell, handle, backend, spec, utc_now(), t0, infra_left)
+
+    def write_cell_provenance(self, cdir: Path, cell: Cell, spec: LaunchSpec) -> None:
+        fields = dict(self.provenance)
+        fields.update({"cell": cell.name, "cell.env_keys": " ".join(sorted(spec.env)),
+                       "cell.started_utc": utc_now()})
+        fields["cell.argv"] = shlex.join(store.redacted(spec.argv))
+        write_provenance(cdir / "provenance.txt", fields)
+
+    def finish(self, act: Active, result: JobResult) -> Outcome:
+        """Classify, summarize, record (cell.json, event, TSV row) and feed the ETA."""
+        cdir = cell_dir(self.root, act.cell)
+        req = RunRequest.for_cell(self.rb, act.cell, cdir)
+        out = analyse(req, act.backend, result, Path(act.handle.cell_dir), act.started_utc)
+        span = time.monotonic() - act.t0
+        self.estimator.add(act.cell.backend, act.cell.model, act.cell.purpose, span)
+        self.done_runs += 1
+        summary = out.summary.to_dict() if out.summary is not None else None
+        store.write_cell_json(cdir, act.cell, act.spec, status=out.status, summary=summary,
+                              timing=out.timing, failure=out.failure,
+                              launcher={"state": result.state, "exit_code": result.exit_code,
+                                        "detail": result.detail, "wall_s": result.wall_s})
+        left = self.runs_left(exclude=act.cell)
+        eta = self.eta(left)
+        self.log.append(Event.CELL_FINISH, **store.cell_fields(act.cell), status=out.status,
+                        row=out.row, summary=summary, timing=out.timing,
+                        failure=out.failure, wall_s=result.wall_s, span_s=round(span, 3),
+                        runs_left=len(left), eta_s=None if eta is None else round(eta, 3),
+                        stage=STAGE_OF_PURPOSE[act.cell.purpose])
+        if act.cell.purpose != Purpose.CANARY:
+            append_row(self.root / ATTEMPTS_TSV, ATTEMPT_COLUMNS, out.row)
+        key = (act.cell.model, act.cell.backend, act.cell.purpose)
+        self.finished.setdefault(key, []).append({"row": out.row, "status": out.status})
+        self.cursor[key] = len(self.finished[key])
+        self.report_cell(out, len(left), eta)
+        return out
+
+    # -- progress ------------------------------------------------------------------------
+    def planned_keys(self) -> list[PlannedCell]:
+        return [p for p in plan_cells(self.rb) if self.ctx.stage_mode(p.stage) == StageMode.RUN]
+
+    def runs_left(self, exclude: Cell | None = None) -> list[tuple[str, str, str]]:
+        """(backend, model, purpose) of the planned runs not yet finished or skipped."""
+        out = []
+        for p in self.planned_keys():
+            key = (p.model, p.backend, p.purpose)
+            if key in self.finished or key in self.ctx.skipped:
+                continue
+            if exclude is not None and key == (exclude.model, exclude.backend, exclude.purpose):
+                continue
+            out.append((p.backend, p.model, p.purpose))
+        return out
+
+    def eta(self, left: list[tuple[str, str, str]]) -> float | None:
+        eta = self.estimator.eta(left, self.rb.max_parallel_cells)
+        if eta is None:
+            return None
+        for act in self.active:
+            pred = self.estimator.predict(act.cell.backend, act.cell.model, act.cell.purpose)
+            if pred is not None:
+                eta += max(0.0, pred - (time.monotonic() - act.t0))
+        return eta
+
+    def report_cell(self, out: Outcome, left: int, eta: float | None) -> None:
+        extra = f"  {out.failure.get('line')}" if out.failure.get("line") else ""
+        self.view.line(f"  {out.cell.name}: {out.status} ({out.row.get('wall_s')} s); "
+                       f"{left} runs left, ETA {fmt_s(eta)}{extra}")
+        stage = STAGE_OF_PURPOSE[out.cell.purpose]
+        stage_all = [p for p in self.planned_keys() if p.stage == stage]
+        stage_done = sum(1 for p in stage_all
+                         if (p.model, p.backend, p.purpose) in self.finished)
+        self.view.update(self.done_runs, self.done_runs + left, stage, stage_done,
+                         len(stage_all), eta, out.cell.name)
+
+    # -- tables --------------------------------------------------------------------------
+    def write_tables(self, derived: bool = True) -> None:
+        """Rebuild the attempts TSV from the events (and the others from pipeline state)."""
+        store.write_attempts(self.root)
+        if derived:
+            self.write_derived()
+
+    def write_derived(self) -> None:
+        store.write_derived(self.root, self.rb, self.ctx.selection, self.ctx.timing)
+        self.ctx.dirty = False
+
+    # -- the loop ------------------------------------------------------------------------
+    def run_pipelines(self, pipes: list[Pipe]) -> None:
+        """Advance every pipeline: replay finished runs, start new ones, poll the launcher."""
+        waiting: dict[int, tuple[Pipe, Request, int]] = {}
+        for pipe in pipes:
+            self.advance(pipe, None, waiting, first=True)
+        while waiting or self.active:
+            for pid, (pipe, req, infra_left) in list(waiting.items()):
+                if len(self.active) >= self.rb.max_parallel_cells:
+                    break
+                del waiting[pid]
+                self.active.append(self.launch(pipe, req, infra_left))
+            if self.ctx.dirty:
+                self.write_derived()
+            self.poll_once(waiting)
+        if self.ctx.dirty:
+            self.write_derived()
+
+    def advance(self, pipe: Pipe, outcome: Outcome | None, waiting: dict,
+                first: bool = False) -> None:
+        """Send `outcome` in; replay from events until the pipeline needs a new run."""
+        while True:
+            try:
+                req = next(pipe) if first else pipe.send(outcome)
+            except StopIteration:
+                return
+            first = False
+            outcome, infra_left = self.replay_with_retries(req)
+            if outcome is None:
+                stage = STAGE_OF_PURPOSE[req.purpose]
+                if self.ctx.stage_mode(stage) != StageMode.RUN:
+                    raise Replay(f"{req.model}/{req.backend}: no {req.purpose} results yet "
+                                 f"(stage {stage} not selected); run that stage first")
+                waiting[id(pipe)] = (pipe, req, infra_left)
+                return
+            self.check_bug(outcome)
+
+    def replay_with_retries(self, req: Request) -> tuple[Outcome | None, int]:
+        """Replay finished runs of `req`, skipping infra failures that were retried.
+
+        Returns the outcome the pipeline sees (None: a new run is needed) and the infra
+        retries still allowed for that new run.
+        """
+        left = self.rb.limits.infra_retries
+        outcome = self.replayed(req)
+        while outcome is not None and outcome.status == Status.INFRA and left > 0:
+            nxt = self.replayed(req)
+            left -= 1
+            if nxt is None:
+                return None, left
+            outcome = nxt
+        return outcome, left
+
+    def poll_once(self, waiting: dict) -> None:
+        time.sleep(POLL_S)
+        for act in list(self.active):
+            result = self.launcher.poll(act.handle)
+            if result is None:
+                continue
+            self.active.remove(act)
+            out = self.finish(act, result)
+            self.check_bug(out)
+            if out.status == Status.INFRA and act.infra_left > 0:
+                self.active.append(self.launch(act.pipe, act.request, act.infra_left - 1))
+                continue
+            if act.pipe is not None:
+                self.advance(act.pipe, out, waiting)
+
+    def check_bug(self, out: Outcome) -> None:
+        """assert / badflag stop the campaign (exit 3) naming the cell, log and line."""
+        if out.status not in BUG_CLASSES:
+            return
+        fail = out.failure or {}
+        msg = (f"campaign stopped: {out.status} in cell {out.cell.name}; log {fail.get('path')}"
+               f":{fail.get('line_no')}: {fail.get('line')}")
+        self.cancel_active("bug-class failure")
+        self.log.append(Event.CAMPAIGN_STOPPED, cell=out.cell.name, status=out.status,
+                        log=fail.get("path"), line_no=fail.get("line_no"),
+                        line=fail.get("line"), stage=STAGE_OF_PURPOSE[out.cell.purpose])
+        write_text_atomic(self.root / "STOPPED.txt", msg + "\n")
+        raise CampaignStopped(msg)
+
+    def cancel_active(self, reason: str) -> None:
+        for act in list(self.active):
+            self.launcher.cancel(act.handle)
+            self.log.append(Event.CELL_ABANDONED, cell=act.cell.name, reason=reason)
+        self.active.clear()
+
+    def check_replay_inputs(self) -> None:
+        """--stage: refuse up front when a stage that may not run lacks its results."""
+        if not self.ctx.stages:
+            return
+        for p in plan_cells(self.rb):
+            key = (p.model, p.backend, p.purpose)
+            if (self.ctx.stage_mode(p.stage) == StageMode.REPLAY and key not in self.finished
+                    and p.capacity is not None):
+                raise BadInput(f"stage {p.stage} has no results for {p.model}/{p.backend} in "
+                               f"{self.root}; run it first (e.g. --until {p.stage})",
+                               field="--stage")
+
+    # -- preflight -----------------------------------------------------------------------
+    def run_canaries(self) -> None:
+        """One tiny run per backend; any failure other than does_not_fit stops here."""
+        mode = self.ctx.stage_mode(Stage.PREFLIGHT)
+        if mode == StageMode.STOP:
+            return
+        model = canary_model(self.rb)
+        for b in self.rb.backends:
+            req = Request(model, b.name, Purpose.CANARY, self.rb.capacity.measure)
+            out, infra_left = self.replay_with_retries(req)
+            if out is None and mode != StageMode.RUN:
+                raise Replay(f"no canary results for {b.name}; run the preflight stage first")
+            while out is None or (out.status == Status.INFRA and infra_left > 0):
+                if out is not None:
+                    infra_left -= 1
+                act = self.launch(None, req, 0)
+                self.active.append(act)
+                out = self.wait(act)
+            self.check_bug(out)
+            if out.status not in CANARY_OK:
+                fail = out.failure or {}
+                self.log.append(Event.CAMPAIGN_STOPPED, cell=out.cell.name, status=out.status,
+                                stage=Stage.PREFLIGHT, log=fail.get("path"),
+                                line=fail.get("line"))
+                raise Findings(f"preflight: canary {out.cell.name} ended {out.status} "
+                               f"({fail.get('reason', '')}); log "
+                               f"{cell_dir(self.root, out.cell)}; nothing else was run")
+
+    def wait(self, act: Active) -> Outcome:
+        while True:
+            time.sleep(POLL_S)
+            result = self.launcher.poll(act.handle)
+            if result is not None:
+                self.active.remove(act)
+                return self.finish(act, result)

@@ -1,0 +1,50 @@
+"""`epcap run --dry-run`: every planned cell (stage table order) with its command, capacity,
+budget and paths; nothing runs and nothing is written."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from harness import capacity as cap
+from harness.backend_api import RunRequest
+from harness.campaign.stages import plan_cells
+from harness.gpuhours import describe_estimate
+from harness.plan import Cell, cell_dir
+from harness.registry import load_backend
+from harness.runbook import Runbook
+
+
+def print_dry_run(rb: Runbook, root: Path, launcher_name: str) -> int:
+    """Print the plan; returns the exit code (0)."""
+    cells = plan_cells(rb)
+    print(f"campaign {rb.campaign}: runbook {rb.path}; results {root}; launcher {launcher_name}")
+    print(f"shape: seq {rb.shape.seq} x micro_batch {rb.shape.micro_batch}, ep {rb.shape.ep}; "
+          f"pad_multiple {rb.capacity.pad_multiple}; grid "
+          f"{'exact' if rb.capacity.decimals is None else f'decimals-{rb.capacity.decimals}'}")
+    backends = {b.name: load_backend(b) for b in rb.backends}
+    attempts: dict[tuple, int] = {}
+    for p in cells:
+        key = (p.model, p.backend, p.purpose)
+        attempts[key] = attempts.get(key, 0) + 1
+        n = rb.shape.uniform_tokens(rb.model(p.model).topk)
+        print(f"\n[{p.stage}] {p.model} {p.backend} {p.purpose}")
+        if p.capacity is None:
+            print("  capacity: unknown until measured (set by the select stage; timing uses "
+                  "max over the select backends' selections)")
+            print(f"  cells: {root}/cells/{p.model}__{p.backend}__{p.purpose}__cap<TAG>__a<N>/")
+            continue
+        cell = Cell(rb.campaign, p.model, p.backend, p.purpose, p.capacity, attempts[key])
+        cdir = cell_dir(root, cell)
+        budget = cap.budget_tokens(p.capacity, n)
+        ok = cap.is_executable(p.capacity, n, rb.capacity.pad_multiple)
+        spec = backends[p.backend].command(RunRequest.for_cell(rb, cell, cdir))
+        print(f"  capacity {p.capacity}: N = {n}, budget = int({p.capacity} x {n}) = {budget}, "
+              f"{'executable' if ok else 'NOT executable'} (pad {rb.capacity.pad_multiple})")
+        print(f"  command ({spec.ntasks} task(s), {spec.nodes} node(s)): {shlex.join(spec.argv)}")
+        if spec.env:
+            print(f"  env keys: {' '.join(sorted(spec.env))}")
+        print(f"  logs: {cdir}/rank<R>.log; provenance: {cdir}/provenance.txt")
+    print(f"\nplanned runs: {len(cells)} (re-measures and validation step-ups add runs)")
+    print(describe_estimate(rb, len(cells)))
+    return 0

@@ -1,0 +1,217 @@
+"""The results directory of one campaign (docs/spec.md: results layout).
+
+State lives in `events.jsonl` (append-only, fsynced); the TSVs are rebuilt from it on every
+start, so a SIGKILL between an event and its TSV row can neither lose nor duplicate a row.
+Also here: the campaign directories (resume or --fresh), the frozen runbook and its
+fingerprint, `campaign.json` (the grid and shapes as data, so the report never re-parses the
+runbook) and each cell's `cell.json`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.backend_api import LaunchSpec
+from harness.campaign.decisions import Outcome
+from harness.errors import BadInput
+from harness.events import EVENTS, read_events
+from harness.plan import Cell
+from harness.provenance import redact_argv, secret_values
+from harness.results import (
+    ATTEMPT_COLUMNS,
+    ATTEMPTS_TSV,
+    CAMPAIGN_JSON,
+    SELECTION_COLUMNS,
+    SELECTION_TSV,
+    TIMING_COLUMNS,
+    TIMING_TSV,
+    write_table_atomic,
+    write_text_atomic,
+)
+from harness.runbook import Runbook
+from harness.telemetry import LogSummary
+from harness.vocab import (
+    BUG_CLASSES,
+    CANARY_OK,
+    DURATION_CLASS,
+    Event,
+    Purpose,
+    run_iterations,
+    run_phase,
+)
+
+
+def campaign_dirs(root: Path, campaign: str) -> list[Path]:
+    """results/<campaign> and results/<campaign>-<N>, oldest first."""
+    out = []
+    base = root / campaign
+    if base.is_dir():
+        out.append((1, base))
+    for path in root.glob(f"{campaign}-*") if root.is_dir() else []:
+        suffix = path.name[len(campaign) + 1:]
+        if suffix.isdigit() and path.is_dir():
+            out.append((int(suffix), path))
+    return [p for _, p in sorted(out)]
+
+
+def choose_dir(root: Path, campaign: str, fresh: bool) -> Path:
+    """The newest campaign dir (resume) or a new one (--fresh, or none yet)."""
+    dirs = campaign_dirs(root, campaign)
+    if dirs and not fresh:
+        return dirs[-1]
+    if not dirs:
+        return root / campaign
+    n = 2
+    while (root / f"{campaign}-{n}").exists():
+        n += 1
+    return root / f"{campaign}-{n}"
+
+
+def zoo_path(rb: Runbook) -> Path | None:
+    """The model zoo file the runbook names (models_file), if the runbook still reads."""
+    try:
+        data = yaml.safe_load(rb.path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    return rb.path.parent / data.get("models_file", "models.yaml")
+
+
+def runbook_fingerprint(rb: Runbook) -> dict:
+    """sha256 of the runbook file and its model zoo (resume refuses a changed runbook)."""
+    out = {"runbook_sha256": hashlib.sha256(rb.path.read_bytes()).hexdigest()}
+    zoo = zoo_path(rb)
+    if zoo is not None and zoo.is_file():
+        out["models_sha256"] = hashlib.sha256(zoo.read_bytes()).hexdigest()
+    return out
+
+
+def check_fingerprint(root: Path, rb: Runbook) -> None:
+    """BadInput when the runbook or zoo changed since this campaign directory started."""
+    first = next((e for e in read_events(root / EVENTS) if e["ev"] == Event.CAMPAIGN_START),
+                 None)
+    if first is None:
+        return
+    for key, value in runbook_fingerprint(rb).items():
+        if first.get(key) and first[key] != value:
+            raise BadInput(f"{key.split('_')[0]} file changed since this campaign started "
+                           f"in {root} (sha256 {first[key][:12]} -> {value[:12]}); rerun with "
+                           "--fresh to start a new campaign directory",
+                           path=str(rb.path), field=key.split("_")[0])
+
+
+def freeze_runbook(root: Path, rb: Runbook) -> None:
+    """runbook.yaml (and its zoo, when it sits next to it) copied as run."""
+    write_text_atomic(root / "runbook.yaml", rb.path.read_text(encoding="utf-8"))
+    zoo = zoo_path(rb)
+    if zoo is not None and zoo.is_file():
+        rel = os.path.relpath(zoo, rb.path.parent)
+        target = (root / rel).resolve()
+        if root.resolve() in target.parents:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(target, zoo.read_text(encoding="utf-8"))
+
+
+def campaign_facts(rb: Runbook, implementations: dict[str, str]) -> dict[str, Any]:
+    """campaign.json: the grid, shapes and backends as data for report and audit."""
+    return {
+        "campaign": rb.campaign, "pad_multiple": rb.capacity.pad_multiple,
+        "grid": "exact" if rb.capacity.decimals is None else f"decimals-{rb.capacity.decimals}",
+        "measure_capacity": rb.capacity.measure,
+        "shape": dataclasses.asdict(rb.shape),
+        "models": {m.name: {"topk": m.topk, "experts": m.experts, "moe_layers": m.moe_layers,
+                            "uniform_tokens": rb.shape.uniform_tokens(m.topk)}
+                   for m in rb.models},
+        "backends": [{"name": b.name, "select": b.select, "time": b.time,
+                      "implementation": implementations.get(b.name)} for b in rb.backends],
+        "baseline": rb.baseline,
+    }
+
+
+def write_campaign_facts(root: Path, facts: dict[str, Any]) -> None:
+    write_text_atomic(root / CAMPAIGN_JSON, json.dumps(facts, indent=1) + "\n")
+
+
+def jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def redacted(argv: list) -> list[str]:
+    """argv with the values of secret-named environment variables masked."""
+    return redact_argv([str(a) for a in argv], secret_values())
+
+
+def write_cell_json(cdir: Path, cell: Cell, spec: LaunchSpec, status: str, **extra) -> None:
+    """cell.json: the cell, argv, env KEYS only (never values), status and results."""
+    doc = {"cell": dataclasses.asdict(cell), "name": cell.name, "argv": redacted(spec.argv),
+           "env_keys": sorted(spec.env), "ntasks": spec.ntasks, "nodes": spec.nodes,
+           "gpus_per_node": spec.gpus_per_node, "cwd": spec.cwd, "status": status}
+    doc.update(extra)
+    write_text_atomic(cdir / "cell.json", json.dumps(jsonable(doc), indent=1) + "\n")
+
+
+def cell_fields(cell: Cell) -> dict:
+    """The identity of a cell as event fields."""
+    return {"cell": cell.name, "campaign": cell.campaign, "model": cell.model,
+            "backend": cell.backend, "purpose": cell.purpose, "capacity": cell.capacity,
+            "attempt": cell.attempt}
+
+
+def unfinished_starts(root: Path) -> list[dict]:
+    """Cells submitted by an earlier driver that never finished nor were abandoned."""
+    events = read_events(root / EVENTS)
+    closed = {e["cell"] for e in events
+              if e["ev"] in (Event.CELL_FINISH, Event.CELL_ABANDONED)}
+    seen, out = set(), []
+    for ev in events:
+        if ev["ev"] in (Event.CELL_SUBMIT, Event.CELL_START) and ev["cell"] not in closed:
+            if ev["cell"] in seen:
+                out = [e for e in out if e["cell"] != ev["cell"]]
+            seen.add(ev["cell"])
+            out.append(ev)
+    return out
+
+
+def write_attempts(root: Path) -> None:
+    """Rebuild capacity_attempts.tsv from the cell_finish events (canaries are not rows)."""
+    rows = [e["row"] for e in read_events(root / EVENTS) if e["ev"] == Event.CELL_FINISH
+            and e.get("purpose") != Purpose.CANARY]
+    write_table_atomic(root / ATTEMPTS_TSV, ATTEMPT_COLUMNS, rows)
+
+
+def write_derived(root: Path, rb: Runbook, selection: dict, timing: dict) -> None:
+    """capacity_selection.tsv and timing.tsv, rows in runbook (model, backend) order."""
+    order = {(m.name, b.name): (i, j) for i, m in enumerate(rb.models)
+             for j, b in enumerate(rb.backends)}
+
+    def ordered(table: dict) -> list[dict]:
+        return [table[k] for k in sorted(table, key=lambda k: order.get(k, (999, 999)))]
+
+    write_table_atomic(root / SELECTION_TSV, SELECTION_COLUMNS, ordered(selection))
+    write_table_atomic(root / TIMING_TSV, TIMING_COLUMNS, ordered(timing))
+
+
+def rerun_on_resume(ev: dict) -> bool:
+    """Runs that stopped the campaign (a bug, a failed canary) run again after a fix."""
+    return ev["status"] in BUG_CLASSES or (ev["purpose"] == Purpose.CANARY
+                                           and ev["status"] not in CANARY_OK)
+
+
+def outcome_of(ev: dict) -> Outcome:
+    """The Outcome a cell_finish event recorded (its summary an object again)."""
+    cell = Cell(ev["campaign"], ev["model"], ev["backend"], ev["purpose"], ev["capacity"],
+                int(ev["attempt"]))
+    summary = LogSummary.from_dict(ev["summary"]) if ev.get("summary") else None
+    return Outcome(cell, ev["status"], summary, ev.get("timing"), ev.get("row") or {},
+                   ev.get("failure") or {})
+
+
+def iterations_per_purpose(rb: Runbook) -> dict[str, int]:
+    """Iterations one run of each duration class makes (the ETA's prior for unseen ones)."""
+    return {DURATION_CLASS[p]: run_iterations(run_phase(rb, p), p) for p in Purpose}

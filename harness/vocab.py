@@ -1,0 +1,145 @@
+"""The project's vocabulary: statuses, failure classes, purposes, stages, launcher states and
+event names as string enums, plus how many iterations a run of each purpose makes.
+
+Every member *is* its string (`Status.OK == "ok"`, `json.dumps(Status.OK) == '"ok"'`,
+`f"{Status.OK}" == "ok"`), so TSVs, events.jsonl and JSON documents stay byte-identical
+to plain strings. The words themselves are the contracts of docs/spec.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from enum import Enum
+from typing import Any
+
+
+class StrEnum(str, Enum):
+    """A str-valued enum whose str() and format() are the value (enum.StrEnum is 3.11+)."""
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+    @classmethod
+    def values(cls) -> tuple[str, ...]:
+        """The member strings in declaration order (for CLI choices and argparse)."""
+        return tuple(m.value for m in cls)
+
+
+class Status(StrEnum):
+    """The status of one run (capacity_attempts.tsv `status`, docs/spec.md: pipeline)."""
+
+    OK = "ok"
+    DROPS = "drops"
+    LOWER_BOUND = "lower_bound"
+    DOES_NOT_FIT = "does_not_fit"
+    ASSERT = "assert"
+    BADFLAG = "badflag"
+    CRASH = "crash"
+    TIMEOUT = "timeout"
+    INFRA = "infra"
+
+
+# The failure taxonomy: a run that ended in one of these produced no measurement.
+FAILURE_CLASSES: tuple[Status, ...] = (Status.DOES_NOT_FIT, Status.ASSERT, Status.BADFLAG,
+                                       Status.CRASH, Status.TIMEOUT, Status.INFRA)
+# Bug classes stop the campaign (exit 3).
+BUG_CLASSES: tuple[Status, ...] = (Status.ASSERT, Status.BADFLAG)
+# Classes a backend's failure pattern may name, in the order they are checked: bug classes
+# first, so an assertion that mentions memory is still an assertion.
+PATTERN_CLASSES: tuple[Status, ...] = (Status.ASSERT, Status.BADFLAG, Status.DOES_NOT_FIT,
+                                       Status.INFRA)
+# Outcomes of a canary that let the campaign go on.
+CANARY_OK: tuple[Status, ...] = (Status.OK, Status.DROPS, Status.LOWER_BOUND,
+                                 Status.DOES_NOT_FIT)
+# Statuses whose run produced telemetry that may be timed.
+TIMED_OK: tuple[Status, ...] = (Status.OK, Status.DROPS)
+
+
+class Purpose(StrEnum):
+    """Why a cell runs (capacity_attempts.tsv `purpose`, the cell name's third part)."""
+
+    CANARY = "canary"
+    MEASURE = "measure"
+    VALIDATE = "validate"
+    TIME = "time"
+
+
+class Stage(StrEnum):
+    """The stages of the pipeline, in order (`epcap run --stage/--until`)."""
+
+    PREFLIGHT = "preflight"
+    MEASURE = "measure"
+    SELECT = "select"
+    VALIDATE = "validate"
+    TIME = "time"
+    REPORT = "report"
+
+
+STAGE_ORDER: tuple[Stage, ...] = tuple(Stage)
+
+
+class LauncherState(StrEnum):
+    """How a launcher saw a job end (JobResult.state; `epcap classify --state`)."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    OOM = "oom"
+    NODE_FAIL = "node_fail"
+    CANCELLED = "cancelled"
+
+
+class Event(StrEnum):
+    """Event names of events.jsonl (the `ev` key)."""
+
+    CAMPAIGN_START = "campaign_start"
+    RUN_START = "run_start"
+    HEALTH = "health"
+    CELL_SUBMIT = "cell_submit"
+    CELL_START = "cell_start"
+    CELL_FINISH = "cell_finish"
+    CELL_ABANDONED = "cell_abandoned"
+    CHECKPOINT = "checkpoint"
+    STAGE_DONE = "stage_done"
+    CAMPAIGN_DONE = "campaign_done"
+    CAMPAIGN_STOPPED = "campaign_stopped"
+    REPORT = "report"
+
+
+class StageMode(StrEnum):
+    """What a stage does in one invocation: run, replay earlier results, or stop before it."""
+
+    RUN = "run"
+    REPLAY = "replay"
+    STOP = "stop"
+
+
+class Impl(StrEnum):
+    """`backend_impl`: the emulation or a real library on a cluster."""
+
+    REFERENCE = "reference"
+    CLUSTER = "cluster"
+
+
+# Purposes whose durations the ETA pools: measure and validate runs make the same iterations.
+DURATION_CLASS: dict[str, str] = {Purpose.CANARY: "canary", Purpose.MEASURE: "select",
+                                  Purpose.VALIDATE: "select", Purpose.TIME: "time"}
+
+
+def run_phase(runbook: Any, purpose: str) -> Any:
+    """The phase config (warmup, iters, trials) a run of `purpose` uses.
+
+    canary: one iteration, no warmup, one trial; time: the runbook's `timing`; measure and
+    validate: the runbook's `measure`. The one place this is decided (docs/spec.md: pipeline).
+    """
+    if purpose == Purpose.CANARY:
+        return dataclasses.replace(runbook.measure, warmup=0, iters=1, trials=1)
+    if purpose == Purpose.TIME:
+        return runbook.timing
+    return runbook.measure
+
+
+def run_iterations(phase: Any, purpose: str) -> int:
+    """Iterations one run makes: warmup + iters, times trials for a timed run."""
+    trials = phase.trials if purpose == Purpose.TIME else 1
+    return phase.warmup + phase.iters * max(1, trials)

@@ -1,0 +1,99 @@
+"""The default campaign (runbooks/local-cpu.yaml) against a recorded golden, and the stage
+table as the one source of both the dry-run plan and the cells that actually run.
+
+The golden (tests/fixtures/golden/campaign/local-cpu.json) holds the rows and columns of
+capacity_attempts.tsv, capacity_selection.tsv and timing.tsv, with wall-clock and timing
+values replaced by "<measured>" (empty cells stay empty). After a deliberate change of the
+default campaign's behaviour, regenerate it with
+
+    EPCAP_REGEN_GOLDEN=1 .venv/bin/python -m pytest -q tests/e2e/test_default_campaign.py
+
+review the diff, and say why in the commit message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.campaign.stages import plan_cells
+from harness.events import read_events
+from harness.runbook import load_runbook
+from harness.vocab import Event, Purpose
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNBOOK = ROOT / "runbooks" / "local-cpu.yaml"
+GOLDEN = ROOT / "tests" / "fixtures" / "golden" / "campaign" / "local-cpu.json"
+REGEN = os.environ.get("EPCAP_REGEN_GOLDEN") == "1"
+TABLES = ("capacity_attempts.tsv", "capacity_selection.tsv", "timing.tsv")
+MEASURED = "<measured>"
+# Values that differ from run to run: wall clock and the timings themselves.
+VOLATILE = {"started_utc", "finished_utc", "wall_s", "dispatch_ms_median", "dispatch_ms_p90",
+            "combine_ms_median", "combine_ms_p90", "step_cv", "noise_floor_pct", "algbw_gbps",
+            "dispatch_ms_p10", "combine_ms_p10"}
+
+
+def normalised(results: Path) -> dict:
+    """Columns and rows of the three TSVs, volatile values replaced by MEASURED."""
+    out = {}
+    for name in TABLES:
+        lines = (results / name).read_text(encoding="utf-8").splitlines()
+        columns = lines[0].split("\t")
+        rows = [[MEASURED if c in VOLATILE and v else v
+                 for c, v in zip(columns, line.split("\t"), strict=True)] for line in lines[1:]]
+        out[name] = {"columns": columns, "rows": rows}
+    return out
+
+
+def dump(doc: dict) -> str:
+    """One row per line, so a behaviour change shows as a readable diff."""
+    parts = []
+    for name, table in doc.items():
+        rows = ",\n".join("   " + json.dumps(r) for r in table["rows"])
+        parts.append(f' {json.dumps(name)}: {{\n  "columns": {json.dumps(table["columns"])},\n'
+                     f'  "rows": [\n{rows}\n  ]\n }}')
+    return "{\n" + ",\n".join(parts) + "\n}\n"
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory) -> Path:
+    results = tmp_path_factory.mktemp("default")
+    done = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(RUNBOOK),
+                           "--results", str(results)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return results / "local-cpu"
+
+
+@pytest.mark.slow
+def test_default_campaign_tables_match_the_golden(default_run):
+    got = normalised(default_run)
+    if REGEN:
+        GOLDEN.parent.mkdir(parents=True, exist_ok=True)
+        GOLDEN.write_text(dump(got), encoding="utf-8")
+    want = json.loads(GOLDEN.read_text(encoding="utf-8"))
+    for name in TABLES:
+        assert got[name]["columns"] == want[name]["columns"], f"{name} columns; see {__doc__}"
+        assert got[name]["rows"] == want[name]["rows"], f"{name} rows; see the module docstring"
+
+
+@pytest.mark.slow
+def test_dry_run_plan_and_the_runs_come_from_the_same_table(default_run):
+    """Same cells in the same order per model (re-measures and step-ups aside: a repeat of a
+    (model, backend, purpose) is the same planned cell again); canaries first, in order."""
+    planned = [(p.model, p.backend, p.purpose) for p in plan_cells(load_runbook(RUNBOOK))]
+    ran = []
+    for ev in read_events(default_run):
+        key = (ev.get("model"), ev.get("backend"), ev.get("purpose"))
+        if ev["ev"] == Event.CELL_FINISH and key not in ran:
+            ran.append(key)
+    assert sorted(ran) == sorted(planned) and len(ran) == len(planned)
+    canaries = [k for k in planned if k[2] == Purpose.CANARY]
+    assert ran[:len(canaries)] == canaries
+    for model in dict.fromkeys(m for m, _, _ in planned):
+        assert [k for k in ran if k[0] == model] == [k for k in planned if k[0] == model]

@@ -1,0 +1,153 @@
+"""`epcap classify` over the corpus in tests/fixtures/classify/ (issue 15).
+
+Every case is a cell directory whose logs were built from upstream message formats
+(generate.py; cases.json names the sources); the expectation (class, deciding line, survived
+lines, first failed rank, stated demand) was marked where each line was written. One run of
+the real command line classifies all of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.classify import classify_cell, cli_classify
+from harness.errors import BadInput
+from harness.signatures import load_table
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "tests" / "fixtures" / "classify"
+CASES = json.loads((CORPUS / "cases.json").read_text(encoding="utf-8"))
+CLI = [sys.executable, "-m", "harness.cli", "classify"]
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=ROOT, env=env,
+                          timeout=120)
+
+
+@pytest.fixture(scope="module")
+def cli_doc() -> dict:
+    proc = run_cli(*(str(CORPUS / c["name"]) for c in CASES), "--json")
+    assert proc.returncode == 0, proc.stderr
+    return {Path(c["path"]).name: c for c in json.loads(proc.stdout)["cells"]}
+
+
+def test_corpus_is_big_and_covers_every_class_and_shape():
+    statuses = {c["status"] for c in CASES}
+    assert len(CASES) >= 30
+    assert statuses >= {"ok", "drops", "lower_bound", "does_not_fit", "assert", "badflag",
+                        "crash", "timeout", "infra"}
+    assert sum(1 for c in CASES if c["warnings"]) >= 3          # recoveries
+    texts = "".join((CORPUS / c["name"] / f).read_bytes().decode("utf-8", "replace")
+                    for c in CASES for f in os.listdir(CORPUS / c["name"]) if f != "cell.json")
+    for shape in ("[rank3]:", "[default5]:", "\n1: ", "\r\n", "\x1b["):
+        assert shape in texts, shape
+
+
+def test_every_source_names_repository_file_commit():
+    known = {s["id"] for s in load_table().sources} | {"epcap-dispatch-row", "megatron-iteration"}
+    for case in CASES:
+        for src in case["sources"]:
+            assert src["id"] in known and src["repo"] and src["file"], (case["name"], src)
+            if src["repo"] != "epcap":
+                assert len(src["commit"]) == 40, (case["name"], src)
+    for src in load_table().sources:
+        assert src["repo"] and src["file"] and len(src["commit"]) == 40, src
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_cli_classifies_case_as_documented(case, cli_doc):
+    got = cli_doc[case["name"]]
+    assert got["status"] == case["status"], got["reason"]
+    if case["decides"]:
+        want = (str(CORPUS / case["name"] / case["decides"]["file"]), case["decides"]["line_no"])
+        assert got["line"] and (got["line"]["path"], got["line"]["line_no"]) == want, got
+        assert "\r" not in got["line"]["text"] and "\x1b" not in got["line"]["text"]
+    else:
+        assert got["line"] is None, got
+    assert [(Path(w["path"]).name, w["line_no"]) for w in got["warnings"]] == [
+        (w["file"], w["line_no"]) for w in case["warnings"]]
+    assert got["first_failed_rank"] == case["first_failed_rank"]
+    assert got["stated_demand"] == case["stated_demand"]
+
+
+def test_false_does_not_fit_is_infra():
+    """Handled OOM, 27 more iterations, then an InfiniBand failure. The first-signature
+    classifier of main (f92c902) said does_not_fit here: a false data point."""
+    got = classify_cell(CORPUS / "oom_survived_then_ib_failure")
+    assert got["status"] == "infra" and got["first_failed_rank"] == "0"
+    assert "NET/IB" in got["line"]["text"]
+    assert [w["class"] for w in got["warnings"]] == ["does_not_fit"]
+
+
+def test_options_override_cell_json_and_bad_input(tmp_path, capsys):
+    case = CORPUS / "c10_check_one_rank_others_hang"
+    assert classify_cell(case, state="failed", exit_code=1)["status"] == "assert"
+    assert classify_cell(CORPUS / "ok_two_ranks", state="failed", exit_code=1)["status"] == "crash"
+    bare = tmp_path / "cell"
+    bare.mkdir()
+    (bare / "rank0.log").write_text("[rank0]: torch.OutOfMemoryError: CUDA out of memory.\n")
+    with pytest.raises(BadInput, match="launcher state"):
+        classify_cell(bare)
+    assert classify_cell(bare, state="failed", exit_code=1)["status"] == "does_not_fit"
+    (bare / "cell.json").write_text("{not json")
+    with pytest.raises(BadInput, match=r"cell\.json:1: not JSON"):
+        classify_cell(bare)
+    with pytest.raises(BadInput, match="not a cell directory"):
+        classify_cell(tmp_path / "missing")
+    assert cli_classify((str(case),)) == 0
+    text = capsys.readouterr().out
+    assert "assert" in text and "first failed rank: 3" in text and "rank3.log:" in text
+
+
+def test_cli_bad_input_exits_2():
+    proc = run_cli(str(CORPUS / "does-not-exist"))
+    assert proc.returncode == 2 and "not a cell directory" in proc.stderr
+
+
+def test_campaign_analysis_records_the_richer_outcome(tmp_path):
+    """The campaign's run analysis goes through the same judge: an overflow trap is drops
+    (validate) or lower_bound (measure) with the stated demand, deciding line, first failed
+    rank and warnings in the failure dict that cell.json and events.jsonl record."""
+    import shutil
+
+    from harness import capacity as cap
+    from harness import selection
+    from harness.backend_api import RunRequest
+    from harness.campaign.analysis import analyse
+    from harness.campaign.decisions import Outcome, lower_bound_peak
+    from harness.launch.base import JobResult
+    from harness.plan import Cell
+    from harness.registry import load_backend
+    from harness.runbook import load_runbook
+
+    rb = load_runbook(ROOT / "tests" / "fixtures" / "runbooks" / "reduced.yaml")
+    model = rb.models[0].name
+    for purpose, want in (("validate", "drops"), ("measure", "lower_bound")):
+        cell = Cell(rb.campaign, model, rb.backends[0].name, purpose, "2.00", 1)
+        cdir = tmp_path / purpose
+        shutil.copytree(CORPUS / "nccl_ep_overflow_trap", cdir)
+        req = RunRequest.for_cell(rb, cell, cdir)
+        backend = load_backend(rb.backend(cell.backend))
+        out = analyse(req, backend, JobResult("failed", 1, sorted(cdir.glob("rank*.log"))),
+                      cdir, "2026-12-01T07:00:00Z")
+        assert out.status == want
+        assert out.failure["stated_demand"] == 70211 and out.failure["first_failed_rank"] == "5"
+        assert "actual recv tokens 70211" in out.failure["line"]
+        assert out.row["failure_line"] == out.failure["line"]
+    # the re-measure after an overflow report covers the stated demand, not only the rows
+    assert lower_bound_peak(out) == max(out.summary.peak_actual_valid_recv, 70211)
+    demand_only = Outcome(cell, "lower_bound", None, None, {}, {"stated_demand": 70211})
+    assert lower_bound_peak(demand_only) == 70211
+    n = rb.shape.uniform_tokens(rb.models[0].topk)
+    again = selection.remeasure_capacity("2.00", n, rb.capacity.pad_multiple,
+                                         lower_bound_peak(demand_only))
+    assert cap.budget_tokens(again, n) >= 70211
+    assert lower_bound_peak(Outcome(cell, "lower_bound", None, None, {}, {})) == 0
