@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import IO
 
 from harness.errors import BadInput
+from harness.redact import redact_text
 
 ATTEMPT_COLUMNS = (
     "campaign", "model", "backend", "purpose", "attempt", "capacity", "capacity_tag",
@@ -52,7 +53,7 @@ def cell_text(value) -> str:
         return "true" if value else "false"
     if isinstance(value, float):
         return repr(round(value, 6))
-    text = str(value)
+    text = redact_text(str(value))
     return text.replace("\t", " ").replace("\r", " ").replace("\n", " ")
 
 

@@ -16,7 +16,10 @@ from typing import Any
 
 import yaml
 
+from harness import bounds
 from harness.errors import BadInput
+from harness.safeio import RUNBOOK_MAX_BYTES, read_text
+from harness.safeyaml import compose
 from harness.registry import BACKEND_KINDS, module_name, options_type
 
 
@@ -152,16 +155,11 @@ LAUNCHERS = ("local", "slurm")
 class _Doc:
     """A YAML document as plain Python values plus the line of every node (1-based)."""
 
-    def __init__(self, path: Path, text: str) -> None:
+    def __init__(self, path: Path, text: str, quote: bool = True) -> None:
         self.path = path
+        self.quote = quote          # False: a file not known to be ours; never echo its text
         self.lines: dict[tuple, int] = {}
-        try:
-            node = yaml.compose(text, Loader=yaml.SafeLoader)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-            line = mark.line + 1 if mark is not None else None
-            problem = getattr(exc, "problem", None) or str(exc)
-            raise BadInput(f"YAML syntax error: {problem}", path=str(path), line=line) from exc
+        node = compose(text, path)  # bounded: depth, alias expansion, recursive aliases
         self.raw: dict[tuple, str] = {}
         self.data = self._build(node, ()) if node is not None else None
 
@@ -173,7 +171,8 @@ class _Doc:
                 key = yaml.SafeLoader("").construct_object(knode)
                 if key in out:
                     raise BadInput("duplicate key", path=str(self.path),
-                                   line=knode.start_mark.line + 1, field=_fmt(where + (key,)))
+                                   line=knode.start_mark.line + 1,
+                                   field=_fmt(where + (key,)) if self.quote else None)
                 self.lines[where + (key,)] = knode.start_mark.line + 1
                 out[key] = self._build(vnode, where + (key,))
                 self.lines[where + (key,)] = knode.start_mark.line + 1
@@ -182,7 +181,12 @@ class _Doc:
             return [self._build(v, where + (i,)) for i, v in enumerate(node.value)]
         if isinstance(node, yaml.ScalarNode):
             self.raw[where] = node.value
-        return yaml.SafeLoader("").construct_object(node, deep=True)
+        try:
+            return yaml.SafeLoader("").construct_object(node, deep=True)
+        except (ValueError, yaml.YAMLError):    # e.g. an integer over 4300 digits
+            raise BadInput("value cannot be read as YAML (too long a number?)",
+                           path=str(self.path), line=node.start_mark.line + 1,
+                           field=_fmt(where) if self.quote else None) from None
 
     def error(self, where: tuple, message: str) -> BadInput:
         """BadInput at the line of `where` (or its nearest parent that has one)."""
@@ -201,14 +205,9 @@ def _fmt(where: tuple) -> str:
     return out
 
 
-def _read_doc(path: Path, where_from: str | None = None) -> _Doc:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise BadInput("file not found", path=str(path), field=where_from) from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"cannot read: {exc}", path=str(path), field=where_from) from exc
-    return _Doc(path, text)
+def _read_doc(path: Path, where_from: str | None = None, quote: bool = True) -> _Doc:
+    """A bounded read (regular file, 1 MiB) of a runbook or models file."""
+    return _Doc(path, read_text(path, max_bytes=RUNBOOK_MAX_BYTES, field=where_from), quote)
 
 
 def _mapping(doc: _Doc, value, where: tuple, allowed: tuple[str, ...] | None) -> dict:
@@ -241,19 +240,19 @@ def _check_type(doc: _Doc, value, want, where: tuple):
         return _check_type(doc, value, inner[0], where)
     if want is bool:
         if not isinstance(value, bool):
-            raise doc.error(where, f"must be true or false, got {value!r}")
+            raise doc.error(where, f"must be true or false, got {_shown(doc, value)}")
         return value
     if want is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise doc.error(where, f"must be an integer, got {value!r}")
-        return value
+            raise doc.error(where, f"must be an integer, got {_shown(doc, value)}")
+        return _in_range(doc, value, where)
     if want is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise doc.error(where, f"must be a number, got {value!r}")
-        return float(value)
+            raise doc.error(where, f"must be a number, got {_shown(doc, value)}")
+        return float(_in_range(doc, value, where))
     if want is str:
         if not isinstance(value, str):
-            raise doc.error(where, f"must be a string, got {value!r}")
+            raise doc.error(where, f"must be a string, got {_shown(doc, value)}")
         return value
     if origin is tuple:
         if not isinstance(value, list):
@@ -267,6 +266,23 @@ def _check_type(doc: _Doc, value, want, where: tuple):
     if want is dict or origin is dict:
         return dict(_mapping(doc, value, where, None))
     return value
+
+
+def _in_range(doc: _Doc, value, where: tuple):
+    """`value` when finite and within the documented range of its field (harness.bounds)."""
+    name = next((p for p in reversed(where) if isinstance(p, str)), "")
+    why = bounds.problem(name, value)
+    if why is not None:
+        raise doc.error(where, why)
+    return value
+
+
+def _shown(doc: _Doc, value) -> str:
+    """A value for an error message: its repr (short) in a runbook, nothing from other files."""
+    if not doc.quote:
+        return f"a {_typename(value)}"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _hints(cls) -> dict:
@@ -298,14 +314,16 @@ def _require(doc: _Doc, data: dict, keys: tuple[str, ...], where: tuple) -> None
 def canonical_capacity(doc: _Doc, value, where: tuple) -> str:
     """A capacity as a decimal string with at least two decimals: 2 / 2.0 / "2" -> "2.00"."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise doc.error(where, f"must be a decimal capacity like \"2.00\", got {value!r}")
+        raise doc.error(where, f"must be a decimal capacity like \"2.00\", got {_shown(doc, value)}")
     text = doc.raw.get(where, str(value)).strip() if not isinstance(value, str) else value.strip()
     try:
         dec = Decimal(text)
     except InvalidOperation as exc:
-        raise doc.error(where, f"must be a decimal capacity like \"2.00\", got {value!r}") from exc
-    if not dec.is_finite() or dec <= 0:
-        raise doc.error(where, f"must be a positive capacity, got {value!r}")
+        raise doc.error(where, f"must be a decimal capacity like \"2.00\", got {_shown(doc, value)}") from exc
+    if not dec.is_finite() or dec <= 0 or dec > bounds.MAX_CAPACITY \
+            or len(text) > bounds.MAX_CAPACITY_CHARS:
+        raise doc.error(where, f"must be a positive capacity of at most {bounds.MAX_CAPACITY} "
+                        f"and {bounds.MAX_CAPACITY_CHARS} characters, got {_shown(doc, text)}")
     from harness.capacity import format_capacity
     return format_capacity(format(dec, "f"))
 
@@ -314,9 +332,15 @@ def _models(doc: _Doc, data: dict, base: Path) -> tuple[ModelSpec, ...]:
     zoo_rel = data.get("models_file", "models.yaml")
     if not isinstance(zoo_rel, str):
         raise doc.error(("models_file",), f"must be a path string, got {zoo_rel!r}")
-    zoo_doc = _read_doc((base / zoo_rel), "models_file")
-    zoo_raw = _mapping(zoo_doc, zoo_doc.data, (), ("models",)).get("models")
-    zoo = _mapping(zoo_doc, zoo_raw, ("models",), None)
+    zoo_doc = _read_doc((base / zoo_rel), "models_file", quote=False)
+    if not isinstance(zoo_doc.data, dict) or set(zoo_doc.data) != {"models"} \
+            or not isinstance(zoo_doc.data["models"], dict):
+        # not (yet) known to be a models file: say nothing of what it holds
+        raise BadInput("not a models file: expected one top-level key `models:` mapping model "
+                       "names to their fields (see docs/runbook.md)", path=str(zoo_doc.path),
+                       line=1, field="models_file")
+    zoo_doc.quote = True
+    zoo = _mapping(zoo_doc, zoo_doc.data["models"], ("models",), None)
     entries = data["models"]
     if not isinstance(entries, list) or not entries:
         raise doc.error(("models",), "must be a non-empty list of model names or {name: ...}")
@@ -412,10 +436,11 @@ def _capacity(doc: _Doc, data: dict) -> CapacityConfig:
     grid = raw.get("grid", "exact")
     if grid == "exact":
         fields["decimals"] = None
-    elif isinstance(grid, str) and grid.startswith("decimals-") and grid[9:].isdigit():
+    elif isinstance(grid, str) and grid.startswith("decimals-") and grid[9:].isdigit() \
+            and len(grid) < 12 and int(grid[9:]) <= bounds.MAX_DECIMALS:
         fields["decimals"] = int(grid[9:])
     else:
-        raise doc.error(where + ("grid",), f"must be exact or decimals-<D>, got {grid!r}")
+        raise doc.error(where + ("grid",), f"must be exact or decimals-<D>, got {_shown(doc, grid)}")
     cfg = CapacityConfig(**fields)
     for name in ("pad_multiple",):
         if getattr(cfg, name) <= 0:
@@ -453,7 +478,7 @@ def _paths_map(doc: _Doc, data: dict, key: str, base: Path, resolve: bool) -> di
     out = {}
     for name, value in raw.items():
         if not isinstance(value, str):
-            raise doc.error((key, name), f"must be a path string, got {value!r}")
+            raise doc.error((key, name), f"must be a path string, got {_shown(doc, value)}")
         out[name] = (base / value).resolve() if resolve else value
     return out
 
@@ -489,8 +514,9 @@ def load_runbook(path: str | Path) -> Runbook:
     _require(doc, data, REQUIRED_TOP, ())
     base = path.parent
     campaign = _check_type(doc, data["campaign"], str, ("campaign",))
-    if not campaign or "/" in campaign or campaign.startswith(".") or not campaign.isprintable():
-        raise doc.error(("campaign",), f"must be a plain directory name, got {campaign!r}")
+    why = bounds.campaign_name_problem(campaign)
+    if why is not None:
+        raise doc.error(("campaign",), why)
     launcher = _check_type(doc, data.get("launcher", "local"), str, ("launcher",))
     if launcher not in LAUNCHERS:
         raise doc.error(("launcher",), "must be local or slurm")

@@ -18,6 +18,7 @@ from harness.events import EVENTS, EventLog, campaign_stats
 from harness.health import probe
 from harness.launch import make_launcher
 from harness.launch.base import Launcher
+from harness.lock import CampaignLock
 from harness.progress import ProgressView, fmt_s
 from harness.provenance import capture_provenance, write_provenance
 from harness.runbook import Runbook, load_runbook
@@ -86,14 +87,23 @@ def cli_run(runbook: str | None = None, results: str | None = None,
         return print_dry_run(rb, store.choose_dir(root_dir, rb.campaign, fresh), launcher_name)
     launch = make_launcher(launcher_name, rb)
     root = store.choose_dir(root_dir, rb.campaign, fresh)
-    if root.exists():
-        store.check_fingerprint(root, rb)
-    command_line = ["epcap", *sys.argv[1:]]
-    old = _install_signals()
+    store.check_event_log(root, rb.campaign)
     try:
-        return run_campaign(rb, root, launch, stages, until, command_line)
-    finally:
-        _restore_signals(old)
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(f"cannot create the campaign directory: {exc.strerror}; choose a "
+                       "writable --results", path=str(root)) from None
+    # Held until this process ends (the OS drops it if the process dies): a second run on the
+    # same directory exits 2 naming this one's pid and host.
+    with CampaignLock(root):
+        store.check_event_log(root, rb.campaign)    # again, now that no one else writes
+        store.check_fingerprint(root, rb)
+        command_line = ["epcap", *sys.argv[1:]]
+        old = _install_signals()
+        try:
+            return run_campaign(rb, root, launch, stages, until, command_line)
+        finally:
+            _restore_signals(old)
 
 
 def run_campaign(rb: Runbook, root: Path, launch: Launcher, stages: tuple[str, ...],

@@ -21,6 +21,7 @@ from harness.launch.base import JobHandle, JobResult, Launcher
 from harness.plan import Cell, PlannedCell, canary_model, cell_dir
 from harness.progress import EtaEstimator, ProgressView, fmt_s, model_size
 from harness.provenance import write_provenance
+from harness.redact import redact_text
 from harness.registry import load_backend
 from harness.results import ATTEMPT_COLUMNS, ATTEMPTS_TSV, append_row, write_text_atomic
 from harness.runbook import Runbook
@@ -69,7 +70,7 @@ class Campaign:
         self.backends: dict[str, Backend] = {}
         self.provenance: dict[str, str] = {}
         self.active: list[Active] = []
-        self._index_events(read_events(root / EVENTS))
+        self._index_events(read_events(root / EVENTS, strict=True))
 
     # -- state from events ---------------------------------------------------------------
     def _index_events(self, events: list[dict]) -> None:
@@ -317,6 +318,7 @@ class Campaign:
         self.log.append(Event.CAMPAIGN_STOPPED, cell=out.cell.name, status=out.status,
                         log=fail.get("path"), line_no=fail.get("line_no"),
                         line=fail.get("line"), stage=STAGE_OF_PURPOSE[out.cell.purpose])
+        msg = redact_text(msg)
         write_text_atomic(self.root / "STOPPED.txt", msg + "\n")
         raise CampaignStopped(msg)
 
