@@ -18,9 +18,9 @@ import yaml
 
 from harness import bounds
 from harness.errors import BadInput
+from harness.registry import BACKEND_KINDS, module_name, options_type
 from harness.safeio import RUNBOOK_MAX_BYTES, read_text
 from harness.safeyaml import compose
-from harness.registry import BACKEND_KINDS, module_name, options_type
 
 
 @dataclass(frozen=True)

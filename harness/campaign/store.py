@@ -22,8 +22,8 @@ from harness.backend_api import LaunchSpec
 from harness.campaign.decisions import Outcome
 from harness.errors import BadInput
 from harness.events import EVENTS, read_events
-from harness.plan import Cell
 from harness.lock import LOCK_NAME
+from harness.plan import Cell
 from harness.provenance import redact_argv, secret_values
 from harness.redact import redact_obj, redact_text
 from harness.results import (
