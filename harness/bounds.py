@@ -64,6 +64,8 @@ def _num(x: float) -> str:
 
 def _short(value: float) -> str:
     """A number as text, at most 40 characters (a 100,000-digit integer stays readable)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
     text = _num(value) if abs(value) < 10**30 else f"{float(value):.3e}" \
         if abs(value) < 10**300 else "a number over 10**300"
     return text[:40]

@@ -15,7 +15,7 @@ from pathlib import Path
 from harness.errors import BadInput
 from harness.redact import redact_obj
 from harness.safeio import read_bytes
-from harness.vocab import FAILURE_CLASSES, Event
+from harness.vocab import FAILURE_CLASSES, Event, Stage
 
 EVENTS = "events.jsonl"
 EVENTS_MAX_BYTES = 1 << 28          # 256 MiB: some 100,000 cells' worth of events
@@ -118,7 +118,8 @@ def campaign_stats(results_dir: str | Path) -> dict:
         if e.get("status") in FAILURE_CLASSES:
             failures[e["status"]] = failures.get(e["status"], 0) + 1
     last_progress = next((e for e in reversed(events) if "runs_left" in e), {})
-    done_ev = next((e for e in reversed(events) if e["ev"] == Event.CAMPAIGN_DONE), None)
+    done_ev = next((e for e in reversed(events) if e["ev"] == Event.CAMPAIGN_DONE
+                    or e.get("runs_complete")), None)
     stage = next((e.get("stage") for e in reversed(events) if e.get("stage")), None)
     return {
         "wall_span_s": round(max(ends) - min(starts), 3) if starts and ends else 0.0,
@@ -129,7 +130,8 @@ def campaign_stats(results_dir: str | Path) -> dict:
         "eta_error": eta_error(events),
         "eta_error_at": eta_error_at(events),
         "failures_by_class": failures,
-        "stage": "done" if done_ev else stage,
+        "stage": "done" if done_ev and done_ev["ev"] == Event.CAMPAIGN_DONE else
+                 Stage.REPORT.value if done_ev else stage,
         "done": done_ev is not None,
         "stopped": next((e for e in reversed(events) if e["ev"] == Event.CAMPAIGN_STOPPED),
                         None),
@@ -138,7 +140,8 @@ def campaign_stats(results_dir: str | Path) -> dict:
 
 def _eta_points(events: list[dict]) -> tuple[list[dict], float | None]:
     """Finished-cell events carrying an ETA, and the time the campaign completed."""
-    done = next((e for e in reversed(events) if e["ev"] == Event.CAMPAIGN_DONE), None)
+    done = next((e for e in reversed(events) if e.get("runs_complete")), None) or \
+        next((e for e in reversed(events) if e["ev"] == Event.CAMPAIGN_DONE), None)
     if done is None:
         return [], None
     points = [e for e in events if e["ev"] == Event.CELL_FINISH and e.get("eta_s") is not None]

@@ -87,6 +87,18 @@ class Campaign:
         for runs in self.finished.values():
             runs.sort(key=lambda e: int(e["attempt"]))
 
+    def check_cells_present(self) -> None:
+        """A finished run's cell directory must still exist: its logs are the evidence of
+        its TSV row. A lost one is refused (not re-run in place) with how to recover."""
+        for runs in self.finished.values():
+            for ev in runs:
+                cell = store.outcome_of(ev).cell
+                if not cell_dir(self.root, cell).is_dir():
+                    raise BadInput(f"the cell directory of finished run {cell.name} is missing "
+                                   f"({cell_dir(self.root, cell)}): restore it from a backup to "
+                                   "resume, or rerun with --fresh for a new campaign directory",
+                                   path=str(self.root))
+
     def unfinished_starts(self) -> list[dict]:
         return store.unfinished_starts(self.root)
 
