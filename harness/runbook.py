@@ -159,7 +159,7 @@ class _Doc:
         self.path = path
         self.quote = quote          # False: a file not known to be ours; never echo its text
         self.lines: dict[tuple, int] = {}
-        node = compose(text, path)  # bounded: depth, alias expansion, recursive aliases
+        node = compose(text, path, quote=quote)  # bounded: depth, aliases, recursion
         self.raw: dict[tuple, str] = {}
         self.data = self._build(node, ()) if node is not None else None
 

@@ -7,6 +7,7 @@ refuses both, and over-deep nesting, with the line of the offending node (exit 2
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import yaml
@@ -22,8 +23,9 @@ _CLOSE = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToke
 
 
 def compose(text: str, path: str | Path, *, max_depth: int = MAX_DEPTH,
-            max_nodes: int = MAX_NODES) -> yaml.Node | None:
-    """The document's node graph, checked to be a finite tree of bounded size and depth."""
+            max_nodes: int = MAX_NODES, quote: bool = True) -> yaml.Node | None:
+    """The document's node graph, checked to be a finite tree of bounded size and depth.
+    quote=False: a syntax error's message keeps nothing quoted from the text."""
     where = str(path)
     try:
         depth = 0
@@ -40,6 +42,8 @@ def compose(text: str, path: str | Path, *, max_depth: int = MAX_DEPTH,
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 1 if mark is not None else None
         problem = getattr(exc, "problem", None) or type(exc).__name__
+        if not quote:
+            problem = re.sub(r"'[^']*'|\"[^\"]*\"", "(...)", problem)
         raise BadInput(f"YAML syntax error: {problem}", path=where, line=line) from None
     except RecursionError:
         raise BadInput(f"YAML nested deeper than {max_depth} levels", path=where) from None
