@@ -18,7 +18,7 @@ import yaml
 
 from harness import bounds
 from harness.errors import BadInput
-from harness.registry import BACKEND_KINDS, module_name, options_type
+from harness.registry import BACKEND_KINDS, module_name, module_problem, options_type
 from harness.safeio import RUNBOOK_MAX_BYTES, read_text
 from harness.safeyaml import compose
 
@@ -168,7 +168,7 @@ class _Doc:
         if isinstance(node, yaml.MappingNode):
             out = {}
             for knode, vnode in node.value:
-                key = yaml.SafeLoader("").construct_object(knode)
+                key = self._construct(knode, where)
                 if key in out:
                     raise BadInput("duplicate key", path=str(self.path),
                                    line=knode.start_mark.line + 1,
@@ -181,10 +181,17 @@ class _Doc:
             return [self._build(v, where + (i,)) for i, v in enumerate(node.value)]
         if isinstance(node, yaml.ScalarNode):
             self.raw[where] = node.value
+        return self._construct(node, where)
+
+    def _construct(self, node, where: tuple):
+        """One scalar (or key) as a Python value; BadInput at its line when it has none."""
         try:
-            return yaml.SafeLoader("").construct_object(node, deep=True)
-        except (ValueError, yaml.YAMLError):    # e.g. an integer over 4300 digits
-            raise BadInput("value cannot be read as YAML (too long a number?)",
+            key = yaml.SafeLoader("").construct_object(node, deep=True)
+            hash(key)
+            return key
+        except (ValueError, TypeError, yaml.YAMLError):  # a 4300+ digit integer, a !tag
+            raise BadInput("YAML cannot construct this value (an unknown !tag, a number of "
+                           "over 4300 digits, a list as a key?)",
                            path=str(self.path), line=node.start_mark.line + 1,
                            field=_fmt(where) if self.quote else None) from None
 
@@ -415,6 +422,9 @@ def _backend_options(doc: _Doc, entry: dict, fields: dict, where: tuple):
     except BadInput as exc:
         raise doc.error(where + ("module",), f"no backend module {module_name(kind, module)!r} "
                         f"for backend {name!r}") from exc
+    why = module_problem(kind, module, name)
+    if why is not None:
+        raise doc.error(where + ("module",), f"backend {name!r}: {why}")
     where = where + ("options",)
     kwargs = _fields_from(doc, cls, entry.get("options"), where)
     try:
