@@ -317,6 +317,9 @@ def read_pad_multiple(root: Path, folder: Path) -> int:
     return pad if isinstance(pad, int) and not isinstance(pad, bool) and pad > 0 else 128
 
 
+MAX_UPLOAD_DEPTH = 32      # directory levels searched for uploads under an audit target
+
+
 def find_uploads(root: Path) -> list[Path]:
     """Directories holding capacity_attempts.tsv and/or capacity_selection.tsv, at any depth;
     linked and hidden (dot) directories are not entered."""
@@ -324,6 +327,8 @@ def find_uploads(root: Path) -> list[Path]:
     for folder, dirnames, filenames in os.walk(root, followlinks=False):
         dirnames[:] = sorted(d for d in dirnames
                              if not d.startswith(".") and not os.path.islink(os.path.join(folder, d)))
+        if len(Path(folder).relative_to(root).parts) >= MAX_UPLOAD_DEPTH:
+            dirnames[:] = []            # an upload is never this deep; os.walk would recurse
         if any(m in filenames for m in UPLOAD_MARKERS):
             found.append(Path(folder))
     return sorted(found)
