@@ -47,7 +47,7 @@ def test_capacity_numbers_are_range_checked(args, needle):
 
 @pytest.mark.parametrize("option", ["--seq", "--mbs", "--topk"])
 def test_capacity_shape_numbers_are_range_checked(option):
-    args = dict(zip(SHAPE[::2], SHAPE[1::2]))
+    args = dict(zip(SHAPE[::2], SHAPE[1::2], strict=True))
     args[option] = "99999999999999999999"
     flat = [x for kv in args.items() for x in kv]
     assert_bad_input(run_cli("capacity", *flat, "--peak", "40000", timeout_s=5), option)
