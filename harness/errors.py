@@ -40,6 +40,11 @@ _HINTS = {
 }
 
 
+def os_hint(exc: OSError) -> str:
+    """What an OS error means for the user and what to do about it."""
+    return _HINTS.get(exc.errno, exc.strerror or type(exc).__name__)
+
+
 def boundary_message(exc: BaseException) -> str:
     """One line for an OS or decode error that reached the CLI: the path and what to do."""
     if isinstance(exc, OSError):
@@ -47,8 +52,7 @@ def boundary_message(exc: BaseException) -> str:
         if isinstance(where, bytes):
             where = where.decode("utf-8", "backslashreplace")
         where = str(where).encode("utf-8", "backslashreplace").decode("utf-8")
-        hint = _HINTS.get(exc.errno, exc.strerror or type(exc).__name__)
-        return f"{where}: {hint}"
+        return f"{where}: {os_hint(exc)}"
     if isinstance(exc, UnicodeError):
         return ("a path or file is not valid UTF-8: rename it (or give a UTF-8 path) and "
                 "rerun")

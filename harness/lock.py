@@ -14,7 +14,7 @@ import socket
 import time
 from pathlib import Path
 
-from harness.errors import BadInput
+from harness.errors import BadInput, os_hint
 
 LOCK_NAME = ".epcap.lock"
 _HOLDER_MAX_BYTES = 4096
@@ -32,7 +32,7 @@ class CampaignLock:
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise BadInput(f"cannot create the campaign lock: {exc.strerror}",
+            raise BadInput(f"cannot create the campaign lock: {os_hint(exc)}",
                            path=str(self.path)) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -44,7 +44,7 @@ class CampaignLock:
                            path=str(self.path.parent)) from None
         except OSError as exc:
             os.close(fd)
-            raise BadInput(f"cannot lock the campaign directory: {exc.strerror}",
+            raise BadInput(f"cannot lock the campaign directory: {os_hint(exc)}",
                            path=str(self.path.parent)) from None
         record = {"pid": os.getpid(), "host": socket.gethostname(),
                   "since_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

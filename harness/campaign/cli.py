@@ -13,7 +13,7 @@ from harness.campaign import store
 from harness.campaign.decisions import Context, model_pipeline
 from harness.campaign.driver import Campaign, Replay
 from harness.campaign.dryrun import print_dry_run
-from harness.errors import BadInput, Findings
+from harness.errors import BadInput, Findings, os_hint
 from harness.events import EVENTS, EventLog, campaign_stats
 from harness.health import probe
 from harness.launch import make_launcher
@@ -92,8 +92,8 @@ def cli_run(runbook: str | None = None, results: str | None = None,
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise BadInput(f"cannot create the campaign directory: {exc.strerror}; choose a "
-                       "writable --results", path=str(root)) from None
+        raise BadInput(f"cannot create the campaign directory: {os_hint(exc)}",
+                       path=str(root)) from None
     # Held until this process ends (the OS drops it if the process dies): a second run on the
     # same directory exits 2 naming this one's pid and host.
     with CampaignLock(root):
