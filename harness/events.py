@@ -19,10 +19,11 @@ from harness.vocab import FAILURE_CLASSES, Event, Stage
 
 EVENTS = "events.jsonl"
 EVENTS_MAX_BYTES = 1 << 28          # 256 MiB: some 100,000 cells' worth of events
-_CELL_FIELDS = ("cell", "campaign", "model", "backend", "purpose", "capacity", "attempt")
+_STARTED = ("cell", "model", "backend", "purpose", "attempt")     # what a resume reads
 REQUIRED: dict[str, tuple[str, ...]] = {
-    Event.CELL_SUBMIT: _CELL_FIELDS, Event.CELL_START: _CELL_FIELDS,
-    Event.CELL_FINISH: (*_CELL_FIELDS, "status"), Event.CELL_ABANDONED: ("cell",),
+    Event.CELL_SUBMIT: _STARTED, Event.CELL_START: _STARTED,
+    Event.CELL_FINISH: (*_STARTED, "campaign", "capacity", "status"),
+    Event.CELL_ABANDONED: ("cell",),
 }
 _RECOVER = ("the campaign's state cannot be trusted: restore events.jsonl from a backup, or "
             "move this directory aside and rerun with --fresh")

@@ -405,9 +405,9 @@ def _backends(doc: _Doc, data: dict) -> tuple[BackendConfig, ...]:
         if fields["kind"] not in BACKEND_KINDS:
             raise doc.error(where + ("kind",), "must be reference or cluster")
         fields.setdefault("module", fields["name"])
-        fields["options"] = _backend_options(doc, entry, fields, where)
         if any(b.name.lower() == fields["name"].lower() for b in out):
             raise doc.error(where + ("name",), f"backend {fields['name']!r} listed twice")
+        fields["options"] = _backend_options(doc, entry, fields, where)
         out.append(BackendConfig(**fields))
     if not any(b.select for b in out):
         raise doc.error(("backends",), "at least one backend needs select: true")
