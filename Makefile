@@ -10,10 +10,13 @@ PYTEST := $(PY) -m pytest
 venv: $(STAMP)
 
 # torch is pinned and installed before the package: a bare `torch` pulls a multi-GB CUDA build.
+# The [megatron] extra (megatron-core) is installed with torch held to that pin (a constraint),
+# so it never swaps in a CUDA torch.
 $(STAMP): pyproject.toml setup.py harness/_scan.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev]'
+	@echo "torch==2.13.0" > $(VENV)/torch-constraint.txt
+	$(PY) -m pip install -q -c $(VENV)/torch-constraint.txt -e '.[dev,megatron]'
 	@touch $(STAMP)
 
 run: $(STAMP)

@@ -1,9 +1,10 @@
 """Shared Megatron-LM launch command for the cluster adapters (echo, ultraep, moonep).
 
 One cell becomes `torchrun ... <megatron>/pretrain_gpt.py <model, shape, dispatcher args>`.
-Each adapter subclasses `MegatronBackend` and supplies only its dispatcher flags and failure
-signatures. Everything here is an assumption about the run scripts' Megatron-LM fork,
-documented in docs/cluster.md and overridable from the runbook (`flags`, `options`).
+Each adapter subclasses `MegatronBackend` and supplies its pinned Megatron-LM source
+(repository, commit), its dispatcher flags as that code defines them and its failure
+signatures; `preflight(argv)` checks an argv against the commit's accepted flags
+(backends/megatron_args). Overridable from the runbook (`flags`, `options`; docs/cluster.md).
 
 Rendezvous: an argv gets no shell expansion, so `$MASTER_ADDR` cannot be written into it.
 One node: `torchrun --standalone` (local rendezvous, nothing to expand). Several nodes: a
@@ -16,12 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
+from backends.megatron_args import MegatronSource, check_argv, load_args
 from harness.backend_api import (
     DEFAULT_FAILURE_PATTERNS,
     Backend,
     LaunchSpec,
     ModelSpec,
     NoOptions,
+    OptionError,
     RunRequest,
 )
 from harness.capacity import budget_tokens
@@ -99,6 +102,15 @@ def train_iters(req: RunRequest) -> int:
     return run_iterations(req.phase, req.cell.purpose)
 
 
+def run_seed(req: RunRequest) -> int:
+    """Megatron's --seed: the held-out validate seed for validate runs when the request has
+    one (SPEC section 3), else the campaign seed."""
+    validate_seed = getattr(req, "validate_seed", None)
+    if req.cell.purpose == Purpose.VALIDATE and validate_seed is not None:
+        return int(validate_seed)
+    return req.seed
+
+
 def shape_args(req: RunRequest) -> list[str]:
     """Sequence, batch and parallel sizes, iterations and seed."""
     shape, iters = req.shape, train_iters(req)
@@ -107,7 +119,7 @@ def shape_args(req: RunRequest) -> list[str]:
             "--global-batch-size", str(shape.global_batch),
             "--expert-model-parallel-size", str(shape.ep),
             "--train-iters", str(iters), "--exit-interval", str(iters),
-            "--seed", str(req.seed)]
+            "--seed", str(run_seed(req))]
 
 
 def data_args(req: RunRequest) -> list[str]:
@@ -132,26 +144,71 @@ def fill_template(arg: str, values: dict[str, str]) -> str:
     return arg
 
 
+# Megatron's router-trace recording (training side), defined at the pinned main and MoonEP
+# commits in megatron/training/config/training_config.py (TrainingConfig); Megatron writes
+# router_trace_rank{N}.jsonl under the path (megatron/core/transformer/moe/router_trace.py).
+TRACE_PATH_FLAG = "--moe-routing-trace-path"
+TRACE_ITERS_FLAG = "--moe-routing-trace-max-training-iters"
+TRACE_DIR = "router_trace"
+SOURCE_KEYS = ("repository", "commit", "ref", "overlays", "path")
+
+
 @dataclass(frozen=True)
 class MegatronOptions(NoOptions):
     """Runbook `options:` of a cluster adapter (docs/cluster.md)."""
 
     torchrun: str = "torchrun"                  # the torchrun executable
-    script: str = "pretrain_gpt.py"             # under paths.megatron
+    script: str = "pretrain_gpt.py"             # under the checkout
     dispatcher_args: tuple[str, ...] | None = None   # replaces the library/capacity flags
     env: dict = field(default_factory=dict)     # extra environment (wins over ours)
+    megatron: dict | None = None                # {repository, commit, ref, overlays, path}
+    record_routing_trace: bool = False          # measure runs write Megatron router traces
+
+    def __post_init__(self) -> None:
+        raw = self.megatron
+        if raw is None:
+            return
+        unknown = sorted(set(raw) - set(SOURCE_KEYS))
+        if unknown:
+            raise OptionError("megatron", f"unknown key(s) {unknown}; allowed: {SOURCE_KEYS}")
+        commit = raw.get("commit")
+        if not isinstance(commit, str) or len(commit) != 40 or \
+                any(c not in "0123456789abcdef" for c in commit):
+            raise OptionError("megatron", f"commit must be a full 40-hex sha, got {commit!r}")
+        if not isinstance(raw.get("overlays", []), list):
+            raise OptionError("megatron", "overlays must be a list of overlay names")
 
 
 OPTIONS = MegatronOptions
+
+
+def source_from_options(options: MegatronOptions, default: MegatronSource) -> MegatronSource:
+    """The runbook's `options.megatron` (checked by MegatronOptions) or the default."""
+    raw = options.megatron
+    if raw is None:
+        return default
+    return MegatronSource(str(raw.get("repository", default.repository)), str(raw["commit"]),
+                          str(raw.get("ref", "")),
+                          tuple(str(o) for o in raw.get("overlays", default.overlays)))
 
 
 class MegatronBackend(Backend):
     """A dispatch library run inside Megatron-LM `pretrain_gpt.py` under torchrun."""
 
     options_type = MegatronOptions
-
-    library = "base"                      # --moe-flex-dispatcher-backend value
+    library = "base"
     patterns: dict[str, tuple[str, ...]] = {}
+    default_source = MegatronSource("NVIDIA/Megatron-LM", "d98e8a64ddf34856e74b24714e3bedb2f5a39553",
+                                    "refs/heads/main")
+
+    @property
+    def source(self) -> MegatronSource:
+        """The Megatron-LM repository and commit this backend's argv is built for."""
+        return source_from_options(self.options, self.default_source)
+
+    def library_args(self, req: RunRequest, values: dict[str, str]) -> list[str]:
+        """The library's own dispatcher flags, as its pinned Megatron-LM code defines them."""
+        raise NotImplementedError
 
     def dispatcher_args(self, req: RunRequest) -> list[str]:
         """Library selection and capacity flags; `options.dispatcher_args` replaces them."""
@@ -159,9 +216,32 @@ class MegatronBackend(Backend):
         custom = self.options.dispatcher_args
         if custom is not None:
             return [fill_template(str(a), values) for a in custom]
-        return ["--moe-token-dispatcher-type", "flex",
-                "--moe-flex-dispatcher-backend", self.library,
-                "--moe-expert-rank-capacity-factor", values["capacity"]]
+        return self.library_args(req, values)
+
+    def trace_args(self, req: RunRequest) -> list[str]:
+        """Megatron's router-trace recording for measure runs (`options.record_routing_trace`)."""
+        if not self.options.record_routing_trace or req.cell.purpose != Purpose.MEASURE:
+            return []
+        return [TRACE_PATH_FLAG, str(PurePosixPath(str(req.cell_dir)) / TRACE_DIR),
+                TRACE_ITERS_FLAG, str(train_iters(req))]
+
+    def rules(self, args: list[str]) -> list[str]:
+        """Cross-flag conditions of the pinned code (hook for subclasses)."""
+        return []
+
+    def preflight(self, argv: list[str]) -> list[str]:
+        """Static check of a launch argv against the pinned commit's accepted flags: each
+        unknown flag or choice, naming the file that should define it. No GPU, no import."""
+        script = str(self.options.script)
+        cut = next((i for i, a in enumerate(argv) if a.endswith(script)), None)
+        if cut is None:
+            return [f"{self.name}: no {script} in the command"]
+        args = argv[cut + 1:]
+        try:
+            accepted = load_args(self.source)
+        except FileNotFoundError as exc:
+            return [f"{self.name}: {exc}"]
+        return [f"{self.name}: {p}" for p in check_argv(args, accepted) + self.rules(args)]
 
     def template_values(self, req: RunRequest) -> dict[str, str]:
         """Values a runbook `dispatcher_args` template may use."""
@@ -199,9 +279,15 @@ class MegatronBackend(Backend):
                 "--nproc-per-node", str(gpus), "--rdzv-backend", "c10d",
                 "--rdzv-id", req.cell.name]
 
+    def checkout(self, req: RunRequest) -> str | None:
+        """This backend's Megatron-LM checkout: options.megatron.path, else paths.megatron."""
+        raw = self.options.megatron
+        own = raw.get("path") if raw else None
+        return str(own) if own else req.paths.get("megatron")
+
     def script(self, req: RunRequest) -> str:
         """Absolute path of pretrain_gpt.py from paths.megatron."""
-        megatron = req.paths.get("megatron")
+        megatron = self.checkout(req)
         if not megatron:
             raise BadInput("cluster backends need paths.megatron (the Megatron-LM checkout)",
                            field="paths.megatron")
@@ -229,10 +315,11 @@ class MegatronBackend(Backend):
         nodes, gpus = self.topology(req)
         argv = (self.launcher_args(req, nodes, gpus) + [self.script(req)]
                 + model_args(req.model) + common_args() + shape_args(req) + data_args(req)
-                + self.dispatcher_args(req) + [str(f) for f in req.model.flags]
+                + self.dispatcher_args(req) + self.trace_args(req)
+                + [str(f) for f in req.model.flags]
                 + [str(f) for f in self.config.flags])
         return LaunchSpec(argv=argv, env=self.env(req), ntasks=nodes, nodes=nodes,
-                          gpus_per_node=gpus, cwd=req.paths.get("megatron"))
+                          gpus_per_node=gpus, cwd=self.checkout(req))
 
     def failure_patterns(self) -> dict[str, tuple[str, ...]]:
         """Defaults, Megatron's, the library's own, then runbook `options.failure_patterns`."""

@@ -152,6 +152,12 @@ class Backend(ABC):
         (keys of telemetry.summarize: expected_ranks, expected_layers, expected_iters)."""
         return {}
 
+    def preflight(self, argv: list[str]) -> list[str]:
+        """Problems of a launch argv found statically (unknown flags or choices of the code the
+        backend runs), each naming what is wrong; empty when none. The campaign refuses to
+        start while any planned cell has one (harness/campaign/argcheck.py)."""
+        return []
+
     def failure_patterns(self) -> dict[str, tuple[str, ...]]:
         """Regexes per taxonomy class; defaults plus the backend's own and runbook overrides."""
         pats = {k: tuple(v) for k, v in DEFAULT_FAILURE_PATTERNS.items()}

@@ -104,10 +104,12 @@ def parse(logs, warmup, as_json) -> None:
 @click.option("--out", type=click.Path(dir_okay=False), help="Write the verdicts as TSV.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.option("--strict", is_flag=True, help="Exit 1 if anything is INVALID or UNKNOWN.")
-def audit(target, errata, git_repos, out, as_json, strict) -> None:
+@click.option("--pad-multiple", type=click.IntRange(min=1), default=128, show_default=True,
+              help="The grid's pad multiple the rules use (never the upload's runbook).")
+def audit(target, errata, git_repos, out, as_json, strict, pad_multiple) -> None:
     """Sort uploaded results into VALID, INVALID (with reasons) and UNKNOWN."""
     _call("harness.audit:cli_audit", target=target, errata=errata, git_repos=tuple(git_repos),
-          out=out, as_json=as_json, strict=strict)
+          out=out, as_json=as_json, strict=strict, pad_multiple=pad_multiple)
 
 
 @main.command()

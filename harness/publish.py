@@ -109,7 +109,7 @@ def target_prefix(root: Path, now: datetime | None = None) -> str:
 
 def hub_reachable(timeout_s: float = 3.0) -> str:
     """'' when the hub endpoint accepts a TCP connection, else why (skips the hub's retries)."""
-    from huggingface_hub import constants
+    from huggingface_hub import constants  # lazy: only publishing needs the hub
     parts = urlsplit(constants.ENDPOINT)
     try:
         socket.create_connection((parts.hostname or "", parts.port or 443), timeout_s).close()
@@ -120,7 +120,7 @@ def hub_reachable(timeout_s: float = 3.0) -> str:
 
 def existing_paths(repo: str) -> tuple[list[str] | None, str]:
     """Files already in the dataset repository, or None and why when it cannot be listed."""
-    from huggingface_hub import HfApi
+    from huggingface_hub import HfApi  # lazy: only publishing needs the hub
     unreachable = hub_reachable()
     if unreachable:
         return None, unreachable
@@ -137,7 +137,7 @@ def glob_escape(path: str) -> str:
 
 def upload(root: Path, repo: str, prefix: str, files: list[str]) -> str:
     """Upload exactly `files` under prefix; returns the commit URL."""
-    from huggingface_hub import HfApi
+    from huggingface_hub import HfApi  # lazy: only publishing needs the hub
     info = HfApi().upload_folder(repo_id=repo, repo_type="dataset", folder_path=str(root),
                                  path_in_repo=prefix.rstrip("/"),
                                  allow_patterns=[glob_escape(f) for f in files],

@@ -2,8 +2,9 @@
 
 A runbook backend entry names its module: kind `reference` -> the package
 `backends.reference` (the personality picks echo/ultraep/moonep behaviour); kind `cluster`
--> `backends.<module>`. Each backend module exposes `make_backend(config) -> Backend` and
-`OPTIONS`, the dataclass of its runbook `options:`. Nothing else in harness/ names a backend
+-> `backends.<module>`; kind `megatron-core` -> `backends.megatron_core`. Each backend module
+exposes `make_backend(config) -> Backend` and `OPTIONS`, the dataclass of its runbook
+`options:`. Nothing else in harness/ names a backend
 (docs/architecture.md; enforced by the import-linter contracts in pyproject.toml).
 """
 
@@ -18,13 +19,16 @@ from harness.errors import BadInput
 BACKENDS_PACKAGE = "backends"
 REFERENCE_KIND = "reference"
 CLUSTER_KIND = "cluster"
-BACKEND_KINDS = (REFERENCE_KIND, CLUSTER_KIND)
+MEGATRON_CORE_KIND = "megatron-core"
+BACKEND_KINDS = (REFERENCE_KIND, CLUSTER_KIND, MEGATRON_CORE_KIND)
 
 
 def module_name(kind: str, module: str) -> str:
     """The Python module of a runbook backend entry."""
     if kind == REFERENCE_KIND:
         return f"{BACKENDS_PACKAGE}.{REFERENCE_KIND}"
+    if kind == MEGATRON_CORE_KIND:
+        return f"{BACKENDS_PACKAGE}.megatron_core"
     return f"{BACKENDS_PACKAGE}.{module}"
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from harness.errors import BadInput
 from harness.plan import Cell, parse_cell_name
 from harness.provenance import read_provenance_lines
+from harness.report_balance import balance_lines
 from harness.results import (
     ATTEMPTS_TSV,
     DEFAULT_PAD_MULTIPLE,
@@ -412,6 +413,9 @@ def section_audit(ctx: Context) -> list[str]:
     summary = getattr(result, "summary", None) or {}
     if rows:
         out += [md_table(["upload", "verdict", "reasons", "ignored cells"], rows), ""]
+    said = [f"- {w}" for up in getattr(result, "uploads", []) or []
+            for w in [*(_field(up, "why") or []), *(f"note: {n}" for n in _field(up, "notes") or [])]]
+    out += said + ([""] if said else [])
     out += ["Summary: " + (", ".join(f"{k} {v}" for k, v in summary.items()) or "none"), ""]
     return out
 
@@ -640,7 +644,7 @@ def _render(results_dir: Path, out: Path) -> Context:
             f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} · numbers in tables are "
             "the TSV strings unchanged unless a column says derived.", ""]
     body += _impl_note(ctx) + [""]
-    body += section_overview(ctx) + section_selection(ctx)
+    body += section_overview(ctx) + section_selection(ctx) + balance_lines(results_dir)
     body += section_demand(ctx, demand_note, demand_figs)
     body += section_timing(ctx) + section_dnf(ctx) + section_failures(ctx)
     body += section_audit(ctx) + section_provenance(ctx) + section_campaign(ctx)

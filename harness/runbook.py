@@ -43,6 +43,7 @@ class ModelSpec:
     vocab: int = 0
     router_dtype: str = "fp32"      # fp32 is explicit for every model
     routing_sigma: float = 1.0      # lognormal sigma of expert popularity (reference routing)
+    routing: dict | None = None     # named routing workload of the reference emulation
     flags: tuple[str, ...] = ()     # extra per-model launch flags (cluster adapters)
 
     @property
@@ -65,7 +66,7 @@ class Shape:
 @dataclass(frozen=True)
 class BackendConfig:
     name: str                       # as written in TSVs, e.g. echo, ultraep, moonep
-    kind: str                       # reference | cluster
+    kind: str                       # reference | cluster | megatron-core
     module: str                     # reference: personality; cluster: adapter module in backends/
     select: bool = True             # measured/validated; its selection feeds the timing capacity
     time: bool = True               # timed at the common capacity
@@ -147,7 +148,7 @@ class Runbook:
 
 TOP_KEYS = ("campaign", "models_file", "models", "shape", "backends", "capacity", "measure",
             "timing", "limits", "launcher", "device_memory_gb", "seed", "repositories",
-            "paths", "slurm", "gpu_hours_per_cell", "max_parallel_cells")
+            "paths", "slurm", "gpu_hours_per_cell", "max_parallel_cells", "routing")
 REQUIRED_TOP = ("campaign", "models", "shape", "backends")
 LAUNCHERS = ("local", "slurm")
 
@@ -403,7 +404,7 @@ def _backends(doc: _Doc, data: dict) -> tuple[BackendConfig, ...]:
         fields = _fields_from(doc, BackendConfig, entry, where)
         _require(doc, entry, ("name", "kind"), where)
         if fields["kind"] not in BACKEND_KINDS:
-            raise doc.error(where + ("kind",), "must be reference or cluster")
+            raise doc.error(where + ("kind",), "must be reference or cluster or megatron-core")
         fields.setdefault("module", fields["name"])
         if any(b.name.lower() == fields["name"].lower() for b in out):
             raise doc.error(where + ("name",), f"backend {fields['name']!r} listed twice")
@@ -540,8 +541,13 @@ def load_runbook(path: str | Path) -> Runbook:
         gph = _check_type(doc, gph, float, ("gpu_hours_per_cell",))
     slurm = _fields_from(doc, SlurmConfig, data.get("slurm"), ("slurm",))
     limits = _fields_from(doc, Limits, data.get("limits"), ("limits",))
+    models = _models(doc, data, base)
+    if data.get("routing") is not None:                # campaign-wide default workload
+        routing = _check_type(doc, data["routing"], dict, ("routing",))
+        models = tuple(m if m.routing else dataclasses.replace(m, routing=routing)
+                       for m in models)
     runbook = Runbook(
-        path=path, campaign=campaign, models=_models(doc, data, base), shape=_shape(doc, data),
+        path=path, campaign=campaign, models=models, shape=_shape(doc, data),
         backends=_backends(doc, data), capacity=_capacity(doc, data),
         measure=_phase(doc, data, "measure", PhaseConfig(warmup=1, iters=4)),
         timing=_phase(doc, data, "timing", PhaseConfig(warmup=2, iters=10, trials=3)),

@@ -119,6 +119,7 @@ class Impl(StrEnum):
 
     REFERENCE = "reference"
     CLUSTER = "cluster"
+    MEGATRON_CORE = "megatron-core"     # megatron-core's own router and dispatcher
 
 
 # Purposes whose durations the ETA pools: measure and validate runs make the same iterations.

@@ -21,7 +21,7 @@ from pathlib import Path
 from harness.backend_api import free_port
 
 from .memory import estimate_memory_bytes, oom_message
-from .options import build_parser, check_args, model_of, shape_of
+from .options import build_parser, check_args, memory_of, model_of, shape_of
 from .personalities import banner, personality
 
 CHILD_ENV = "EPCAP_REFERENCE_CHILD"
@@ -59,7 +59,7 @@ def memory_failure(args) -> str | None:
     if args.device_memory_bytes is None:
         return None
     est = estimate_memory_bytes(model_of(args), shape_of(args), args.capacity,
-                                args.personality, args.ep)
+                                args.personality, args.ep, memory_of(args))
     return oom_message(est, args.device_memory_bytes)
 
 

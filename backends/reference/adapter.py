@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.backend_api import Backend, LaunchSpec, NoOptions, OptionError, RunRequest
+from harness.errors import BadInput
 from harness.vocab import Impl, run_iterations
 
+from .memory import memory_options
 from .personalities import LIBRARIES
+from .planners import PERSONALITIES, planner_options
+from .workloads import workload_spec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,8 +33,27 @@ class ReferenceOptions(NoOptions):
     pg_timeout_s: int | None = None
     threads: int = 1                    # OMP_NUM_THREADS of each rank
     gpus_per_node: int = 0
+    planner: dict | None = None         # the personality's planner options (planners.py)
+    memory: dict | None = None          # memory-model options (memory.py)
+    routing: dict | None = None         # a named workload (workloads.py); a model's wins
 
     def __post_init__(self) -> None:
+        for key, check in (("memory", memory_options), ("routing", workload_spec)):
+            try:
+                check(getattr(self, key))
+            except ValueError as exc:
+                raise OptionError(key, f"options.{key}: {exc}") from None
+        if self.planner:
+            errors = []
+            for name in PERSONALITIES:
+                try:
+                    planner_options(name, self.planner)
+                    break
+                except ValueError as exc:
+                    errors.append(str(exc))
+            else:
+                raise OptionError("planner", f"options.planner fits no personality: "
+                                             f"{'; '.join(errors)}")
         if self.launch not in LAUNCH_MODES:
             raise OptionError("launch", f"options.launch {self.launch!r} is not per-rank or "
                                         "single")
@@ -42,7 +66,7 @@ class ReferenceBackend(Backend):
     """Builds the worker argv.
 
     Options (runbook `options:`): device (auto|cpu|cuda), trace, record_trace, pg_timeout_s,
-    threads, gpus_per_node, and launch: `per-rank` (default: the launcher starts ep tasks,
+    threads, gpus_per_node, planner, memory, routing, and launch: `per-rank` (default: the launcher starts ep tasks,
     one per rank) or `single` (one task that starts the ep ranks itself; on CPU it forks them
     after one torch import, about 1.5 s of CPU saved per rank).
     """
@@ -63,6 +87,8 @@ class ReferenceBackend(Backend):
         if self.config.module not in LIBRARIES:
             raise ValueError(f"reference backend {self.name!r}: personality "
                              f"{self.config.module!r} is not one of {sorted(LIBRARIES)}")
+        self.check_planner(req.shape.ep)
+        self.check_model_routing(req)
         launch = self.options.launch
         argv = [sys.executable, "-m", "backends.reference", *self.args(req)]
         if launch == "single":
@@ -73,6 +99,28 @@ class ReferenceBackend(Backend):
                           ntasks=req.shape.ep if launch == "per-rank" else 1, nodes=1,
                           gpus_per_node=int(self.options.gpus_per_node),
                           cwd=str(REPO_ROOT))
+
+    def check_planner(self, ep: int) -> None:
+        """The planner options must be this personality's (checked before any launch)."""
+        field = f"backends.{self.name}.options.planner"
+        try:
+            opts = planner_options(self.config.module, self.options.planner)
+        except ValueError as exc:
+            raise BadInput(str(exc), field=field) from None
+        echo_total = opts.get("moe_num_echo_experts")
+        if echo_total is not None and echo_total % ep:
+            raise BadInput(f"moe_num_echo_experts ({echo_total}) must be divisible by ep "
+                           f"({ep})", field=field)
+
+    def check_model_routing(self, req: RunRequest) -> None:
+        """A model's (or the campaign's) `routing:` names a known workload."""
+        routing = getattr(req.model, "routing", None)
+        if routing is None:
+            return
+        try:
+            workload_spec(routing)
+        except ValueError as exc:
+            raise BadInput(str(exc), field=f"models.{req.model.name}.routing") from None
 
     def args(self, req: RunRequest) -> list[str]:
         """The worker flags for one cell (see docs/reference-backend.md)."""
@@ -92,4 +140,9 @@ class ReferenceBackend(Backend):
                           ("pg_timeout_s", "--pg-timeout-s")):
             if getattr(opt, key) is not None:
                 args += [flag, getattr(opt, key)]
+        routing = getattr(m, "routing", None) or opt.routing
+        for value, flag in ((opt.planner, "--planner-options"), (opt.memory, "--memory-options"),
+                            (routing, "--routing")):
+            if value:
+                args += [flag, json.dumps(dict(value), sort_keys=True)]
         return [str(a) for a in args] + list(self.config.flags)

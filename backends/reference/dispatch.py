@@ -4,14 +4,13 @@ Placement is contiguous: rank r hosts experts [r*E/ep, (r+1)*E/ep). Each rank or
 (token, expert) slots by expert, then token, and sends its per-expert counts to every rank
 with one all_to_all_single, so every rank knows counts[src, expert] and plans locally.
 
-Drop policy (echo, ultraep, and moonep when its budget < N): a receiver fills its `budget`
-slots in source-rank order, then expert order, then token order; every later slot is dropped
-at the source and never moves.
+Rebalancing (echo, ultraep, moonep): every rank computes the same per-expert quotas from the
+global counts (backends/reference/planners.py); expert e's slots, in (source rank, token)
+order, fill its destinations in ascending rank order. raw keeps every slot at home.
 
-MoonEP balance: the global slot list in (home rank, expert, source rank, token) order; each
-home rank keeps its first N slots, the excess of over-loaded ranks is poured, in that order,
-into the free room of under-loaded ranks (rank order) as replicas of the hot experts, so every
-rank receives exactly N slots.
+Drop policy (every personality): a receiver fills its `budget` slots in source-rank order,
+then expert order, then token order; every later slot is dropped at the source and never
+moves.
 """
 
 from __future__ import annotations
@@ -20,6 +19,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+from . import planners
 
 
 def _excl_cumsum(t: torch.Tensor) -> torch.Tensor:
@@ -33,55 +34,6 @@ def clip_to_budget(incoming: torch.Tensor, budget: int) -> torch.Tensor:
     return torch.minimum(flat, room).reshape(incoming.shape)
 
 
-def moonep_plan(counts: torch.Tensor, n: int) -> torch.Tensor:
-    """plan[src, dst, expert]: slots of counts[src, expert] that dst receives, dst totals == n."""
-    ep, experts = counts.shape
-    per_rank = experts // ep
-    home = torch.arange(experts, device=counts.device) // per_rank
-    load = counts.sum(0).reshape(ep, per_rank).sum(1)
-    if int(load.sum()) != ep * n:
-        raise ValueError(f"moonep needs ep*N={ep * n} slots in total, got {int(load.sum())}")
-    seg = counts.t().reshape(-1)                       # segments (expert, src), expert-major
-    seg_home = home.repeat_interleave(ep)
-    p0 = _excl_cumsum(seg) - _excl_cumsum(load)[seg_home]
-    p1 = p0 + seg
-    plan = torch.zeros(ep, ep, experts, dtype=counts.dtype, device=counts.device)
-    seg_src = torch.arange(ep, device=counts.device).repeat(experts)
-    seg_exp = torch.arange(experts, device=counts.device).repeat_interleave(ep)
-    at_home = (torch.clamp(p1, max=n) - p0).clamp(min=0)
-    plan[seg_src, seg_home, seg_exp] += at_home
-    excess_before = _excl_cumsum((load - n).clamp(min=0))[seg_home]
-    o0 = excess_before + p0.clamp(min=n) - n
-    o1 = excess_before + p1.clamp(min=n) - n
-    deficit = (n - load).clamp(min=0)
-    lo = _excl_cumsum(deficit)
-    hi = lo + deficit
-    overlap = (torch.minimum(o1[:, None], hi[None, :]) - torch.maximum(o0[:, None], lo[None, :]))
-    overlap = overlap.clamp(min=0)                     # [segments, dst]
-    plan += overlap.reshape(experts, ep, ep).permute(1, 2, 0)
-    return plan
-
-
-def moonep_slot_dest(sorted_ids: torch.Tensor, counts: torch.Tensor, n: int, me: int) -> torch.Tensor:
-    """Destination rank of each of rank `me`'s slots, given in (expert, token) order."""
-    ep, experts = counts.shape
-    per_rank = experts // ep
-    home = sorted_ids // per_rank
-    load = counts.sum(0).reshape(ep, per_rank).sum(1)
-    seg = counts.t().reshape(-1)
-    p0 = (_excl_cumsum(seg) - _excl_cumsum(load)[torch.arange(experts, device=counts.device)
-                                                  .repeat_interleave(ep) // per_rank])
-    p0 = p0.reshape(experts, ep)[:, me]
-    rank_in_expert = torch.arange(sorted_ids.numel(), device=sorted_ids.device) - \
-        _excl_cumsum(counts[me])[sorted_ids]
-    pos = p0[sorted_ids] + rank_in_expert
-    excess_before = _excl_cumsum((load - n).clamp(min=0))
-    over = excess_before[home] + pos - n
-    cum_deficit = torch.cumsum((n - load).clamp(min=0), 0)
-    spill = torch.searchsorted(cum_deficit, over, right=True)
-    return torch.where(pos < n, home, spill)
-
-
 @dataclass
 class Plan:
     """One layer's dispatch plan on one rank."""
@@ -91,7 +43,12 @@ class Plan:
     slot_dest: torch.Tensor    # destination rank of each slot in that order
     send_keep: torch.Tensor    # [ep_dst, E] kept slots this rank sends per (dst, expert)
     recv_keep: torch.Tensor    # [ep_src, E] kept slots this rank receives per (src, expert)
-    demand: int                # slots routed to this rank before clipping
+    demand: int                # slots routed to this rank after rebalancing, before clipping
+    pre_balance: int = -1      # slots routed to this rank's home experts (before rebalancing)
+
+    def __post_init__(self) -> None:
+        if self.pre_balance < 0:
+            self.pre_balance = self.demand
 
 
 def _sorted_slots(ids: torch.Tensor, experts: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -141,17 +98,49 @@ def _clipped_plan(order: torch.Tensor, sorted_ids: torch.Tensor, counts: torch.T
                 int(counts[:, mine].sum()))
 
 
+def slot_dest(sorted_ids: torch.Tensor, counts: torch.Tensor, quotas: torch.Tensor,
+              me: int) -> torch.Tensor:
+    """Destination rank of each of rank `me`'s slots, given in (expert, token) order: expert
+    e's global slots (source rank, token order) fill quotas[e, 0], quotas[e, 1], ... in rank
+    order (planners.slot_destinations)."""
+    offset = (torch.cumsum(counts, 0) - counts)[me]            # my first slot's place in e
+    rank_in_expert = torch.arange(sorted_ids.numel(), device=sorted_ids.device) - \
+        _excl_cumsum(counts[me])[sorted_ids]
+    pos = offset[sorted_ids] + rank_in_expert
+    start = _excl_cumsum(quotas.sum(1))                         # expert e's first position
+    flat = torch.searchsorted(torch.cumsum(quotas.reshape(-1), 0), start[sorted_ids] + pos,
+                              right=True)
+    return flat - sorted_ids * quotas.shape[1]                  # (e, r) -> r
+
+
+def plan_from_counts(order: torch.Tensor, sorted_ids: torch.Tensor, counts: torch.Tensor,
+                     me: int, budget: int, personality: str, options=None) -> Plan:
+    """A rebalanced plan from the exchanged counts[src, expert]: the personality's quotas
+    (backends/reference/planners.py, identical on every rank), split by source rank, then each
+    receiver keeps its first `budget` slots in (source rank, expert, token) order."""
+    ep, experts = counts.shape
+    c = counts.cpu().numpy()
+    home = planners.home_ranks(experts, ep)
+    quotas = planners.plan(personality, c.sum(0), home, ep, options)
+    split = torch.from_numpy(planners.source_split(c, quotas)).to(counts.device)
+    keep = torch.stack([clip_to_budget(split[:, d, :], budget) for d in range(ep)], dim=1)
+    dest = slot_dest(sorted_ids, counts, torch.from_numpy(quotas).to(counts.device), me)
+    return Plan(order, sorted_ids, dest, keep[me], keep[:, me, :], int(quotas[:, me].sum()),
+                int(c[:, home == me].sum()))
+
+
+def plan_rebalanced(ids: torch.Tensor, experts: int, ep: int, me: int, budget: int,
+                    personality: str, options=None, group=None) -> Plan:
+    """echo/ultraep/moonep: global per-expert counts via all_to_all_single, then the plan."""
+    order, sorted_ids, cnt = _sorted_slots(ids, experts)
+    counts = exchange_counts(cnt, ep, group)
+    return plan_from_counts(order, sorted_ids, counts, me, budget, personality, options)
+
+
 def plan_balanced(ids: torch.Tensor, experts: int, ep: int, me: int, budget: int,
                   group=None) -> Plan:
-    """moonep: global per-expert counts via all_to_all_single, replicas for exact-N balance."""
-    order, sorted_ids, cnt = _sorted_slots(ids, experts)
-    n = ids.numel()
-    counts = exchange_counts(cnt, ep, group)
-    plan = moonep_plan(counts, n)
-    if budget < n:
-        plan = torch.stack([clip_to_budget(plan[:, d, :], budget) for d in range(ep)], dim=1)
-    dest = moonep_slot_dest(sorted_ids, counts, n, me)
-    return Plan(order, sorted_ids, dest, plan[me], plan[:, me, :], n)
+    """moonep: replicas for exact-N balance (plan_rebalanced with the moonep planner)."""
+    return plan_rebalanced(ids, experts, ep, me, budget, "moonep", group=group)
 
 
 def kept_send_slots(plan: Plan, experts: int) -> tuple[torch.Tensor, torch.Tensor]:

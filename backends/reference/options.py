@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from types import SimpleNamespace
 
 from harness.vocab import Purpose
@@ -31,6 +32,16 @@ def _capacity(text: str) -> str:
     return text
 
 
+def _json_object(text: str) -> dict:
+    try:
+        val = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(val, dict):
+        raise argparse.ArgumentTypeError("expected a JSON object")
+    return val
+
+
 def build_parser() -> argparse.ArgumentParser:
     """All flags of `python -m backends.reference`."""
     ap = argparse.ArgumentParser(prog="python -m backends.reference",
@@ -52,7 +63,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--micro-batch", type=_positive, default=1)
     s.add_argument("--ep", type=_positive, required=True, help="EP size = number of ranks")
     s.add_argument("--capacity", type=_capacity, default="2.00")
-    s.add_argument("--personality", choices=("echo", "ultraep", "moonep"), default="echo")
+    s.add_argument("--personality", choices=("raw", "echo", "ultraep", "moonep"),
+                   default="echo")
+    s.add_argument("--planner-options", type=_json_object, default={},
+                   help="JSON object of the personality's planner options "
+                        "(backends/reference/planners.py OPTION_DEFAULTS)")
+    s.add_argument("--memory-options", type=_json_object, default={},
+                   help="JSON object of memory-model options (backends/reference/memory.py "
+                        "MEMORY_DEFAULTS: precision, optimizer, recompute, moonep pool, ...)")
+    s.add_argument("--routing", type=_json_object, default={},
+                   help='JSON routing workload, e.g. {"workload": "hot_rank"} '
+                        "(backends/reference/workloads.py)")
     s.add_argument("--warmup", type=_non_negative, default=1)
     s.add_argument("--iters", type=_positive, default=4)
     s.add_argument("--trials", type=_positive, default=1)
@@ -81,6 +102,19 @@ def model_of(args: argparse.Namespace) -> SimpleNamespace:
                            shared_ffn=args.shared_ffn, first_dense_layers=args.first_dense_layers)
 
 
+def memory_of(args: argparse.Namespace) -> dict:
+    """Memory-model options of the run: --memory-options, with the replica slots the
+    personality's planner options imply (echo: moe_num_echo_experts / ep; ultraep: R)."""
+    opts = dict(args.memory_options)
+    plan = args.planner_options
+    if args.personality == "echo":
+        total = plan.get("moe_num_echo_experts")
+        opts["echo_slots_per_rank"] = 1 if total is None else int(total) // args.ep
+    if args.personality == "ultraep":
+        opts["ultraep_redundant_per_rank"] = int(plan["redundant_per_rank"])
+    return opts
+
+
 def shape_of(args: argparse.Namespace) -> SimpleNamespace:
     """Shape-shaped view of the flags."""
     return SimpleNamespace(seq=args.seq, micro_batch=args.micro_batch, ep=args.ep)
@@ -96,3 +130,22 @@ def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         ap.error("--first-dense-layers must leave at least one MoE layer")
     if args.ranks is not None and args.ranks != args.ep:
         ap.error(f"--ranks ({args.ranks}) must equal --ep ({args.ep})")
+    from .planners import planner_options
+    from .workloads import workload_spec
+    try:
+        args.planner_options = planner_options(args.personality, args.planner_options)
+    except ValueError as exc:
+        ap.error(f"argument --planner-options: {exc}")
+    echo_total = args.planner_options.get("moe_num_echo_experts")
+    if echo_total is not None and echo_total % args.ep:
+        ap.error(f"argument --planner-options: moe_num_echo_experts ({echo_total}) must be "
+                 f"divisible by --ep ({args.ep})")
+    from .memory import memory_options
+    try:
+        args.memory_options = memory_options(args.memory_options)
+    except ValueError as exc:
+        ap.error(f"argument --memory-options: {exc}")
+    try:
+        args.routing = workload_spec(args.routing)
+    except ValueError as exc:
+        ap.error(f"argument --routing: {exc}")

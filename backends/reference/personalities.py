@@ -1,10 +1,10 @@
-"""The three library contracts the reference backend emulates: echo, ultraep, moonep."""
+"""The library contracts the reference backend emulates: raw, echo, ultraep, moonep."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-LIBRARIES = {"echo": "ECHO", "ultraep": "UltraEP", "moonep": "MoonEP"}
+LIBRARIES = {"raw": "raw", "echo": "ECHO", "ultraep": "UltraEP", "moonep": "MoonEP"}
 
 
 @dataclass(frozen=True)
@@ -14,17 +14,19 @@ class Personality:
     name: str
     library: str
     balanced: bool             # moonep: redundant experts, every rank receives exactly N
+    rebalances: bool           # echo, ultraep, moonep: a load planner moves slots to replicas
     pad_check: bool            # ultraep: budget must be a multiple of pad_multiple
     fp32_router: bool          # ultraep: router probabilities must be fp32
     overflow_flag: bool        # ultraep: prints [EPCAP_OVERFLOW] when a buffer clips
 
 
 def personality(name: str) -> Personality:
-    """The personality called `name` (echo | ultraep | moonep)."""
+    """The personality called `name` (raw | echo | ultraep | moonep)."""
     if name not in LIBRARIES:
         raise ValueError(f"unknown personality {name!r}; expected one of {sorted(LIBRARIES)}")
     ultra = name == "ultraep"
-    return Personality(name, LIBRARIES[name], balanced=name == "moonep", pad_check=ultra,
+    return Personality(name, LIBRARIES[name], balanced=name == "moonep",
+                       rebalances=name != "raw", pad_check=ultra,
                        fp32_router=ultra, overflow_flag=ultra)
 
 
@@ -45,5 +47,9 @@ def check_router_dtype(p: Personality, dtype_name: str) -> None:
 
 def banner(p: Personality) -> str:
     """The first log line: this is the emulation, not the library."""
+    if p.name == "raw":
+        return ("[EPCAP_REFERENCE] backend=reference personality=raw emulates an EP dispatch "
+                "without rebalancing (what DeepEP, HybridEP and NCCL EP hold); not any of "
+                "those libraries")
     return (f"[EPCAP_REFERENCE] backend=reference personality={p.name} emulates "
             f"{p.library}'s documented contract; not the {p.library} library")

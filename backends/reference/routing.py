@@ -1,7 +1,8 @@
-"""Seeded, deterministic MoE routing (lognormal expert popularity + Gumbel top-k) and traces.
+"""Seeded, deterministic MoE routing (named workloads, backends/reference/workloads.py) and traces.
 
-Pure functions of (seed, model, layer, iteration, rank): every rank, every test and every
-re-run computes the same routing, so a test can recount demand independently of the worker.
+Pure functions of (workload, seed, model, layer, iteration, rank): every rank, every test and
+every re-run computes the same routing, so a test can recount demand independently of the
+worker (workloads.rank_counts gives the same counts without building the ids).
 
 Trace files (replay with --trace, record with --record-trace) are JSON Lines, UTF-8:
 
@@ -17,12 +18,13 @@ from __future__ import annotations
 
 import json
 import os
-import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from .workloads import popularity, route_ids
 
 TRACE_FORMAT = "epcap-routing-trace"
 ROUTER_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -43,32 +45,22 @@ class Routing:
     weights: torch.Tensor
 
 
-def _seed(*parts: object) -> int:
-    """A stable 63-bit seed from the parts (crc32 of their text, not Python's salted hash)."""
-    text = "|".join(str(p) for p in parts).encode()
-    return (zlib.crc32(text) << 31) ^ zlib.crc32(text[::-1])
-
-
-def expert_popularity(seed: int, model: str, layer: int, experts: int, sigma: float) -> torch.Tensor:
-    """Per-(model, layer) expert popularity, lognormal(0, sigma), normalised to sum 1 (fp64)."""
-    gen = torch.Generator().manual_seed(_seed("pop", seed, model, layer))
-    z = torch.randn(experts, generator=gen, dtype=torch.float64)
-    pop = torch.exp(sigma * z)
-    return pop / pop.sum()
+def expert_popularity(seed: int, model: str, layer: int, experts: int, sigma: float,
+                      workload=None, step: int = 0) -> torch.Tensor:
+    """Expert popularity of the workload at (model, layer, step), sums to 1 (fp64); the
+    default workload is lognormal(0, sigma) per (model, layer)."""
+    return torch.from_numpy(popularity(workload, seed, model, layer, step, experts, sigma))
 
 
 def route(seed: int, model: str, layer: int, iteration: int, rank: int, tokens: int,
-          experts: int, topk: int, sigma: float, router_dtype: str = "fp32") -> Routing:
-    """Each token picks `topk` distinct experts by Gumbel top-k over log popularity."""
-    if not 0 < topk <= experts:
-        raise ValueError(f"topk {topk} must be in 1..experts ({experts})")
-    logp = torch.log(expert_popularity(seed, model, layer, experts, sigma)).float()
-    gen = torch.Generator().manual_seed(_seed("tok", seed, model, layer, iteration, rank))
-    u = torch.rand(tokens, experts, generator=gen).clamp_(1e-12, 1.0 - 1e-7)
-    scores = logp.unsqueeze(0) - torch.log(-torch.log(u))
-    top, ids = torch.topk(scores, topk, dim=-1)
-    weights = torch.softmax(top.to(ROUTER_DTYPES[router_dtype]), dim=-1)
-    return Routing(ids=ids, weights=weights)
+          experts: int, topk: int, sigma: float, router_dtype: str = "fp32",
+          workload=None) -> Routing:
+    """Top-k ids from the workload's per-rank slot counts; weights = softmax of the chosen
+    experts' log popularity in the router dtype (the ids do not depend on it)."""
+    ids = torch.from_numpy(route_ids(workload, seed, model, layer, iteration, rank, tokens,
+                                     experts, topk, sigma))
+    pop = expert_popularity(seed, model, layer, experts, sigma, workload, iteration)
+    return Routing(ids=ids, weights=weights_for_ids(ids, pop, router_dtype))
 
 
 def weights_for_ids(ids: torch.Tensor, popularity: torch.Tensor, router_dtype: str) -> torch.Tensor:

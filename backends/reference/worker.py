@@ -20,11 +20,11 @@ from .dispatch import (
     dispatch,
     dispatch_clipped,
     expert_transform,
-    plan_balanced,
+    plan_rebalanced,
     reference_output,
 )
 from .memory import estimate_memory_bytes
-from .options import model_of, shape_of
+from .options import memory_of, model_of, shape_of
 from .personalities import Personality, check_budget, check_router_dtype, personality
 from .routing import (
     ROUTER_DTYPES,
@@ -96,13 +96,14 @@ class RankRun:
         if self.trace is not None:
             ids, w = self.trace.lookup(it, layer, self.rank)
             if w is None:
-                pop = expert_popularity(a.seed, a.model, layer, a.experts, a.routing_sigma)
+                pop = expert_popularity(a.seed, a.model, layer, a.experts, a.routing_sigma,
+                                        a.routing, it)
                 w = weights_for_ids(ids, pop, a.router_dtype)
             else:
                 w = w.to(ROUTER_DTYPES[a.router_dtype])
         else:
             r = route(a.seed, a.model, layer, it, self.rank, self.tokens, a.experts, a.topk,
-                      a.routing_sigma, a.router_dtype)
+                      a.routing_sigma, a.router_dtype, a.routing)
             ids, w = r.ids, r.weights
         if a.record_trace:
             self.recorded.append((it, layer, self.rank, ids.tolist()))
@@ -126,8 +127,9 @@ class RankRun:
         if timed:
             dist.barrier()
         t0 = self.sw.start()
-        if self.p.balanced:
-            plan = plan_balanced(ids, a.experts, a.ep, self.rank, self.budget)
+        if self.p.rebalances:
+            plan = plan_rebalanced(ids, a.experts, a.ep, self.rank, self.budget,
+                                   a.personality, a.planner_options)
             d = dispatch(x, a.topk, plan, a.experts, bufs=self.bufs)
         else:
             plan, d = dispatch_clipped(x, ids, a.topk, a.experts, a.ep, self.rank, self.budget,
@@ -152,11 +154,11 @@ class RankRun:
         if actual != want:
             raise AssertionError(f"received {actual} slots, expected min(demand "
                                  f"{plan.demand}, budget {self.budget}) = {want}")
-        extra = ""
-        if self.p.balanced:
+        extra = f" pre_balance_recv={plan.pre_balance}"
+        if self.p.rebalances:
             per_rank = self.a.experts // self.a.ep
             hosted = (plan.recv_keep.sum(0) > 0).nonzero().flatten() // per_rank
-            extra = f" redundant_experts={int((hosted != self.rank).sum())}"
+            extra += f" redundant_experts={int((hosted != self.rank).sum())}"
         say(f"[MOE_DROP_DEBUG][dispatch] iter={it} layer={layer} rank={self.rank} "
             f"expected_recv={self.n} actual_valid_recv={actual} budget={self.budget}{extra}")
         if self.p.overflow_flag and plan.demand > self.budget:
@@ -220,7 +222,7 @@ class RankRun:
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             return int(t.item()), "measured"
         est = estimate_memory_bytes(model_of(self.a), shape_of(self.a), self.a.capacity,
-                                    self.a.personality, self.a.ep)
+                                    self.a.personality, self.a.ep, memory_of(self.a))
         return int(est["total"]), "modelled"
 
     def save_trace(self) -> None:

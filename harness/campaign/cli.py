@@ -10,6 +10,7 @@ from pathlib import Path
 
 from harness import capacity as cap
 from harness.campaign import store
+from harness.campaign.argcheck import check_backend_commands
 from harness.campaign.decisions import Context, model_pipeline
 from harness.campaign.driver import Campaign, Replay
 from harness.campaign.dryrun import print_dry_run
@@ -79,6 +80,7 @@ def cli_run(runbook: str | None = None, results: str | None = None,
     """`epcap run`: load and check the runbook, then run or resume the campaign."""
     rb = load_runbook(runbook or default_runbook())
     check_planned_capacities(rb)
+    check_backend_commands(rb)
     launcher_name = launcher or rb.launcher
     root_dir = Path(results or "results")
     stages = tuple(stages or ())

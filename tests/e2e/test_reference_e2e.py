@@ -11,8 +11,10 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
+from backends.reference import planners
 from backends.reference.memory import estimate_memory_bytes
 from backends.reference.routing import destination_counts, route
 
@@ -57,6 +59,16 @@ def demand(it: int, layer: int, rank: int, ep: int, sigma: float = 1.0, seed: in
                for src in range(ep))
 
 
+def planned(it: int, layer: int, ep: int, personality: str, sigma: float = 1.0,
+            options: dict | None = None) -> np.ndarray:
+    """(ep,) receive demand after the personality's planner, from the routing's own ids."""
+    counts = sum(np.bincount(route(SEED, MODEL, layer, it, src, SEQ, DIMS["experts"],
+                                   DIMS["topk"], sigma).ids.flatten().numpy(),
+                             minlength=DIMS["experts"]) for src in range(ep))
+    home = planners.home_ranks(DIMS["experts"], ep)
+    return planners.demand(planners.plan(personality, counts, home, ep, options))
+
+
 def memory_between_echo_and_moonep(capacity: str, ep: int) -> int:
     model = SimpleNamespace(**DIMS)
     shape = SimpleNamespace(seq=SEQ, micro_batch=1)
@@ -74,7 +86,8 @@ def test_drops_exactly_when_demand_exceeds_budget(tmp_path):
     assert len(rows) == 3 * 2 * 4                             # iters x MoE layers x ranks
     over, under = set(), set()
     for r in rows:
-        want = demand(r["iter"], r["layer"], r["rank"], 4)
+        want = int(planned(r["iter"], r["layer"], 4, "ultraep")[r["rank"]])
+        assert r["pre_balance_recv"] == demand(r["iter"], r["layer"], r["rank"], 4)
         assert r["budget"] == 256 and r["expected_recv"] == 256
         assert r["actual_valid_recv"] == min(want, 256), r
         assert (r["actual_valid_recv"] >= r["budget"]) == (want >= 256)   # saturation signal
@@ -92,9 +105,12 @@ def test_measured_peak_equals_independent_count(tmp_path):
     assert rc == 0, text
     rows = dispatch_rows(text)
     peak = max(r["actual_valid_recv"] for r in rows)
-    recount = max(demand(it, layer, rank, 2) for it in range(3) for layer in (1, 2)
-                  for rank in range(2))
+    recount = max(int(planned(it, layer, 2, "echo").max()) for it in range(3)
+                  for layer in (1, 2))
     assert peak == recount and peak < 512                    # no row saturated
+    raw = max(demand(it, layer, rank, 2) for it in range(3) for layer in (1, 2)
+              for rank in range(2))
+    assert max(r["pre_balance_recv"] for r in rows) == raw
     try:
         from harness.telemetry import summarize
     except ImportError:                                      # parser room not built yet
@@ -102,6 +118,31 @@ def test_measured_peak_equals_independent_count(tmp_path):
     logs = sorted((tmp_path / "logs").glob("rank*.log"))
     s = summarize(logs)
     assert s.peak_actual_valid_recv == recount and s.lower_bound is False
+
+
+@pytest.mark.parametrize("personality,ep", [("raw", 2), ("echo", 4), ("ultraep", 3),
+                                            ("moonep", 4)])
+def test_each_personality_follows_its_planner_with_the_combine_check(tmp_path, personality, ep):
+    """Real gloo ranks: every row's demand is the planner's, the pre-balance demand the home
+    recount, and the combine check (on in measure runs) passes on every rank."""
+    dims = {"experts": 12 if ep == 3 else 16}
+    rc, text = standalone(tmp_path, flags(ep, "2.00", personality, sigma=1.5, **dims))
+    assert rc == 0, text
+    assert "combine mismatch" not in text and "Traceback" not in text
+    rows = dispatch_rows(text)
+    assert len(rows) == 3 * 2 * ep
+    old = DIMS["experts"]
+    DIMS["experts"] = dims["experts"]
+    try:
+        for r in rows:
+            after = planned(r["iter"], r["layer"], ep, personality, 1.5)
+            assert r["actual_valid_recv"] == after[r["rank"]], r
+            assert r["pre_balance_recv"] == demand(r["iter"], r["layer"], r["rank"], ep, 1.5)
+    finally:
+        DIMS["experts"] = old
+    peak_after = max(r["actual_valid_recv"] for r in rows)
+    peak_before = max(r["pre_balance_recv"] for r in rows)
+    assert peak_after < peak_before if personality != "raw" else peak_after == peak_before
 
 
 def test_moonep_rows_all_equal_n(tmp_path):

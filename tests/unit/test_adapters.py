@@ -162,13 +162,15 @@ def test_shape_phase_and_dispatcher_args(runbook):
             arg(a, "--global-batch-size"), arg(a, "--expert-model-parallel-size")) == \
         ("8192", "1", "8", "8")
     assert arg(a, "--train-iters") == arg(a, "--exit-interval") == "65"      # 0 + 65
-    assert arg(a, "--moe-flex-dispatcher-backend") == "ultraep"
+    assert arg(a, "--moe-flex-dispatcher-backend") == "hybridep" and "--moe-enable-ultraep" in a
     assert arg(a, "--moe-expert-rank-capacity-factor") == "2.00"
+    assert "--use-transformer-engine-op-fuser" in a
     assert measure.env["MOE_DROP_DEBUG"] == "1" and "EPCAP_TIMING" not in measure.env
     assert measure.env["EPCAP_BUDGET_TOKENS"] == "131072"
     timed, _ = build(runbook, "QWEN3_30B", "moonep", "time", "1.03125")
     assert arg(timed.argv, "--train-iters") == "65"                          # 5 + 20 x 3
-    assert arg(timed.argv, "--moe-expert-rank-capacity-factor") == "1.03125"
+    assert arg(timed.argv, "--moe-token-dispatcher-type") == "moonep"
+    assert "--moe-expert-rank-capacity-factor" not in timed.argv           # MoonEP: exactly N
     assert timed.env["EPCAP_TIMING"] == "1" and timed.env["EPCAP_TIMING_TRIALS"] == "3"
     assert timed.env["EPCAP_BUDGET_TOKENS"] == "67584"
 
@@ -218,7 +220,8 @@ def test_topology_and_paths_are_checked(runbook):
                       slurm=replace(runbook.slurm, gpus_per_node=12)),
               "QWEN3_30B", "echo", "measure")
     with pytest.raises(BadInput, match="paths.megatron"):
-        build(replace(runbook, paths={"data": "mock"}), "QWEN3_30B", "echo", "measure")
+        build(with_backend(replace(runbook, paths={"data": "mock"}), "echo", options={}),
+              "QWEN3_30B", "echo", "measure")
 
 
 def test_real_data_uses_the_model_tokenizer(runbook):

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness import audit
-from harness.audit import audit_target, load_errata, parse_hf_target
+from harness.audit import audit_target, load_errata, parse_hf_target, readers
 from harness.cli import main
 from harness.errors import BadInput
 from harness.results import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
@@ -59,8 +59,9 @@ def test_ignored_cell_counts_when_not_tagged_cap1p75(mutant):
     """The ignored natural row is what keeps the upload VALID: retagged, it is counted."""
     def retag(row):
         if row["capacity_tag"] == "cap1p75":
-            row.update(capacity="1.50", capacity_tag="cap1p50",
+            row.update(capacity="1.50", capacity_tag="cap1p50", budget_tokens="6144",
                        cell_dir="cells/QWEN3_30B__echo__natural__cap1p50__a1")
+            corpus.write_cell(mutant, row, provenance=corpus.provenance_fields())
         return row
     corpus.edit(mutant, ATTEMPTS_TSV, retag)
     u = only(audit_target(mutant))
@@ -88,7 +89,7 @@ def test_no_measure_validate(mutant):
     corpus.edit(mutant, ATTEMPTS_TSV, lambda r: None if (r["backend"], r["purpose"], r["model"])
                 == ("echo", "validate", "DEEPSEEK_V2_LITE") else r)
     u = only(audit_target(mutant))
-    assert u.reasons == ["no-measure-validate"]
+    assert u.reasons == ["no-measure-validate", "unvalidated-selection"]
     assert any("DEEPSEEK_V2_LITE: ECHO has no purpose=validate" in w for w in u.why)
 
 
@@ -99,23 +100,30 @@ def test_does_not_fit_measure_needs_no_validate(mutant):
             if row["purpose"] == "validate":
                 return None
             if row["purpose"] == "measure":
-                row.update(status="does_not_fit", required_capacity="")
+                row.update(status="does_not_fit", required_capacity="",
+                           peak_actual_valid_recv="", rows="0")
+                (mutant / row["cell_dir"] / "rank0.log").unlink()
+                (mutant / row["cell_dir"] / "cell.json").write_text("{}")
         return row
     corpus.edit(mutant, ATTEMPTS_TSV, oom)
+    corpus.edit(mutant, SELECTION_TSV, lambda r: None if (r["model"], r["backend"]) ==
+                ("DEEPSEEK_V2_LITE", "echo") else r)
     assert only(audit_target(mutant)).verdict == "VALID"
 
 
 def test_fabricated_requirement(mutant):
     for table in (ATTEMPTS_TSV, SELECTION_TSV):
         corpus.edit(mutant, table, corpus.set_where("required_capacity", "1.0", backend="echo"))
-    u = only(audit_target(mutant))
-    assert u.verdict == "INVALID" and u.reasons == ["fabricated-requirement"]
+    u = only(audit_target(mutant))       # 1.0 is not the rows' own peak / N either
+    assert u.verdict == "INVALID"
+    assert u.reasons == ["fabricated-requirement", "inconsistent-requirement"]
 
 
 @pytest.mark.parametrize("table", [ATTEMPTS_TSV, SELECTION_TSV])
 def test_fabricated_requirement_from_either_table(mutant, table):
     corpus.edit(mutant, table, corpus.set_where("required_capacity", "1.00", backend="echo"))
-    assert only(audit_target(mutant)).reasons == ["fabricated-requirement"]
+    assert only(audit_target(mutant)).reasons == ["fabricated-requirement",
+                                                  "inconsistent-requirement"]
 
 
 def test_one_model_at_exactly_one_is_not_fabricated(mutant):
@@ -123,14 +131,13 @@ def test_one_model_at_exactly_one_is_not_fabricated(mutant):
     for table in (ATTEMPTS_TSV, SELECTION_TSV):
         corpus.edit(mutant, table, corpus.set_where("required_capacity", "1.0", backend="echo",
                                                     model="QWEN3_30B"))
-    assert only(audit_target(mutant)).verdict == "VALID"
+    assert "fabricated-requirement" not in only(audit_target(mutant)).reasons
 
 
 def test_unexecutable_capacity_at_n_65536(mutant):
     row = corpus.attempt("QWEN3_30B", "ultraep", "validate", "1.02", status="crash", n=65536)
-    corpus.edit(mutant, ATTEMPTS_TSV, lambda r: r)
-    with open(mutant / ATTEMPTS_TSV, "a") as fh:
-        fh.write("\t".join(str(row.get(c, "")) for c in corpus.COLUMNS[ATTEMPTS_TSV]) + "\n")
+    corpus.append(mutant, ATTEMPTS_TSV, row)
+    corpus.write_cell(mutant, row, provenance=corpus.provenance_fields())
     u = only(audit_target(mutant))
     assert u.reasons == ["unexecutable-capacity"]
     assert "capacity 1.02 at N=65536" in " ".join(u.why)
@@ -138,9 +145,10 @@ def test_unexecutable_capacity_at_n_65536(mutant):
 
 def test_executable_boundary_at_n_65536(mutant):
     """1.03125 x 65536 = 67584 = 528 x 128: executable, so VALID (1.02 is not)."""
-    row = corpus.attempt("QWEN3_30B", "ultraep", "validate", "1.03125", "1.03", n=65536)
-    with open(mutant / ATTEMPTS_TSV, "a") as fh:
-        fh.write("\t".join(str(row.get(c, "")) for c in corpus.COLUMNS[ATTEMPTS_TSV]) + "\n")
+    row = corpus.attempt("QWEN3_30B", "ultraep", "validate", "1.03125", "1.0293", n=65536)
+    row["peak_actual_valid_recv"] = 67457
+    corpus.append(mutant, ATTEMPTS_TSV, row)
+    corpus.write_cell(mutant, row, provenance=corpus.provenance_fields())
     assert only(audit_target(mutant)).verdict == "VALID"
 
 
@@ -163,14 +171,18 @@ def test_unexecutable_from_budget_when_no_uniform_tokens(mutant):
     corpus.edit(mutant, ATTEMPTS_TSV, corpus.set_where("budget_tokens", "66846",
                                                        purpose="time", backend="moonep"))
     corpus.drop_columns(mutant, ATTEMPTS_TSV, "uniform_tokens")
-    assert only(audit_target(mutant)).reasons == ["unexecutable-capacity"]
+    for cell in (mutant / "cells").glob("*__moonep__time__*"):     # no N in the cells either
+        (cell / "cell.json").unlink()
+        (cell / "rank0.log").unlink()
+    u = only(audit_target(mutant))
+    assert u.reasons == ["unexecutable-capacity"], u.why
 
 
 def test_mixed_timing_capacity(mutant):
     corpus.edit(mutant, TIMING_TSV, corpus.set_where("timing_capacity", "1.50",
                                                      backend="moonep", model="QWEN3_30B"))
     u = only(audit_target(mutant))
-    assert u.reasons == ["mixed-timing-capacity"]
+    assert u.reasons == ["mixed-timing-capacity", "timing-not-max"]
     assert "QWEN3_30B timed at 1.25, 1.50" in " ".join(u.why)
 
 
@@ -182,9 +194,10 @@ def test_same_capacity_written_differently_is_not_mixed(mutant):
 
 def test_mixed_timing_from_attempts_without_timing_tsv(mutant):
     (mutant / TIMING_TSV).unlink()
-    corpus.edit(mutant, ATTEMPTS_TSV, corpus.set_where("capacity", "1.1875", backend="moonep",
+    corpus.edit(mutant, ATTEMPTS_TSV, corpus.set_where("capacity", "1.21875", backend="moonep",
                                                        purpose="time", model="QWEN3_30B"))
-    assert only(audit_target(mutant)).reasons == ["mixed-timing-capacity"]
+    assert only(audit_target(mutant)).reasons == ["mixed-timing-capacity",
+                                                  "inconsistent-requirement", "timing-not-max"]
 
 
 def test_missing_provenance(mutant):
@@ -194,10 +207,14 @@ def test_missing_provenance(mutant):
 
 
 def test_missing_cell_provenance(mutant):
+    """A cell without its own provenance.txt is covered by the nearest one above it."""
     (mutant / "cells" / "QWEN3_30B__echo__measure__cap2p00__a1" / "provenance.txt").unlink()
+    assert only(audit_target(mutant)).verdict == "VALID"
+    (mutant / "provenance.txt").unlink()
     u = only(audit_target(mutant))
     assert u.reasons == ["missing-provenance"]
-    assert "QWEN3_30B__echo__measure__cap2p00__a1" in " ".join(u.why)
+    assert "cells/QWEN3_30B__echo__measure__cap2p00__a1: no provenance.txt" in " ".join(u.why)
+    assert sum("no provenance.txt in it or above it" in w for w in u.why[0].split("; ")) == 1
 
 
 def test_empty_provenance_is_missing(mutant):
@@ -420,7 +437,8 @@ def test_garbage_tables_are_reasoned_unknown(mutant, data):
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.lists(st.sampled_from(["echo", "ECHO", "natural", "measure", "validate",
                                           "1.0", "1.02", "2.00", "", "x", "65536", "\r",
-                                          "cells/a__cap1p75__a1", "\u00e9", "-1", "nan"]),
+                                          "cells/a__cap1p75__a1", "\u00e9", "-1", "nan",
+                                          "1e400", "9" * 50, "1e999999999"]),
                          max_size=25), max_size=8))
 def test_any_table_text_gives_a_verdict_never_a_traceback(valid, tmp_path, rows):
     """Property: whatever the attempts table holds, audit returns a reasoned verdict."""
@@ -434,8 +452,37 @@ def test_any_table_text_gives_a_verdict_never_a_traceback(valid, tmp_path, rows)
     assert u.verdict == "VALID" or u.why
 
 
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.lists(st.sampled_from(["echo", "ＥＣＨＯ", "true", "false", "1.0", "1.02",
+                                          "1.21875", "4936", "4096", "", "x", "-1", "nan",
+                                          "1e400", "0", "9" * 50, "1e999999999", "-0",
+                                          "QWEN3_30B", "\u00e9"]),
+                         max_size=21), max_size=6))
+def test_any_selection_text_gives_a_verdict_never_a_traceback(valid, tmp_path, rows):
+    """Property: whatever the selection table holds, audit returns a reasoned verdict."""
+    target = tmp_path / "fuzz-selection"
+    if not target.exists():
+        corpus.copy(valid, target)
+    header = "\t".join(corpus.COLUMNS[SELECTION_TSV])
+    (target / SELECTION_TSV).write_text("\n".join([header, *("\t".join(r) for r in rows)]))
+    u = only(audit_target(target))
+    assert u.verdict in ("VALID", "INVALID", "UNKNOWN")
+    assert u.verdict == "VALID" or u.why
+
+
+@pytest.mark.parametrize(("table", "column", "value"), [
+    (SELECTION_TSV, "selected_capacity", "1e400"), (ATTEMPTS_TSV, "capacity", "1e400"),
+    (ATTEMPTS_TSV, "peak_actual_valid_recv", "9" * 400), (SELECTION_TSV, "uniform_tokens", "9" * 30),
+    (ATTEMPTS_TSV, "capacity", "1e999999999"), (SELECTION_TSV, "drop_risk_95", "1e-999999999")])
+def test_absurd_numbers_are_reasoned_not_a_traceback(mutant, table, column, value):
+    corpus.edit(mutant, table, corpus.set_where(column, value, model="QWEN3_30B"))
+    u = only(audit_target(mutant))
+    assert u.verdict in ("INVALID", "UNKNOWN") and u.why
+
+
 def test_oversized_table_is_not_read(mutant, monkeypatch):
-    monkeypatch.setattr(audit, "TSV_CAP_BYTES", 100)
+    monkeypatch.setattr(readers, "TSV_CAP_BYTES", 100)
     u = only(audit_target(mutant))
     assert u.verdict == "UNKNOWN" and "over the 100-byte cap" in " ".join(u.why)
 
@@ -523,9 +570,9 @@ def test_hf_fetch_failure_is_reported(tmp_path, monkeypatch):
 def test_cli_table_tsv_and_strict(valid, mutant, tmp_path):
     runner = CliRunner()
     res = runner.invoke(main, ["audit", str(valid), "--strict", "--out", str(tmp_path / "v.tsv")])
-    assert res.exit_code == 0 and "VALID" in res.stdout
+    assert res.exit_code == 0 and "VALID" in res.stdout and "audited in" in res.stdout
     lines = (tmp_path / "v.tsv").read_text().splitlines()
-    assert lines[0] == "path\tverdict\treasons\tignored_cells\twhy"
+    assert lines[0] == "path\tverdict\treasons\tignored_cells\twhy\tnotes"
     assert lines[1].startswith(".\tVALID\t\tQWEN3_30B__echo__natural__cap1p75__a1")
     (mutant / "provenance.txt").unlink()
     res = runner.invoke(main, ["audit", str(mutant)])
@@ -575,8 +622,36 @@ def campaign(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 def test_harness_campaign_audits_valid_and_mutations_do_not(campaign, tmp_path):
+    started = time.perf_counter()
     u = only(audit_target(campaign))
+    elapsed = time.perf_counter() - started
+    print(f"audit of the reduced default campaign: {elapsed:.3f} s")   # target < 2 s
     assert (u.verdict, u.why) == ("VALID", [])
+    assert elapsed < 10                                   # generous: 2 shared cores
+
+    unvalidated = corpus.copy(campaign, tmp_path / "unvalidated")
+    dropped = []
+
+    def no_ultraep_validate(row):
+        if not dropped and row["backend"] == "ultraep" and row["purpose"] == "validate":
+            dropped.append(row)
+            return None
+        return row
+    corpus.edit(unvalidated, ATTEMPTS_TSV, no_ultraep_validate)
+    assert dropped and only(audit_target(unvalidated)).reasons == ["unvalidated-selection"]
+
+    saturated = corpus.copy(campaign, tmp_path / "saturated")
+    (cell,) = [p for p in (saturated / "cells").iterdir()
+               if "__echo__validate__" in p.name and p.name.startswith("QWEN3_30B")]
+    log = next(cell.glob("*.log"))
+    lines = log.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if "[MOE_DROP_DEBUG][dispatch]" in line)
+    budget = lines[at].rsplit("budget=", 1)[1].split()[0]
+    lines[at] = lines[at].replace("actual_valid_recv=", "was=").replace(
+        " budget=", f" actual_valid_recv={budget} budget=")
+    log.write_text("\n".join(lines) + "\n")
+    bad = only(audit_target(saturated))
+    assert bad.verdict == "INVALID" and "validated-but-saturated" in bad.reasons
     for path in campaign.rglob("*"):                          # no secret value anywhere
         if path.is_file():
             assert CAMPAIGN_SECRET.encode() not in path.read_bytes(), path
@@ -597,6 +672,17 @@ def test_harness_campaign_audits_valid_and_mutations_do_not(campaign, tmp_path):
                 if r["backend"].lower() == "echo" and r["required_capacity"] else None)
     bad = only(audit_target(fabricated))
     assert bad.verdict == "INVALID" and "fabricated-requirement" in bad.reasons
+
+
+@pytest.mark.slow
+def test_campaign_stopped_after_preflight_is_nothing_to_judge(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(REDUCED),
+                           "--results", str(tmp_path), "--until", "preflight"], cwd=REPO,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (root,) = [p.parent for p in tmp_path.rglob(ATTEMPTS_TSV)]
+    u = only(audit_target(root))
+    assert (u.verdict, u.reasons) == ("UNKNOWN", ["nothing-to-judge"])
 
 
 @pytest.mark.slow

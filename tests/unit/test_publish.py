@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import shutil
 from pathlib import Path
 
 import huggingface_hub
@@ -11,7 +12,7 @@ import pytest
 from harness import publish
 from harness.errors import BadInput
 from harness.publish import cli_publish, glob_escape
-from harness.results import ATTEMPTS_TSV
+from harness.results import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
 
 CORPUS_PY = Path(__file__).resolve().parents[1] / "fixtures" / "uploads" / "corpus.py"
 _spec = importlib.util.spec_from_file_location("upload_corpus", CORPUS_PY)
@@ -68,6 +69,26 @@ def test_refuses_unknown(valid, capsys, fake_hub):
     assert "UNKNOWN" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("lie", ["header-only", "after-preflight", "invalid"])
+def test_dry_run_refuses_unknown_and_invalid_with_verdict_and_reasons(valid, capsys, fake_hub,
+                                                                      lie):
+    """Nothing to judge is never uploaded, nor a planted lie (issue 16)."""
+    if lie == "invalid":             # UltraEP's validate row removed
+        corpus.edit(valid, ATTEMPTS_TSV, lambda r: None if (r["backend"], r["purpose"]) ==
+                    ("ultraep", "validate") else r)
+    else:
+        for table in (ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV):
+            corpus.edit(valid, table, lambda r: None)
+        if lie == "after-preflight":
+            shutil.rmtree(valid / "cells")
+    assert cli_publish(str(valid), "org/runs", dry_run=True) == 1
+    captured = capsys.readouterr()
+    expected = ("audit verdict INVALID: unvalidated-selection" if lie == "invalid" else
+                "audit verdict UNKNOWN: nothing-to-judge")
+    assert expected in captured.err and "would upload" not in captured.out
+    assert uploads(fake_hub) == []
+
+
 def test_dry_run_lists_target_paths(valid, capsys, fake_hub):
     assert cli_publish(str(valid), "org/runs", dry_run=True) == 0
     out = capsys.readouterr().out
@@ -102,8 +123,8 @@ def test_refuses_a_used_path(valid, monkeypatch, capsys, fake_hub):
 
 def test_refuses_files_holding_a_secret_value(valid, monkeypatch, capsys, fake_hub):
     monkeypatch.setenv("HF_TOKEN", "hf_uniqueSecretValue0123456789")
-    (valid / "cells" / "QWEN3_30B__echo__measure__cap2p00__a1" / "rank0.log").write_text(
-        "argv --token hf_uniqueSecretValue0123456789\n")
+    with open(valid / "cells" / "QWEN3_30B__echo__measure__cap2p00__a1" / "rank0.log", "a") as fh:
+        fh.write("argv --token hf_uniqueSecretValue0123456789\n")     # the rows stay as they were
     assert cli_publish(str(valid), "org/runs", dry_run=True) == 1
     assert "rank0.log contains the value" in capsys.readouterr().err
 

@@ -82,3 +82,67 @@ def test_bad_flag_exits_2_before_torch_loads():
     proc = subprocess.run([sys.executable, "-m", "backends.reference", *base[:-1], "3"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "divisible" in proc.stderr
+
+
+def test_planner_memory_and_routing_options_reach_the_worker():
+    cfg = BackendConfig("echo", "reference", "echo",
+                        options={"planner": {"threshold_multiplier": 0.1},
+                                 "memory": {"optimizer": "adam"},
+                                 "routing": {"workload": "hot_rank", "hot_share": 0.6}})
+    spec = load_backend(cfg).command(_req(backend="echo"))
+    ap = build_parser()
+    a = ap.parse_args(spec.argv[3:])
+    from backends.reference.options import check_args
+    check_args(ap, a)
+    assert a.planner_options["threshold_multiplier"] == 0.1
+    assert a.memory_options["optimizer"] == "adam"
+    assert a.routing["workload"] == "hot_rank" and a.routing["hot_share"] == 0.6
+
+
+@pytest.mark.parametrize("planner", [{"eps": 0.1}, {"moe_num_echo_experts": 6}])
+def test_planner_options_that_do_not_fit_the_personality_are_bad_input(planner):
+    from harness.errors import BadInput
+    cfg = BackendConfig("echo", "reference", "echo", options={"planner": planner})
+    with pytest.raises(BadInput, match="backends.echo.options.planner"):
+        load_backend(cfg).command(_req(backend="echo"))            # ep 4: 6 is not divisible
+
+
+@pytest.mark.parametrize("body,line,field", [
+    ("options: {memory: {precision: int3}}", 5, "backends[0].options.memory"),
+    ("options: {routing: {workload: zipf}}", 5, "backends[0].options.routing"),
+    ("options: {planner: {nonsense: 1}}", 5, "backends[0].options.planner"),
+    ("options: {routing: hot_rank}", 5, "backends[0].options.routing"),
+])
+def test_bad_reference_options_name_file_line_field(tmp_path, body, line, field):
+    from harness.errors import BadInput
+    from harness.runbook import load_runbook
+    zoo = Path(__file__).resolve().parents[2] / "runbooks" / "models.yaml"
+    path = tmp_path / "rb.yaml"
+    path.write_text(f"models_file: {zoo}\ncampaign: t\nmodels: [QWEN3_30B]\n"
+                    "shape: {seq: 128, micro_batch: 1, global_batch: 2, ep: 2}\n"
+                    f"backends:\n  - {{name: echo, kind: reference, module: echo, {body}}}\n")
+    with pytest.raises(BadInput) as info:
+        load_runbook(path)
+    assert info.value.field == field and info.value.line in (line, line + 1), str(info.value)
+
+
+def test_model_and_campaign_routing_reach_the_worker(tmp_path):
+    from dataclasses import replace
+
+    from harness.errors import BadInput
+    from harness.runbook import load_runbook
+    zoo = Path(__file__).resolve().parents[2] / "runbooks" / "models.yaml"
+    path = tmp_path / "rb.yaml"
+    path.write_text(f"models_file: {zoo}\ncampaign: t\n"
+                    "models: [QWEN3_30B, {name: QWEN2_57B, routing: {workload: burst}}]\n"
+                    "routing: {workload: hot_rank}\n"
+                    "shape: {seq: 128, micro_batch: 1, global_batch: 2, ep: 2}\n"
+                    "backends:\n  - {name: echo, kind: reference, module: echo}\n")
+    rb = load_runbook(path)
+    assert [m.routing["workload"] for m in rb.models] == ["hot_rank", "burst"]
+    backend = load_backend(rb.backends[0])
+    req = replace(_req(backend="echo"), model=rb.models[1])
+    argv = backend.command(req).argv
+    assert argv[argv.index("--routing") + 1] == '{"workload": "burst"}'
+    with pytest.raises(BadInput, match="models.QWEN2_57B.routing"):
+        backend.command(replace(req, model=replace(rb.models[1], routing={"workload": "x"})))

@@ -1,4 +1,4 @@
-"""Reference dispatch: drop policy, MoonEP balance plan, and the combine check (1-rank gloo)."""
+"""Reference dispatch: drop policy, rebalanced plans, and the combine check (1-rank gloo)."""
 
 from __future__ import annotations
 
@@ -22,12 +22,13 @@ from backends.reference.dispatch import (
     dispatch_clipped,
     expert_transform,
     kept_send_slots,
-    moonep_plan,
-    moonep_slot_dest,
     plan_balanced,
     plan_clipped,
+    plan_from_counts,
     reference_output,
+    slot_dest,
 )
+from backends.reference.planners import home_ranks, plan, source_split
 from backends.reference.routing import route
 
 
@@ -75,36 +76,56 @@ def count_matrices(draw):
     return _counts(draw, ep, per_rank, n), n
 
 
+def _moonep_split(counts: torch.Tensor) -> torch.Tensor:
+    ep, experts = counts.shape
+    quotas = plan("moonep", counts.sum(0).numpy(), home_ranks(experts, ep), ep)
+    return torch.from_numpy(source_split(counts.numpy(), quotas)), torch.from_numpy(quotas)
+
+
 @settings(max_examples=150, deadline=None)
-@given(count_matrices())
-def test_moonep_plan_balances_exactly(case):
+@given(count_matrices(), st.sampled_from(["moonep", "echo", "ultraep", "raw"]))
+def test_rebalanced_split_conserves_and_matches_slot_view(case, personality):
     counts, n = case
     ep, experts = counts.shape
-    plan = moonep_plan(counts, n)
-    assert bool((plan >= 0).all())
-    assert torch.equal(plan.sum(1), counts)                        # every slot placed once
-    assert plan.sum(dim=(0, 2)).tolist() == [n] * ep               # every rank gets exactly N
-    per_rank = experts // ep
-    load = counts.sum(0).reshape(ep, per_rank).sum(1)
-    for d in range(ep):                                           # home slots stay home first
-        home = plan[:, d, d * per_rank:(d + 1) * per_rank].sum()
-        assert int(home) == min(int(load[d]), n)
-    for me in range(ep):                                          # per-slot view == plan
+    quotas = torch.from_numpy(plan(personality, counts.sum(0).numpy(),
+                                   home_ranks(experts, ep), ep))
+    split = torch.from_numpy(source_split(counts.numpy(), quotas.numpy()))
+    assert bool((split >= 0).all())
+    assert torch.equal(split.sum(1), counts)                       # every slot placed once
+    assert torch.equal(split.sum(0).t(), quotas)                   # per expert and rank
+    for me in range(ep):                                          # per-slot view == split
         ids = torch.repeat_interleave(torch.arange(experts), counts[me])
-        dest = moonep_slot_dest(ids, counts, n, me)
+        dest = slot_dest(ids, counts, quotas, me)
         got = torch.zeros(ep, experts, dtype=torch.int64)
         got.index_put_((dest, ids), torch.ones_like(ids), accumulate=True)
-        assert torch.equal(got, plan[me])
+        assert torch.equal(got, split[me])
+    if personality == "moonep":
+        assert split.sum(dim=(0, 2)).tolist() == [n] * ep          # every rank gets exactly N
+        per_rank = experts // ep
+        load = counts.sum(0).reshape(ep, per_rank).sum(1)
+        for d in range(ep):                                       # home slots stay home first
+            home = split[:, d, d * per_rank:(d + 1) * per_rank].sum()
+            assert int(home) == min(int(load[d]), n)
 
 
 def test_home_only_placement_is_not_balanced():
-    """The property above fails for a plan without replicas (guards the test itself)."""
+    """The balance property fails for a plan without replicas (guards the test itself)."""
     counts = torch.tensor([[4, 0], [4, 0]])                        # all slots to rank 0
     home_only = torch.zeros(2, 2, 2, dtype=torch.int64)
     home_only[:, 0, 0] = 4
     assert home_only.sum(dim=(0, 2)).tolist() != [4, 4]
-    assert moonep_plan(counts, 4).sum(dim=(0, 2)).tolist() == [4, 4]
-    assert moonep_plan(counts, 4)[:, 1, 0].sum() == 4              # replica of expert 0
+    split, _ = _moonep_split(counts)
+    assert split.sum(dim=(0, 2)).tolist() == [4, 4]
+    assert split[:, 1, 0].sum() == 4                               # replica of expert 0
+
+
+def test_plan_from_counts_clips_each_receiver_and_reports_pre_balance():
+    counts = torch.tensor([[6, 0, 1, 1], [6, 0, 1, 1]])            # rank 0 home load 12 of 16
+    ids = torch.repeat_interleave(torch.arange(4), counts[1])
+    order = torch.arange(ids.numel())
+    p = plan_from_counts(order, ids, counts, 1, 5, "moonep")
+    assert p.pre_balance == 4 and p.demand == 8                    # rank 1: 4 home, 8 balanced
+    assert int(p.recv_keep.sum()) == 5                             # clipped to the budget
 
 
 def test_kept_send_slots_takes_first_slots_per_destination_and_expert():

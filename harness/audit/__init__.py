@@ -1,0 +1,15 @@
+"""`epcap audit`: sort uploaded results into VALID, INVALID and UNKNOWN (SPEC sections 6, 7).
+
+An upload is someone else's data: it is read through bounded readers (`readers`), loaded
+into a pure model (`model`, `load`), and judged by rules kept as data (`rules`), which
+re-derive every row they can from its cell's `cell.json` and logs.
+"""
+
+from harness.audit.engine import AuditResult, UploadVerdict, audit_target, parse_hf_target
+from harness.audit.errata import load_errata
+from harness.audit.output import cli_audit
+from harness.audit.rules import RULES
+from harness.audit.vocab import REASON_CODES
+
+__all__ = ["REASON_CODES", "RULES", "AuditResult", "UploadVerdict", "audit_target",
+           "cli_audit", "load_errata", "parse_hf_target"]

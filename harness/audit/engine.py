@@ -1,0 +1,158 @@
+"""`epcap audit` engine: find the uploads under a target (a directory or an hf:// dataset
+revision), load each through the bounded readers, apply every rule, fold the verdict.
+
+Nothing to judge (no attempt rows, or stopped before any selection) is UNKNOWN whatever the
+other rules say: there is no result to call valid or invalid (SPEC section 6).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.audit.errata import Errata, GitClones, check_predates, load_errata
+from harness.audit.load import load_upload
+from harness.audit.model import DEFAULT_PAD_MULTIPLE, FAIL, UNKNOWN, Check, Upload
+from harness.audit.readers import find_uploads
+from harness.audit.rules import RULES, apply_rule, check_missing_provenance
+from harness.audit.rules_selection import check_nothing_to_judge, held_out_notes
+from harness.audit.vocab import NOTHING_TO_JUDGE, UPLOAD_MARKERS, VERDICTS
+from harness.errors import BadInput
+from harness.results import ATTEMPTS_TSV, SELECTION_TSV
+
+HF_TARGET = re.compile(r"hf://datasets/(?P<org>[A-Za-z0-9][\w.-]*)/(?P<name>[A-Za-z0-9][\w.-]*)"
+                       r"(?:@(?P<rev>[^\s@]+))?")
+HF_PATTERNS = ["*.tsv", "*provenance.txt", "*cell.json", "*runbook.yaml"]
+
+
+@dataclass
+class UploadVerdict:
+    """One upload's verdict; `reasons` are the failed codes (INVALID) or undecided ones
+    (UNKNOWN); `why` says, per code, what was found; `notes` are stated, not judged."""
+
+    path: str
+    verdict: str
+    reasons: list[str] = field(default_factory=list)
+    ignored_cells: list[str] = field(default_factory=list)
+    why: list[str] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """The SPEC section 7 keys, plus `why`, `unknown` and `notes`."""
+        return {"path": self.path, "verdict": self.verdict, "reasons": self.reasons,
+                "ignored_cells": self.ignored_cells, "why": self.why, "unknown": self.unknown,
+                "notes": self.notes}
+
+
+@dataclass
+class AuditResult:
+    """All uploads found under a target, and the count per verdict."""
+
+    target: str
+    uploads: list[UploadVerdict]
+    elapsed_s: float = 0.0                    # finding, loading and judging (no hf fetch)
+
+    @property
+    def summary(self) -> dict[str, int]:
+        return {v: sum(u.verdict == v for u in self.uploads) for v in VERDICTS}
+
+    def to_dict(self) -> dict:
+        return {"target": self.target, "uploads": [u.to_dict() for u in self.uploads],
+                "summary": self.summary, "elapsed_s": round(self.elapsed_s, 3)}
+
+
+def audit_upload(upload: Upload, errata: Errata, order: GitClones) -> UploadVerdict:
+    """Apply every rule; nothing to judge is UNKNOWN; else INVALID beats UNKNOWN beats VALID."""
+    checks = [apply_rule(rule, upload) for rule in RULES]
+    checks.append(check_missing_provenance(upload))
+    checks += [check_predates(upload, fix, order) for fix in errata.fixes]
+    empty = check_nothing_to_judge(upload)
+    notes = upload.notes + held_out_notes(upload)
+    failed = [c for c in checks if c.state == FAIL]
+    undecided = [c for c in checks if c.state == UNKNOWN]
+    why = [f"{c.code}: {w}" for c in failed for w in c.why]
+    why += [f"{c.code} (undecided): {w}" for c in undecided for w in c.why]
+    if empty.state == UNKNOWN:
+        why = [f"{NOTHING_TO_JUDGE}: {w}" for w in empty.why] + why
+        return UploadVerdict(upload.path, "UNKNOWN", [NOTHING_TO_JUDGE], upload.ignored_cells,
+                             why, [NOTHING_TO_JUDGE] + [c.code for c in undecided],
+                             [empty, *checks], notes)
+    verdict = "INVALID" if failed else "UNKNOWN" if undecided else "VALID"
+    reasons = [c.code for c in (failed or undecided)]
+    return UploadVerdict(upload.path, verdict, reasons, upload.ignored_cells, why,
+                         [c.code for c in undecided], [empty, *checks], notes)
+
+
+def parse_hf_target(target: str) -> tuple[str, str | None] | None:
+    """hf://datasets/ORG/NAME[@REVISION] -> (ORG/NAME, REVISION); None for a local path."""
+    if not target.startswith("hf://"):
+        return None
+    match = HF_TARGET.fullmatch(target)
+    if not match:
+        raise BadInput(f"expected hf://datasets/ORG/NAME[@REVISION], got {target!r}",
+                       field="TARGET")
+    return f"{match['org']}/{match['name']}", match["rev"]
+
+
+def cache_root() -> Path:
+    """Where hf:// targets are fetched: $EPCAP_CACHE, else ~/.cache/epcap."""
+    return Path(os.environ.get("EPCAP_CACHE") or Path.home() / ".cache" / "epcap")
+
+
+def fetch_hf(repo_id: str, revision: str | None, cache: Path | None = None) -> Path:
+    """Fetch one revision's tables, provenance, cell.json and runbook (no logs) to a cache
+    directory; a full commit sha is immutable and reused, anything else is fetched afresh."""
+    import huggingface_hub  # lazy: only hf:// targets need the hub
+
+    slug = re.sub(r"[^A-Za-z0-9._-]", "_", revision or "main").lstrip(".") or "main"
+    local = (cache or cache_root()) / "hf-datasets" / repo_id.replace("/", "--") / slug
+    done = local / ".epcap-complete"
+    immutable = bool(revision and re.fullmatch(r"[0-9a-f]{40}", revision))
+    if immutable and done.exists():
+        return local
+    if local.exists():
+        shutil.rmtree(local)
+    local.mkdir(parents=True)
+    try:
+        path = huggingface_hub.snapshot_download(repo_id=repo_id, repo_type="dataset",
+                                                 revision=revision, local_dir=local,
+                                                 allow_patterns=HF_PATTERNS)
+    except Exception as exc:  # noqa: BLE001 -- hub raises many classes; report, never trace
+        raise BadInput(f"cannot fetch dataset {repo_id}@{revision or 'main'}: {exc}",
+                       field="TARGET") from None
+    done.touch()
+    return Path(path)
+
+
+def resolve_target(target: str | Path) -> Path:
+    """The local directory to audit: TARGET itself, or an hf:// revision fetched to a cache."""
+    hf = parse_hf_target(str(target))
+    root = fetch_hf(*hf) if hf else Path(target)
+    if not root.is_dir():
+        raise BadInput("not a directory", path=str(target))
+    return root.resolve()
+
+
+def audit_target(target: str | Path, errata: Path | None = None,
+                 git_repos: dict[str, Path] | None = None,
+                 pad_multiple: int = DEFAULT_PAD_MULTIPLE) -> AuditResult:
+    """Audit every upload under a local directory or hf://datasets/ORG/NAME[@REVISION]."""
+    if isinstance(pad_multiple, bool) or not isinstance(pad_multiple, int) or pad_multiple <= 0:
+        raise BadInput(f"must be a positive integer, got {pad_multiple!r}", field="--pad-multiple")
+    registry = load_errata(errata)
+    order = GitClones(git_repos)
+    root = resolve_target(target)
+    started = time.perf_counter()
+    folders = find_uploads(root, UPLOAD_MARKERS)
+    if not folders:
+        raise BadInput(f"no upload found (no {ATTEMPTS_TSV} or {SELECTION_TSV} at any depth)",
+                       path=str(target))
+    uploads = [audit_upload(load_upload(root, f, pad_multiple), registry, order)
+               for f in folders]
+    return AuditResult(str(target), uploads, time.perf_counter() - started)

@@ -1,0 +1,152 @@
+"""Load one upload from untrusted files into the rules' in-memory model (harness.audit.model).
+
+Cells are the directories under `cells/` and every directory a row's `cell_dir` names inside
+the upload (the earlier campaign kept them under per-step folders). Each cell and table is
+covered by the nearest `provenance.txt` at or above its directory inside the upload.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path, PurePosixPath
+
+from harness.audit.model import Cell, Upload, cell_key, norm
+from harness.audit.readers import (
+    read_fields,
+    read_json,
+    read_logs,
+    read_runbook,
+    read_table,
+    runbook_pad_multiple,
+    runbook_tags,
+)
+from harness.audit.vocab import IGNORED_TAG, TABLES, ignored_name, is_ignored_row
+
+PROVENANCE = "provenance.txt"
+
+
+class Coverage:
+    """The nearest provenance.txt at or above a directory inside the upload (read once each)."""
+
+    def __init__(self, root: Path, folder: Path) -> None:
+        self.root, self.folder = root, folder
+        self._read: dict[Path, tuple[dict | None, str | None]] = {}
+
+    def fields_at(self, directory: Path) -> tuple[dict | None, str | None]:
+        """(fields, problem) of directory/provenance.txt itself."""
+        if directory not in self._read:
+            self._read[directory] = read_fields(self.root, directory / PROVENANCE)
+        return self._read[directory]
+
+    def nearest(self, directory: Path) -> tuple[dict | None, str | None, str | None]:
+        """(fields, relative path of the file, problem of the cell's own file)."""
+        own_problem = None
+        current = directory
+        while True:
+            fields, problem = self.fields_at(current)
+            if fields is not None:
+                return fields, (current / PROVENANCE).relative_to(self.folder).as_posix(), None
+            if current == directory and problem != "no provenance.txt":
+                own_problem = problem               # present but unreadable: say so
+            if current == self.folder or self.folder not in current.parents:
+                return None, None, own_problem
+            current = current.parent
+
+
+def inside(folder: Path, key: str) -> Path | None:
+    """folder/key when key is a plain relative path that stays in folder, through no link."""
+    parts = PurePosixPath(key).parts
+    if not parts or PurePosixPath(key).is_absolute() or ".." in parts:
+        return None
+    path = folder
+    for part in parts:
+        path = path / part
+        if path.is_symlink():
+            return None
+    return path
+
+
+def load_cell(root: Path, folder: Path, path: Path, coverage: Coverage,
+              tags: dict[str, dict[str, str]]) -> Cell:
+    """One cell directory: its covering provenance, cell.json and logs."""
+    cell = Cell(path.name, path.relative_to(folder).as_posix())
+    cell.provenance, cell.provenance_at, _ = coverage.nearest(path)
+    cell.cell_json, cell.cell_json_problem = read_json(root, path / "cell.json")
+    backend = ""
+    if isinstance((cell.cell_json or {}).get("cell"), dict):
+        backend = norm(str(cell.cell_json["cell"].get("backend") or ""))
+    parts = path.name.split("__")
+    backend = backend or (norm(parts[1]) if len(parts) > 1 else "")
+    cell.logs, cell.logs_problem = read_logs(root, path, cell.cell_json, tags.get(backend))
+    return cell
+
+
+def scan_cells(root: Path, folder: Path, cells: Path, upload: Upload, coverage: Coverage,
+               tags: dict[str, dict[str, str]]) -> None:
+    """The entries of one `cells/` directory (links are not followed; __cap1p75 ignored)."""
+    prefix = cells.relative_to(folder).as_posix()
+    if cells.is_symlink():
+        upload.cells[prefix] = Cell("cells", prefix, problem=f"{prefix}/ is a link (not followed)")
+        return
+    if not cells.is_dir():
+        return
+    try:
+        entries = sorted(os.scandir(cells), key=lambda e: e.name)
+    except OSError as exc:
+        upload.cells[prefix] = Cell("cells", prefix,
+                                    problem=f"{prefix}/ unreadable ({exc.strerror or exc})")
+        return
+    for entry in entries:
+        key = f"{prefix}/{entry.name}"
+        if IGNORED_TAG.search(entry.name):
+            upload.ignored_cells.append(entry.name)
+        elif entry.is_symlink():
+            upload.cells[key] = Cell(entry.name, key, problem="a link (not followed)")
+        elif entry.is_dir(follow_symlinks=False):
+            upload.cells[key] = load_cell(root, folder, Path(entry.path), coverage, tags)
+
+
+def step_folders(folder: Path) -> list[Path]:
+    """Sub-folders (not hidden, not links) holding a `cells/` of their own (one per step)."""
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError:
+        return []
+    return [Path(e.path) for e in entries
+            if not e.name.startswith(".") and e.name != "cells"
+            and e.is_dir(follow_symlinks=False) and os.path.lexists(Path(e.path) / "cells")]
+
+
+def load_cells(root: Path, folder: Path, upload: Upload, coverage: Coverage,
+               tags: dict[str, dict[str, str]]) -> None:
+    """Cells under cells/ (and <step>/cells/), and those the rows name, links not followed."""
+    for step in [folder, *step_folders(folder)]:
+        scan_cells(root, folder, step / "cells", upload, coverage, tags)
+    for table in upload.tables.values():
+        for row in table.rows:
+            key = cell_key(row)
+            path = inside(folder, key) if key and key not in upload.cells else None
+            if path is not None and path.is_dir() and not IGNORED_TAG.search(path.name):
+                upload.cells[key] = load_cell(root, folder, path, coverage, tags)
+
+
+def load_upload(root: Path, folder: Path, pad_multiple: int) -> Upload:
+    """Everything the rules need from one upload directory."""
+    upload = Upload(path=folder.relative_to(root).as_posix(), pad_multiple=pad_multiple)
+    coverage = Coverage(root, folder)
+    for name in TABLES:
+        if os.path.lexists(folder / name):
+            upload.tables[name] = read_table(root, folder / name)
+    for table in upload.tables.values():
+        upload.ignored_cells += [ignored_name(r) for r in table.rows if is_ignored_row(r)]
+        table.rows = [r for r in table.rows if not is_ignored_row(r)]
+    upload.provenance, upload.provenance_problem = coverage.fields_at(folder)
+    book = read_runbook(root, folder)
+    load_cells(root, folder, upload, coverage, runbook_tags(book))
+    upload.ignored_cells = sorted(set(upload.ignored_cells))
+    upload.runbook_pad_multiple = runbook_pad_multiple(book)
+    if upload.runbook_pad_multiple is not None and upload.runbook_pad_multiple != pad_multiple:
+        upload.notes.append(f"runbook.yaml says capacity.pad_multiple: "
+                            f"{upload.runbook_pad_multiple!r}; the audit uses its own "
+                            f"{pad_multiple} (--pad-multiple), never the upload's")
+    return upload

@@ -1,0 +1,220 @@
+"""What the audit rules see of one upload (pure data, no I/O), and the shared helpers.
+
+Names (model, backend, purpose, status) compare after Unicode NFKC normalisation and case
+folding (SPEC section 6: ECHO = echo = ＥＣＨＯ), so a name spelled another way can neither
+split a model nor hide a backend from a rule.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+
+PASS, FAIL, UNKNOWN, NOT_APPLICABLE = "pass", "fail", "unknown", "n/a"
+DEFAULT_PAD_MULTIPLE = 128
+
+
+def norm(text: str | None) -> str:
+    """A name as the rules compare it: NFKC, case-folded, stripped."""
+    return unicodedata.normalize("NFKC", text or "").casefold().strip()
+
+
+@dataclass
+class Row:
+    """One TSV data row with its 1-based line number."""
+
+    line: int
+    values: dict[str, str]
+
+    def get(self, column: str) -> str:
+        """Stripped value, '' when absent."""
+        return (self.values.get(column) or "").strip()
+
+    def name(self, column: str) -> str:
+        """A name column normalised for comparison (model, backend, purpose, status)."""
+        return norm(self.values.get(column))
+
+
+@dataclass
+class Table:
+    """A TSV of an upload: columns, good rows, malformed lines, or why it is unreadable."""
+
+    name: str
+    columns: list[str] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)
+    malformed: list[str] = field(default_factory=list)   # "file:line: why"
+    unreadable: str | None = None
+
+
+@dataclass
+class LogFacts:
+    """What a cell's own logs say (SPEC section 1 rows), read through the bounded reader."""
+
+    files: list[str]
+    rows: int
+    saturated_rows: int
+    peak: int | None                                     # max actual_valid_recv, warmup 0
+    peak_after_warmup: int | None                        # at the warmup cell.json states
+    budgets: list[int]
+    expected_recv: list[int]
+    malformed_rows: int
+
+
+@dataclass
+class Cell:
+    """A cell directory: where it is, the provenance covering it, cell.json, its logs."""
+
+    name: str                                            # directory name
+    path: str = ""                                       # relative to the upload
+    provenance: dict[str, str] | None = None             # nearest provenance.txt's fields
+    provenance_at: str | None = None                     # which file that was
+    cell_json: dict | None = None
+    cell_json_problem: str | None = None
+    logs: LogFacts | None = None
+    logs_problem: str | None = None
+    problem: str | None = None                           # e.g. a link not followed
+
+
+@dataclass
+class Upload:
+    """What the rules see of one upload (already filtered of ignored cells)."""
+
+    path: str
+    tables: dict[str, Table] = field(default_factory=dict)
+    provenance: dict[str, str] | None = None
+    provenance_problem: str | None = None
+    cells: dict[str, Cell] = field(default_factory=dict)  # keyed by path in the upload
+    ignored_cells: list[str] = field(default_factory=list)
+    pad_multiple: int = DEFAULT_PAD_MULTIPLE              # the audit's own, never the upload's
+    runbook_pad_multiple: object = None                   # what the upload's runbook says
+    notes: list[str] = field(default_factory=list)
+
+    def cell_for(self, row: Row) -> Cell | None:
+        """The cell a row names: by its path in the upload, else by a unique directory name."""
+        key = cell_key(row)
+        if not key:
+            return None
+        if key in self.cells:
+            return self.cells[key]
+        base = key.rsplit("/", 1)[-1]
+        same = [c for c in self.cells.values() if c.name == base]
+        return same[0] if len(same) == 1 else None
+
+
+@dataclass
+class Check:
+    """Outcome of one rule on one upload."""
+
+    code: str
+    state: str                                           # pass | fail | unknown | n/a
+    why: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Source:
+    """A table a rule can read, and the columns it needs there."""
+
+    table: str
+    columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A data rule: sources tried in order; `required` = no usable table means UNKNOWN."""
+
+    code: str
+    summary: str
+    sources: tuple[Source, ...]
+    required: bool
+    check: Callable[[Table, Upload], Check]
+    catches: str = ""                                    # the earlier failure it stands for
+    all_sources: bool = False                            # every present source must be read
+
+
+# ---------------------------------------------------------------- helpers
+
+def cell_key(row: Row) -> str:
+    """The cell_dir of a row as a relative posix path ('' when the row names none)."""
+    text = row.get("cell_dir").replace("\\", "/").rstrip("/")
+    while text.startswith("./"):
+        text = text[2:]
+    return text
+
+
+def cell_name(row: Row) -> str:
+    """The cell directory name of a row ('' when the row names none)."""
+    return cell_key(row).rsplit("/", 1)[-1]
+
+
+MAX_DIGITS = 40                 # untrusted numbers beyond this many digits are not numbers
+
+
+def decimal_of(text: str) -> Decimal | None:
+    """A finite decimal of sane size, or None for empty, non-numeric or absurd text."""
+    try:
+        value = Decimal(text)
+    except (InvalidOperation, ValueError, TypeError):
+        return None
+    if not value.is_finite() or (value and abs(value.adjusted()) > MAX_DIGITS):
+        return None
+    return value
+
+
+def int_of(text: str) -> int | None:
+    """A non-negative integer written as digits (no sign, no decimals), else None."""
+    text = (text or "").strip()
+    ok = text.isascii() and text.isdigit() and len(text) <= MAX_DIGITS
+    return int(text) if ok else None
+
+
+def ratio_text(peak: int, n: int) -> str:
+    """peak / n to 6 significant digits, for messages (exact decimal arithmetic)."""
+    return format(Decimal(peak) / Decimal(n), ".6g")
+
+
+def budget_of(capacity: str, n: int) -> int | None:
+    """int(float(capacity) x N) as the kernels compute it; None when not a sane capacity."""
+    value = decimal_of(capacity)
+    if value is None or value <= 0 or n <= 0:
+        return None
+    try:
+        return int(float(value) * n)
+    except (OverflowError, ValueError):
+        return None
+
+
+def where(table: Table, row: Row) -> str:
+    """`file:line` of a row, for messages."""
+    return f"{table.name}:{row.line}"
+
+
+def first(items: list[str], limit: int = 3) -> str:
+    """At most `limit` items joined, with a count of the rest."""
+    shown = "; ".join(items[:limit])
+    return shown + (f"; and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def verdict_of(failed: list[str], why: list[str], code: str, unknown: list[str]) -> Check:
+    """Fail beats unknown beats pass, within one rule."""
+    if failed:
+        return Check(code, FAIL, [first(failed)])
+    if unknown:
+        return Check(code, UNKNOWN, [first(unknown)])
+    return Check(code, PASS, why)
+
+
+def agrees(written: str, exact: Fraction) -> bool:
+    """A written decimal equals `exact` rounded to its own number of decimals (1.0293 agrees
+    with 67457 / 65536 = 1.029312...); a whole number only when exact."""
+    value = decimal_of(written)
+    if value is None:
+        return False
+    exponent = value.as_tuple().exponent
+    decimals = -exponent if isinstance(exponent, int) and exponent < 0 else 0
+    if decimals == 0:
+        return Fraction(value) == exact
+    half = Fraction(1, 2 * 10 ** decimals)
+    return abs(Fraction(value) - exact) <= half

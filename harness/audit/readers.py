@@ -1,0 +1,230 @@
+"""Bounded, lenient readers for untrusted uploads: nothing followed out of TARGET, every
+file size-capped, nothing executed or unpickled, malformed input turned into a stated why.
+
+Tables are parsed by the one results model (harness.results.parse_table) in its lenient
+mode, provenance by harness.provenance.parse_provenance, logs by harness.telemetry: each
+only after a bounded, link-checked read here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import stat
+from pathlib import Path
+
+import yaml
+
+from harness import results
+from harness.audit.model import LogFacts, Row, Table, norm
+from harness.errors import EpcapError
+from harness.provenance import parse_provenance
+
+TSV_CAP_BYTES = 64 << 20
+SMALL_CAP_BYTES = 1 << 20
+LOG_CAP_BYTES = 256 << 20           # one log file
+LOG_FILES_CAP = 256                 # log files read per cell
+LOG_SUFFIX = ".log"
+
+
+def safe_real(root: Path, path: Path, cap: int) -> tuple[Path | None, str | None]:
+    """The real path of a regular file inside root of at most cap bytes; else None and why."""
+    name = path.name
+    try:
+        real = path
+        if path.is_symlink():
+            real = path.resolve(strict=True)
+            if not real.is_relative_to(root):
+                return None, f"{name} is a link out of TARGET (not followed)"
+        info = os.stat(real)
+    except (OSError, RuntimeError, ValueError) as exc:
+        return None, f"{name} unreadable ({getattr(exc, 'strerror', None) or exc})"
+    if not stat.S_ISREG(info.st_mode):
+        return None, f"{name} is not a regular file"
+    if info.st_size > cap:
+        return None, f"{name} is {info.st_size} bytes, over the {cap}-byte cap"
+    return real, None
+
+
+def safe_read(root: Path, path: Path, cap: int) -> tuple[bytes | None, str | None]:
+    """Bytes of a regular file inside root, at most cap; else None and why."""
+    real, problem = safe_real(root, path, cap)
+    if real is None:
+        return None, problem
+    try:
+        with open(real, "rb") as handle:
+            data = handle.read(cap + 1)
+    except OSError as exc:
+        return None, f"{path.name} unreadable ({exc.strerror or exc})"
+    if len(data) > cap:
+        return None, f"{path.name} is over the {cap}-byte cap"
+    return data, None
+
+
+def parse_table(name: str, data: bytes) -> Table:
+    """A TSV through the one results reader in its lenient mode (problems recorded, never
+    raised); malformed lines are kept aside with their line numbers."""
+    parsed = results.parse_table(name, data, strict=False)
+    return Table(name, columns=parsed.columns, unreadable=parsed.unreadable,
+                 malformed=parsed.malformed,
+                 rows=[Row(n, r) for n, r in zip(parsed.lines, parsed.rows, strict=True)])
+
+
+def read_table(root: Path, path: Path) -> Table:
+    """Read one TSV of an upload (size-capped, links checked)."""
+    data, problem = safe_read(root, path, TSV_CAP_BYTES)
+    return parse_table(path.name, data) if data is not None else Table(path.name,
+                                                                       unreadable=problem)
+
+
+def read_fields(root: Path, path: Path) -> tuple[dict[str, str] | None, str | None]:
+    """A provenance.txt as fields, or None and why (absent, unreadable, empty)."""
+    if not os.path.lexists(path):
+        return None, "no provenance.txt"
+    data, problem = safe_read(root, path, SMALL_CAP_BYTES)
+    if data is None:
+        return None, problem
+    fields = dict(parse_provenance(data.decode("utf-8", errors="replace")))   # lenient
+    return (fields, None) if fields else (None, "provenance.txt has no key: value lines")
+
+
+def read_json(root: Path, path: Path) -> tuple[dict | None, str | None]:
+    """A small JSON object (cell.json), or None and why (None, None when absent)."""
+    if not os.path.lexists(path):
+        return None, None
+    data, problem = safe_read(root, path, SMALL_CAP_BYTES)
+    if data is None:
+        return None, problem
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        return None, f"{path.name} is not JSON ({str(exc)[:80]})"
+    return (value, None) if isinstance(value, dict) else (None, f"{path.name} is not an object")
+
+
+def read_runbook(root: Path, folder: Path) -> dict:
+    """The upload's runbook.yaml (safe YAML), {} when absent or unreadable."""
+    data, _ = safe_read(root, folder / "runbook.yaml", SMALL_CAP_BYTES)
+    try:
+        book = yaml.safe_load(data) if data is not None else None
+    except (yaml.YAMLError, RecursionError, ValueError):
+        return {}
+    return book if isinstance(book, dict) else {}
+
+
+def runbook_pad_multiple(book: dict) -> object:
+    """capacity.pad_multiple as the upload's runbook writes it (reported, never used)."""
+    capacity = book.get("capacity")
+    return capacity.get("pad_multiple") if isinstance(capacity, dict) else None
+
+
+def runbook_tags(book: dict) -> dict[str, dict[str, str]]:
+    """Native telemetry tags per backend (normalised name) from the runbook, when well-formed."""
+    tags: dict[str, dict[str, str]] = {}
+    backends = book.get("backends")
+    for item in backends if isinstance(backends, list) else []:
+        options = item.get("options") if isinstance(item, dict) else None
+        value = options.get("telemetry_tags") if isinstance(options, dict) else None
+        if (isinstance(value, dict) and value and isinstance(item.get("name"), str)
+                and all(isinstance(k, str) and isinstance(v, str) and v
+                        for k, v in value.items())):
+            tags[norm(item["name"])] = {k: v for k, v in value.items()
+                                        if k in ("dispatch", "setup")}
+    return tags
+
+
+def log_files(root: Path, cell: Path) -> tuple[list[Path], str | None]:
+    """The `*.log` files at the top of a cell directory (capped, links checked)."""
+    found, problems = [], []
+    try:
+        entries = sorted(os.scandir(cell), key=lambda e: e.name)
+    except OSError as exc:
+        return [], f"cell directory unreadable ({exc.strerror or exc})"
+    names = [e for e in entries if e.name.endswith(LOG_SUFFIX)]
+    if len(names) > LOG_FILES_CAP:
+        return [], f"{len(names)} log files, over the {LOG_FILES_CAP}-file cap"
+    for entry in names:
+        real, problem = safe_real(root, Path(entry.path), LOG_CAP_BYTES)
+        if real is None:
+            problems.append(problem)
+        else:
+            found.append(real)
+    return found, (problems[0] if problems else None)
+
+
+def stated_warmup(cell_json: dict | None) -> int:
+    """The warmup a cell says it ran with (`warmup`, or `--warmup N` in its argv), else 0."""
+    if not cell_json:
+        return 0
+    value = cell_json.get("warmup")
+    argv = cell_json.get("argv")
+    if value is None and isinstance(argv, list) and "--warmup" in argv:
+        index = argv.index("--warmup") + 1
+        value = argv[index] if index < len(argv) else None
+    try:
+        warmup = int(value)
+    except (TypeError, ValueError):
+        return 0
+    return warmup if warmup > 0 else 0
+
+
+_FACTS: dict[tuple, LogFacts] = {}       # small logs by content: identical logs, same facts
+SMALL_LOGS_BYTES = 1 << 20
+FACTS_KEPT = 4096
+
+
+def content_key(files: list[Path], warmup: int, tags: dict[str, str] | None) -> tuple | None:
+    """A key for logs small enough to hash (their bytes, the warmup, the tags), else None."""
+    try:
+        if sum(os.stat(f).st_size for f in files) > SMALL_LOGS_BYTES:
+            return None
+        digests = tuple(hashlib.sha256(f.read_bytes()).digest() for f in files)
+    except OSError:
+        return None
+    return digests, warmup, tuple(sorted((tags or {}).items()))
+
+
+def read_logs(root: Path, cell: Path, cell_json: dict | None,
+              tags: dict[str, str] | None) -> tuple[LogFacts | None, str | None]:
+    """Facts of a cell's logs, or None and why; (None, None) when the cell has no logs."""
+    from harness.telemetry import summarize  # lazy: uploads without logs skip numpy
+    files, problem = log_files(root, cell)
+    if problem:
+        return None, problem
+    if not files:
+        return None, None
+    warmup = stated_warmup(cell_json)
+    key = content_key(files, warmup, tags)
+    if key in _FACTS:
+        return dataclasses.replace(_FACTS[key], files=[f.name for f in files]), None
+    try:
+        summary = summarize(files, tags=tags)
+        late = summarize(files, warmup=warmup, tags=tags).peak_actual_valid_recv if warmup \
+            else summary.peak_actual_valid_recv
+    except (EpcapError, OSError, ValueError, MemoryError) as exc:
+        return None, f"logs unreadable ({exc})"
+    facts = LogFacts([f.name for f in files], summary.rows, summary.saturated_rows,
+                     summary.peak_actual_valid_recv, late, list(summary.budget_values),
+                     list(summary.expected_recv_values), summary.malformed_rows)
+    if key is not None and len(_FACTS) < FACTS_KEPT:
+        _FACTS[key] = facts
+    return facts, None
+
+
+MAX_UPLOAD_DEPTH = 32      # directory levels searched for uploads (os.walk recurses)
+
+
+def find_uploads(root: Path, markers: tuple[str, ...]) -> list[Path]:
+    """Directories holding a marker table, up to 32 levels deep; linked and dot directories
+    skipped."""
+    found = []
+    for folder, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames
+                             if not d.startswith(".") and not os.path.islink(os.path.join(folder, d)))
+        if len(Path(folder).relative_to(root).parts) >= MAX_UPLOAD_DEPTH:
+            dirnames[:] = []            # an upload is never this deep
+        if any(m in filenames for m in markers):
+            found.append(Path(folder))
+    return sorted(found)

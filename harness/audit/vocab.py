@@ -1,0 +1,59 @@
+"""The audit's words: reason codes (SPEC section 6), the table names it reads, and the
+purposes and statuses it compares (normalised with harness.audit.model.norm)."""
+
+from __future__ import annotations
+
+import re
+
+from harness.audit.model import Row, cell_name
+from harness.results import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
+from harness.vocab import Purpose, Status
+
+NATURAL = "natural-selection"
+NO_MEASURE_VALIDATE = "no-measure-validate"
+FABRICATED = "fabricated-requirement"
+UNEXECUTABLE = "unexecutable-capacity"
+MIXED_TIMING = "mixed-timing-capacity"
+VALIDATED_SATURATED = "validated-but-saturated"
+INCONSISTENT = "inconsistent-requirement"
+BELOW_PEAK = "selection-below-peak"
+TIMING_NOT_MAX = "timing-not-max"
+UNVALIDATED = "unvalidated-selection"
+MISSING_CELL = "missing-cell"
+MISSING_PROVENANCE = "missing-provenance"
+NOTHING_TO_JUDGE = "nothing-to-judge"
+PREDATES = "predates-fix"            # emitted as predates-fix:<id>
+REASON_CODES = (NATURAL, NO_MEASURE_VALIDATE, FABRICATED, UNEXECUTABLE, MIXED_TIMING,
+                VALIDATED_SATURATED, INCONSISTENT, BELOW_PEAK, TIMING_NOT_MAX, UNVALIDATED,
+                MISSING_CELL, PREDATES + ":<id>", MISSING_PROVENANCE, NOTHING_TO_JUDGE)
+
+TABLES = (ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV)
+UPLOAD_MARKERS = (ATTEMPTS_TSV, SELECTION_TSV)
+VERDICTS = ("VALID", "INVALID", "UNKNOWN")
+
+ECHO = "echo"                        # the reference selection backend the first rules name
+P_MEASURE, P_VALIDATE, P_TIME, P_CANARY = (Purpose.MEASURE, Purpose.VALIDATE, Purpose.TIME,
+                                           Purpose.CANARY)
+P_NATURAL = "natural"                # the old selection's purpose: only uploads carry it
+S_OK, S_DROPS, S_LOWER_BOUND, S_DOES_NOT_FIT = (Status.OK, Status.DROPS, Status.LOWER_BOUND,
+                                                Status.DOES_NOT_FIT)
+TRUE, FALSE = "true", "false"        # TSV booleans (docs/spec.md: results layout)
+
+IGNORED_TAG = re.compile(r"__cap1p75(?:__|$)")   # abandoned descent capacity (SPEC section 6)
+IGNORED_CAPACITY_TAG = "cap1p75"
+CELL_TAG = re.compile(r"__cap(\d+)p(\d+)(?:__|$)")
+
+
+def is_ignored_row(row: Row) -> bool:
+    """Rows of cells tagged with the abandoned descent capacity (__cap1p75) are not counted."""
+    return (bool(IGNORED_TAG.search(cell_name(row)))
+            or row.name("capacity_tag") == IGNORED_CAPACITY_TAG)
+
+
+def ignored_name(row: Row) -> str:
+    """A name for an ignored row: its cell directory, else built from its columns."""
+    name = cell_name(row)
+    if name:
+        return name
+    parts = [row.get(c) for c in ("model", "backend", "purpose") if row.get(c)]
+    return "__".join([*parts, IGNORED_CAPACITY_TAG, f"a{row.get('attempt') or '?'}"])

@@ -1,0 +1,84 @@
+"""Report section: receive demand before and after each library's rebalancing, side by side.
+
+Reads the measure cells' rank logs: every dispatch row carries `actual_valid_recv` (what
+arrived after the library's own rebalancing) and, from backends that report it,
+`pre_balance_recv` (the same routing's demand before rebalancing: the raw, home-placement
+load that DeepEP, HybridEP or NCCL EP would have to hold). Per (model, backend) the section
+shows the peak of each over N, like UltraEP's load profiler shows load before and after
+reroute. Raw is not a backend run: it is the pre-balance demand of the same routing, so it
+does not enter the timing capacity (SPEC section 3).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from harness.plan import parse_cell_name
+from harness.vocab import Purpose
+
+TAG = "[MOE_DROP_DEBUG][dispatch]"
+_KV = re.compile(r"(\w+)=(-?\d+)(?=\s|$)")
+COLUMNS = ("model", "backend", "rows", "uniform_tokens", "peak_pre_balance_recv",
+           "raw_required", "peak_actual_valid_recv", "rebalanced_required", "reduction")
+
+
+def _cell_rows(cell_dir: Path) -> list[dict[str, int]]:
+    """The dispatch rows of one cell's rank logs as key -> int dicts."""
+    rows = []
+    for log in sorted(cell_dir.glob("rank*.log")):
+        with open(log, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                at = line.find(TAG)
+                if at >= 0:
+                    rows.append({k: int(v) for k, v in _KV.findall(line[at + len(TAG):])})
+    return rows
+
+
+def balance_rows(campaign_dir: Path | str) -> list[dict[str, object]]:
+    """One row per measured (model, backend) whose rows carry pre_balance_recv (the latest
+    attempt wins); required values are peak / N as 6-decimal strings."""
+    root = Path(campaign_dir) / "cells"
+    cells = [parse_cell_name(p.name) for p in root.iterdir() if p.is_dir()] \
+        if root.is_dir() else []
+    measured = sorted((c for c in cells if c and c.purpose == Purpose.MEASURE),
+                      key=lambda c: (c.model, c.backend, c.attempt, c.name))
+    out: dict[tuple[str, str], dict[str, object]] = {}
+    for cell in measured:
+        rows = [r for r in _cell_rows(root / cell.name)
+                if {"pre_balance_recv", "actual_valid_recv", "expected_recv"} <= r.keys()]
+        if not rows:
+            continue
+        n = max(r["expected_recv"] for r in rows)
+        pre = max(r["pre_balance_recv"] for r in rows)
+        post = max(r["actual_valid_recv"] for r in rows)
+        out[(cell.model, cell.backend)] = {
+            "model": cell.model, "backend": cell.backend, "rows": len(rows),
+            "uniform_tokens": n, "peak_pre_balance_recv": pre,
+            "raw_required": f"{pre / n:.6f}", "peak_actual_valid_recv": post,
+            "rebalanced_required": f"{post / n:.6f}",
+            "reduction": f"{pre / post:.6f}" if post else ""}
+    return list(out.values())
+
+
+def balance_lines(campaign_dir: Path | str) -> list[str]:
+    """The section as report lines ([] when no measured row carries pre_balance_recv)."""
+    text = balance_section(campaign_dir)
+    return text.splitlines() + [""] if text else []
+
+
+def balance_section(campaign_dir: Path | str) -> str:
+    """The markdown section (empty string when no measured row carries pre_balance_recv)."""
+    rows = balance_rows(campaign_dir)
+    if not rows:
+        return ""
+    lines = ["## Load before and after rebalancing", "",
+             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(str(r[c]) for c in COLUMNS) + " |" for r in rows]
+    lines += ["", "Measure runs only. `raw_required` = max `pre_balance_recv` / N: the same "
+              "routing's demand before the library's rebalancing (home placement, what "
+              "DeepEP, HybridEP and NCCL EP hold); `rebalanced_required` = max "
+              "`actual_valid_recv` / N after it; `reduction` = raw peak / rebalanced peak "
+              "(derived). Raw is not a separate run and does not enter the timing "
+              "capacity.", ""]
+    return "\n".join(lines)
