@@ -19,6 +19,7 @@ from pathlib import Path
 from harness.errors import BadInput
 from harness.plan import Cell, parse_cell_name
 from harness.provenance import read_provenance_lines
+from harness.redact import redact_text
 from harness.report_balance import balance_lines
 from harness.results import (
     ATTEMPTS_TSV,
@@ -650,7 +651,8 @@ def _render(results_dir: Path, out: Path) -> Context:
     body += section_audit(ctx) + section_provenance(ctx) + section_campaign(ctx)
     if ctx.unavailable:
         body += ["## Parts not available", ""] + [f"- {u}" for u in ctx.unavailable] + [""]
-    write_text_atomic(out / "report.md", "\n".join(body).rstrip() + "\n")
+    # one redaction pass (harness.redact): a failure line or path may carry a token
+    write_text_atomic(out / "report.md", redact_text("\n".join(body).rstrip() + "\n"))
     return ctx
 
 
