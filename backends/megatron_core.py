@@ -29,6 +29,8 @@ class MegatronCoreOptions(ReferenceOptions):
     """The reference backend's options (docs/reference-backend.md) but record_trace: record
     with the reference backend, replay here with `trace`."""
 
+    record_routing: bool = False        # measure cells do not record (record with reference)
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.record_trace is not None:

@@ -152,5 +152,36 @@ def doctor(as_json) -> None:
     _call("harness.health:cli_doctor", as_json=as_json)
 
 
+@main.command()
+@click.argument("traces", nargs=-1, required=True, type=click.Path())
+@click.option("--model", help="Zoo model (runbooks/models.yaml): experts, top-k, hidden size.")
+@click.option("--experts", type=int, help="Expert count (when the trace does not say it).")
+@click.option("--ep", help="EP sizes, comma-separated (default: the trace's, x1/2, x2, x4).")
+@click.option("--micro-batch", "micro_batch",
+              help="Sequences per rank and dispatch, comma-separated (default: a whole step).")
+@click.option("--placement", default="contiguous", show_default=True,
+              help="contiguous, round-robin or a FILE of `EP: home ranks` lines.")
+@click.option("--personality", default="raw", show_default=True,
+              help="raw, echo, ultraep, moonep (comma-separated for several).")
+@click.option("--pad-multiple", type=int, default=128, show_default=True)
+@click.option("--grid", default="exact", show_default=True, help="exact or decimals:D.")
+@click.option("--unit", default="slots", show_default=True, help="slots or tokens.")
+@click.option("--seq", type=int, help="Sequence length of the trace (for --micro-batch).")
+@click.option("--out", type=click.Path(file_okay=False),
+              help="Write forecast.tsv and forecast.png here.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def forecast(traces, model, experts, ep, micro_batch, placement, personality, pad_multiple,
+             grid, unit, seq, out, as_json) -> None:
+    """Capacity at other EP sizes, micro-batches and placements from recorded routing.
+
+    TRACE is an epcap routing trace or Megatron-LM router-trace JSONL
+    (router_trace_rank{N}.jsonl files or their directory). See docs/forecast.md.
+    """
+    _call("harness.forecast_cli:cli_forecast", traces=tuple(traces), model=model,
+          experts=experts, ep=ep, micro_batch=micro_batch, placement=placement,
+          personality=personality, pad_multiple=pad_multiple, grid=grid, unit=unit,
+          out=out, as_json=as_json, seq=seq)
+
+
 if __name__ == "__main__":
     main()

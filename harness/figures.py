@@ -53,6 +53,7 @@ class TimePoint:
     combine: tuple[float | None, float | None, float | None]
     noise_floor_pct: float | None
     capacity: str = ""           # timing_capacity as written in the TSV
+    launches: tuple[tuple[float | None, float | None], ...] = ()   # per launch (disp, comb)
 
 
 @dataclass(frozen=True)
@@ -270,6 +271,15 @@ def _noise_band(ax, x: float, med: float | None, pct: float | None, color: str) 
                            lw=0, zorder=1))
 
 
+def _launch_dots(ax, x: float, medians: list[float | None], color: str) -> None:
+    """Each launch's median as a small hollow dot beside the whisker (run-to-run spread)."""
+    ys = [m for m in medians if m is not None]
+    if len(ys) < 2:
+        return
+    xs = [x + 0.09 + 0.035 * (i - (len(ys) - 1) / 2) for i in range(len(ys))]
+    ax.scatter(xs, ys, s=12, facecolors="none", edgecolors=color, linewidths=0.9, zorder=4)
+
+
 def _placeholder(ax, x: float, status: str) -> None:
     """A hatched, labelled full-height box for a pair that has no timing."""
     label = "does not fit" if status == "does_not_fit" else f"not timed: {status or 'no row'}"
@@ -298,9 +308,12 @@ def plot_timing(points: list[TimePoint], path: Path, missing_p10: bool,
                 _placeholder(ax, x, p.status)
                 continue
             c = colors[p.backend]
-            for off, trio, mk in ((-0.2, p.dispatch, "o"), (0.2, p.combine, "s")):
+            for k, (off, trio, mk) in enumerate(((-0.2, p.dispatch, "o"),
+                                                 (0.2, p.combine, "s"))):
                 _noise_band(ax, x + off, trio[1], p.noise_floor_pct, c)
                 _whisker(ax, x + off, trio, c, mk)
+                _launch_dots(ax, x + off, [pair[k] for pair in p.launches], c)
+                highs += [v for pair in p.launches if (v := pair[k]) is not None]
             if p.noise_floor_pct is not None:
                 ax.annotate(f"noise ±{p.noise_floor_pct:.3g}%", (x, 1),
                             xycoords=("data", "axes fraction"), xytext=(0, -10),
@@ -317,7 +330,9 @@ def plot_timing(points: list[TimePoint], path: Path, missing_p10: bool,
         Line2D([], [], ls="", marker="s", color="0.2", label="combine median"),
         Line2D([], [], color="0.2", label=f"whisker: {whisk}"),
         Patch(color="0.2", alpha=0.2,
-              label="median ± trial-to-trial noise floor (noise_floor_pct, shown to 3 digits)"),
+              label="median ± noise_floor_pct (launch-to-launch with several launches)"),
+        Line2D([], [], ls="", marker="o", mfc="none", color="0.2", ms=4,
+               label="one launch's median (independent process start)"),
         Patch(fill=False, hatch=PLACEHOLDER_HATCH, ec="0.45", label="does not fit / not timed"),
     ]
     fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=7.5)

@@ -9,6 +9,7 @@ module is missing becomes a "not available: <why>" line, never a crash or an inv
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import sys
@@ -16,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness import verdicts
 from harness.errors import BadInput
 from harness.plan import Cell, parse_cell_name
 from harness.provenance import read_provenance_lines
@@ -23,6 +25,7 @@ from harness.redact import redact_text
 from harness.report_balance import balance_lines
 from harness.results import (
     ATTEMPTS_TSV,
+    COMPARISON_TSV,
     DEFAULT_PAD_MULTIPLE,
     SELECTION_TSV,
     TIMING_TSV,
@@ -32,7 +35,7 @@ from harness.results import (
     read_table,
     write_text_atomic,
 )
-from harness.vocab import FAILURE_CLASSES, Impl, Purpose, Status
+from harness.vocab import FAILURE_CLASSES, TIMED_OK, Impl, Purpose, Status
 
 ATTEMPTS, SELECTION, TIMING = ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
 DEMAND_PURPOSES = (Purpose.MEASURE, Purpose.VALIDATE)
@@ -49,6 +52,8 @@ NEED_TIMING = ("model", "backend", "timing_capacity", "budget_tokens", "status",
                "iters", "dispatch_ms_median", "dispatch_ms_p90", "combine_ms_median",
                "combine_ms_p90", "step_cv", "noise_floor_pct", "algbw_gbps",
                "peak_mem_bytes", "cell_dir")
+NEED_COMPARISON = ("model", "backend", "baseline", "phase", "launches", "ratio_median",
+                   "ci_low", "ci_high", "cv_backend", "cv_baseline", "verdict")
 
 
 # --------------------------------------------------------------------------- inputs
@@ -104,13 +109,6 @@ def cell_logs(cell_dir: Path) -> list[Path]:
 
 
 # --------------------------------------------------------------------------- derived
-
-
-def exceeds_noise(base_median: float, other_median: float, base_floor_pct: float,
-                  other_floor_pct: float) -> tuple[float, bool]:
-    """(Δ%, exceeds): Δ = (other - base) / base; exceeds when |Δ| > max of the two floors."""
-    delta_pct = (other_median - base_median) / base_median * 100.0
-    return delta_pct, abs(delta_pct) > max(base_floor_pct, other_floor_pct)
 
 
 def pair_order(tables: list[Table | None]) -> list[tuple[str, str]]:
@@ -173,6 +171,8 @@ class Context:
     dnf: dict[tuple[str, str], list[str]]
     pad: tuple[int, str] = (DEFAULT_PAD_MULTIPLE, "default")
     baseline: str | None = None
+    comparison: Table | None = None
+    max_cv: float | None = None
     figures: list[str] = field(default_factory=list)
     unavailable: list[str] = field(default_factory=list)
 
@@ -280,7 +280,8 @@ def _timing_points(ctx: Context):
         trio = [tuple(num(t, i, f"{m}_ms_{q}") for q in ("p10", "median", "p90"))
                 for m in ("dispatch", "combine")]
         points.append(TimePoint(r["model"], r["backend"], r["status"], trio[0], trio[1],
-                                num(t, i, "noise_floor_pct"), r["timing_capacity"]))
+                                num(t, i, "noise_floor_pct"), r["timing_capacity"],
+                                launch_medians(ctx, r["model"], r["backend"])))
     for pair in ctx.dnf:
         if pair not in seen:
             points.append(TimePoint(pair[0], pair[1], Status.DOES_NOT_FIT, (None,) * 3, (None,) * 3,
@@ -288,67 +289,78 @@ def _timing_points(ctx: Context):
     return points
 
 
-def _versus_baseline(t: Table, baseline: str) -> dict[int, list[str]]:
-    """Row index -> [dispatch Δ text, combine Δ text] against the baseline of the same model."""
-    base = {r["model"]: i for i, r in enumerate(t.rows)
-            if r["backend"].lower() == baseline.lower() and r["status"] == Status.OK}
-    out = {}
-    for i, r in enumerate(t.rows):
-        if r["backend"].lower() == baseline.lower():
-            out[i] = ["baseline", "baseline"]
+def launch_medians(ctx: Context, model: str, backend: str) -> tuple:
+    """(dispatch, combine) median of each usable time launch of a pair, from its cell.json."""
+    out = []
+    for r in ctx.attempts.rows if ctx.attempts else []:
+        if (r["model"], r["backend"], r["purpose"]) != (model, backend, Purpose.TIME) \
+                or r["status"] not in TIMED_OK:
             continue
-        out[i] = [_delta_text(t, base.get(r["model"]), i, m, baseline)
-                  for m in ("dispatch", "combine")]
-    return out
+        try:
+            doc = json.loads((ctx.results_dir / r["cell_dir"] / "cell.json").read_text())
+        except (OSError, ValueError):
+            continue
+        timing = doc.get("timing") or {}
+        out.append((timing.get("dispatch_ms_median"), timing.get("combine_ms_median")))
+    return tuple(out)
 
 
-def _delta_text(t: Table, b: int | None, i: int, metric: str, baseline: str) -> str:
-    """'+12.34% > 2.5%: EXCEEDS noise' style cell, or why there is no comparison."""
-    if t.rows[i]["status"] != Status.OK:
-        return f"n/a: {t.rows[i]['status'] or 'no status'}"
-    if b is None:
-        return f"n/a: no {baseline.upper()} timing for this model"
-    col = f"{metric}_ms_median"
-    med_b, med_o = num(t, b, col), num(t, i, col)
-    nf_b, nf_o = num(t, b, "noise_floor_pct"), num(t, i, "noise_floor_pct")
-    if med_b is None or med_o is None or med_b <= 0:
-        return "n/a: median missing"
-    if nf_b is None or nf_o is None:
-        return "n/a: noise floor missing"
-    delta, over = exceeds_noise(med_b, med_o, nf_b, nf_o)
-    floor = t.rows[b]["noise_floor_pct"] if nf_b >= nf_o else t.rows[i]["noise_floor_pct"]
-    verdict = "EXCEEDS noise" if over else "within noise"
-    return f"{delta:+.2f}% vs floor {floor}%: {verdict}"
+def _verdict_cells(ctx: Context, baseline: str):
+    """Row -> [dispatch verdict, combine verdict] against the baseline (comparison.tsv)."""
+    by_pair: dict[tuple[str, str], dict[str, str]] = {}
+    for r in ctx.comparison.rows if ctx.comparison else []:
+        by_pair.setdefault((r["model"], r["backend"]), {})[r["phase"]] = verdicts.verdict_text(r)
+
+    def cells(r: dict[str, str]) -> list[str]:
+        if r["backend"] == baseline:
+            return ["baseline", "baseline"]
+        got = by_pair.get((r["model"], r["backend"]))
+        if got is None:
+            why = "no comparison.tsv" if ctx.comparison is None else "no comparison row"
+            return [f"n/a: {why}"] * 2
+        return [got.get(phase, "n/a: no comparison row") for phase in verdicts.PHASES]
+
+    return cells
 
 
 def section_timing(ctx: Context) -> list[str]:
-    """The timing table with the noise-floor comparison against the baseline, and figure 4."""
+    """The verdicts (with the A/A control's), the timing table against the baseline, figure 4."""
     out = ["## Timing", ""]
     t = ctx.timing
     if t is None:
         return out + [ctx.missing("timing", f"{TIMING} not found (time stage not run)"), ""]
     baseline = ctx.baseline or (t.rows[0]["backend"] if t.rows else "")
-    versus = _versus_baseline(t, baseline)
+    if ctx.comparison is not None:
+        out += verdicts.report_lines(ctx.comparison.rows, ctx.max_cv)
+    else:
+        out += [ctx.missing("timing verdicts", f"{COMPARISON_TSV} not found (results from "
+                            "before timing launches: no verdicts)"), ""]
+    versus = _verdict_cells(ctx, baseline)
     main = ["model", "backend", "status", "timing_capacity", "budget_tokens"]
+    main += [c for c in ("launches",) if t.has(c)]
     for m in ("dispatch", "combine"):
         main += [c for c in (f"{m}_ms_p10", f"{m}_ms_median", f"{m}_ms_p90") if t.has(c)]
     main += ["noise_floor_pct"]
-    rows = [[r[c] for c in main] + versus[i] for i, r in enumerate(t.rows)]
-    vs = baseline.upper()
-    out += [md_table(main + [f"dispatch Δ vs {vs}", f"combine Δ vs {vs}"], rows), ""]
+    rows = [[r[c] for c in main] + versus(r) for r in t.rows]
+    out += [md_table(main + [f"dispatch vs {baseline}", f"combine vs {baseline}"], rows), ""]
     extra = ["model", "backend", "trials", "iters", "step_cv", "algbw_gbps", "peak_mem_bytes"]
     extra += [c for c in ("timer", "backend_impl") if t.has(c)] + ["cell_dir"]
     out += [md_table(extra, [[r[c] for c in extra] for r in t.rows]), ""]
     if not t.has("dispatch_ms_p10"):
         out += ["p10 columns not recorded in timing.tsv: whiskers run from the median to p90.",
                 ""]
-    out += [f"Times in ms per call as recorded by each timed run (median, p10, p90). "
-            f"**Δ vs {vs}** = (median − {vs} median) / {vs} median of the same model, shown "
-            "to 0.01%; it **exceeds the noise floor** when |Δ| > max(noise_floor_pct of the "
-            f"two rows). Within the floor the two libraries are not distinguishable. A pair "
-            "that does not fit has no times: it is marked, never zero.", ""]
+    out += ["Times in ms per call: each figure is the median over the pair's launches of "
+            "that launch's own value (median, p10, p90); with several launches "
+            "noise_floor_pct is the launch-to-launch spread of (dispatch + combine) medians, "
+            "100 × (max − min) / median. The verdict columns are comparison.tsv's (above). "
+            "cell_dir names the first launch; every launch is a purpose=time row of "
+            "capacity_attempts.tsv. A pair that does not fit has no times: it is marked, never "
+            "zero.", ""]
     if "fig4_timing.png" in ctx.figures:
-        out += ["![Dispatch and combine timing](fig4_timing.png)", ""]
+        out += ["![Dispatch and combine timing](fig4_timing.png)", "",
+                "Figure 4: hollow dots are the individual launches' medians (independent "
+                "process starts): their spread is the run-to-run variance a verdict must beat.",
+                ""]
     return out
 
 
@@ -619,9 +631,12 @@ def load_context(results_dir: Path, out: Path) -> Context:
     selection = read_tsv(results_dir / SELECTION, NEED_SELECTION)
     timing = read_tsv(results_dir / TIMING, NEED_TIMING)
     pairs = pair_order([selection, timing, attempts])
+    comparison = read_tsv(results_dir / COMPARISON_TSV, NEED_COMPARISON)
+    max_cv = read_campaign_facts(results_dir).get("max_cv")
     return Context(results_dir, out, attempts, selection, timing, pairs,
                    not_fitting(attempts, timing), read_pad_multiple(results_dir),
-                   read_baseline(results_dir, timing))
+                   read_baseline(results_dir, timing), comparison,
+                   float(max_cv) if isinstance(max_cv, (int, float)) else None)
 
 
 def _campaign_name(ctx: Context) -> str:
@@ -647,6 +662,8 @@ def _render(results_dir: Path, out: Path) -> Context:
     body += _impl_note(ctx) + [""]
     body += section_overview(ctx) + section_selection(ctx) + balance_lines(results_dir)
     body += section_demand(ctx, demand_note, demand_figs)
+    from harness.forecast_report import report_section
+    body += report_section(ctx)
     body += section_timing(ctx) + section_dnf(ctx) + section_failures(ctx)
     body += section_audit(ctx) + section_provenance(ctx) + section_campaign(ctx)
     if ctx.unavailable:

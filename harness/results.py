@@ -33,14 +33,21 @@ SELECTION_COLUMNS = (
 TIMING_COLUMNS = (
     "campaign", "model", "backend", "timing_capacity", "budget_tokens", "status", "trials",
     "iters", "dispatch_ms_median", "dispatch_ms_p90", "combine_ms_median", "combine_ms_p90",
-    "step_cv", "noise_floor_pct", "algbw_gbps", "peak_mem_bytes", "cell_dir",
+    "step_cv", "noise_floor_pct", "algbw_gbps", "peak_mem_bytes", "cell_dir", "launches",
     # appended
     "dispatch_ms_p10", "combine_ms_p10", "timer", "backend_impl",
+)
+COMPARISON_COLUMNS = (
+    "campaign", "model", "backend", "baseline", "phase", "launches", "ratio_median", "ci_low",
+    "ci_high", "cv_backend", "cv_baseline", "verdict",
+    # appended
+    "reason",
 )
 
 ATTEMPTS_TSV = "capacity_attempts.tsv"
 SELECTION_TSV = "capacity_selection.tsv"
 TIMING_TSV = "timing.tsv"
+COMPARISON_TSV = "comparison.tsv"
 CAMPAIGN_JSON = "campaign.json"      # the grid, shapes and backends of a campaign, as data
 PROVENANCE_TXT = "provenance.txt"
 DEFAULT_PAD_MULTIPLE = 128          # docs/spec.md P, for results that do not record theirs

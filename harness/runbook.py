@@ -21,6 +21,7 @@ from harness.errors import BadInput
 from harness.registry import BACKEND_KINDS, module_name, module_problem, options_type
 from harness.safeio import RUNBOOK_MAX_BYTES, read_text
 from harness.safeyaml import compose
+from harness.vocab import CONTROL_SUFFIX
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,17 @@ class PhaseConfig:
 
 
 @dataclass(frozen=True)
+class TimingConfig(PhaseConfig):
+    """`timing:`: the time runs' iterations plus the launches and the verdict settings
+    (docs/timing-verdicts.md)."""
+
+    launches: int = 3               # independent process starts per (model, backend)
+    baseline: str | None = None     # compared against; default: the first timed backend
+    max_cv: float = 0.05            # a CV over this makes a verdict too_noisy
+    control: bool = False           # time the baseline twice: the `<baseline>~control` arm
+
+
+@dataclass(frozen=True)
 class Limits:
     run_timeout_s: float = 600.0    # no progress within this -> timeout
     infra_retries: int = 2
@@ -118,7 +130,7 @@ class Runbook:
     backends: tuple[BackendConfig, ...]
     capacity: CapacityConfig
     measure: PhaseConfig            # iterations of measure/validate runs
-    timing: PhaseConfig             # iterations and trials of time runs
+    timing: TimingConfig            # iterations, trials, launches and verdict settings
     limits: Limits
     launcher: str = "local"         # local | slurm
     device_memory_bytes: int | None = None   # memory model budget (reference); None = unlimited
@@ -133,11 +145,16 @@ class Runbook:
         return next(m for m in self.models if m.name == name)
 
     def backend(self, name: str) -> BackendConfig:
-        return next(b for b in self.backends if b.name == name)
+        """The backend called `name`; the A/A control arm `<baseline>~control` is its baseline."""
+        base = name[:-len(CONTROL_SUFFIX)] if name.endswith(CONTROL_SUFFIX) else name
+        return next(b for b in self.backends if b.name == base)
 
     @property
     def baseline(self) -> str | None:
-        """The backend timing comparisons are made against: the first timed backend."""
+        """The backend timing comparisons are made against: `timing.baseline`, else the first
+        timed backend."""
+        if self.timing.baseline is not None:
+            return self.timing.baseline
         return next((b.name for b in self.backends if b.time), None)
 
 
@@ -465,7 +482,7 @@ def _capacity(doc: _Doc, data: dict) -> CapacityConfig:
 def _phase(doc: _Doc, data: dict, key: str, default: PhaseConfig) -> PhaseConfig:
     if key not in data:
         return default
-    fields = _fields_from(doc, PhaseConfig, data[key], (key,))
+    fields = _fields_from(doc, type(default), data[key], (key,))
     phase = dataclasses.replace(default, **fields)
     if phase.warmup < 0:
         raise doc.error((key, "warmup"), "must be >= 0")
@@ -550,7 +567,7 @@ def load_runbook(path: str | Path) -> Runbook:
         path=path, campaign=campaign, models=models, shape=_shape(doc, data),
         backends=_backends(doc, data), capacity=_capacity(doc, data),
         measure=_phase(doc, data, "measure", PhaseConfig(warmup=1, iters=4)),
-        timing=_phase(doc, data, "timing", PhaseConfig(warmup=2, iters=10, trials=3)),
+        timing=_phase(doc, data, "timing", TimingConfig(warmup=2, iters=10, trials=3)),
         limits=Limits(**limits), launcher=launcher,
         device_memory_bytes=None if mem is None else int(mem * 2**30),
         seed=_check_type(doc, data.get("seed", 1234), int, ("seed",)),
@@ -566,4 +583,22 @@ def load_runbook(path: str | Path) -> Runbook:
     if runbook.limits.infra_retries < 0:
         raise doc.error(("limits", "infra_retries"), "must be >= 0")
     _check_capacities(doc, runbook)
+    _check_timing(doc, runbook)
     return runbook
+
+
+def _check_timing(doc: _Doc, runbook: Runbook) -> None:
+    """launches >= 1, 0 < max_cv, a baseline that is a timed backend, no `~control` names."""
+    t = runbook.timing
+    if t.launches < 1:
+        raise doc.error(("timing", "launches"), "must be >= 1")
+    if not t.max_cv > 0:
+        raise doc.error(("timing", "max_cv"), "must be a positive number")
+    timed = [b.name for b in runbook.backends if b.time]
+    if t.baseline is not None and t.baseline not in timed:
+        raise doc.error(("timing", "baseline"), f"{t.baseline!r} is not a timed backend "
+                        f"(time: true): {timed}")
+    for i, b in enumerate(runbook.backends):
+        if b.name.endswith(CONTROL_SUFFIX):
+            raise doc.error(("backends", i, "name"), f"names ending in {CONTROL_SUFFIX!r} are "
+                            "reserved for the A/A control arm")

@@ -55,6 +55,19 @@ CANARY_OK: tuple[Status, ...] = (Status.OK, Status.DROPS, Status.LOWER_BOUND,
 TIMED_OK: tuple[Status, ...] = (Status.OK, Status.DROPS)
 
 
+class Verdict(StrEnum):
+    """A timing comparison's verdict (comparison.tsv `verdict`, docs/timing-verdicts.md)."""
+
+    FASTER = "faster"
+    SLOWER = "slower"
+    INDISTINGUISHABLE = "indistinguishable"
+    TOO_NOISY = "too_noisy"
+
+
+# The A/A control arm of a timing baseline is named `<baseline>~control`.
+CONTROL_SUFFIX = "~control"
+
+
 class Purpose(StrEnum):
     """Why a cell runs (capacity_attempts.tsv `purpose`, the cell name's third part)."""
 

@@ -23,6 +23,7 @@ from harness.backend_api import free_port
 from .memory import estimate_memory_bytes, oom_message
 from .options import build_parser, check_args, memory_of, model_of, shape_of
 from .personalities import banner, personality
+from .traces import TraceError
 
 CHILD_ENV = "EPCAP_REFERENCE_CHILD"
 
@@ -79,7 +80,6 @@ def one_rank(args, rank: int, world: int, local_rank: int) -> int:
     if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
         fail("error: MASTER_ADDR and MASTER_PORT must be set for a launched rank")
         return 2
-    from .routing import TraceError
     from .worker import run_rank
     try:
         return run_rank(args, rank, world, local_rank)
@@ -92,6 +92,14 @@ def one_rank(args, rank: int, world: int, local_rank: int) -> int:
     except TraceError as exc:
         fail(f"error: trace {exc}")
         return 2
+
+
+def check_trace(args) -> None:
+    """Read and check the replayed trace for this run (TraceError names file:line: field)."""
+    from .trace_io import preload
+
+    layers = list(range(args.first_dense_layers, args.layers))
+    preload(args.trace, args.experts, args.topk, args.seq * args.micro_batch, args.ep, layers)
 
 
 def gpu_present() -> bool:
@@ -218,6 +226,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
     check_args(ap, args)
+    if args.trace and memory_failure(args) is None:
+        try:                   # before any rank starts (forked ranks reuse the parsed trace)
+            check_trace(args)
+        except TraceError as exc:
+            fail(f"error: trace {exc}")
+            return 2
     env = rank_env(os.environ)
     if env is not None and (os.environ.get(CHILD_ENV) == "1" or args.ranks is None):
         return one_rank(args, *env)

@@ -9,30 +9,36 @@ from pathlib import Path
 
 from harness.backend_api import Backend, LaunchSpec, NoOptions, OptionError, RunRequest
 from harness.errors import BadInput
-from harness.vocab import Impl, run_iterations
+from harness.vocab import Impl, Purpose, run_iterations
 
 from .memory import memory_options
 from .personalities import LIBRARIES
 from .planners import PERSONALITIES, planner_options
+from .trace_io import ROUTING_TRACE
 from .workloads import workload_spec
 
+PREFORK_ENV = "EPCAP_PREFORK"     # = harness.launch.forkserver.PREFORK_ENV (tested equal)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-LAUNCH_MODES = ("per-rank", "single")
+LAUNCH_MODES = ("per-rank", "single", "forked")
 
 
 @dataclass(frozen=True)
 class ReferenceOptions(NoOptions):
     """Runbook `options:` of a reference backend (docs/reference-backend.md)."""
 
-    launch: str = "per-rank"            # per-rank: ep tasks; single: one task forks the ranks
+    launch: str = "per-rank"            # per-rank: ep tasks; single: one task forks the ranks;
+    #                                     forked: single, forked from the launcher's fork server
     device: str = "auto"                # auto | cpu | cuda
     trace: str | None = None            # replay this routing trace
-    record_trace: str | None = None     # write the routing used to this file
+    record_trace: str | None = None     # write the routing used (ids and weights) here
+    record_trace_format: str = "epcap"  # epcap (one file) | megatron (a directory)
+    record_routing: bool = True         # a measure cell records CELL/routing_trace.jsonl
     pg_timeout_s: int | None = None
     threads: int = 1                    # OMP_NUM_THREADS of each rank
     gpus_per_node: int = 0
+    extra_dispatch_passes: int = 0      # timing tests only: a measurably slower arm (0 = off)
     planner: dict | None = None         # the personality's planner options (planners.py)
     memory: dict | None = None          # memory-model options (memory.py)
     routing: dict | None = None         # a named workload (workloads.py); a model's wins
@@ -55,8 +61,14 @@ class ReferenceOptions(NoOptions):
                 raise OptionError("planner", f"options.planner fits no personality: "
                                              f"{'; '.join(errors)}")
         if self.launch not in LAUNCH_MODES:
-            raise OptionError("launch", f"options.launch {self.launch!r} is not per-rank or "
-                                        "single")
+            raise OptionError("launch", f"options.launch {self.launch!r} is not per-rank, "
+                                        "single or forked")
+        if self.extra_dispatch_passes < 0:
+            raise OptionError("extra_dispatch_passes", "options.extra_dispatch_passes must be "
+                                                       ">= 0")
+        if self.record_trace_format not in ("epcap", "megatron"):
+            raise OptionError("record_trace_format", f"options.record_trace_format "
+                              f"{self.record_trace_format!r} is not epcap or megatron")
         if self.device not in ("auto", "cpu", "cuda"):
             raise OptionError("device", f"options.device {self.device!r} is not auto, cpu or "
                                         "cuda")
@@ -65,10 +77,14 @@ class ReferenceOptions(NoOptions):
 class ReferenceBackend(Backend):
     """Builds the worker argv.
 
-    Options (runbook `options:`): device (auto|cpu|cuda), trace, record_trace, pg_timeout_s,
-    threads, gpus_per_node, planner, memory, routing, and launch: `per-rank` (default: the launcher starts ep tasks,
-    one per rank) or `single` (one task that starts the ep ranks itself; on CPU it forks them
-    after one torch import, about 1.5 s of CPU saved per rank).
+    Options (runbook `options:`): device (auto|cpu|cuda), trace, record_trace,
+    record_trace_format (epcap|megatron), record_routing (default true: a measure cell
+    records its routing to CELL/routing_trace.jsonl for `epcap forecast`), pg_timeout_s,
+    threads, gpus_per_node, planner, memory, routing, extra_dispatch_passes (timing tests: a
+    slower arm), and launch: `per-rank` (default: the launcher starts ep tasks, one per rank),
+    `single` (one task that starts the ep ranks itself; on CPU it forks them after one torch
+    import, about 1.5 s of CPU saved per rank) or `forked` (as single, and the local launcher
+    forks that task from a server that imported torch once per campaign).
     """
 
     options_type = ReferenceOptions
@@ -91,11 +107,12 @@ class ReferenceBackend(Backend):
         self.check_model_routing(req)
         launch = self.options.launch
         argv = [sys.executable, "-m", "backends.reference", *self.args(req)]
-        if launch == "single":
+        if launch != "per-rank":
             argv += ["--ranks", str(req.shape.ep)]
-        return LaunchSpec(argv=argv,
-                          env={"OMP_NUM_THREADS": str(self.options.threads),
-                               "PYTHONUNBUFFERED": "1"},
+        env = {"OMP_NUM_THREADS": str(self.options.threads), "PYTHONUNBUFFERED": "1"}
+        if launch == "forked":
+            env[PREFORK_ENV] = "backends.reference.worker"
+        return LaunchSpec(argv=argv, env=env,
                           ntasks=req.shape.ep if launch == "per-rank" else 1, nodes=1,
                           gpus_per_node=int(self.options.gpus_per_node),
                           cwd=str(REPO_ROOT))
@@ -134,9 +151,13 @@ class ReferenceBackend(Backend):
                 "--warmup", ph.warmup, "--iters", ph.iters, "--trials", ph.trials,
                 "--purpose", req.cell.purpose, "--seed", req.seed,
                 "--pad-multiple", req.pad_multiple, "--device", opt.device]
+        if req.cell.purpose == Purpose.MEASURE and opt.record_routing and \
+                opt.record_trace is None:           # for the report's forecast section
+            args += ["--record-trace", str(Path(req.cell_dir).resolve() / ROUTING_TRACE)]
         if req.device_memory_bytes is not None:
             args += ["--device-memory-bytes", req.device_memory_bytes]
         for key, flag in (("trace", "--trace"), ("record_trace", "--record-trace"),
+                          ("record_trace_format", "--record-trace-format"),
                           ("pg_timeout_s", "--pg-timeout-s")):
             if getattr(opt, key) is not None:
                 args += [flag, getattr(opt, key)]
@@ -145,4 +166,6 @@ class ReferenceBackend(Backend):
                             (routing, "--routing")):
             if value:
                 args += [flag, json.dumps(dict(value), sort_keys=True)]
+        if opt.extra_dispatch_passes:
+            args += ["--extra-dispatch-passes", opt.extra_dispatch_passes]
         return [str(a) for a in args] + list(self.config.flags)

@@ -82,9 +82,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device-memory-bytes", type=_positive, default=None)
     s.add_argument("--pad-multiple", type=_positive, default=128)
     s.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    s.add_argument("--trace", default=None, help="replay this JSONL routing trace")
-    s.add_argument("--record-trace", default=None, help="write the routing used to this file")
+    s.add_argument("--trace", default=None,
+                   help="replay this routing trace: an epcap JSONL file, or Megatron-LM "
+                        "router_trace_rank*.jsonl (a file or their directory)")
+    s.add_argument("--record-trace", default=None,
+                   help="write the routing used (ids and weights) to this file (epcap) or "
+                        "directory (megatron)")
+    s.add_argument("--record-trace-format", choices=("epcap", "megatron"), default="epcap",
+                   help="megatron: router_trace_rank{R}.jsonl per rank, Megatron-LM's fields")
+    s.add_argument("--combine-digest", action="store_true",
+                   help="print a sha256 of every combine result ([EPCAP_COMBINE] lines)")
     s.add_argument("--pg-timeout-s", type=_positive, default=300)
+    s.add_argument("--extra-dispatch-passes", type=_non_negative, default=0,
+                   help="timing tests only: run the dispatch exchange this many extra times "
+                        "per timed dispatch (discarded), making it measurably slower; 0 = off")
     s.add_argument("--ranks", type=_positive, default=None,
                    help="standalone: spawn this many local ranks (default: --ep)")
     s.add_argument("--spawn", choices=("auto", "fork", "exec"), default="auto",

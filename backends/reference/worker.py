@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import json
 import os
 import sys
@@ -26,15 +27,9 @@ from .dispatch import (
 from .memory import estimate_memory_bytes
 from .options import memory_of, model_of, shape_of
 from .personalities import Personality, check_budget, check_router_dtype, personality
-from .routing import (
-    ROUTER_DTYPES,
-    expert_popularity,
-    load_trace,
-    route,
-    weights_for_ids,
-    write_trace,
-)
+from .routing import ROUTER_DTYPES, expert_popularity, route, weights_for_ids
 from .timing import Stopwatch, quantile, step_times, summarize
+from .trace_io import preload, write_epcap, write_megatron
 
 
 def say(text: str) -> None:
@@ -78,7 +73,7 @@ class RankRun:
         self.sw = Stopwatch(device)
         self.trace = None
         self.bufs: Buffers | None = None
-        self.recorded: list[tuple[int, int, int, list]] = []
+        self.recorded: list[tuple[int, int, int, list, list]] = []
         self.samples: dict[str, list[list[float]]] = {"dispatch": [], "combine": []}
 
     def total_iters(self) -> int:
@@ -95,25 +90,27 @@ class RankRun:
         a = self.a
         if self.trace is not None:
             ids, w = self.trace.lookup(it, layer, self.rank)
+            ids = torch.from_numpy(ids)
             if w is None:
                 pop = expert_popularity(a.seed, a.model, layer, a.experts, a.routing_sigma,
                                         a.routing, it)
                 w = weights_for_ids(ids, pop, a.router_dtype)
             else:
-                w = w.to(ROUTER_DTYPES[a.router_dtype])
+                w = torch.from_numpy(w).to(ROUTER_DTYPES[a.router_dtype])
         else:
             r = route(a.seed, a.model, layer, it, self.rank, self.tokens, a.experts, a.topk,
                       a.routing_sigma, a.router_dtype, a.routing)
             ids, w = r.ids, r.weights
         if a.record_trace:
-            self.recorded.append((it, layer, self.rank, ids.tolist()))
+            self.recorded.append((it, layer, self.rank, ids.tolist(), w.float().tolist()))
         return ids.to(self.device), w.to(self.device)
 
     def setup(self) -> None:
         """Checks before iteration 0 and the setup_metadata rows."""
         check_budget(self.p, self.budget, self.a.pad_multiple)
         if self.a.trace:
-            self.trace = load_trace(self.a.trace, self.a.experts, self.a.topk, self.tokens)
+            self.trace = preload(self.a.trace, self.a.experts, self.a.topk, self.tokens,
+                                 self.a.ep, self.layers)
         exact = ",".join([str(self.n)] * self.a.ep)
         for layer in self.layers:
             say(f"[MOE_DROP_DEBUG][setup_metadata] iter=0 layer={layer} rank={self.rank} "
@@ -127,6 +124,8 @@ class RankRun:
         if timed:
             dist.barrier()
         t0 = self.sw.start()
+        for _ in range(a.extra_dispatch_passes if timed else 0):
+            self.extra_dispatch(x, ids)
         if self.p.rebalances:
             plan = plan_rebalanced(ids, a.experts, a.ep, self.rank, self.budget,
                                    a.personality, a.planner_options)
@@ -144,8 +143,22 @@ class RankRun:
         if a.purpose != "time" or it < max(a.warmup, 1):
             ref = reference_output(x, ids, w, d.kept_mask, a.experts)
             check_combine(out, ref, f"iter={it} layer={layer} rank={self.rank}")
+        if a.combine_digest:
+            digest = hashlib.sha256(out.cpu().numpy().tobytes()).hexdigest()[:32]
+            say(f"[EPCAP_COMBINE] iter={it} layer={layer} rank={self.rank} sha256={digest}")
         self.report(it, layer, plan, d)
         return self.sw.ms(h_disp), self.sw.ms(h_comb)
+
+    def extra_dispatch(self, x: torch.Tensor, ids: torch.Tensor) -> None:
+        """One discarded dispatch (--extra-dispatch-passes): a measurably slower arm for tests."""
+        a = self.a
+        if self.p.rebalances:
+            plan = plan_rebalanced(ids, a.experts, a.ep, self.rank, self.budget,
+                                   a.personality, a.planner_options)
+            dispatch(x, a.topk, plan, a.experts, bufs=self.bufs)
+        else:
+            dispatch_clipped(x, ids, a.topk, a.experts, a.ep, self.rank, self.budget,
+                             bufs=self.bufs)
 
     def report(self, it: int, layer: int, plan, d) -> None:
         """The dispatch row (and UltraEP's overflow flag); guards the buffer invariants."""
@@ -226,12 +239,20 @@ class RankRun:
         return int(est["total"]), "modelled"
 
     def save_trace(self) -> None:
-        """Gather every rank's routing to rank 0, which writes the trace atomically."""
-        parts = [None] * self.a.ep if self.rank == 0 else None
+        """Megatron layout: each rank writes its own file; epcap: rank 0 gathers and writes."""
+        a = self.a
+        if a.record_trace_format == "megatron":
+            write_megatron(a.record_trace, self.rank, self.recorded)
+            return
+        parts = [None] * a.ep if self.rank == 0 else None
         dist.gather_object(self.recorded, parts, dst=0)
         if self.rank == 0:
-            records = [r for part in parts for r in part]
-            write_trace(self.a.record_trace, self.a.experts, self.a.topk, self.tokens, records)
+            header = {"experts": a.experts, "topk": a.topk, "tokens": self.tokens, "ep": a.ep,
+                      "seq": a.seq, "micro_batch": a.micro_batch,
+                      "router_dtype": a.router_dtype, "model": a.model, "hidden": a.hidden,
+                      "personality": a.personality,
+                      "planner_options": getattr(a, "planner_options", None) or {}}
+            write_epcap(a.record_trace, header, [r for part in parts for r in part])
 
 
 def run_rank(args: argparse.Namespace, rank: int, world: int, local_rank: int) -> int:

@@ -13,17 +13,20 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from harness import capacity as cap
-from harness import selection
-from harness.campaign.stages import PAIR, backends_of, pipeline_groups, stage_mode
+from harness import selection, verdicts
+from harness.campaign.stages import (
+    PAIR,
+    backends_of,
+    pipeline_groups,
+    stage_mode,
+    time_schedule,
+    timed_arms,
+)
 from harness.errors import BadInput
 from harness.plan import Cell
 from harness.results import SELECTION_COLUMNS, TIMING_COLUMNS
 from harness.runbook import Runbook
 from harness.vocab import TIMED_OK, Purpose, Stage, StageMode, Status
-
-TIMING_KEYS = ("dispatch_ms_median", "dispatch_ms_p90", "combine_ms_median", "combine_ms_p90",
-               "step_cv", "noise_floor_pct", "algbw_gbps", "peak_mem_bytes",
-               "dispatch_ms_p10", "combine_ms_p10", "timer", "backend_impl")
 
 
 @dataclasses.dataclass
@@ -57,6 +60,7 @@ class Context:
         self.until = until
         self.selection: dict[tuple[str, str], dict] = {}
         self.timing: dict[tuple[str, str], dict] = {}
+        self.comparison: dict[str, list[dict]] = {}       # model -> comparison.tsv rows
         self.skipped: set[tuple[str, str, str]] = set()
         self.dirty = False
 
@@ -166,36 +170,53 @@ def validate_step(ctx: Context, model: str, backend: str, state: dict
 
 
 def time_step(ctx: Context, model: str) -> Pipe:
-    """Every timed backend at max(selected capacity) over the select backends."""
+    """Every timed arm (the timed backends, plus `<baseline>~control` when timing.control)
+    at max(selected capacity) over the select backends, in timing.launches rounds of rotated
+    order; then the model's comparison rows (docs/timing-verdicts.md)."""
     rb = ctx.runbook
     chosen = {b.name: ctx.selection[(model, b.name)]["selected_capacity"]
               for b in rb.backends
               if b.select and ctx.selection.get((model, b.name), {}).get("selected_capacity")}
-    timed = [b for b in rb.backends if b.time]
-    if not chosen:
-        ctx.skipped.update((model, b.name, Purpose.TIME) for b in timed)
+    baseline, arms = timed_arms(rb)
+    if not chosen or baseline is None:
+        ctx.skipped.update((model, arm, Purpose.TIME) for arm in arms)
         return
     tcap = selection.timing_capacity(chosen)
     for b in rb.backends:
         if b.select and (model, b.name) in ctx.selection:
             ctx.set_selection(model, b.name, {**ctx.selection[(model, b.name)],
                                               "timing_capacity": tcap})
-    for b in timed:
-        out = yield Request(model, b.name, Purpose.TIME, tcap)
-        ctx.timing[(model, b.name)] = timing_row(ctx.n_of(model), out)
+    usable: dict[str, list[dict | None]] = {arm: [None] * rb.timing.launches for arm in arms}
+    outs: dict[str, list[Outcome]] = {arm: [] for arm in arms}
+    for i, arm in time_schedule(rb):
+        if outs[arm] and outs[arm][-1].status == Status.DOES_NOT_FIT:
+            ctx.skipped.add((model, arm, Purpose.TIME))     # out of memory is not a fluke
+            continue
+        out = yield Request(model, arm, Purpose.TIME, tcap)
+        outs[arm].append(out)
+        if out.timing and out.status in TIMED_OK:
+            usable[arm][i] = out.timing
+        ctx.timing[(model, arm)] = timing_row(ctx.n_of(model), outs[arm])
         ctx.dirty = True
+    why = {arm: f"no usable launch (timing status {ctx.timing[(model, arm)]['status']})"
+           for arm in arms if not any(usable[arm])}
+    ctx.comparison[model] = verdicts.comparison_rows(rb.campaign, model, usable, baseline,
+                                                     rb.timing.max_cv, why)
+    ctx.dirty = True
 
 
-def timing_row(n: int, out: Outcome) -> dict:
-    """A timing.tsv row; figures only from the run's [EPCAP_TIMING] line, else empty."""
-    cell = out.cell
+def timing_row(n: int, outs: list[Outcome]) -> dict:
+    """An arm's timing.tsv row over its launches; figures only from the runs' [EPCAP_TIMING]
+    lines (verdicts.aggregate), else empty. status: the first launch status that is not ok."""
+    cell = outs[0].cell
     row = {c: None for c in TIMING_COLUMNS}
+    status = next((o.status for o in outs if o.status != Status.OK), Status.OK)
     row.update(campaign=cell.campaign, model=cell.model, backend=cell.backend,
                timing_capacity=cell.capacity, budget_tokens=cap.budget_tokens(cell.capacity, n),
-               status=out.status, cell_dir=out.row.get("cell_dir"))
-    if out.timing and out.status in TIMED_OK:
-        row.update(trials=out.timing.get("trials"), iters=out.timing.get("iters"))
-        row.update({k: out.timing.get(k) for k in TIMING_KEYS})
+               status=status, cell_dir=outs[0].row.get("cell_dir"))
+    timings = [o.timing for o in outs if o.timing and o.status in TIMED_OK]
+    agg = verdicts.aggregate(timings)
+    row.update({k: v for k, v in agg.items() if k in TIMING_COLUMNS})
     return row
 
 

@@ -210,14 +210,24 @@ class Campaign:
     def runs_left(self, exclude: Cell | None = None) -> list[tuple[str, str, str]]:
         """(backend, model, purpose) of the planned runs not yet finished or skipped."""
         out = []
-        for p in self.planned_keys():
+        done = {key: len(runs) for key, runs in self.finished.items()}
+        if exclude is not None:
+            key = (exclude.model, exclude.backend, exclude.purpose)
+            done[key] = done.get(key, 0) + 1
+        for p in self.planned_keys():             # a key planned k times (launches) counts k
             key = (p.model, p.backend, p.purpose)
-            if key in self.finished or key in self.ctx.skipped:
+            if key in self.ctx.skipped or self.launches_stopped(key):
                 continue
-            if exclude is not None and key == (exclude.model, exclude.backend, exclude.purpose):
+            if done.get(key, 0) > 0:
+                done[key] -= 1
                 continue
             out.append((p.backend, p.model, p.purpose))
         return out
+
+    def launches_stopped(self, key: tuple[str, str, str]) -> bool:
+        """A timed arm that did not fit gets no further launches (decisions.time_step)."""
+        return key[2] == Purpose.TIME and any(
+            e.get("status") == Status.DOES_NOT_FIT for e in self.finished.get(key, []))
 
     def eta(self, left: list[tuple[str, str, str]]) -> float | None:
         eta = self.estimator.eta(left, self.rb.max_parallel_cells)
@@ -235,8 +245,8 @@ class Campaign:
                        f"{left} runs left, ETA {fmt_s(eta)}{extra}")
         stage = STAGE_OF_PURPOSE[out.cell.purpose]
         stage_all = [p for p in self.planned_keys() if p.stage == stage]
-        stage_done = sum(1 for p in stage_all
-                         if (p.model, p.backend, p.purpose) in self.finished)
+        keys = {(p.model, p.backend, p.purpose) for p in stage_all}
+        stage_done = min(len(stage_all), sum(len(self.finished.get(k, [])) for k in keys))
         self.view.update(self.done_runs, self.done_runs + left, stage, stage_done,
                          len(stage_all), eta, out.cell.name)
 
@@ -248,7 +258,8 @@ class Campaign:
             self.write_derived()
 
     def write_derived(self) -> None:
-        store.write_derived(self.root, self.rb, self.ctx.selection, self.ctx.timing)
+        store.write_derived(self.root, self.rb, self.ctx.selection, self.ctx.timing,
+                            self.ctx.comparison)
         self.ctx.dirty = False
 
     # -- the loop ------------------------------------------------------------------------

@@ -8,11 +8,12 @@ from pathlib import Path
 
 from harness import capacity as cap
 from harness.backend_api import RunRequest
-from harness.campaign.stages import plan_cells
+from harness.campaign.stages import plan_cells, timed_arms
 from harness.gpuhours import describe_estimate
 from harness.plan import Cell, cell_dir
 from harness.registry import load_backend
 from harness.runbook import Runbook
+from harness.vocab import Purpose
 
 
 def print_dry_run(rb: Runbook, root: Path, launcher_name: str) -> int:
@@ -47,4 +48,17 @@ def print_dry_run(rb: Runbook, root: Path, launcher_name: str) -> int:
         print(f"  logs: {cdir}/rank<R>.log; provenance: {cdir}/provenance.txt")
     print(f"\nplanned runs: {len(cells)} (re-measures and validation step-ups add runs)")
     print(describe_estimate(rb, len(cells)))
+    print(timing_cost(rb, sum(1 for p in cells if p.purpose == Purpose.TIME)))
     return 0
+
+
+def timing_cost(rb: Runbook, timed_runs: int) -> str:
+    """What the launches and the A/A control cost over one launch per (model, backend)."""
+    baseline, arms = timed_arms(rb)
+    once = len(rb.models) * sum(1 for b in rb.backends if b.time)
+    added = timed_runs - once
+    return (f"timing: {timed_runs} timed runs = {len(rb.models)} models x {len(arms)} arms "
+            f"({', '.join(arms) or 'none'}) x {rb.timing.launches} launches; baseline "
+            f"{baseline}, max_cv {rb.timing.max_cv:g}\n  the launches and the control add "
+            f"{added} runs over one launch per (model, backend): "
+            f"{describe_estimate(rb, added)}")

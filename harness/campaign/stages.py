@@ -5,7 +5,8 @@ the select ones, the timed ones) and at which scope (once per campaign, per (mod
 backend), per model). Everything that needs the stage order reads it: the dry-run plan and
 progress (`plan_cells`), the ETA, `--stage`/`--until` (`stage_mode`) and the running
 pipeline (`decisions.model_pipeline` walks `pipeline_groups`). Re-measures and validation
-step-ups add runs at run time; no plan can know them.
+step-ups add runs at run time; no plan can know them. The time stage makes
+`timing.launches` rounds per model, each launching every timed arm once in rotated order.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import groupby
 
+from harness import verdicts
 from harness.plan import PlannedCell, canary_model
 from harness.runbook import BackendConfig, Runbook
 from harness.vocab import STAGE_ORDER, Purpose, Stage, StageMode
@@ -54,6 +56,20 @@ def backends_of(runbook: Runbook, spec: StageSpec) -> list[BackendConfig]:
     if spec.backends == TIMED:
         return [b for b in runbook.backends if b.time]
     return list(runbook.backends)
+
+
+def timed_arms(runbook: Runbook) -> tuple[str | None, list[str]]:
+    """(baseline, arms): the timed backends, plus `<baseline>~control` when timing.control."""
+    timed = [b.name for b in runbook.backends if b.time]
+    if not timed:
+        return None, []
+    return verdicts.arms(timed, runbook.baseline, runbook.timing.control)
+
+
+def time_schedule(runbook: Runbook) -> list[tuple[int, str]]:
+    """(round, arm) of every time run of one model, in launch order (rotated per round)."""
+    _, arms = timed_arms(runbook)
+    return verdicts.schedule(arms, runbook.timing.launches)
 
 
 def pipeline_groups() -> list[tuple[str, tuple[StageSpec, ...]]]:
@@ -98,7 +114,9 @@ def plan_cells(runbook: Runbook) -> list[PlannedCell]:
                               for s in specs if s.purpose is not None]
             else:
                 for s in (s for s in specs if s.purpose is not None):
-                    cells += [PlannedCell(model.name, b.name, s.purpose,
+                    names = ([arm for _, arm in time_schedule(runbook)]
+                             if s.stage == Stage.TIME else [b.name for b in backends_of(runbook, s)])
+                    cells += [PlannedCell(model.name, name, s.purpose,
                                           initial_capacity(runbook, s), s.stage)
-                              for b in backends_of(runbook, s)]
+                              for name in names]
     return cells

@@ -20,6 +20,7 @@ import yaml
 
 from harness.backend_api import LaunchSpec
 from harness.campaign.decisions import Outcome
+from harness.campaign.stages import timed_arms
 from harness.errors import BadInput
 from harness.events import EVENTS, read_events
 from harness.lock import LOCK_NAME
@@ -30,6 +31,8 @@ from harness.results import (
     ATTEMPT_COLUMNS,
     ATTEMPTS_TSV,
     CAMPAIGN_JSON,
+    COMPARISON_COLUMNS,
+    COMPARISON_TSV,
     SELECTION_COLUMNS,
     SELECTION_TSV,
     TIMING_COLUMNS,
@@ -149,6 +152,8 @@ def campaign_facts(rb: Runbook, implementations: dict[str, str]) -> dict[str, An
         "backends": [{"name": b.name, "select": b.select, "time": b.time,
                       "implementation": implementations.get(b.name)} for b in rb.backends],
         "baseline": rb.baseline,
+        "launches": rb.timing.launches,
+        "max_cv": rb.timing.max_cv,
     }
 
 
@@ -204,16 +209,24 @@ def write_attempts(root: Path) -> None:
     write_table_atomic(root / ATTEMPTS_TSV, ATTEMPT_COLUMNS, rows)
 
 
-def write_derived(root: Path, rb: Runbook, selection: dict, timing: dict) -> None:
-    """capacity_selection.tsv and timing.tsv, rows in runbook (model, backend) order."""
-    order = {(m.name, b.name): (i, j) for i, m in enumerate(rb.models)
-             for j, b in enumerate(rb.backends)}
+def write_derived(root: Path, rb: Runbook, selection: dict, timing: dict,
+                  comparison: dict | None = None) -> None:
+    """capacity_selection.tsv, timing.tsv and comparison.tsv, rows in runbook (model,
+    backend) order, the A/A control arm after the backends."""
+    _, arms = timed_arms(rb)
+    names = [b.name for b in rb.backends] + [a for a in arms if a not in
+                                               {b.name for b in rb.backends}]
+    order = {(m.name, name): (i, j) for i, m in enumerate(rb.models)
+             for j, name in enumerate(names)}
 
     def ordered(table: dict) -> list[dict]:
         return [table[k] for k in sorted(table, key=lambda k: order.get(k, (999, 999)))]
 
     write_table_atomic(root / SELECTION_TSV, SELECTION_COLUMNS, ordered(selection))
     write_table_atomic(root / TIMING_TSV, TIMING_COLUMNS, ordered(timing))
+    if comparison is not None:
+        rows = [r for m in rb.models for r in comparison.get(m.name, [])]
+        write_table_atomic(root / COMPARISON_TSV, COMPARISON_COLUMNS, rows)
 
 
 def rerun_on_resume(ev: dict) -> bool:

@@ -4,7 +4,8 @@ Every rank gets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free M
 top of os.environ + spec.env, and writes stdout+stderr to cell_dir/rank<R>.log. A cell whose
 logs stop growing for `timeout_s` is killed (every rank's process group) and ends `timeout`.
 When one rank fails, the others get a short grace period and are then killed, so a collective
-waiting on a dead peer never hangs the campaign.
+waiting on a dead peer never hangs the campaign. A run whose env asks for it (EPCAP_PREFORK)
+is forked from a server that pre-imported those modules (harness.launch.forkserver).
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from pathlib import Path
 
 from harness.backend_api import LaunchSpec, free_port
 from harness.launch.base import JobHandle, JobResult, Launcher
+from harness.launch.forkserver import ForkServer, uses_forkserver
+
+HARNESS_ROOT = Path(__file__).resolve().parents[2]
 
 PEER_GRACE_S = 3.0          # after one rank fails, how long the others may take to exit
 KILL_WAIT_S = 2.0           # SIGTERM -> SIGKILL escalation
@@ -123,6 +127,14 @@ class LocalLauncher(Launcher):
 
     def __init__(self) -> None:
         self._jobs: dict[str, _Job] = {}
+        self._servers: dict[tuple[str, ...], ForkServer] = {}
+
+    def _server(self, preload: list[str]) -> ForkServer:
+        """The fork server that pre-imported `preload` (started on first use)."""
+        key = tuple(preload)
+        if key not in self._servers or self._servers[key].proc.poll() is not None:
+            self._servers[key] = ForkServer(preload, str(HARNESS_ROOT), dict(os.environ))
+        return self._servers[key]
 
     def submit(self, cell_name: str, spec: LaunchSpec, cell_dir: Path,
                timeout_s: float) -> JobHandle:
@@ -137,10 +149,14 @@ class LocalLauncher(Launcher):
                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                    MARKER_ENV: str(cell_dir.resolve())}
             log = cell_dir / f"rank{rank}.log"
-            with open(log, "wb") as out:
-                procs.append(subprocess.Popen(
-                    spec.argv, env=env, cwd=spec.cwd, stdin=subprocess.DEVNULL, stdout=out,
-                    stderr=subprocess.STDOUT, start_new_session=True))
+            preload = uses_forkserver(spec.argv, env)
+            if preload:
+                procs.append(self._server(preload).start(spec.argv, env, spec.cwd, str(log)))
+            else:
+                with open(log, "wb") as out:
+                    procs.append(subprocess.Popen(
+                        spec.argv, env=env, cwd=spec.cwd, stdin=subprocess.DEVNULL,
+                        stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
             logs.append(log)
         pids = [p.pid for p in procs]
         self._jobs[str(pids[0])] = _Job(procs, logs, timeout_s)

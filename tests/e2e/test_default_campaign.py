@@ -2,8 +2,9 @@
 table as the one source of both the dry-run plan and the cells that actually run.
 
 The golden (tests/fixtures/golden/campaign/local-cpu.json) holds the rows and columns of
-capacity_attempts.tsv, capacity_selection.tsv and timing.tsv, with wall-clock and timing
-values replaced by "<measured>" (empty cells stay empty). After a deliberate change of the
+capacity_attempts.tsv, capacity_selection.tsv, timing.tsv and comparison.tsv, with
+wall-clock and timing values (and the verdicts computed from them) replaced by "<measured>"
+(empty cells stay empty). After a deliberate change of the
 default campaign's behaviour, regenerate it with
 
     EPCAP_REGEN_GOLDEN=1 .venv/bin/python -m pytest -q tests/e2e/test_default_campaign.py
@@ -32,12 +33,13 @@ ROOT = Path(__file__).resolve().parents[2]
 RUNBOOK = ROOT / "runbooks" / "local-cpu.yaml"
 GOLDEN = ROOT / "tests" / "fixtures" / "golden" / "campaign" / "local-cpu.json"
 REGEN = os.environ.get("EPCAP_REGEN_GOLDEN") == "1"
-TABLES = ("capacity_attempts.tsv", "capacity_selection.tsv", "timing.tsv")
+TABLES = ("capacity_attempts.tsv", "capacity_selection.tsv", "timing.tsv", "comparison.tsv")
 MEASURED = "<measured>"
 # Values that differ from run to run: wall clock and the timings themselves.
 VOLATILE = {"started_utc", "finished_utc", "wall_s", "dispatch_ms_median", "dispatch_ms_p90",
             "combine_ms_median", "combine_ms_p90", "step_cv", "noise_floor_pct", "algbw_gbps",
-            "dispatch_ms_p10", "combine_ms_p10"}
+            "dispatch_ms_p10", "combine_ms_p10", "ratio_median", "ci_low", "ci_high",
+            "cv_backend", "cv_baseline", "verdict", "reason"}
 
 
 def normalised(results: Path) -> dict:
@@ -88,7 +90,8 @@ def test_default_campaign_tables_match_the_golden(default_run):
 def test_dry_run_plan_and_the_runs_come_from_the_same_table(default_run):
     """Same cells in the same order per model (re-measures and step-ups aside: a repeat of a
     (model, backend, purpose) is the same planned cell again); canaries first, in order."""
-    planned = [(p.model, p.backend, p.purpose) for p in plan_cells(load_runbook(RUNBOOK))]
+    planned = list(dict.fromkeys((p.model, p.backend, p.purpose)
+                                 for p in plan_cells(load_runbook(RUNBOOK))))
     ran = []
     for ev in read_events(default_run):
         key = (ev.get("model"), ev.get("backend"), ev.get("purpose"))
@@ -132,3 +135,29 @@ def test_default_campaign_shows_each_library_rebalancing(default_run):
         assert raw[(m, "echo")] == raw[(m, "ultraep")]             # the same routing
     report = (default_run / "report" / "report.md").read_text(encoding="utf-8")
     assert "## Load before and after rebalancing" in report
+
+
+@pytest.mark.slow
+def test_a_a_pairs_are_never_winners_and_moonep_has_a_ci(default_run):
+    """The A/A control (echo timed twice) comes out indistinguishable or too_noisy, never
+    faster/slower; every judged row (ultraep and moonep too) carries its CI; 3 launches per
+    arm. (Since issue 14 echo and ultraep run different load planners, so their verdict is a
+    real comparison, not an A/A one.)"""
+    rows = [dict(zip(*pair, strict=True)) for pair in _rows(default_run / "comparison.tsv")]
+    assert {r["backend"] for r in rows} == {"ultraep", "moonep", "echo~control"}
+    for r in rows:
+        if r["backend"] == "echo~control":
+            assert r["verdict"] in ("indistinguishable", "too_noisy"), r
+        if r["verdict"]:
+            assert float(r["ci_low"]) <= float(r["ratio_median"]) <= float(r["ci_high"]), r
+            assert r["launches"] == "3", r
+    moonep = [r for r in rows if r["backend"] == "moonep" and r["model"] != "QWEN3_235B"]
+    assert len(moonep) == 6 and all(r["verdict"] and r["ci_low"] for r in moonep)
+    timing = [dict(zip(*pair, strict=True)) for pair in _rows(default_run / "timing.tsv")]
+    assert {r["launches"] for r in timing if r["status"] == "ok"} == {"3"}
+
+
+def _rows(path: Path) -> list[tuple[list[str], list[str]]]:
+    head, *lines = path.read_text(encoding="utf-8").splitlines()
+    cols = head.split("\t")
+    return [(cols, line.split("\t")) for line in lines]

@@ -178,9 +178,10 @@ def test_too_small_device_memory_is_an_out_of_memory_failure(tmp_path):
 def test_bad_trace_is_bad_input(tmp_path):
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"format": "epcap-routing-trace", "version": 1, "experts": 16, '
-                     '"topk": 4, "tokens": 32}\n')
+                     '"topk": 3, "tokens": 32}\n{"iter": 0, "layer": 1, "rank": 0, '
+                     '"topk_ids": [[0, 1, 2]]}\n')
     rc, text = standalone(tmp_path, [*flags(1, "2.00"), "--trace", str(trace)])
-    assert rc == 2 and f"{trace}:1: tokens: trace has 32, this run needs 64" in text
+    assert rc == 2 and f"{trace}:2: topk_ids: 1 rows, expected 32" in text
 
 
 def test_timing_line(tmp_path):
@@ -236,3 +237,19 @@ def test_slurm_record_then_standalone_replay(tmp_path):
     seed5 = [min(demand(r["iter"], r["layer"], r["rank"], 2, seed=5), r["budget"])
              for r in dispatch_rows(rep)]                   # what seed 5 alone would give
     assert seed5 != [r["actual_valid_recv"] for r in dispatch_rows(rep)]
+
+
+def test_extra_dispatch_passes_change_the_time_not_the_rows(tmp_path):
+    """The slowed timing arm (--extra-dispatch-passes) logs the same telemetry rows and
+    timing line shape as the plain run; only its dispatch does more work."""
+    from harness.backend_api import Backend
+
+    out = {}
+    for extra in (0, 2):
+        rc, text = standalone(tmp_path / str(extra), [*flags(2, "1.25", "echo", purpose="time",
+                                                             trials=2),
+                                                      "--extra-dispatch-passes", str(extra)])
+        assert rc == 0, text
+        out[extra] = (dispatch_rows(text), Backend.parse_timing(None, text.splitlines()))
+    assert out[0][0] == out[2][0] and len(out[0][0]) == (1 + 2 * 2) * 2 * 2
+    assert out[0][1]["samples_per_trial"] == out[2][1]["samples_per_trial"] == 4

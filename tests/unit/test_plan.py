@@ -30,7 +30,7 @@ def test_plan_order_and_counts():
     assert canary_model(RB) == "DEEPSEEK_V2_LITE"                   # fewest MoE weights
     assert sum(c.purpose == "measure" for c in cells) == 4           # 2 models x 2 select
     assert sum(c.purpose == "validate" for c in cells) == 4
-    assert sum(c.purpose == "time" for c in cells) == 6              # 2 models x 3 timed
+    assert sum(c.purpose == "time" for c in cells) == 12      # 2 models x 3 timed x 2 launches
     assert all(c.capacity is None for c in cells if c.purpose in ("validate", "time"))
     assert all(c.capacity == "2.00" for c in cells if c.purpose in ("canary", "measure"))
 
@@ -91,8 +91,9 @@ def test_select_validate_time_at_the_max_of_echo_and_ultraep():
     reqs = drive(ctx, simple({"echo": 1173, "ultraep": 1300}))
     assert caps(reqs, "measure") == ["2.00", "2.00"]
     assert caps(reqs, "validate") == ["1.25", "1.375"]     # budgets 1280 >= 1173, 1408 >= 1300
-    assert caps(reqs, "time") == ["1.375"] * 3               # every timed backend at the max
-    assert [r.backend for r in reqs if r.purpose == "time"] == ["echo", "ultraep", "moonep"]
+    assert caps(reqs, "time") == ["1.375"] * 6               # every timed backend at the max
+    assert [r.backend for r in reqs if r.purpose == "time"] == [
+        "echo", "ultraep", "moonep", "ultraep", "moonep", "echo"]      # 2 rotated rounds
     echo = ctx.selection[(M, "echo")]
     assert echo["selected_capacity"] == "1.25" and echo["selected_budget_tokens"] == 1280
     assert echo["validated"] is True and echo["validate_attempts"] == 1
@@ -117,7 +118,7 @@ def test_drops_step_up_one_rung_each_time():
     row = ctx.selection[(M, "echo")]
     assert row["validated"] is True and row["validate_attempts"] == 3
     assert row["selected_capacity"] == steps[-1]
-    assert caps(reqs, "time") == [steps[-1]] * 3
+    assert caps(reqs, "time") == [steps[-1]] * 6
 
 
 def test_step_ups_are_bounded_and_leave_validated_false():
@@ -148,7 +149,7 @@ def test_persistent_lower_bound_gives_no_selection():
     assert len(caps(reqs, "measure", "echo")) == RB.capacity.max_remeasure + 1
     assert caps(reqs, "validate", "echo") == []
     assert ctx.selection[(M, "echo")]["selected_capacity"] is None
-    assert caps(reqs, "time") == ["1.25"] * 3                        # ultraep's selection
+    assert caps(reqs, "time") == ["1.25"] * 6                        # ultraep's selection
 
 
 def test_does_not_fit_at_measure_is_recorded_and_timing_uses_the_rest():
@@ -159,7 +160,7 @@ def test_does_not_fit_at_measure_is_recorded_and_timing_uses_the_rest():
     row = ctx.selection[(M, "ultraep")]
     assert row["selected_capacity"] is None and row["validated"] is False
     assert row["validate_attempts"] == 0 and row["measured_at_capacity"] == "2.00"
-    assert caps(reqs, "time") == ["1.25"] * 3
+    assert caps(reqs, "time") == ["1.25"] * 6
 
 
 def test_until_measure_runs_measure_only():
@@ -234,3 +235,15 @@ def test_bug_class_runs_are_rerun_after_a_fix(tmp_path):
     camp = campaign_with(tmp_path, [fin(1, "assert")])
     assert camp.replayed(Request(M, "echo", "measure", "2.00")) is None
     assert camp.next_cell(Request(M, "echo", "measure", "2.00")).attempt == 2
+
+
+def test_time_cells_are_launch_rounds_in_rotated_order():
+    from harness.campaign.stages import plan_cells
+    from harness.runbook import load_runbook
+    rb = load_runbook(Path(__file__).resolve().parents[2] / "runbooks" / "local-cpu.yaml")
+    time_cells = [p for p in plan_cells(rb) if p.purpose == "time"]
+    assert len(time_cells) == 4 * 4 * 3          # models x (3 backends + control) x launches
+    first = [p.backend for p in time_cells if p.model == "QWEN3_30B"]
+    assert first == ["echo", "ultraep", "moonep", "echo~control",
+                     "ultraep", "moonep", "echo~control", "echo",
+                     "moonep", "echo~control", "echo", "ultraep"]

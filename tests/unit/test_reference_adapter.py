@@ -84,6 +84,29 @@ def test_bad_flag_exits_2_before_torch_loads():
     assert proc.returncode == 2 and "divisible" in proc.stderr
 
 
+def test_extra_dispatch_passes_option_is_off_by_default_and_passed_when_set():
+    assert build_parser().parse_args(["--layers", "1", "--hidden", "8", "--experts", "4",
+                                      "--topk", "2", "--expert-ffn", "8", "--seq", "8",
+                                      "--ep", "2"]).extra_dispatch_passes == 0
+    argv = load_backend(BackendConfig("echo", "reference", "echo")).command(_req()).argv
+    assert "--extra-dispatch-passes" not in argv
+    cfg = BackendConfig("slow", "reference", "echo", options={"extra_dispatch_passes": 2})
+    a = build_parser().parse_args(load_backend(cfg).command(_req()).argv[3:])
+    assert a.extra_dispatch_passes == 2
+
+
+def test_measure_cells_record_their_routing_for_the_forecast():
+    cfg = BackendConfig("echo", "reference", "echo")
+    argv = load_backend(cfg).command(_req()).argv
+    assert argv[argv.index("--record-trace") + 1] == str(Path("/tmp/cell/routing_trace.jsonl"))
+    assert "--record-trace" not in load_backend(cfg).command(_req("validate")).argv
+    off = BackendConfig("echo", "reference", "echo", options={"record_routing": False})
+    assert "--record-trace" not in load_backend(off).command(_req()).argv
+    mine = BackendConfig("echo", "reference", "echo", options={"record_trace": "/x.jsonl"})
+    argv = load_backend(mine).command(_req()).argv
+    assert argv.count("--record-trace") == 1 and "/x.jsonl" in argv
+
+
 def test_planner_memory_and_routing_options_reach_the_worker():
     cfg = BackendConfig("echo", "reference", "echo",
                         options={"planner": {"threshold_multiplier": 0.1},

@@ -1,20 +1,15 @@
-"""Reference backend routing: determinism, distinct top-k, router dtype, skew, traces."""
+"""Reference backend routing: determinism, distinct top-k, router dtype, skew (traces: test_reference_traces.py)."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 import torch
 
 from backends.reference.routing import (
-    TraceError,
     demand_per_rank,
     destination_counts,
     expert_popularity,
-    load_trace,
     route,
-    write_trace,
 )
 
 ARGS = dict(seed=7, model="M", layer=2, iteration=1, rank=0, tokens=64, experts=16, topk=4,
@@ -61,47 +56,3 @@ def test_destination_counts_contiguous_placement():
     assert destination_counts(ids, experts=8, ep=2).tolist() == [3, 3]
     assert destination_counts(ids, experts=8, ep=4).tolist() == [1, 2, 2, 1]
     assert demand_per_rank([ids, ids], 8, 4).tolist() == [2, 4, 4, 2]
-
-
-def test_trace_round_trip(tmp_path):
-    recs = [(it, layer, rank, route(**{**ARGS, "iteration": it, "layer": layer,
-                                       "rank": rank}).ids.tolist())
-            for it in range(2) for layer in (1, 2) for rank in range(2)]
-    path = tmp_path / "t.jsonl"
-    write_trace(path, 16, 4, 64, reversed(recs))
-    tr = load_trace(path, 16, 4, 64)
-    for it, layer, rank, ids in recs:
-        assert tr.lookup(it, layer, rank)[0].tolist() == ids
-    assert tr.lookup(5, 2, 1)[0].tolist() == recs[7][3]    # iteration 5 cycles to 1
-    with pytest.raises(TraceError, match="layer=9"):
-        tr.lookup(0, 9, 0)
-
-
-def _trace(tmp_path, header, record):
-    path = tmp_path / "bad.jsonl"
-    path.write_text(json.dumps(header) + "\n" + json.dumps(record) + "\n")
-    return path
-
-
-HEADER = {"format": "epcap-routing-trace", "version": 1, "experts": 4, "topk": 2, "tokens": 2}
-
-
-@pytest.mark.parametrize("header,record,where", [
-    ({**HEADER, "topk": 3}, {}, ":1: topk:"),
-    ({**HEADER, "format": "x"}, {}, ":1: format:"),
-    (HEADER, {"iter": 0, "layer": 0, "rank": 0, "topk_ids": [[0, 0], [1, 2]]}, ":2: topk_ids:"),
-    (HEADER, {"iter": 0, "layer": 0, "rank": 0, "topk_ids": [[0, 4], [1, 2]]}, ":2: topk_ids:"),
-    (HEADER, {"iter": 0, "layer": 0, "rank": 0, "topk_ids": [[0, 1]]}, ":2: topk_ids:"),
-    (HEADER, {"iter": -1, "layer": 0, "rank": 0, "topk_ids": [[0, 1], [1, 2]]}, ":2: iter:"),
-    (HEADER, {"iter": 0, "layer": 0, "rank": 0, "topk_ids": [[0, 1], [1, 2]],
-              "topk_weights": [[1.0]]}, ":2: topk_weights:"),
-])
-def test_bad_traces_name_line_and_field(tmp_path, header, record, where):
-    with pytest.raises(TraceError, match=where):
-        load_trace(_trace(tmp_path, header, record), 4, 2, 2)
-
-
-def test_good_minimal_trace_loads(tmp_path):
-    rec = {"iter": 0, "layer": 0, "rank": 0, "topk_ids": [[0, 1], [3, 2]]}
-    tr = load_trace(_trace(tmp_path, HEADER, rec), 4, 2, 2)
-    assert tr.lookup(0, 0, 0)[0].tolist() == [[0, 1], [3, 2]]

@@ -69,6 +69,26 @@ TIMING = [
     ("QWEN2_57B", "moonep", "2.125", "4352", "does_not_fit", "", "", "", "", "", "", ""),
 ]
 
+COMPARISON_COLS = ("campaign", "model", "backend", "baseline", "phase", "launches",
+                   "ratio_median", "ci_low", "ci_high", "cv_backend", "cv_baseline", "verdict",
+                   "reason")
+COMPARISON = [
+    ("QWEN3_30B", "ultraep", "echo", "dispatch", "3", "1.215", "1.1", "1.34", "0.02", "0.03",
+     "slower", "95% CI [1.1000, 1.3400] above 1"),
+    ("QWEN3_30B", "ultraep", "echo", "combine", "3", "1.02", "0.9", "1.15", "0.02", "0.03",
+     "indistinguishable", "95% CI [0.9000, 1.1500] includes 1"),
+    ("QWEN3_30B", "moonep", "echo", "dispatch", "3", "1.021", "0.7", "1.5", "0.09", "0.03",
+     "too_noisy", "cv_backend 0.0900 > max_cv 0.05"),
+    ("QWEN3_30B", "moonep", "echo", "combine", "3", "1.59", "1.4", "1.8", "0.02", "0.03",
+     "slower", "95% CI [1.4000, 1.8000] above 1"),
+    ("QWEN3_30B", "echo~control", "echo", "dispatch", "3", "1.01", "0.95", "1.07", "0.02",
+     "0.03", "indistinguishable", "95% CI [0.9500, 1.0700] includes 1"),
+    ("QWEN3_30B", "echo~control", "echo", "combine", "3", "1.12", "1.05", "1.2", "0.02",
+     "0.03", "slower", "95% CI [1.0500, 1.2000] above 1"),
+    ("QWEN2_57B", "moonep", "echo", "dispatch", "0", "", "", "", "", "", "",
+     "no usable launch (timing status does_not_fit)"),
+]
+
 
 def cell_name(model, backend, purpose, cap, attempt) -> str:
     """SPEC 4 cell directory name (tag: '.' -> 'p', at least two decimals)."""
@@ -165,6 +185,8 @@ def make_sample(root: Path, extras: bool = True) -> Path:
     _tsv(res / "capacity_attempts.tsv", a_cols, attempts)
     _tsv(res / "capacity_selection.tsv", SPEC_SELECTION, sel_rows)
     _tsv(res / "timing.tsv", t_cols, tim_rows)
+    _tsv(res / "comparison.tsv", COMPARISON_COLS, [
+        dict(zip(COMPARISON_COLS, ("sample",) + c, strict=True)) for c in COMPARISON])
     (res / "provenance.txt").write_text(
         "harness_version: 0.1.0\nharness_commit: abc1234\nhostnames: node1\n"
         "gpu_model: no-gpu\ntorch: 2.13.0\n"
@@ -320,30 +342,37 @@ def test_numbers_in_report_equal_the_tsvs(built):
     assert mismatches(text.replace("| 1.234 ", "| 1.23  "), res) != []
 
 
-def test_emulation_is_named_and_timing_has_noise_column(built):
+def test_emulation_is_named_and_timing_shows_verdicts_with_ci(built):
     _, path, _ = built
     text = path.read_text()
     assert "backend_impl=reference" in text and "not ECHO, UltraEP or MoonEP" in text
-    headers, rows = next((h, r) for h, r in md_tables(text) if "dispatch Δ vs ECHO" in h)
+    assert "EXCEEDS" not in text and "within noise" not in text
+    headers, rows = next((h, r) for h, r in md_tables(text) if "dispatch vs echo" in h)
     col = {(r[0], r[1]): dict(zip(headers, r, strict=True)) for r in rows}
-    # QWEN3_30B ultraep dispatch 1.5 vs echo 1.234: +21.56% > max(3.5, 4.25)
-    assert col[("QWEN3_30B", "ultraep")]["dispatch Δ vs ECHO"].startswith("+21.56% vs floor 4.25%: EXCEEDS")
-    # moonep dispatch 1.26 vs 1.234: +2.11% < 3.5
-    assert "within noise" in col[("QWEN3_30B", "moonep")]["dispatch Δ vs ECHO"]
-    assert col[("QWEN2_57B", "moonep")]["dispatch Δ vs ECHO"] == "n/a: does_not_fit"
-    assert col[("QWEN2_57B", "echo")]["combine Δ vs ECHO"] == "baseline"
+    assert col[("QWEN3_30B", "ultraep")]["dispatch vs echo"] == \
+        "slower ×1.215 (95% CI 1.100–1.340)"
+    assert col[("QWEN3_30B", "moonep")]["dispatch vs echo"].startswith(
+        "too_noisy ×1.021 (95% CI 0.700–1.500); cv_backend 0.0900 > max_cv 0.05")
+    assert col[("QWEN2_57B", "moonep")]["dispatch vs echo"] == \
+        "n/a: no usable launch (timing status does_not_fit)"
+    assert col[("QWEN2_57B", "echo")]["combine vs echo"] == "baseline"
+    assert col[("QWEN2_57B", "ultraep")]["dispatch vs echo"] == "n/a: no comparison row"
 
 
-def test_noise_floor_rule_boundary():
-    # |Δ| equal to the larger floor (exact in binary: 12.5%) is not a difference; above is
-    assert rp.exceeds_noise(8.0, 9.0, 12.5, 5.0) == (12.5, False)
-    assert rp.exceeds_noise(8.0, 9.001, 12.5, 5.0)[1] is True
-    assert rp.exceeds_noise(8.0, 6.999, 5.0, 12.5)[1] is True           # faster counts too
-    assert rp.exceeds_noise(8.0, 7.0, 5.0, 12.5) == (-12.5, False)
-    # the larger floor rules: 8% is within max(5, 10) though above min(5, 10)
-    delta, over = rp.exceeds_noise(10.0, 10.8, 5.0, 10.0)
-    assert delta == pytest.approx(8.0) and over is False
-    assert abs(delta) > min(5.0, 10.0)                                   # a min() bug would flag it
+def test_control_that_is_not_indistinguishable_marks_the_table_unreliable(built):
+    _, path, _ = built
+    text = path.read_text()
+    assert "**The whole timing table is unreliable:**" in text
+    assert "QWEN3_30B echo~control combine: slower" in text
+    assert "QWEN3_30B echo~control dispatch" not in text.split("unreliable:**")[1].split("|")[0]
+
+
+def test_report_without_comparison_tsv_says_so(tmp_path):
+    res = make_sample(tmp_path)
+    (res / "comparison.tsv").unlink()
+    text = rp.build_report(res).read_text()
+    assert "not available: comparison.tsv not found" in text
+    assert "n/a: no comparison.tsv" in text and "unreliable" not in text
 
 
 def test_demand_tsv_is_tidy_and_complete(built):

@@ -8,6 +8,7 @@ from pathlib import Path
 from harness.events import EventLog, campaign_stats, eta_error_at, read_events, repair_tail
 from harness.results import (
     ATTEMPT_COLUMNS,
+    COMPARISON_COLUMNS,
     SELECTION_COLUMNS,
     TIMING_COLUMNS,
     append_row,
@@ -24,7 +25,9 @@ SPEC_SELECTION = ("campaign model backend required_capacity peak_actual_valid_re
                   "over_provision validated validate_attempts timing_capacity").split()
 SPEC_TIMING = ("campaign model backend timing_capacity budget_tokens status trials iters "
                "dispatch_ms_median dispatch_ms_p90 combine_ms_median combine_ms_p90 step_cv "
-               "noise_floor_pct algbw_gbps peak_mem_bytes cell_dir").split()
+               "noise_floor_pct algbw_gbps peak_mem_bytes cell_dir launches").split()
+SPEC_COMPARISON = ("campaign model backend baseline phase launches ratio_median ci_low ci_high "
+                   "cv_backend cv_baseline verdict").split()
 
 
 def test_columns_follow_spec_order_extras_at_end():
@@ -34,6 +37,8 @@ def test_columns_follow_spec_order_extras_at_end():
     assert list(TIMING_COLUMNS[:len(SPEC_TIMING)]) == SPEC_TIMING
     assert TIMING_COLUMNS[len(SPEC_TIMING):] == ("dispatch_ms_p10", "combine_ms_p10", "timer",
                                                  "backend_impl")
+    assert list(COMPARISON_COLUMNS[:len(SPEC_COMPARISON)]) == SPEC_COMPARISON
+    assert COMPARISON_COLUMNS[len(SPEC_COMPARISON):] == ("reason",)
 
 
 def test_cell_text():

@@ -159,3 +159,31 @@ def test_backend_options_are_typed_and_cluster_modules_are_found(tmp_path):
     with pytest.raises(BadInput, match="no backend module 'backends.nosuch'") as info:
         load_runbook(write(tmp_path, body))
     assert info.value.field == "backends[0].module"
+
+
+def test_timing_defaults_and_shipped_settings(tmp_path):
+    t = load_runbook(write(tmp_path, BASE)).timing
+    assert (t.launches, t.baseline, t.max_cv, t.control) == (3, None, 0.05, False)
+    rb = load_runbook(write(tmp_path, BASE + "  - {name: ultra, kind: reference, module: "
+                            "ultraep}\ntiming: {baseline: ultra, launches: 5, max_cv: 0.1, "
+                            "control: true}\n"))
+    assert rb.baseline == "ultra" and rb.timing.launches == 5 and rb.timing.control
+    assert rb.backend("ultra~control").name == "ultra"
+    local = load_runbook(ROOT / "runbooks" / "local-cpu.yaml").timing
+    assert (local.launches, local.max_cv, local.control) == (3, 0.25, True)
+    tier = load_runbook(ROOT / "runbooks" / "tierb-b200-gbs8.yaml").timing
+    assert (tier.launches, tier.max_cv, tier.control) == (3, 0.05, True)
+
+
+@pytest.mark.parametrize("body, field, words", [
+    (BASE + "timing: {launches: 0}\n", "timing.launches", ">= 1"),
+    (BASE + "timing: {max_cv: 0}\n", "timing.max_cv", "positive"),
+    (BASE + "timing: {baseline: moonep}\n", "timing.baseline", "not a timed backend"),
+    (BASE + "timing: {control: maybe}\n", "timing.control", "true or false"),
+    (BASE + "  - {name: echo~control, kind: reference, module: echo}\n", "backends[1].name",
+     "reserved"),
+])
+def test_timing_errors_name_the_field(tmp_path, body, field, words):
+    with pytest.raises(BadInput, match=words) as info:
+        load_runbook(write(tmp_path, body))
+    assert info.value.field == field

@@ -1,0 +1,117 @@
+"""harness.verdicts: arms, rotated launch order, comparison rows, the A/A control check."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import stats, verdicts
+
+
+def timing(d: list[float], c: list[float]) -> dict:
+    return {"per_trial": [{"dispatch_ms_median": x, "combine_ms_median": y}
+                          for x, y in zip(d, c, strict=True)],
+            "dispatch_ms_median": sorted(d)[len(d) // 2], "combine_ms_median": sorted(c)[len(c) // 2],
+            "step_cv": 0.1, "peak_mem_bytes": 10, "trials": len(d), "iters": 3,
+            "timer": "perf_counter", "backend_impl": "reference"}
+
+
+def test_arms_default_baseline_and_control():
+    assert verdicts.arms(["echo", "ultraep", "moonep"], None, True) == \
+        ("echo", ["echo", "ultraep", "moonep", "echo~control"])
+    assert verdicts.arms(["echo", "ultraep"], "ultraep", False) == ("ultraep", ["echo", "ultraep"])
+    with pytest.raises(ValueError, match="not a timed backend"):
+        verdicts.arms(["echo"], "moonep", True)
+    assert verdicts.backend_of("echo~control") == "echo" and verdicts.backend_of("echo") == "echo"
+
+
+def test_rotated_order_puts_every_arm_first_once():
+    assert verdicts.rotation(["A", "B", "C"], 0) == ["A", "B", "C"]
+    assert verdicts.rotation(["A", "B", "C"], 1) == ["B", "C", "A"]
+    assert verdicts.rotation(["A", "B", "C"], 2) == ["C", "A", "B"]
+    sched = verdicts.schedule(["A", "B", "C"], 3)
+    assert [n for _, n in sched] == list("ABCBCACAB")
+    assert [i for i, _ in sched] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+
+
+def test_comparison_rows_per_arm_and_phase():
+    base = [timing([1.0, 1.01], [2.0, 2.02]), timing([1.0, 0.99], [2.0, 1.98]),
+            timing([1.01, 1.0], [2.01, 2.0])]
+    slow = [timing([2.0, 2.02], [2.0, 2.01]), timing([2.01, 1.99], [2.0, 1.99]),
+            timing([2.0, 2.01], [2.01, 2.0])]
+    rows = verdicts.comparison_rows("c", "M", {"echo": base, "moonep": slow,
+                                               "echo~control": base}, "echo", max_cv=0.05)
+    got = {(r["backend"], r["phase"]): r for r in rows}
+    assert set(got) == {("moonep", "dispatch"), ("moonep", "combine"),
+                        ("echo~control", "dispatch"), ("echo~control", "combine")}
+    assert got[("moonep", "dispatch")]["verdict"] == stats.SLOWER
+    assert got[("moonep", "dispatch")]["ratio_median"] == pytest.approx(2.0, rel=0.02)
+    assert got[("moonep", "combine")]["verdict"] == stats.INDISTINGUISHABLE
+    assert got[("echo~control", "dispatch")]["verdict"] == stats.INDISTINGUISHABLE
+    assert all(r["launches"] == 3 and r["baseline"] == "echo" for r in rows)
+    assert verdicts.control_check(rows) == (True, [])
+
+
+def test_unusable_launches_are_left_out_of_the_pairs():
+    base = [timing([1.0], [1.0]), timing([1.1], [1.1]), timing([0.9], [0.9])]
+    other = [timing([1.0], [1.0]), None, timing([0.9], [0.9])]
+    b, a = verdicts.paired(other, base, "dispatch")
+    assert b == [[1.0], [0.9]] and a == [[1.0], [0.9]]
+
+
+def test_arm_without_launches_gets_an_empty_row_with_the_reason():
+    base = [timing([1.0, 1.0], [1.0, 1.0])] * 2
+    rows = verdicts.comparison_rows("c", "M", {"echo": base, "moonep": [None, None]}, "echo",
+                                    why_missing={"moonep": "does_not_fit"})
+    assert [(r["verdict"], r["ratio_median"], r["launches"], r["reason"]) for r in rows] == \
+        [(None, None, 0, "does_not_fit")] * 2
+
+
+def test_control_not_indistinguishable_marks_the_table_unreliable():
+    rows = [{"model": "M", "backend": "echo~control", "phase": "dispatch",
+             "verdict": stats.TOO_NOISY, "reason": "cv"},
+            {"model": "M", "backend": "echo~control", "phase": "combine",
+             "verdict": stats.INDISTINGUISHABLE, "reason": ""},
+            {"model": "M", "backend": "moonep", "phase": "dispatch", "verdict": stats.SLOWER,
+             "reason": ""}]
+    ok, problems = verdicts.control_check(rows)
+    assert not ok and len(problems) == 1 and "echo~control dispatch: too_noisy" in problems[0]
+
+
+def test_aggregate_over_launches():
+    ts = [timing([1.0, 1.2], [2.0, 2.0]), timing([3.0, 3.0], [2.0, 2.0]),
+          timing([2.0, 2.0], [2.0, 2.0])]
+    ts[1]["peak_mem_bytes"] = 99
+    agg = verdicts.aggregate(ts)
+    assert agg["launches"] == 3 and agg["dispatch_ms_median"] == 2.0
+    assert agg["peak_mem_bytes"] == 99
+    assert agg["noise_floor_pct"] == pytest.approx(100 * (5.0 - 3.2) / 4.0)
+    one = verdicts.aggregate([{**ts[0], "noise_floor_pct": 7.5}])
+    assert one["launches"] == 1 and one["noise_floor_pct"] == 7.5
+    assert verdicts.aggregate([]) == {"launches": 0}
+    assert verdicts.launch_medians([ts[0], None], "combine") == [2.0, None]
+
+
+def test_report_lines_banner_table_and_cells():
+    rows = [{"model": "M", "backend": "moonep", "baseline": "echo", "phase": "dispatch",
+             "launches": "3", "ratio_median": "1.5", "ci_low": "1.2", "ci_high": "1.9",
+             "verdict": "slower", "reason": ""},
+            {"model": "M", "backend": "moonep", "baseline": "echo", "phase": "combine",
+             "launches": "3", "ratio_median": "1.0", "ci_low": "0.8", "ci_high": "1.3",
+             "verdict": "too_noisy", "reason": "cv_backend 0.3 > max_cv 0.05"},
+            {"model": "M", "backend": "echo~control", "baseline": "echo", "phase": "dispatch",
+             "launches": "3", "ratio_median": "1.2", "ci_low": "1.1", "ci_high": "1.3",
+             "verdict": "slower", "reason": ""},
+            {"model": "M", "backend": "x", "baseline": "echo", "phase": "dispatch",
+             "launches": "0", "verdict": "", "reason": "does_not_fit"}]
+    text = "\n".join(verdicts.report_lines(rows, 0.05))
+    assert "whole timing table is unreliable" in text and "echo~control dispatch: slower" in text
+    assert "slower ×1.500 (95% CI 1.200–1.900)" in text
+    assert "too_noisy ×1.000 (95% CI 0.800–1.300); cv_backend 0.3 > max_cv 0.05" in text
+    assert "n/a: does_not_fit" in text
+    ok_rows = [dict(rows[2], verdict="indistinguishable")]
+    assert "unreliable" not in "\n".join(verdicts.report_lines(ok_rows, 0.05))
+
+
+def test_row_keys_are_the_comparison_columns():
+    from harness.results import COMPARISON_COLUMNS
+    assert verdicts.ROW_KEYS == COMPARISON_COLUMNS
