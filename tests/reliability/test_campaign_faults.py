@@ -192,13 +192,14 @@ def test_full_disk_then_resume_after_freeing_space(tiny, tmp_path, reference, fa
         assert run(tiny, disk, "--until", "measure").code == 0
         kept = {k: v for k, v in tables(disk / "tiny").items()}
         filler = disk / "filler"
-        with open(filler, "wb") as fh:          # fill the disk to the last block
-            try:
-                while True:
-                    fh.write(b"\0" * 65536)
-                    fh.flush()
-            except OSError:
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT)     # unbuffered: fill to the last block
+        try:
+            while os.write(fd, b"\0" * 65536):
                 pass
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
         res = run(tiny, disk)
         assert_bad_input(res, "the disk is full", "rerun the same command")
         filler.unlink()
