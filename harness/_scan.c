@@ -274,8 +274,9 @@ static int parse_int(const char *p, Py_ssize_t n, int64_t *out) {
     return 1;
 }
 
-/* Fields of a row: the first occurrence of each wanted key. Returns -1 on a non-ASCII byte
- * (str.split() would see Unicode white space), else the mask of keys whose value parsed. */
+/* Fields of a row. Returns -1 on a non-ASCII byte (str.split() would see Unicode white
+ * space) or a wanted key given twice (telemetry._fields: the row is malformed; Python
+ * judges it), else the mask of keys whose value parsed. */
 static int parse_fields(const char *s, const char *e, int only_rank, int64_t *vals,
                         unsigned *seen) {
     unsigned ok = 0;
@@ -289,7 +290,8 @@ static int parse_fields(const char *s, const char *e, int only_rank, int64_t *va
         }
         if (!eq) continue;
         int f = field_of(token, eq - token);
-        if (f < 0 || (*seen >> f & 1) || (only_rank && f != F_RANK)) continue;
+        if (f < 0 || (only_rank && f != F_RANK)) continue;
+        if (*seen >> f & 1) return -1;
         *seen |= 1u << f;
         ok |= (unsigned)parse_int(eq + 1, s - eq - 1, &vals[f]) << f;
     }
@@ -330,8 +332,20 @@ static Py_ssize_t next_hit(const char *b, Py_ssize_t n, Py_ssize_t pos, const ta
     return cache[*which];
 }
 
+/* Whether [p, e) holds a token whose key is one of the six fields (a repeat). */
+static int has_field(const char *p, const char *e) {
+    while (p < e) {
+        while (p < e && SPACE[(unsigned char)*p]) p++;
+        const char *token = p, *eq = NULL;
+        for (; p < e && !SPACE[(unsigned char)*p]; p++)
+            if (*p == '=' && !eq) eq = p;
+        if (eq && field_of(token, eq - token) >= 0) return 1;
+    }
+    return 0;
+}
+
 /* The usual row: " iter=I layer=L rank=R expected_recv=E actual_valid_recv=A budget=B"
- * then white space or the end. Its first occurrences are settled whatever follows. */
+ * then white space or the end, and no field repeated after it. */
 static int canonical(const char *p, const char *e, int64_t *v) {
     static const char *keys[NFIELDS] = {" iter=", " layer=", " rank=", " expected_recv=",
                                         " actual_valid_recv=", " budget="};
@@ -345,7 +359,7 @@ static int canonical(const char *p, const char *e, int64_t *v) {
         if (p == d || p - d > 18) return 0;
         v[i] = (int64_t)x;
     }
-    return (p == e || SPACE[(unsigned char)*p]) && v[F_EXP] != 0;
+    return (p == e || SPACE[(unsigned char)*p]) && v[F_EXP] != 0 && !has_field(p, e);
 }
 
 static int64_t count_newlines(const char *p, const char *e) {

@@ -12,7 +12,8 @@ from importlib import import_module
 import click
 
 from harness import __version__
-from harness.errors import EpcapError
+from harness.errors import EpcapError, boundary_message
+from harness.redact import redact_text
 from harness.vocab import LauncherState, Stage
 
 STAGES = Stage.values()
@@ -24,8 +25,11 @@ def _call(target: str, /, **kwargs) -> None:
     try:
         code = getattr(import_module(module), func)(**kwargs)
     except EpcapError as exc:
-        click.echo(f"epcap: error: {exc}", err=True)
+        click.echo(f"epcap: error: {redact_text(str(exc))}", err=True)
         sys.exit(exc.exit_code)
+    except (OSError, UnicodeError, RecursionError, OverflowError, MemoryError) as exc:
+        click.echo(f"epcap: error: {redact_text(boundary_message(exc))}", err=True)
+        sys.exit(2)
     sys.exit(code or 0)
 
 

@@ -8,6 +8,7 @@ import os
 from decimal import Decimal
 from pathlib import Path
 
+from harness import bounds
 from harness import capacity as cap
 from harness.errors import BadInput
 from harness.telemetry import LogSummary, summarize
@@ -19,10 +20,27 @@ def _emit(doc: dict) -> None:
 
 
 def _positive(**options: int | None) -> None:
-    """Every named option must be a positive integer."""
+    """Every named option must be a positive integer within its documented range."""
     for name, value in options.items():
         if value is not None and value <= 0:
             raise BadInput(f"must be a positive integer, got {value}", field=f"--{name}")
+        _in_range(name, value)
+
+
+_RANGE_OF = {"mbs": "micro_batch", "pad-multiple": "pad_multiple"}
+
+
+def _in_range(option: str, value: float | None, high: float | None = None) -> None:
+    """BadInput naming --option when `value` is above its maximum (harness.bounds; the
+    lower bounds have their own messages)."""
+    if value is None:
+        return
+    if high is not None and value > high:
+        raise BadInput(f"must be at most {high}, got {bounds._short(value)}",
+                       field=f"--{option}")
+    why = bounds.problem(_RANGE_OF.get(option, option), value) if high is None else None
+    if why is not None:
+        raise BadInput(why, field=f"--{option}")
 
 
 def _mode(required: float | None, peak: int | None, check: str | None) -> str:
@@ -50,6 +68,15 @@ def cli_capacity(seq: int, mbs: int, topk: int, required: float | None = None,
     _positive(seq=seq, mbs=mbs, topk=topk, **{"pad-multiple": pad_multiple})
     if decimals is not None and decimals < 0:
         raise BadInput(f"must be >= 0, got {decimals}", field="--decimals")
+    _in_range("decimals", decimals, bounds.MAX_DECIMALS)
+    _in_range("peak", peak, bounds.MAX_TELEMETRY_INT)
+    if required is not None and math.isfinite(required) and required > bounds.MAX_CAPACITY:
+        raise BadInput(f"must be at most {bounds.MAX_CAPACITY}, got {bounds._short(required)}",
+                       field="--required")
+    if check is not None and (len(check) > bounds.MAX_CAPACITY_CHARS
+                              or cap.to_decimal(check) > bounds.MAX_CAPACITY):
+        raise BadInput(f"must be a capacity of at most {bounds.MAX_CAPACITY} and "
+                       f"{bounds.MAX_CAPACITY_CHARS} characters", field="--check")
     mode = _mode(required, peak, check)
     uniform = cap.uniform_tokens(seq, mbs, topk)
     if mode == "check":
@@ -128,6 +155,7 @@ def cli_parse(logs: tuple[str, ...], warmup: int = 0, as_json: bool = False) -> 
     """Summarize each log; with several logs also the combined run (one stream)."""
     if warmup < 0:
         raise BadInput(f"must be >= 0, got {warmup}", field="--warmup")
+    _in_range("warmup", warmup, bounds.MAX_TELEMETRY_INT)
     if not logs:
         raise BadInput("no log given", field="LOG")
     for path in logs:

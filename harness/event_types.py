@@ -136,6 +136,7 @@ class StageDone(EventRecord):
     runs_done: int = 0
     runs_left: int = 0
     stage: str = ""
+    runs_complete: bool = False      # every run is done; the report (then campaign_done) follows
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterable
 
+from harness.redact import redact_text
 from harness.vocab import DURATION_CLASS
 
 SHRINK = 0.1            # pseudo-observations pulling each factor toward 0 (stability)
@@ -145,7 +146,8 @@ class ProgressView:
         self.started = time.monotonic()
 
     def line(self, text: str) -> None:
-        """One plain line (printed above the bars when they are shown)."""
+        """One plain line (printed above the bars when they are shown), secrets redacted."""
+        text = redact_text(text)
         if self._progress is not None:
             self._progress.console.print(text, highlight=False, markup=False)
         else:

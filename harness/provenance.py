@@ -26,11 +26,15 @@ from pathlib import Path
 
 from harness import __version__
 from harness.errors import BadInput
+from harness.redact import (  # noqa: F401  (re-exported: provenance is where callers look)
+    REDACTED,
+    is_secret_name,
+    redact_argv,
+    scrub,
+    secret_values,
+)
 from harness.results import write_text_atomic
 
-SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
-REDACTED = "REDACTED"        # shell-safe: shlex.join leaves it unquoted
-MIN_SCRUB_LEN = 8            # shorter secret values cannot be told from words like "true"
 READ_CAP_BYTES = 1 << 20     # provenance.txt of an upload is untrusted: read at most 1 MiB
 GIT_TIMEOUT_S = 10.0
 ENV_NAMES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
@@ -38,48 +42,6 @@ ENV_NAMES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
              "SLURM_JOB_NODELIST", "SLURM_NNODES", "SLURM_NTASKS", "WORLD_SIZE")
 ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "NVSHMEM_", "UCX_")
 NVSHMEM_PACKAGES = ("nvidia-nvshmem-cu12", "nvidia-nvshmem-cu13", "nvidia-nvshmem")
-
-
-def is_secret_name(name: str) -> bool:
-    """True for environment variable names that may hold a secret (docs/spec.md: provenance)."""
-    upper = name.upper()
-    return any(word in upper for word in SECRET_WORDS)
-
-
-def secret_values(environ: dict[str, str] | None = None) -> list[str]:
-    """Values of secret-named variables long enough to scrub, longest first."""
-    env = os.environ if environ is None else environ
-    values = {v for k, v in env.items() if is_secret_name(k) and len(v) >= MIN_SCRUB_LEN}
-    return sorted(values, key=len, reverse=True)
-
-
-def scrub(text: str, secrets: list[str]) -> str:
-    """Replace every occurrence of a secret value in text."""
-    for value in secrets:
-        text = text.replace(value, REDACTED)
-    return text
-
-
-def redact_argv(argv: list[str], secrets: list[str]) -> list[str]:
-    """Scrub secret values, and the value of any option named like a secret (--token X)."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        if arg.startswith("-"):
-            name, eq, _ = arg.lstrip("-").partition("=")
-            if is_secret_name(name.replace("-", "_")):
-                if eq:
-                    out.append(arg.split("=", 1)[0] + "=" + REDACTED)
-                else:
-                    out.append(arg)
-                    hide_next = True
-                continue
-        out.append(scrub(arg, secrets))
-    return out
 
 
 def run_git(repo: Path, *args: str,

@@ -19,11 +19,13 @@ from urllib.parse import urlsplit
 from harness.audit import AuditResult, audit_target
 from harness.errors import BadInput
 from harness.provenance import secret_values
+from harness.redact import find_secrets, redact_text
 from harness.results import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV, read_rows
 
 REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 DIGESTED = (ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV, "provenance.txt", "runbook.yaml")
 SCAN_BLOCK = 1 << 20
+TOKEN_OVERLAP = 256             # a token shape split across two blocks is still found
 
 
 def refusal(result: AuditResult) -> list[str]:
@@ -56,21 +58,23 @@ def local_files(root: Path) -> tuple[list[str], list[str]]:
 
 
 def files_with_secrets(root: Path, files: list[str]) -> list[str]:
-    """Files containing the value of a secret-named environment variable (never uploaded)."""
-    needles = [v.encode() for v in secret_values()]
-    if not needles:
-        return []
-    overlap = max(len(n) for n in needles) - 1
+    """Files whose name or content holds a secret: the value of a secret-named environment
+    variable or a token shape (`hf_...`, harness.redact.TOKEN_PATTERN); never uploaded."""
+    secrets = secret_values()
+    overlap = max([len(v) for v in secrets] + [TOKEN_OVERLAP]) - 1
     leaks = []
     for rel in files:
+        if find_secrets(rel.encode(), secrets):
+            leaks.append(rel)
+            continue
         tail = b""
         with open(root / rel, "rb") as handle:
             for block in iter(lambda h=handle: h.read(SCAN_BLOCK), b""):
                 window = tail + block
-                if any(n in window for n in needles):
+                if find_secrets(window, secrets):
                     leaks.append(rel)
                     break
-                tail = window[-overlap:] if overlap else b""
+                tail = window[-overlap:]
     return leaks
 
 
@@ -154,8 +158,8 @@ def cli_publish(results_dir: str, repo: str, dry_run: bool = False) -> int:
     files, skipped = local_files(root)
     leaks = files_with_secrets(root, files)
     if leaks:
-        return say_refused([f"{f} contains the value of a secret-named environment variable"
-                            for f in leaks])
+        return say_refused([f"{redact_text(f)} contains the value of a secret-named environment "
+                            "variable or a token shape (hf_...); redact it before publishing" for f in leaks])
     prefix = target_prefix(root)
     existing, problem = existing_paths(repo)
     if existing is not None and any(p.startswith(prefix) for p in existing):

@@ -53,6 +53,15 @@ def backend_module(kind: str, module: str, name: str = "") -> ModuleType:
                        field="backends") from exc
 
 
+def module_problem(kind: str, module: str, name: str = "") -> str | None:
+    """Why `module:` names nothing this backend module runs (a module's MODULES list), or
+    None: checked at load so a bad entry fails with file:line before anything is written."""
+    known = getattr(backend_module(kind, module, name), "MODULES", None)
+    if known is not None and module not in known:
+        return f"{module!r} is not one of {list(known)}"
+    return None
+
+
 def options_type(kind: str, module: str, name: str = "") -> type:
     """The options dataclass a backend declares (module attribute OPTIONS)."""
     mod = backend_module(kind, module, name)

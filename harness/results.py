@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import IO
 
 from harness.errors import BadInput
+from harness.redact import redact_text
+from harness.safeio import TABLE_MAX_BYTES, read_bytes
 
 ATTEMPT_COLUMNS = (
     "campaign", "model", "backend", "purpose", "attempt", "capacity", "capacity_tag",
@@ -62,7 +64,7 @@ def cell_text(value) -> str:
         return "true" if value else "false"
     if isinstance(value, float):
         return repr(round(value, 6))
-    text = str(value)
+    text = redact_text(str(value))
     return text.replace("\t", " ").replace("\r", " ").replace("\n", " ")
 
 
@@ -146,11 +148,11 @@ def read_table(path: Path, required: Iterable[str] = ()) -> Table | None:
     path = Path(path)
     if not path.is_file():
         return None
-    table = parse_table(str(path), path.read_bytes(), strict=True)
+    table = parse_table(str(path), read_bytes(path, max_bytes=TABLE_MAX_BYTES), strict=True)
     missing = [c for c in required if c not in table.columns]
-    if missing:
-        raise BadInput(f"missing column (have: {', '.join(table.columns)})", path=str(path),
-                       line=1, field=missing[0])
+    if missing:     # the header is not quoted: a linked file may be anything
+        raise BadInput(f"missing column ({len(table.columns)} columns in the header; is it a "
+                       "results TSV?)", path=str(path), line=1, field=missing[0])
     return table
 
 

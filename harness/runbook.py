@@ -12,10 +12,11 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from harness import bounds
 from harness.capacity import format_capacity, next_executable
 from harness.errors import BadInput
 from harness.heldout import TARGET_PEAK, ValidateConfig, parse_target, resolve_validate
-from harness.registry import BACKEND_KINDS, module_name, options_type
+from harness.registry import BACKEND_KINDS, module_name, module_problem, options_type
 from harness.vocab import CONTROL_SUFFIX
 from harness.yamldoc import Doc as _Doc
 from harness.yamldoc import check_type as _check_type
@@ -23,6 +24,7 @@ from harness.yamldoc import fields_from as _fields_from
 from harness.yamldoc import mapping as _mapping
 from harness.yamldoc import read_doc as _read_doc
 from harness.yamldoc import require as _require
+from harness.yamldoc import shown as _shown
 
 
 @dataclass(frozen=True)
@@ -183,14 +185,16 @@ LAUNCHERS = ("local", "slurm")
 def canonical_capacity(doc: _Doc, value, where: tuple) -> str:
     """A capacity as a decimal string with at least two decimals: 2 / 2.0 / "2" -> "2.00"."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise doc.error(where, f"must be a decimal capacity like \"2.00\", got {value!r}")
+        raise doc.error(where, f"must be a decimal capacity like \"2.00\", got {_shown(doc, value)}")
     text = doc.raw.get(where, str(value)).strip() if not isinstance(value, str) else value.strip()
     try:
         dec = Decimal(text)
     except InvalidOperation as exc:
-        raise doc.error(where, f"must be a decimal capacity like \"2.00\", got {value!r}") from exc
-    if not dec.is_finite() or dec <= 0:
-        raise doc.error(where, f"must be a positive capacity, got {value!r}")
+        raise doc.error(where, f"must be a decimal capacity like \"2.00\", got {_shown(doc, value)}") from exc
+    if not dec.is_finite() or dec <= 0 or dec > bounds.MAX_CAPACITY \
+            or len(text) > bounds.MAX_CAPACITY_CHARS:
+        raise doc.error(where, f"must be a positive capacity of at most {bounds.MAX_CAPACITY} "
+                        f"and {bounds.MAX_CAPACITY_CHARS} characters, got {_shown(doc, text)}")
     return format_capacity(format(dec, "f"))
 
 
@@ -198,9 +202,15 @@ def _models(doc: _Doc, data: dict, base: Path) -> tuple[ModelSpec, ...]:
     zoo_rel = data.get("models_file", "models.yaml")
     if not isinstance(zoo_rel, str):
         raise doc.error(("models_file",), f"must be a path string, got {zoo_rel!r}")
-    zoo_doc = _read_doc((base / zoo_rel), "models_file")
-    zoo_raw = _mapping(zoo_doc, zoo_doc.data, (), ("models",)).get("models")
-    zoo = _mapping(zoo_doc, zoo_raw, ("models",), None)
+    zoo_doc = _read_doc((base / zoo_rel), "models_file", quote=False)
+    if not isinstance(zoo_doc.data, dict) or set(zoo_doc.data) != {"models"} \
+            or not isinstance(zoo_doc.data["models"], dict):
+        # not (yet) known to be a models file: say nothing of what it holds
+        raise BadInput("not a models file: expected one top-level key `models:` mapping model "
+                       "names to their fields (see docs/runbook.md)", path=str(zoo_doc.path),
+                       line=1, field="models_file")
+    zoo_doc.quote = True
+    zoo = _mapping(zoo_doc, zoo_doc.data["models"], ("models",), None)
     entries = data["models"]
     if not isinstance(entries, list) or not entries:
         raise doc.error(("models",), "must be a non-empty list of model names or {name: ...}")
@@ -258,9 +268,9 @@ def _backends(doc: _Doc, data: dict) -> tuple[BackendConfig, ...]:
         if fields["kind"] not in BACKEND_KINDS:
             raise doc.error(where + ("kind",), "must be reference or cluster or megatron-core")
         fields.setdefault("module", fields["name"])
-        fields["options"] = _backend_options(doc, entry, fields, where)
         if any(b.name.lower() == fields["name"].lower() for b in out):
             raise doc.error(where + ("name",), f"backend {fields['name']!r} listed twice")
+        fields["options"] = _backend_options(doc, entry, fields, where)
         out.append(BackendConfig(**fields))
     if not any(b.select for b in out):
         raise doc.error(("backends",), "at least one backend needs select: true")
@@ -275,6 +285,9 @@ def _backend_options(doc: _Doc, entry: dict, fields: dict, where: tuple):
     except BadInput as exc:
         raise doc.error(where + ("module",), f"no backend module {module_name(kind, module)!r} "
                         f"for backend {name!r}") from exc
+    why = module_problem(kind, module, name)
+    if why is not None:
+        raise doc.error(where + ("module",), f"backend {name!r}: {why}")
     where = where + ("options",)
     kwargs = _fields_from(doc, cls, entry.get("options"), where)
     try:
@@ -299,10 +312,11 @@ def _capacity(doc: _Doc, data: dict) -> CapacityConfig:
     grid = raw.get("grid", "exact")
     if grid == "exact":
         fields["decimals"] = None
-    elif isinstance(grid, str) and grid.startswith("decimals-") and grid[9:].isdigit():
+    elif isinstance(grid, str) and grid.startswith("decimals-") and grid[9:].isdigit() \
+            and len(grid) < 12 and int(grid[9:]) <= bounds.MAX_DECIMALS:
         fields["decimals"] = int(grid[9:])
     else:
-        raise doc.error(where + ("grid",), f"must be exact or decimals-<D>, got {grid!r}")
+        raise doc.error(where + ("grid",), f"must be exact or decimals-<D>, got {_shown(doc, grid)}")
     cfg = CapacityConfig(**fields)
     for name in ("pad_multiple",):
         if getattr(cfg, name) <= 0:
@@ -340,7 +354,7 @@ def _paths_map(doc: _Doc, data: dict, key: str, base: Path, resolve: bool) -> di
     out = {}
     for name, value in raw.items():
         if not isinstance(value, str):
-            raise doc.error((key, name), f"must be a path string, got {value!r}")
+            raise doc.error((key, name), f"must be a path string, got {_shown(doc, value)}")
         out[name] = (base / value).resolve() if resolve else value
     return out
 
@@ -385,8 +399,9 @@ def load_runbook(path: str | Path) -> Runbook:
     _require(doc, data, REQUIRED_TOP, ())
     base = path.parent
     campaign = _check_type(doc, data["campaign"], str, ("campaign",))
-    if not campaign or "/" in campaign or campaign.startswith(".") or not campaign.isprintable():
-        raise doc.error(("campaign",), f"must be a plain directory name, got {campaign!r}")
+    why = bounds.campaign_name_problem(campaign)
+    if why is not None:
+        raise doc.error(("campaign",), why)
     launcher = _check_type(doc, data.get("launcher", "local"), str, ("launcher",))
     if launcher not in LAUNCHERS:
         raise doc.error(("launcher",), "must be local or slurm")

@@ -80,20 +80,22 @@ def make_tags(tags: dict[str, str] | None = None) -> _Tags:
     setup = tags.get("setup", SETUP_TAG).encode()
     both = sorted((dispatch, setup), reverse=True)  # a tag's extension before the tag itself
     fast = (re.escape(dispatch) + rb" (iter=\d{1,18} layer=\d{1,18} rank=\d{1,18} "
-            rb"expected_recv=[1-9]\d{0,17} actual_valid_recv=\d{1,18} budget=\d{1,18})(?=\s)")
+            rb"expected_recv=[1-9]\d{0,17} actual_valid_recv=\d{1,18} budget=\d{1,18})(?=\s)"
+            rb"(?![^\n]*?(?<!\S)(?:iter|layer|rank|expected_recv|actual_valid_recv|budget)=)")
     alternatives = b"|".join(map(re.escape, both))
     setup_line = re.escape(setup) + rb"((?:(?!" + alternatives + rb")[^\n])*)"
     return _Tags(dispatch, setup, re.compile(alternatives), re.compile(fast),
                  re.compile(setup_line), dispatch in setup or setup in dispatch)
 
 
-def _fields(segment: bytes) -> dict[str, str]:
-    """key=value tokens of a row (first occurrence of a key wins; other tokens ignored)."""
-    out: dict[str, str] = {}
+def _fields(segment: bytes) -> dict[str, str | None]:
+    """key=value tokens of a row (other tokens ignored); a key given twice maps to None, so
+    a repeated field makes the row malformed instead of hiding one of its readings."""
+    out: dict[str, str | None] = {}
     for token in segment.decode("utf-8", "replace").split():
         key, sep, value = token.partition("=")
-        if sep and key not in out:
-            out[key] = value
+        if sep:
+            out[key] = None if key in out else value
     return out
 
 
@@ -103,8 +105,10 @@ def _dispatch_values(fields: dict[str, str]) -> tuple[int, ...] | str:
     for name in FIELDS:
         if name not in fields:
             return f"missing field {name}"
+        if fields[name] is None:
+            return f"repeated field {name}"
         if not _INT.fullmatch(fields[name]):
-            return f"non-integer value {name}={fields[name]!r}"
+            return f"non-integer value {name}={fields[name][:40]!r}"
         values.append(int(fields[name]))
     if values[3] == 0:
         return "expected_recv must be positive"
@@ -141,7 +145,7 @@ def _slow_block(block: bytes, first_line: int, tags: _Tags) -> _Block:
 
 def _setup_rank(segment: bytes) -> int | None:
     """The rank of a setup row (its text up to the next tag or newline), if it names one."""
-    rank = _fields(segment).get("rank", "")
+    rank = _fields(segment).get("rank") or ""
     return int(rank) if _INT.fullmatch(rank) else None
 
 

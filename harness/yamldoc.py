@@ -1,8 +1,5 @@
-"""A YAML document as plain values plus the line of every node, and checks of mappings and
-dataclass fields against it: every error is BadInput naming file:line: field.
-
-Used by the runbook loader (and backend options); bounded: the caller reads the file.
-"""
+"""A YAML document with the line of every node, and the checks that turn its values into
+typed fields with file:line: field errors (bounded: docs/reliability.md)."""
 
 from __future__ import annotations
 
@@ -13,22 +10,20 @@ from pathlib import Path
 
 import yaml
 
+from harness import bounds
 from harness.errors import BadInput
+from harness.safeio import RUNBOOK_MAX_BYTES, read_text
+from harness.safeyaml import compose
 
 
 class Doc:
     """A YAML document as plain Python values plus the line of every node (1-based)."""
 
-    def __init__(self, path: Path, text: str) -> None:
+    def __init__(self, path: Path, text: str, quote: bool = True) -> None:
         self.path = path
+        self.quote = quote          # False: a file not known to be ours; never echo its text
         self.lines: dict[tuple, int] = {}
-        try:
-            node = yaml.compose(text, Loader=yaml.SafeLoader)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-            line = mark.line + 1 if mark is not None else None
-            problem = getattr(exc, "problem", None) or str(exc)
-            raise BadInput(f"YAML syntax error: {problem}", path=str(path), line=line) from exc
+        node = compose(text, path, quote=quote)  # bounded: depth, aliases, recursion
         self.raw: dict[tuple, str] = {}
         self.data = self._build(node, ()) if node is not None else None
 
@@ -37,10 +32,11 @@ class Doc:
         if isinstance(node, yaml.MappingNode):
             out = {}
             for knode, vnode in node.value:
-                key = yaml.SafeLoader("").construct_object(knode)
+                key = self._construct(knode, where)
                 if key in out:
                     raise BadInput("duplicate key", path=str(self.path),
-                                   line=knode.start_mark.line + 1, field=fmt_where(where + (key,)))
+                                   line=knode.start_mark.line + 1,
+                                   field=fmt_where(where + (key,)) if self.quote else None)
                 self.lines[where + (key,)] = knode.start_mark.line + 1
                 out[key] = self._build(vnode, where + (key,))
                 self.lines[where + (key,)] = knode.start_mark.line + 1
@@ -49,7 +45,19 @@ class Doc:
             return [self._build(v, where + (i,)) for i, v in enumerate(node.value)]
         if isinstance(node, yaml.ScalarNode):
             self.raw[where] = node.value
-        return yaml.SafeLoader("").construct_object(node, deep=True)
+        return self._construct(node, where)
+
+    def _construct(self, node, where: tuple):
+        """One scalar (or key) as a Python value; BadInput at its line when it has none."""
+        try:
+            key = yaml.SafeLoader("").construct_object(node, deep=True)
+            hash(key)
+            return key
+        except (ValueError, TypeError, yaml.YAMLError):  # a 4300+ digit integer, a !tag
+            raise BadInput("YAML cannot construct this value (an unknown !tag, a number of "
+                           "over 4300 digits, a list as a key?)",
+                           path=str(self.path), line=node.start_mark.line + 1,
+                           field=fmt_where(where) if self.quote else None) from None
 
     def error(self, where: tuple, message: str) -> BadInput:
         """BadInput at the line of `where` (or its nearest parent that has one)."""
@@ -68,14 +76,9 @@ def fmt_where(where: tuple) -> str:
     return out
 
 
-def read_doc(path: Path, where_from: str | None = None) -> Doc:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise BadInput("file not found", path=str(path), field=where_from) from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"cannot read: {exc}", path=str(path), field=where_from) from exc
-    return Doc(path, text)
+def read_doc(path: Path, where_from: str | None = None, quote: bool = True) -> Doc:
+    """A bounded read (regular file, 1 MiB) of a runbook or models file."""
+    return Doc(path, read_text(path, max_bytes=RUNBOOK_MAX_BYTES, field=where_from), quote)
 
 
 def mapping(doc: Doc, value, where: tuple, allowed: tuple[str, ...] | None) -> dict:
@@ -108,19 +111,19 @@ def check_type(doc: Doc, value, want, where: tuple):
         return check_type(doc, value, inner[0], where)
     if want is bool:
         if not isinstance(value, bool):
-            raise doc.error(where, f"must be true or false, got {value!r}")
+            raise doc.error(where, f"must be true or false, got {shown(doc, value)}")
         return value
     if want is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise doc.error(where, f"must be an integer, got {value!r}")
-        return value
+            raise doc.error(where, f"must be an integer, got {shown(doc, value)}")
+        return _in_range(doc, value, where)
     if want is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise doc.error(where, f"must be a number, got {value!r}")
-        return float(value)
+            raise doc.error(where, f"must be a number, got {shown(doc, value)}")
+        return float(_in_range(doc, value, where))
     if want is str:
         if not isinstance(value, str):
-            raise doc.error(where, f"must be a string, got {value!r}")
+            raise doc.error(where, f"must be a string, got {shown(doc, value)}")
         return value
     if origin is tuple:
         if not isinstance(value, list):
@@ -134,6 +137,23 @@ def check_type(doc: Doc, value, want, where: tuple):
     if want is dict or origin is dict:
         return dict(mapping(doc, value, where, None))
     return value
+
+
+def _in_range(doc: Doc, value, where: tuple):
+    """`value` when finite and within the documented range of its field (harness.bounds)."""
+    name = next((p for p in reversed(where) if isinstance(p, str)), "")
+    why = bounds.problem(name, value)
+    if why is not None:
+        raise doc.error(where, why)
+    return value
+
+
+def shown(doc: Doc, value) -> str:
+    """A value for an error message: its repr (short) in a runbook, nothing from other files."""
+    if not doc.quote:
+        return f"a {typename(value)}"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def type_hints(cls) -> dict:

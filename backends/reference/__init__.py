@@ -7,12 +7,13 @@ dataclass. Kept import-light: torch loads only in the worker's rank processes.
 
 from __future__ import annotations
 
-from .adapter import ReferenceBackend, ReferenceOptions
+from .adapter import LIBRARIES, ReferenceBackend, ReferenceOptions
 from .memory import estimate_memory_bytes
 
 __all__ = ["OPTIONS", "estimate_memory_bytes", "make_backend"]
 
 OPTIONS = ReferenceOptions
+MODULES = tuple(sorted(LIBRARIES))      # the runbook's `module:` values (checked at load)
 
 
 def make_backend(config) -> ReferenceBackend:

@@ -213,12 +213,18 @@ def read_logs(root: Path, cell: Path, cell_json: dict | None,
     return facts, None
 
 
+MAX_UPLOAD_DEPTH = 32      # directory levels searched for uploads (os.walk recurses)
+
+
 def find_uploads(root: Path, markers: tuple[str, ...]) -> list[Path]:
-    """Directories holding a marker table, at any depth; linked and dot directories skipped."""
+    """Directories holding a marker table, up to 32 levels deep; linked and dot directories
+    skipped."""
     found = []
     for folder, dirnames, filenames in os.walk(root, followlinks=False):
         dirnames[:] = sorted(d for d in dirnames
                              if not d.startswith(".") and not os.path.islink(os.path.join(folder, d)))
+        if len(Path(folder).relative_to(root).parts) >= MAX_UPLOAD_DEPTH:
+            dirnames[:] = []            # an upload is never this deep
         if any(m in filenames for m in markers):
             found.append(Path(folder))
     return sorted(found)

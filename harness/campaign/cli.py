@@ -14,7 +14,7 @@ from harness.campaign.argcheck import check_backend_commands
 from harness.campaign.decisions import Context, model_pipeline
 from harness.campaign.driver import Campaign, Replay
 from harness.campaign.dryrun import print_dry_run
-from harness.errors import BadInput, Findings
+from harness.errors import BadInput, Findings, os_hint
 from harness.event_types import (
     CampaignDone,
     CampaignStart,
@@ -28,8 +28,10 @@ from harness.events import EVENTS, EventLog, campaign_stats
 from harness.health import probe
 from harness.launch import make_launcher
 from harness.launch.base import Launcher
+from harness.lock import CampaignLock
 from harness.progress import ProgressView, fmt_s
 from harness.provenance import capture_provenance, write_provenance
+from harness.redact import redact_text
 from harness.runbook import Runbook, load_runbook
 from harness.vocab import Stage, StageMode
 
@@ -97,14 +99,23 @@ def cli_run(runbook: str | None = None, results: str | None = None,
         return print_dry_run(rb, store.choose_dir(root_dir, rb.campaign, fresh), launcher_name)
     launch = make_launcher(launcher_name, rb)
     root = store.choose_dir(root_dir, rb.campaign, fresh)
-    if root.exists():
-        store.check_fingerprint(root, rb)
-    command_line = ["epcap", *sys.argv[1:]]
-    old = _install_signals()
+    store.check_event_log(root, rb.campaign)
     try:
-        return run_campaign(rb, root, launch, stages, until, command_line)
-    finally:
-        _restore_signals(old)
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(f"cannot create the campaign directory: {os_hint(exc)}",
+                       path=str(root)) from None
+    # Held until this process ends (the OS drops it if the process dies): a second run on the
+    # same directory exits 2 naming this one's pid and host.
+    with CampaignLock(root):
+        store.check_event_log(root, rb.campaign)    # again, now that no one else writes
+        store.check_fingerprint(root, rb)
+        command_line = ["epcap", *sys.argv[1:]]
+        old = _install_signals()
+        try:
+            return run_campaign(rb, root, launch, stages, until, command_line)
+        finally:
+            _restore_signals(old)
 
 
 def run_campaign(rb: Runbook, root: Path, launch: Launcher, stages: tuple[str, ...],
@@ -115,6 +126,7 @@ def run_campaign(rb: Runbook, root: Path, launch: Launcher, stages: tuple[str, .
     ctx = Context(rb, stages, until)
     camp = Campaign(rb, root, launch, ctx, view, command_line)
     camp.check_replay_inputs()                      # before anything is written
+    camp.check_cells_present()
     root.mkdir(parents=True, exist_ok=True)
     t_start = time.monotonic()
     if new:
@@ -164,12 +176,16 @@ def drive(camp: Campaign, rb: Runbook, root: Path, view: ProgressView, new: bool
     camp.run_pipelines([model_pipeline(camp.ctx, m.name) for m in rb.models])
     camp.write_tables()
     finished = camp.ctx.until is None and not camp.ctx.stages
-    # The end of the runs is logged before the report so the report can show the ETA error.
-    done = CampaignDone if finished else StageDone
-    camp.log.write(done(runs_done=camp.done_runs, runs_left=0,
-                        stage="done" if finished else (camp.ctx.until or camp.ctx.stages[-1])))
+    # The end of the runs is logged before the report (runs_complete: the report can show
+    # the ETA error); campaign_done only once the report exists, so a crash in between
+    # leaves a campaign that the next run finishes.
+    camp.log.write(StageDone(runs_done=camp.done_runs, runs_left=0, runs_complete=finished,
+                             stage=Stage.TIME if finished else (camp.ctx.until
+                                                                or camp.ctx.stages[-1])))
     if camp.ctx.stage_mode(Stage.REPORT) == StageMode.RUN:
         build_report(root, view, camp.log)
+    if finished:
+        camp.log.write(CampaignDone(runs_done=camp.done_runs, runs_left=0, stage="done"))
     view.stop()
     print_summary(root, view, time.monotonic() - t_start)
     return 0
@@ -208,7 +224,14 @@ def cli_status(results_dir: str) -> int:
     print(f"ETA: {fmt_s(stats['eta_s']) if stats['eta_s'] is not None else 'unknown'}")
     print(f"wall span {fmt_s(stats['wall_span_s'])}, busy {fmt_s(stats['busy_s'])}")
     if stats["stopped"]:
-        s = stats["stopped"]
-        print(f"stopped: {s.get('status')} in {s.get('cell')} ({s.get('log')}:"
-              f"{s.get('line_no')}: {s.get('line')})")
+        print(redact_text(stopped_line(stats["stopped"])))
     return 0
+
+
+def stopped_line(ev: dict) -> str:
+    """'stopped: <status> in <cell> (<log>:<line>: <text>)', leaving out what was not
+    recorded (a canary that crashed before writing a log has no log line)."""
+    where = ":".join(str(ev[k]) for k in ("log", "line_no") if ev.get(k) is not None)
+    detail = ": ".join(p for p in (where, str(ev.get("line") or "")) if p)
+    return (f"stopped: {ev.get('status') or 'unknown status'} in {ev.get('cell') or 'unknown cell'}"
+            + (f" ({detail})" if detail else ""))

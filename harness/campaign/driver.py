@@ -30,6 +30,7 @@ from harness.launch.base import JobHandle, JobResult, Launcher
 from harness.plan import Cell, PlannedCell, canary_model, cell_dir
 from harness.progress import EtaEstimator, ProgressView, fmt_s, model_size
 from harness.provenance import write_provenance
+from harness.redact import redact_text
 from harness.registry import load_backend
 from harness.results import ATTEMPT_COLUMNS, ATTEMPTS_TSV, append_row, write_text_atomic
 from harness.runbook import Runbook
@@ -78,7 +79,7 @@ class Campaign:
         self.backends: dict[str, Backend] = {}
         self.provenance: dict[str, str] = {}
         self.active: list[Active] = []
-        self._index_events(read_events(root / EVENTS))
+        self._index_events(read_events(root / EVENTS, strict=True))
 
     # -- state from events ---------------------------------------------------------------
     def _index_events(self, events: list[dict]) -> None:
@@ -94,6 +95,18 @@ class Campaign:
                     self.estimator.add(rec.backend, rec.model, rec.purpose, rec.span_s)
         for runs in self.finished.values():
             runs.sort(key=lambda e: int(e.attempt))
+
+    def check_cells_present(self) -> None:
+        """A finished run's cell directory must still exist: its logs are the evidence of
+        its TSV row. A lost one is refused (not re-run in place) with how to recover."""
+        for runs in self.finished.values():
+            for ev in runs:
+                cell = store.outcome_of(ev).cell
+                if not cell_dir(self.root, cell).is_dir():
+                    raise BadInput(f"the cell directory of finished run {cell.name} is missing "
+                                   f"({cell_dir(self.root, cell)}): restore it from a backup to "
+                                   "resume, or rerun with --fresh for a new campaign directory",
+                                   path=str(self.root))
 
     def unfinished_starts(self) -> list[CellSubmit]:
         return store.unfinished_starts(self.root)
@@ -341,6 +354,7 @@ class Campaign:
                                        log=fail.get("path"), line_no=fail.get("line_no"),
                                        line=fail.get("line"),
                                        stage=STAGE_OF_PURPOSE[out.cell.purpose]))
+        msg = redact_text(msg)
         write_text_atomic(self.root / "STOPPED.txt", msg + "\n")
         raise CampaignStopped(msg)
 

@@ -22,8 +22,10 @@ from harness.campaign.stages import timed_arms
 from harness.errors import BadInput
 from harness.event_types import CellAbandoned, CellFinish, CellSubmit, parse_event
 from harness.events import EVENTS, read_events
+from harness.lock import LOCK_NAME
 from harness.plan import Cell
 from harness.provenance import redact_argv, secret_values
+from harness.redact import redact_obj, redact_text
 from harness.results import (
     ATTEMPT_COLUMNS,
     ATTEMPTS_TSV,
@@ -106,15 +108,31 @@ def check_fingerprint(root: Path, rb: Runbook) -> None:
 
 
 def freeze_runbook(root: Path, rb: Runbook) -> None:
-    """runbook.yaml (and its zoo, when it sits next to it) copied as run."""
-    write_text_atomic(root / "runbook.yaml", rb.path.read_text(encoding="utf-8"))
+    """runbook.yaml (and its zoo, when it sits next to it) copied as run, secrets redacted;
+    a zoo whose file name holds a secret is not copied (the name would leak it)."""
+    write_text_atomic(root / "runbook.yaml", redact_text(rb.path.read_text(encoding="utf-8")))
     zoo = zoo_path(rb)
     if zoo is not None and zoo.is_file():
         rel = os.path.relpath(zoo, rb.path.parent)
+        if redact_text(rel) != rel:
+            return
         target = (root / rel).resolve()
         if root.resolve() in target.parents:
             target.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(target, zoo.read_text(encoding="utf-8"))
+            write_text_atomic(target, redact_text(zoo.read_text(encoding="utf-8")))
+
+
+def check_event_log(root: Path, campaign: str) -> None:
+    """Refuse a campaign directory that holds results but lost its events.jsonl: resuming
+    would rebuild the tables short and overwrite the cells' logs."""
+    if (root / EVENTS).exists() or not root.is_dir():
+        return
+    held = sorted(p.name for p in root.iterdir() if p.name != LOCK_NAME)
+    if held:
+        raise BadInput(f"holds results ({len(held)} entries) but no {EVENTS}; epcap will not "
+                       f"resume over them. Restore {EVENTS} from a backup to resume, or rerun "
+                       f"with --fresh to start a new directory next to it (results/{campaign}-N)"
+                       "; the old one is never written", path=str(root))
 
 
 def campaign_facts(rb: Runbook, implementations: dict[str, str]) -> dict[str, Any]:
@@ -154,7 +172,8 @@ def write_cell_json(cdir: Path, cell: Cell, spec: LaunchSpec, status: str, **ext
            "env_keys": sorted(spec.env), "ntasks": spec.ntasks, "nodes": spec.nodes,
            "gpus_per_node": spec.gpus_per_node, "cwd": spec.cwd, "status": status}
     doc.update(extra)
-    write_text_atomic(cdir / "cell.json", json.dumps(jsonable(doc), indent=1) + "\n")
+    doc = redact_obj(jsonable(doc))
+    write_text_atomic(cdir / "cell.json", json.dumps(doc, indent=1) + "\n")
 
 
 def unfinished_starts(root: Path) -> list[CellSubmit]:

@@ -42,6 +42,7 @@ from harness.report.sections import (
     section_selection,
     section_timing,
 )
+from harness.redact import redact_text
 from harness.results import (
     read_campaign_facts,
     write_text_atomic,
@@ -100,7 +101,8 @@ def _render(results_dir: Path, out: Path) -> Context:
     body += section_audit(ctx) + section_provenance(ctx) + section_campaign(ctx)
     if ctx.unavailable:
         body += ["## Parts not available", ""] + [f"- {u}" for u in ctx.unavailable] + [""]
-    write_text_atomic(out / "report.md", "\n".join(body).rstrip() + "\n")
+    # one redaction pass (harness.redact): a failure line or path may carry a token
+    write_text_atomic(out / "report.md", redact_text("\n".join(body).rstrip() + "\n"))
     return ctx
 
 

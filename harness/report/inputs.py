@@ -3,6 +3,7 @@ baseline, and the small Markdown helpers every section uses."""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,11 +56,11 @@ def num(table: Table, i: int, column: str) -> float | None:
         return None
     try:
         value = float(text)
-    except ValueError as exc:
-        raise BadInput(f"not a number: {text!r}", path=table.name, line=table.lines[i],
-                       field=column) from exc
-    if value != value:      # NaN is not a value a TSV should carry
-        raise BadInput("NaN is not a number", path=table.name, line=table.lines[i],
+    except ValueError as exc:       # the text is not quoted: a linked TSV may be anything
+        raise BadInput(f"not a number ({len(text)} characters)", path=table.name,
+                       line=table.lines[i], field=column) from exc
+    if not math.isfinite(value):    # NaN or inf (1e309) is not a value a TSV should carry
+        raise BadInput("not a finite number", path=table.name, line=table.lines[i],
                        field=column)
     return value
 

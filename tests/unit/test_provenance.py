@@ -171,8 +171,10 @@ def test_secrets_never_written(monkeypatch, repo, tmp_path):
 
 def test_redact_argv_keeps_ordinary_arguments():
     argv = ["--seq", "8192", "--moe-router-topk", "8", "--tokenizer-model", "x"]
-    assert redact_argv(argv, []) == ["--seq", "8192", "--moe-router-topk", "8",
-                                     "--tokenizer-model", REDACTED]   # name holds TOKEN
+    # Option names are judged word by word: "tokenizer" is not the word "token".
+    assert redact_argv(argv, []) == argv
+    assert redact_argv(["--hf-token", "x", "--auth_token=y"], []) == [
+        "--hf-token", REDACTED, f"--auth_token={REDACTED}"]
     assert redact_argv(["a", "--password", "p"], []) == ["a", "--password", REDACTED]
 
 

@@ -185,12 +185,19 @@ def test_eighteen_digit_values_and_leading_zeros_are_integers(tmp_path):
     assert s.saturated_rows == 1 and s.expected_recv_values == [N]
 
 
-def test_first_occurrence_of_a_repeated_key_wins(tmp_path):
+def test_a_repeated_field_makes_the_row_malformed(tmp_path):
+    """A repeated field is malformed on every path (issue 17): keeping the first value would
+    hide a saturated reading (actual_valid_recv=9999 >= budget)."""
     canonical = row(0, 1, 0, 1000, extra=" actual_valid_recv=9999 iter=7")
     odd = row(0, 1, 1, 1001, order=("rank", "iter", "layer", "expected_recv",
                                     "actual_valid_recv", "budget"), extra=" actual_valid_recv=9999")
-    s = summarize(write(tmp_path, canonical + odd))
-    assert s.peak_actual_valid_recv == 1001 and s.iterations == 1
+    fine = row(0, 1, 2, 1002, extra=" note=1 note=2")      # a repeated other key is ignored
+    path = write(tmp_path, canonical + odd + fine)
+    s = summarize(path)
+    assert (s.rows, s.malformed_rows, s.malformed_lines) == (1, 2, [1, 2])
+    assert s.malformed == [f"{path}:1: repeated field iter", f"{path}:2: repeated field "
+                           "actual_valid_recv"]
+    assert s.peak_actual_valid_recv == 1002
 
 
 def test_two_rows_glued_on_one_line(tmp_path):
