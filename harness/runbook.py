@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
 from harness import bounds
-from harness.capacity import format_capacity, next_executable
 from harness.errors import BadInput
 from harness.heldout import TARGET_PEAK, ValidateConfig, parse_target, resolve_validate
 from harness.registry import BACKEND_KINDS, module_name, module_problem, options_type
+from harness.runbook_checks import (
+    canonical_capacity,
+    check_capacities,
+    check_model,
+    check_timing,
+    held_out_field,
+)
 from harness.vocab import CONTROL_SUFFIX
 from harness.yamldoc import Doc as _Doc
 from harness.yamldoc import check_type as _check_type
@@ -182,22 +187,6 @@ REQUIRED_TOP = ("campaign", "models", "shape", "backends")
 LAUNCHERS = ("local", "slurm")
 
 
-def canonical_capacity(doc: _Doc, value, where: tuple) -> str:
-    """A capacity as a decimal string with at least two decimals: 2 / 2.0 / "2" -> "2.00"."""
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise doc.error(where, f"must be a decimal capacity like \"2.00\", got {_shown(doc, value)}")
-    text = doc.raw.get(where, str(value)).strip() if not isinstance(value, str) else value.strip()
-    try:
-        dec = Decimal(text)
-    except InvalidOperation as exc:
-        raise doc.error(where, f"must be a decimal capacity like \"2.00\", got {_shown(doc, value)}") from exc
-    if not dec.is_finite() or dec <= 0 or dec > bounds.MAX_CAPACITY \
-            or len(text) > bounds.MAX_CAPACITY_CHARS:
-        raise doc.error(where, f"must be a positive capacity of at most {bounds.MAX_CAPACITY} "
-                        f"and {bounds.MAX_CAPACITY_CHARS} characters, got {_shown(doc, text)}")
-    return format_capacity(format(dec, "f"))
-
-
 def _models(doc: _Doc, data: dict, base: Path) -> tuple[ModelSpec, ...]:
     zoo_rel = data.get("models_file", "models.yaml")
     if not isinstance(zoo_rel, str):
@@ -239,21 +228,11 @@ def _models(doc: _Doc, data: dict, base: Path) -> tuple[ModelSpec, ...]:
         if missing:
             raise zoo_doc.error(("models", name), f"missing required fields {missing}")
         spec = ModelSpec(**fields)
-        _check_model(doc if overrides else zoo_doc, spec, where if overrides else ("models", name))
+        check_model(doc if overrides else zoo_doc, spec, where if overrides else ("models", name))
         if any(m.name == name for m in out):
             raise doc.error(where, f"model {name!r} listed twice")
         out.append(spec)
     return tuple(out)
-
-
-def _check_model(doc: _Doc, spec: ModelSpec, where: tuple) -> None:
-    for name in ("layers", "hidden", "experts", "topk", "expert_ffn"):
-        if getattr(spec, name) <= 0:
-            raise doc.error(where + (name,), "must be positive")
-    if spec.topk > spec.experts:
-        raise doc.error(where + ("topk",), f"top-k {spec.topk} exceeds experts {spec.experts}")
-    if not 0 <= spec.first_dense_layers < spec.layers:
-        raise doc.error(where + ("first_dense_layers",), "must be in [0, layers)")
 
 
 def _backends(doc: _Doc, data: dict) -> tuple[BackendConfig, ...]:
@@ -305,7 +284,7 @@ def _capacity(doc: _Doc, data: dict) -> CapacityConfig:
     fields = _fields_from(doc, CapacityConfig, {k: v for k, v in raw.items()
                                                 if k not in ("measure", "grid", "target")},
                           where, skip=("measure", "decimals", "target"))
-    fields["target"] = _held_out_field(doc, where + ("target",), parse_target,
+    fields["target"] = held_out_field(doc, where + ("target",), parse_target,
                                        raw.get("target"))
     if "measure" in raw:
         fields["measure"] = canonical_capacity(doc, raw["measure"], where + ("measure",))
@@ -359,38 +338,6 @@ def _paths_map(doc: _Doc, data: dict, key: str, base: Path, resolve: bool) -> di
     return out
 
 
-def _check_capacities(doc: _Doc, runbook: Runbook) -> None:
-    """The measurement capacity must be executable for every model's N (docs/spec.md: grid)."""
-    cap = runbook.capacity.measure
-    pad = runbook.capacity.pad_multiple
-    for model in runbook.models:
-        n = runbook.shape.uniform_tokens(model.topk)
-        budget = int(float(cap) * n)
-        if budget % pad:
-            nxt = _next_executable_hint(cap, n, pad)
-            raise doc.error(("capacity", "measure"),
-                            f"capacity {cap} is not executable for {model.name}: "
-                            f"N = {n}, budget int({cap} x {n}) = {budget} is not a multiple "
-                            f"of pad_multiple {pad}{nxt}")
-
-
-def _held_out_field(doc: _Doc, where: tuple, parse, *args):
-    """Run a harness.heldout parser; its BadInput becomes one naming file:line: field."""
-    try:
-        return parse(*args)
-    except BadInput as exc:
-        text, prefix = str(exc), f"{exc.field}: "
-        message = text[len(prefix):] if exc.field and text.startswith(prefix) else text
-        raise doc.error(tuple(exc.field.split(".")) if exc.field else where, message) from None
-
-
-def _next_executable_hint(cap: str, n: int, pad: int) -> str:
-    try:
-        return f"; next executable: {next_executable(cap, n, pad)}"
-    except BadInput:  # a hint only
-        return ""
-
-
 def load_runbook(path: str | Path) -> Runbook:
     """Load and validate a runbook YAML; raises BadInput naming file:line: field."""
     path = Path(path)
@@ -437,7 +384,7 @@ def load_runbook(path: str | Path) -> Runbook:
     raw_validate = data.get("validate")
     if raw_validate is not None:
         _mapping(doc, raw_validate, ("validate",), ("seed", "iters"))
-        runbook = dataclasses.replace(runbook, validate_config=_held_out_field(
+        runbook = dataclasses.replace(runbook, validate_config=held_out_field(
             doc, ("validate",), resolve_validate, raw_validate, runbook.seed,
             runbook.measure.iters))
     if runbook.max_parallel_cells < 1:
@@ -446,23 +393,6 @@ def load_runbook(path: str | Path) -> Runbook:
         raise doc.error(("limits", "run_timeout_s"), "must be positive")
     if runbook.limits.infra_retries < 0:
         raise doc.error(("limits", "infra_retries"), "must be >= 0")
-    _check_capacities(doc, runbook)
-    _check_timing(doc, runbook)
+    check_capacities(doc, runbook)
+    check_timing(doc, runbook)
     return runbook
-
-
-def _check_timing(doc: _Doc, runbook: Runbook) -> None:
-    """launches >= 1, 0 < max_cv, a baseline that is a timed backend, no `~control` names."""
-    t = runbook.timing
-    if t.launches < 1:
-        raise doc.error(("timing", "launches"), "must be >= 1")
-    if not t.max_cv > 0:
-        raise doc.error(("timing", "max_cv"), "must be a positive number")
-    timed = [b.name for b in runbook.backends if b.time]
-    if t.baseline is not None and t.baseline not in timed:
-        raise doc.error(("timing", "baseline"), f"{t.baseline!r} is not a timed backend "
-                        f"(time: true): {timed}")
-    for i, b in enumerate(runbook.backends):
-        if b.name.endswith(CONTROL_SUFFIX):
-            raise doc.error(("backends", i, "name"), f"names ending in {CONTROL_SUFFIX!r} are "
-                            "reserved for the A/A control arm")

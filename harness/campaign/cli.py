@@ -125,8 +125,8 @@ def run_campaign(rb: Runbook, root: Path, launch: Launcher, stages: tuple[str, .
     new = not (root / EVENTS).exists()
     ctx = Context(rb, stages, until)
     camp = Campaign(rb, root, launch, ctx, view, command_line)
-    camp.check_replay_inputs()                      # before anything is written
-    camp.check_cells_present()
+    store.check_replay_inputs(rb, camp.ctx, root, camp.finished)   # before anything is written
+    store.check_cells_present(root, camp.finished)
     root.mkdir(parents=True, exist_ok=True)
     t_start = time.monotonic()
     if new:

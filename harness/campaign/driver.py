@@ -96,18 +96,6 @@ class Campaign:
         for runs in self.finished.values():
             runs.sort(key=lambda e: int(e.attempt))
 
-    def check_cells_present(self) -> None:
-        """A finished run's cell directory must still exist: its logs are the evidence of
-        its TSV row. A lost one is refused (not re-run in place) with how to recover."""
-        for runs in self.finished.values():
-            for ev in runs:
-                cell = store.outcome_of(ev).cell
-                if not cell_dir(self.root, cell).is_dir():
-                    raise BadInput(f"the cell directory of finished run {cell.name} is missing "
-                                   f"({cell_dir(self.root, cell)}): restore it from a backup to "
-                                   "resume, or rerun with --fresh for a new campaign directory",
-                                   path=str(self.root))
-
     def unfinished_starts(self) -> list[CellSubmit]:
         return store.unfinished_starts(self.root)
 
@@ -363,18 +351,6 @@ class Campaign:
             self.launcher.cancel(act.handle)
             self.log.write(CellAbandoned(cell=act.cell.name, reason=reason))
         self.active.clear()
-
-    def check_replay_inputs(self) -> None:
-        """--stage: refuse up front when a stage that may not run lacks its results."""
-        if not self.ctx.stages:
-            return
-        for p in plan_cells(self.rb):
-            key = (p.model, p.backend, p.purpose)
-            if (self.ctx.stage_mode(p.stage) == StageMode.REPLAY and key not in self.finished
-                    and p.capacity is not None):
-                raise BadInput(f"stage {p.stage} has no results for {p.model}/{p.backend} in "
-                               f"{self.root}; run it first (e.g. --until {p.stage})",
-                               field="--stage")
 
     # -- preflight -----------------------------------------------------------------------
     def run_canaries(self) -> None:

@@ -18,12 +18,12 @@ from typing import Any
 
 from harness.backend_api import LaunchSpec
 from harness.campaign.decisions import Outcome
-from harness.campaign.stages import timed_arms
+from harness.campaign.stages import plan_cells, timed_arms
 from harness.errors import BadInput
 from harness.event_types import CellAbandoned, CellFinish, CellSubmit, parse_event
 from harness.events import EVENTS, read_events
 from harness.lock import LOCK_NAME
-from harness.plan import Cell
+from harness.plan import Cell, cell_dir
 from harness.provenance import redact_argv, secret_values
 from harness.redact import redact_obj, redact_text
 from harness.results import (
@@ -48,6 +48,7 @@ from harness.vocab import (
     DURATION_CLASS,
     Event,
     Purpose,
+    StageMode,
     run_iterations,
     run_phase,
 )
@@ -233,3 +234,28 @@ def outcome_of(fin: CellFinish) -> Outcome:
 def iterations_per_purpose(rb: Runbook) -> dict[str, int]:
     """Iterations one run of each duration class makes (the ETA's prior for unseen ones)."""
     return {DURATION_CLASS[p]: run_iterations(run_phase(rb, p), p) for p in Purpose}
+
+
+def check_cells_present(root: Path, finished: dict) -> None:
+    """A finished run's cell directory must still exist: its logs are the evidence of its
+    TSV row. A lost one is refused (not re-run in place) with how to recover."""
+    for runs in finished.values():
+        for ev in runs:
+            cell = outcome_of(ev).cell
+            if not cell_dir(root, cell).is_dir():
+                raise BadInput(f"the cell directory of finished run {cell.name} is missing "
+                               f"({cell_dir(root, cell)}): restore it from a backup to "
+                               "resume, or rerun with --fresh for a new campaign directory",
+                               path=str(root))
+
+
+def check_replay_inputs(rb: Runbook, ctx, root: Path, finished: dict) -> None:
+    """--stage: refuse up front when a stage that may not run lacks its results."""
+    if not ctx.stages:
+        return
+    for p in plan_cells(rb):
+        key = (p.model, p.backend, p.purpose)
+        if (ctx.stage_mode(p.stage) == StageMode.REPLAY and key not in finished
+                and p.capacity is not None):
+            raise BadInput(f"stage {p.stage} has no results for {p.model}/{p.backend} in "
+                           f"{root}; run it first (e.g. --until {p.stage})", field="--stage")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from harness.errors import BadInput
 from harness.forecast_report import report_section
+from harness.redact import redact_text
 from harness.report.balance import balance_lines
 from harness.report.demand import (
     build_demand,
@@ -42,7 +43,6 @@ from harness.report.sections import (
     section_selection,
     section_timing,
 )
-from harness.redact import redact_text
 from harness.results import (
     read_campaign_facts,
     write_text_atomic,
