@@ -18,13 +18,11 @@ import sys
 import traceback
 import warnings
 
-from backends.reference.__main__ import _rank_vars, _wait_pids, gpu_present, rank_env
-from backends.reference.options import build_parser, check_args
+from backends.reference.__main__ import _rank_vars, _wait_pids, gpu_present, worker_main
 from harness.backend_api import free_port
 from harness.vocab import Purpose
 
 IMPL = "megatron-core"
-CHILD_ENV = "EPCAP_REFERENCE_CHILD"
 
 
 def say(text: str) -> None:
@@ -232,14 +230,7 @@ def spawn(argv: list[str], args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    ap = build_parser()
-    args = ap.parse_args(argv)
-    check_args(ap, args)
-    env = rank_env(os.environ)
-    if env is not None and (os.environ.get(CHILD_ENV) == "1" or args.ranks is None):
-        return one_rank(args, *env)
-    return spawn(argv, args)
+    return worker_main(argv, one_rank, spawn)
 
 
 if __name__ == "__main__":

@@ -221,21 +221,36 @@ def _wait(procs: list, grace_s: float) -> int:
     return status if status >= 0 else 1
 
 
-def main(argv: list[str] | None = None) -> int:
+def worker_main(argv: list[str] | None, run_rank, spawn_ranks, before=None) -> int:
+    """The entry both workers share (this one and backends.megatron_core_worker): parse and
+    check the options, run `before` (a check before any rank starts; non-zero = exit code),
+    then run as one rank (a child, or a single process) or spawn the ranks."""
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = build_parser()
     args = ap.parse_args(argv)
     check_args(ap, args)
+    code = before(args) if before is not None else 0
+    if code:
+        return code
+    env = rank_env(os.environ)
+    if env is not None and (os.environ.get(CHILD_ENV) == "1" or args.ranks is None):
+        return run_rank(args, *env)
+    return spawn_ranks(argv, args)
+
+
+def _check_trace_first(args) -> int:
+    """A replayed trace is checked before any rank starts (forked ranks reuse the parse)."""
     if args.trace and memory_failure(args) is None:
-        try:                   # before any rank starts (forked ranks reuse the parsed trace)
+        try:
             check_trace(args)
         except TraceError as exc:
             fail(f"error: trace {exc}")
             return 2
-    env = rank_env(os.environ)
-    if env is not None and (os.environ.get(CHILD_ENV) == "1" or args.ranks is None):
-        return one_rank(args, *env)
-    return spawn(argv, args)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return worker_main(argv, one_rank, spawn, before=_check_trace_first)
 
 
 if __name__ == "__main__":

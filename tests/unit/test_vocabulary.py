@@ -16,6 +16,7 @@ WORDS = set(Status.values()) | set(Purpose.values()) | set(Stage.values()) | set
 # (file, word): why the literal is not the vocabulary word
 ALLOWED = {
     ("harness/runbook.py", "measure"): "the runbook's `measure:` section and capacity key",
+    ("harness/runbook_checks.py", "measure"): "the runbook's `capacity.measure` key",
     ("harness/runbook.py", "validate"): "the runbook's `validate:` section (seed, iters)",
     ("harness/selection.py", "lower_bound"): "the LogSummary field of that name",
     ("harness/core_cli.py", "lower_bound"): "a key of `epcap parse --json`",
