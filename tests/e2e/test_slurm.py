@@ -227,7 +227,14 @@ def test_sigint_driver_cancels_its_jobs(tmp_path):
     while jobs_under(tmp_path) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert jobs_under(tmp_path) == []
+    # slurmdbd records the end asynchronously: sacct may say PENDING for a moment after
+    # squeue has dropped the job, so wait (bounded) for the accounting to catch up.
+    deadline = time.monotonic() + 30
     state = S.query_state(job)
+    while (state is None or not state.state.startswith("CANCELLED")) \
+            and time.monotonic() < deadline:
+        time.sleep(0.5)
+        state = S.query_state(job)
     assert state is not None and state.state.startswith("CANCELLED"), state
 
 
