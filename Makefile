@@ -12,7 +12,7 @@ venv: $(STAMP)
 # torch is pinned and installed before the package: a bare `torch` pulls a multi-GB CUDA build.
 # The [megatron] extra (megatron-core) is installed with torch held to that pin (a constraint),
 # so it never swaps in a CUDA torch.
-$(STAMP): pyproject.toml setup.py harness/_scan.c
+$(STAMP): pyproject.toml setup.py harness/telemetry/_scan.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q torch==2.13.0
 	@echo "torch==2.13.0" > $(VENV)/torch-constraint.txt

@@ -1,6 +1,6 @@
 """Backends: one module per dispatch library plus the torch.distributed `reference` emulation.
 
-Each module imports the contract from harness.backend_api and exposes
+Each module imports the contract from harness.api.backend and exposes
 `make_backend(config) -> Backend` and `OPTIONS` (its runbook options dataclass); the harness
-finds it by name through harness.registry.
+finds it by name through harness.api.registry.
 """

@@ -7,23 +7,23 @@ harness errors (`EpcapError`) become a one-line message on stderr and their exit
 from __future__ import annotations
 
 import sys
-from importlib import import_module
+from collections.abc import Callable
 
 import click
 
 from harness import __version__
+from harness.api.registry import LAUNCHER_NAMES
 from harness.errors import EpcapError, boundary_message
-from harness.redact import redact_text
+from harness.io.redact import redact_text
 from harness.vocab import LauncherState, Stage
 
 STAGES = Stage.values()
 
 
-def _call(target: str, /, **kwargs) -> None:
-    """Run `module:function` with kwargs; map its return and harness errors to exit codes."""
-    module, func = target.split(":")
+def _call(body: Callable[..., int | None], /, **kwargs) -> None:
+    """Run a command's body with kwargs; map its return and harness errors to exit codes."""
     try:
-        code = getattr(import_module(module), func)(**kwargs)
+        code = body(**kwargs)
     except EpcapError as exc:
         click.echo(f"epcap: error: {redact_text(str(exc))}", err=True)
         sys.exit(exc.exit_code)
@@ -46,7 +46,7 @@ def main() -> None:
 @click.argument("runbook", required=False, type=click.Path(dir_okay=False))
 @click.option("--results", "results", type=click.Path(file_okay=False),
               help="Results root (default: results/). The campaign writes results/<campaign>/.")
-@click.option("--launcher", type=click.Choice(["local", "slurm"]),
+@click.option("--launcher", type=click.Choice(LAUNCHER_NAMES),
               help="Override the runbook's launcher.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (cells, commands, budgets); run nothing.")
 @click.option("--fresh", is_flag=True,
@@ -59,7 +59,9 @@ def run(runbook, results, launcher, dry_run, fresh, stages, until) -> None:
 
     RUNBOOK defaults to runbooks/local-cpu.yaml. Running the same command again resumes.
     """
-    _call("harness.campaign.cli:cli_run", runbook=runbook, results=results, launcher=launcher,
+    from harness.campaign.cli import cli_run  # lazy: each command imports only its own room
+
+    _call(cli_run, runbook=runbook, results=results, launcher=launcher,
           dry_run=dry_run, fresh=fresh, stages=tuple(stages), until=until)
 
 
@@ -67,7 +69,9 @@ def run(runbook, results, launcher, dry_run, fresh, stages, until) -> None:
 @click.argument("results_dir", type=click.Path(file_okay=False))
 def status(results_dir) -> None:
     """Stage, cells done / left, failures by class and ETA of a campaign directory."""
-    _call("harness.campaign.cli:cli_status", results_dir=results_dir)
+    from harness.campaign.cli import cli_status  # lazy: each command imports only its own room
+
+    _call(cli_status, results_dir=results_dir)
 
 
 @main.command()
@@ -82,7 +86,9 @@ def status(results_dir) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def capacity(seq, mbs, topk, required, peak, check, pad_multiple, decimals, as_json) -> None:
     """Round a requirement onto the executable grid, or check a capacity."""
-    _call("harness.core_cli:cli_capacity", seq=seq, mbs=mbs, topk=topk, required=required,
+    from harness.grid.cli import cli_capacity  # lazy: each command imports only its own room
+
+    _call(cli_capacity, seq=seq, mbs=mbs, topk=topk, required=required,
           peak=peak, check=check, pad_multiple=pad_multiple, decimals=decimals, as_json=as_json)
 
 
@@ -93,7 +99,9 @@ def capacity(seq, mbs, topk, required, peak, check, pad_multiple, decimals, as_j
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def parse(logs, warmup, as_json) -> None:
     """Summarize dispatch telemetry of one or more logs (peak demand, saturation, malformed rows)."""
-    _call("harness.core_cli:cli_parse", logs=tuple(logs), warmup=warmup, as_json=as_json)
+    from harness.telemetry.cli import cli_parse  # lazy: each command imports only its own room
+
+    _call(cli_parse, logs=tuple(logs), warmup=warmup, as_json=as_json)
 
 
 @main.command()
@@ -108,7 +116,9 @@ def parse(logs, warmup, as_json) -> None:
               help="The grid's pad multiple the rules use (never the upload's runbook).")
 def audit(target, errata, git_repos, out, as_json, strict, pad_multiple) -> None:
     """Sort uploaded results into VALID, INVALID (with reasons) and UNKNOWN."""
-    _call("harness.audit:cli_audit", target=target, errata=errata, git_repos=tuple(git_repos),
+    from harness.audit.cli import cli_audit  # lazy: each command imports only its own room
+
+    _call(cli_audit, target=target, errata=errata, git_repos=tuple(git_repos),
           out=out, as_json=as_json, strict=strict, pad_multiple=pad_multiple)
 
 
@@ -117,7 +127,9 @@ def audit(target, errata, git_repos, out, as_json, strict, pad_multiple) -> None
 @click.option("--out", type=click.Path(file_okay=False), help="Output directory (default: RESULTS_DIR/report).")
 def report(results_dir, out) -> None:
     """Write report.md, figures and demand.tsv for a campaign."""
-    _call("harness.report:cli_report", results_dir=results_dir, out=out)
+    from harness.report import cli_report  # lazy: each command imports only its own room
+
+    _call(cli_report, results_dir=results_dir, out=out)
 
 
 @main.command()
@@ -126,7 +138,9 @@ def report(results_dir, out) -> None:
 @click.option("--dry-run", is_flag=True, help="List what would be uploaded where.")
 def publish(results_dir, repo, dry_run) -> None:
     """Audit, then upload a VALID campaign to a HuggingFace dataset under a new path."""
-    _call("harness.publish:cli_publish", results_dir=results_dir, repo=repo, dry_run=dry_run)
+    from harness.publish import cli_publish  # lazy: each command imports only its own room
+
+    _call(cli_publish, results_dir=results_dir, repo=repo, dry_run=dry_run)
 
 
 @main.command()
@@ -141,7 +155,9 @@ def publish(results_dir, repo, dry_run) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def classify(cell_dirs, runbook, backend, exit_code, state, as_json) -> None:
     """Re-classify finished runs: class, deciding line, first failed rank, survived warnings."""
-    _call("harness.classify:cli_classify", cell_dirs=tuple(cell_dirs), runbook=runbook,
+    from harness.taxonomy.cli import cli_classify  # lazy: each command imports only its own room
+
+    _call(cli_classify, cell_dirs=tuple(cell_dirs), runbook=runbook,
           backend=backend, exit_code=exit_code, state=state, as_json=as_json)
 
 
@@ -149,7 +165,9 @@ def classify(cell_dirs, runbook, backend, exit_code, state, as_json) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def doctor(as_json) -> None:
     """Health probe: driver, idle GPUs, ECC errors (says no-gpu on a CPU machine)."""
-    _call("harness.health:cli_doctor", as_json=as_json)
+    from harness.health import cli_doctor  # lazy: each command imports only its own room
+
+    _call(cli_doctor, as_json=as_json)
 
 
 @main.command()
@@ -177,7 +195,9 @@ def forecast(traces, model, experts, ep, micro_batch, placement, personality, pa
     TRACE is an epcap routing trace or Megatron-LM router-trace JSONL
     (router_trace_rank{N}.jsonl files or their directory). See docs/forecast.md.
     """
-    _call("harness.forecast_cli:cli_forecast", traces=tuple(traces), model=model,
+    from harness.forecast.cli import cli_forecast  # lazy: each command imports only its own room
+
+    _call(cli_forecast, traces=tuple(traces), model=model,
           experts=experts, ep=ep, micro_batch=micro_batch, placement=placement,
           personality=personality, pad_multiple=pad_multiple, grid=grid, unit=unit,
           out=out, as_json=as_json, seq=seq)

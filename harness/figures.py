@@ -20,7 +20,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
-from harness.results import open_atomic  # noqa: E402
+from harness.results.tables import open_atomic  # noqa: E402
 from harness.vocab import Status  # noqa: E402
 
 DPI = 110
@@ -78,7 +78,7 @@ def backend_colors(backends: list[str]) -> dict[str, str]:
 
 
 def save_png(fig: Figure, path: Path) -> None:
-    """Write the figure as PNG atomically (harness.results.open_atomic)."""
+    """Write the figure as PNG atomically (harness.results.tables.open_atomic)."""
     with open_atomic(path, "wb") as fh:
         fig.savefig(fh, format="png", dpi=DPI)
 

@@ -18,9 +18,9 @@ from urllib.parse import urlsplit
 
 from harness.audit import AuditResult, audit_target
 from harness.errors import BadInput
-from harness.provenance import secret_values
-from harness.redact import find_secrets, redact_text
-from harness.results import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV, read_rows
+from harness.io.redact import find_secrets, redact_text
+from harness.results.provenance import secret_values
+from harness.results.tables import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV, read_rows
 
 REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 DIGESTED = (ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV, "provenance.txt", "runbook.yaml")
@@ -59,7 +59,7 @@ def local_files(root: Path) -> tuple[list[str], list[str]]:
 
 def files_with_secrets(root: Path, files: list[str]) -> list[str]:
     """Files whose name or content holds a secret: the value of a secret-named environment
-    variable or a token shape (`hf_...`, harness.redact.TOKEN_PATTERN); never uploaded."""
+    variable or a token shape (`hf_...`, harness.io.redact.TOKEN_PATTERN); never uploaded."""
     secrets = secret_values()
     overlap = max([len(v) for v in secrets] + [TOKEN_OVERLAP]) - 1
     leaks = []

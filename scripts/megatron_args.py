@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Write backends/megatron_args/data/<commit>.json: the flags one Megatron-LM commit accepts.
+"""Write backends/megatron/args/data/<commit>.json: the flags one Megatron-LM commit accepts.
 
     python scripts/megatron_args.py --git /path/to/Megatron-LM --commit <sha|ref> \
         --repository NVIDIA/Megatron-LM [--ref refs/pull/2368/head]
     python scripts/megatron_args.py --checkout /path/to/Megatron-LM --commit <sha> ...
 
 Reads megatron/training/arguments.py and the dataclasses its ArgumentGroupFactory calls
-name, with `ast` (backends/megatron_args/extract.py); Megatron is never imported.
+name, with `ast` (backends/megatron/args/extract.py); Megatron is never imported.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from backends.megatron_args import data_path  # noqa: E402
-from backends.megatron_args.extract import Source, extract, git_commit  # noqa: E402
+from backends.megatron.args import data_path  # noqa: E402
+from backends.megatron.args.extract import Source, extract, git_commit  # noqa: E402
 
 
 def render(meta: dict, flags: dict) -> str:

@@ -18,12 +18,12 @@ import time
 import traceback
 from pathlib import Path
 
-from harness.backend_api import free_port
+from harness.api.backend import free_port
+from harness.loadmodel.traces import TraceError
 
 from .memory import estimate_memory_bytes, oom_message
 from .options import build_parser, check_args, memory_of, model_of, shape_of
 from .personalities import banner, personality
-from .traces import TraceError
 
 CHILD_ENV = "EPCAP_REFERENCE_CHILD"
 
@@ -96,7 +96,7 @@ def one_rank(args, rank: int, world: int, local_rank: int) -> int:
 
 def check_trace(args) -> None:
     """Read and check the replayed trace for this run (TraceError names file:line: field)."""
-    from .trace_io import preload
+    from harness.loadmodel.trace_io import preload
 
     layers = list(range(args.first_dense_layers, args.layers))
     preload(args.trace, args.experts, args.topk, args.seq * args.micro_batch, args.ep, layers)
@@ -222,7 +222,7 @@ def _wait(procs: list, grace_s: float) -> int:
 
 
 def worker_main(argv: list[str] | None, run_rank, spawn_ranks, before=None) -> int:
-    """The entry both workers share (this one and backends.megatron_core_worker): parse and
+    """The entry both workers share (this one and backends.megatron_core.worker): parse and
     check the options, run `before` (a check before any rank starts; non-zero = exit code),
     then run as one rank (a child, or a single process) or spawn the ranks."""
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -7,15 +7,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.backend_api import Backend, LaunchSpec, NoOptions, OptionError, RunRequest
+from harness.api.backend import Backend, LaunchSpec, NoOptions, OptionError, RunRequest
 from harness.errors import BadInput
+from harness.loadmodel.planners import PERSONALITIES, planner_options
+from harness.loadmodel.trace_io import ROUTING_TRACE
+from harness.loadmodel.workloads import workload_spec
 from harness.vocab import Impl, Purpose, run_iterations
 
 from .memory import memory_options
 from .personalities import LIBRARIES
-from .planners import PERSONALITIES, planner_options
-from .trace_io import ROUTING_TRACE
-from .workloads import workload_spec
 
 PREFORK_ENV = "EPCAP_PREFORK"     # = harness.launch.forkserver.PREFORK_ENV (tested equal)
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -5,7 +5,7 @@ Placement is contiguous: rank r hosts experts [r*E/ep, (r+1)*E/ep). Each rank or
 with one all_to_all_single, so every rank knows counts[src, expert] and plans locally.
 
 Rebalancing (echo, ultraep, moonep): every rank computes the same per-expert quotas from the
-global counts (backends/reference/planners.py); expert e's slots, in (source rank, token)
+global counts (harness/loadmodel/planners.py); expert e's slots, in (source rank, token)
 order, fill its destinations in ascending rank order. raw keeps every slot at home.
 
 Drop policy (every personality): a receiver fills its `budget` slots in source-rank order,
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from . import planners
+from harness.loadmodel import planners
 
 
 def _excl_cumsum(t: torch.Tensor) -> torch.Tensor:
@@ -116,7 +116,7 @@ def slot_dest(sorted_ids: torch.Tensor, counts: torch.Tensor, quotas: torch.Tens
 def plan_from_counts(order: torch.Tensor, sorted_ids: torch.Tensor, counts: torch.Tensor,
                      me: int, budget: int, personality: str, options=None) -> Plan:
     """A rebalanced plan from the exchanged counts[src, expert]: the personality's quotas
-    (backends/reference/planners.py, identical on every rank), split by source rank, then each
+    (harness/loadmodel/planners.py, identical on every rank), split by source rank, then each
     receiver keeps its first `budget` slots in (source rank, expert, token) order."""
     ep, experts = counts.shape
     c = counts.cpu().numpy()

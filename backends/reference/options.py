@@ -67,13 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
                    default="echo")
     s.add_argument("--planner-options", type=_json_object, default={},
                    help="JSON object of the personality's planner options "
-                        "(backends/reference/planners.py OPTION_DEFAULTS)")
+                        "(harness/loadmodel/planners.py OPTION_DEFAULTS)")
     s.add_argument("--memory-options", type=_json_object, default={},
                    help="JSON object of memory-model options (backends/reference/memory.py "
                         "MEMORY_DEFAULTS: precision, optimizer, recompute, moonep pool, ...)")
     s.add_argument("--routing", type=_json_object, default={},
                    help='JSON routing workload, e.g. {"workload": "hot_rank"} '
-                        "(backends/reference/workloads.py)")
+                        "(harness/loadmodel/workloads.py)")
     s.add_argument("--warmup", type=_non_negative, default=1)
     s.add_argument("--iters", type=_positive, default=4)
     s.add_argument("--trials", type=_positive, default=1)
@@ -145,8 +145,8 @@ def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         ap.error("--first-dense-layers must leave at least one MoE layer")
     if args.ranks is not None and args.ranks != args.ep:
         ap.error(f"--ranks ({args.ranks}) must equal --ep ({args.ep})")
-    from .planners import planner_options
-    from .workloads import workload_spec
+    from harness.loadmodel.planners import planner_options
+    from harness.loadmodel.workloads import workload_spec
     try:
         args.planner_options = planner_options(args.personality, args.planner_options)
     except ValueError as exc:

@@ -1,10 +1,10 @@
-"""Seeded, deterministic MoE routing (named workloads, backends/reference/workloads.py).
+"""Seeded, deterministic MoE routing (named workloads, harness/loadmodel/workloads.py).
 
 Pure functions of (workload, seed, model, layer, iteration, rank): every rank, every test and
 every re-run computes the same routing, so a test can recount demand independently of the
 worker (workloads.rank_counts gives the same counts without building the ids).
 
-Trace files (replay with --trace, record with --record-trace): backends/reference/traces.py
+Trace files (replay with --trace, record with --record-trace): harness/loadmodel/traces.py
 and trace_io.py.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .workloads import popularity, route_ids
+from harness.loadmodel.workloads import popularity, route_ids
 
 ROUTER_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

@@ -12,6 +12,7 @@ import sys
 import torch
 import torch.distributed as dist
 
+from harness.loadmodel.trace_io import preload, write_epcap, write_megatron
 from harness.vocab import Purpose, run_iterations
 
 from .dispatch import (
@@ -29,7 +30,6 @@ from .options import memory_of, model_of, shape_of
 from .personalities import Personality, check_budget, check_router_dtype, personality
 from .routing import ROUTER_DTYPES, expert_popularity, route, weights_for_ids
 from .timing import Stopwatch, quantile, step_times, summarize
-from .trace_io import preload, write_epcap, write_megatron
 
 
 def say(text: str) -> None:

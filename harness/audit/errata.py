@@ -15,7 +15,7 @@ import yaml
 from harness.audit.model import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, Check, Upload, verdict_of
 from harness.audit.vocab import PREDATES
 from harness.errors import BadInput
-from harness.provenance import parse_repo_line, run_git
+from harness.results.provenance import parse_repo_line, run_git
 
 DEFAULT_ERRATA = Path(__file__).resolve().parents[2] / "provenance" / "errata.yaml"
 COMMIT_CHARS = "0123456789abcdefABCDEF"

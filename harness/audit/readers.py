@@ -1,8 +1,8 @@
 """Bounded, lenient readers for untrusted uploads: nothing followed out of TARGET, every
 file size-capped, nothing executed or unpickled, malformed input turned into a stated why.
 
-Tables are parsed by the one results model (harness.results.parse_table) in its lenient
-mode, provenance by harness.provenance.parse_provenance, logs by harness.telemetry: each
+Tables are parsed by the one results model (harness.results.tables.parse_table) in its lenient
+mode, provenance by harness.results.provenance.parse_provenance, logs by harness.telemetry.summary: each
 only after a bounded, link-checked read here.
 """
 
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import yaml
 
-from harness import results
 from harness.audit.model import LogFacts, Row, Table, norm
 from harness.errors import EpcapError
-from harness.provenance import parse_provenance
+from harness.results import tables as results
+from harness.results.provenance import parse_provenance
 
 TSV_CAP_BYTES = 64 << 20
 SMALL_CAP_BYTES = 1 << 20
@@ -189,7 +189,7 @@ def content_key(files: list[Path], warmup: int, tags: dict[str, str] | None) -> 
 def read_logs(root: Path, cell: Path, cell_json: dict | None,
               tags: dict[str, str] | None) -> tuple[LogFacts | None, str | None]:
     """Facts of a cell's logs, or None and why; (None, None) when the cell has no logs."""
-    from harness.telemetry import summarize  # lazy: uploads without logs skip numpy
+    from harness.telemetry.summary import summarize  # lazy: uploads without logs skip numpy
     files, problem = log_files(root, cell)
     if problem:
         return None, problem

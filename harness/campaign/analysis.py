@@ -1,6 +1,6 @@
 """One finished run: telemetry summary + failure taxonomy + timing line -> its Outcome.
 
-The status of a run (docs/spec.md: pipeline; harness.taxonomy.judge_run, the code `epcap
+The status of a run (docs/spec.md: pipeline; harness.taxonomy.judge.judge_run, the code `epcap
 classify` runs too): a taxonomy class when the run failed; else `lower_bound` (a measure run
 with saturated rows or an overflow report), `drops` (any other run with saturated rows or an
 overflow report, docs/taxonomy.md) or `ok`; a timed run without its [EPCAP_TIMING] line is a
@@ -14,14 +14,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from harness import capacity as cap
-from harness.backend_api import Backend, RunRequest
+from harness.api.backend import Backend, RunRequest
+from harness.api.launcher import JobResult
 from harness.campaign.decisions import Outcome
-from harness.launch.base import JobResult
-from harness.plan import Cell
-from harness.steps import step_peaks
-from harness.taxonomy import iter_log_lines, judge_run
-from harness.telemetry import LogSummary, summarize
+from harness.grid import capacity as cap
+from harness.results.layout import Cell
+from harness.taxonomy.judge import iter_log_lines, judge_run
+from harness.telemetry.steps import step_peaks
+from harness.telemetry.summary import LogSummary, summarize
 from harness.vocab import FAILURE_CLASSES, TIMED_OK, Purpose, Status
 
 STEP_PURPOSES = (Purpose.MEASURE, Purpose.VALIDATE)   # runs whose per-step peaks are kept

@@ -8,14 +8,20 @@ import sys
 import time
 from pathlib import Path
 
-from harness import capacity as cap
+from harness.api.launcher import Launcher
 from harness.campaign import store
-from harness.campaign.argcheck import check_backend_commands
 from harness.campaign.decisions import Context, model_pipeline
 from harness.campaign.driver import Campaign, Replay
 from harness.campaign.dryrun import print_dry_run
+from harness.campaign.preflight import check_backend_commands
+from harness.campaign.progress import ProgressView, fmt_s
 from harness.errors import BadInput, Findings, os_hint
-from harness.event_types import (
+from harness.grid import capacity as cap
+from harness.health import probe
+from harness.io.lock import CampaignLock
+from harness.io.redact import redact_text
+from harness.launch import make_launcher
+from harness.results.event_types import (
     CampaignDone,
     CampaignStart,
     Checkpoint,
@@ -24,15 +30,10 @@ from harness.event_types import (
     RunStart,
     StageDone,
 )
-from harness.events import EVENTS, EventLog, campaign_stats
-from harness.health import probe
-from harness.launch import make_launcher
-from harness.launch.base import Launcher
-from harness.lock import CampaignLock
-from harness.progress import ProgressView, fmt_s
-from harness.provenance import capture_provenance, write_provenance
-from harness.redact import redact_text
-from harness.runbook import Runbook, load_runbook
+from harness.results.events import EVENTS, EventLog, campaign_stats
+from harness.results.provenance import capture_provenance, write_provenance
+from harness.runbook.load import load_runbook
+from harness.runbook.model import Runbook
 from harness.vocab import Stage, StageMode
 
 DEFAULT_RUNBOOK = "runbooks/local-cpu.yaml"

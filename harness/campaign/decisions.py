@@ -12,8 +12,6 @@ import dataclasses
 from collections.abc import Callable, Generator
 from typing import Any
 
-from harness import capacity as cap
-from harness import selection, verdicts
 from harness.campaign.stages import (
     PAIR,
     backends_of,
@@ -23,11 +21,14 @@ from harness.campaign.stages import (
     timed_arms,
 )
 from harness.errors import BadInput
-from harness.heldout import TARGET_PEAK, risk_columns, select_budget
-from harness.plan import Cell
-from harness.results import SELECTION_COLUMNS, TIMING_COLUMNS
-from harness.runbook import Runbook
-from harness.steps import StepPeaks
+from harness.grid import capacity as cap
+from harness.grid import selection
+from harness.grid.heldout import TARGET_PEAK, risk_columns, select_budget
+from harness.results.layout import Cell
+from harness.results.tables import SELECTION_COLUMNS, TIMING_COLUMNS
+from harness.runbook.model import Runbook
+from harness.telemetry.steps import StepPeaks
+from harness.timing import verdicts
 from harness.vocab import TIMED_OK, Purpose, Stage, StageMode, Status
 
 
@@ -51,7 +52,7 @@ class Outcome:
     timing: dict | None
     row: dict
     failure: dict
-    steps: StepPeaks | None = None   # per-step peaks of a measure/validate run (harness.steps)
+    steps: StepPeaks | None = None   # per-step peaks of a measure/validate run (harness.telemetry.steps)
 
 
 class Context:

@@ -8,14 +8,19 @@ import shlex
 import time
 from pathlib import Path
 
-from harness import capacity as cap
-from harness.backend_api import Backend, LaunchSpec, RunRequest
+from harness.api.backend import Backend, LaunchSpec, RunRequest
+from harness.api.launcher import JobHandle, JobResult, Launcher
+from harness.api.registry import load_backend
 from harness.campaign import store
 from harness.campaign.analysis import analyse, utc_now
 from harness.campaign.decisions import Context, Outcome, Pipe, Request
+from harness.campaign.progress import EtaEstimator, ProgressView, fmt_s, model_size
 from harness.campaign.stages import STAGE_OF_PURPOSE, plan_cells
 from harness.errors import BadInput, CampaignStopped, Findings
-from harness.event_types import (
+from harness.grid import capacity as cap
+from harness.io.redact import redact_text
+from harness.launch import make_launcher
+from harness.results.event_types import (
     CellAbandoned,
     CellFinish,
     CellRef,
@@ -24,16 +29,11 @@ from harness.event_types import (
     Stopped,
     parse_event,
 )
-from harness.events import EVENTS, EventLog, read_events
-from harness.launch import make_launcher
-from harness.launch.base import JobHandle, JobResult, Launcher
-from harness.plan import Cell, PlannedCell, canary_model, cell_dir
-from harness.progress import EtaEstimator, ProgressView, fmt_s, model_size
-from harness.provenance import write_provenance
-from harness.redact import redact_text
-from harness.registry import load_backend
-from harness.results import ATTEMPT_COLUMNS, ATTEMPTS_TSV, append_row, write_text_atomic
-from harness.runbook import Runbook
+from harness.results.events import EVENTS, EventLog, read_events
+from harness.results.layout import Cell, PlannedCell, canary_model, cell_dir
+from harness.results.provenance import write_provenance
+from harness.results.tables import ATTEMPT_COLUMNS, ATTEMPTS_TSV, append_row, write_text_atomic
+from harness.runbook.model import Runbook
 from harness.vocab import BUG_CLASSES, CANARY_OK, Purpose, Stage, StageMode, Status
 
 POLL_S = 0.05

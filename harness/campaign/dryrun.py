@@ -6,14 +6,14 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from harness import capacity as cap
-from harness.backend_api import RunRequest
+from harness.api.backend import RunRequest
+from harness.api.registry import load_backend
 from harness.campaign.decisions import held_out_routing
+from harness.campaign.gpuhours import describe_estimate
 from harness.campaign.stages import plan_cells, timed_arms
-from harness.gpuhours import describe_estimate
-from harness.plan import Cell, cell_dir
-from harness.registry import load_backend
-from harness.runbook import Runbook
+from harness.grid import capacity as cap
+from harness.results.layout import Cell, cell_dir
+from harness.runbook.model import Runbook
 from harness.vocab import Purpose
 
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import groupby
 
-from harness import verdicts
-from harness.plan import PlannedCell, canary_model
-from harness.runbook import BackendConfig, Runbook
+from harness.results.layout import PlannedCell, canary_model
+from harness.runbook.model import BackendConfig, Runbook
+from harness.timing import verdicts
 from harness.vocab import STAGE_ORDER, Purpose, Stage, StageMode
 
 # Which backends a stage runs for.

@@ -16,17 +16,17 @@ import os
 from pathlib import Path
 from typing import Any
 
-from harness.backend_api import LaunchSpec
+from harness.api.backend import LaunchSpec
 from harness.campaign.decisions import Outcome
 from harness.campaign.stages import plan_cells, timed_arms
 from harness.errors import BadInput
-from harness.event_types import CellAbandoned, CellFinish, CellSubmit, parse_event
-from harness.events import EVENTS, read_events
-from harness.lock import LOCK_NAME
-from harness.plan import Cell, cell_dir
-from harness.provenance import redact_argv, secret_values
-from harness.redact import redact_obj, redact_text
-from harness.results import (
+from harness.io.lock import LOCK_NAME
+from harness.io.redact import redact_obj, redact_text
+from harness.results.event_types import CellAbandoned, CellFinish, CellSubmit, parse_event
+from harness.results.events import EVENTS, read_events
+from harness.results.layout import Cell, cell_dir
+from harness.results.provenance import redact_argv, secret_values
+from harness.results.tables import (
     ATTEMPT_COLUMNS,
     ATTEMPTS_TSV,
     CAMPAIGN_JSON,
@@ -39,9 +39,9 @@ from harness.results import (
     write_table_atomic,
     write_text_atomic,
 )
-from harness.runbook import Runbook
-from harness.steps import StepPeaks
-from harness.telemetry import LogSummary
+from harness.runbook.model import Runbook
+from harness.telemetry.steps import StepPeaks
+from harness.telemetry.summary import LogSummary
 from harness.vocab import (
     BUG_CLASSES,
     CANARY_OK,

@@ -1,20 +1,18 @@
-"""Launchers run one cell's processes: `local` (subprocesses) or `slurm` (sbatch/srun)."""
+"""Launchers run one cell's processes: `local` (subprocesses) or `slurm` (sbatch/srun).
+
+The contract is harness/api/launcher.py; the names are the registry's (harness/api/registry.py).
+"""
 
 from __future__ import annotations
 
+from harness.api.registry import load_launcher_class
 from harness.errors import BadInput
 
 
 def make_launcher(name: str, runbook=None):
-    """The launcher called `name` (local | slurm); slurm is imported lazily."""
-    if name == "local":
-        from harness.launch.local import LocalLauncher  # lazy: the launcher asked for only
-        return LocalLauncher()
-    if name == "slurm":
-        try:
-            from harness.launch.slurm import SlurmLauncher  # lazy: the launcher asked for only
-        except ImportError as exc:
-            raise BadInput(f"the slurm launcher is not available: {exc}",
-                           field="launcher") from exc
-        return SlurmLauncher(runbook) if runbook is not None else SlurmLauncher()
-    raise BadInput(f"unknown launcher {name!r}; use local or slurm", field="launcher")
+    """The launcher called `name` (local | slurm), imported lazily."""
+    try:
+        cls = load_launcher_class(name)
+    except ImportError as exc:
+        raise BadInput(f"the {name} launcher is not available: {exc}", field="launcher") from exc
+    return cls(runbook) if runbook is not None and name != "local" else cls()

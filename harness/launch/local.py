@@ -16,8 +16,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from harness.backend_api import LaunchSpec, free_port
-from harness.launch.base import JobHandle, JobResult, Launcher
+from harness.api.backend import LaunchSpec, free_port
+from harness.api.launcher import JobHandle, JobResult, Launcher
 from harness.launch.forkserver import ForkServer, uses_forkserver
 from harness.vocab import LauncherState
 

@@ -23,10 +23,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.backend_api import LaunchSpec
+from harness.api.backend import LaunchSpec
+from harness.api.launcher import JobHandle, JobResult, Launcher
 from harness.errors import EpcapError
 from harness.health import PRE_CELL_FAIL_EXIT
-from harness.launch.base import JobHandle, JobResult, Launcher
 from harness.launch.slurm_script import (
     SCRIPT_NAME,
     batch_script,
@@ -36,8 +36,8 @@ from harness.launch.slurm_script import (
     script_meta,
     time_minutes,
 )
-from harness.results import write_text_atomic
-from harness.runbook import SlurmConfig
+from harness.results.tables import write_text_atomic
+from harness.runbook.model import SlurmConfig
 from harness.vocab import LauncherState
 
 CMD_TIMEOUT_S = 30.0            # every Slurm client call

@@ -10,10 +10,10 @@ import re
 import shlex
 from pathlib import Path
 
-from harness.backend_api import LaunchSpec
+from harness.api.backend import LaunchSpec
 from harness.errors import BadInput
 from harness.health import DEFAULT_MAX_USED_MIB, PRE_CELL_FAIL_EXIT
-from harness.runbook import SlurmConfig
+from harness.runbook.model import SlurmConfig
 
 SCRIPT_NAME = "slurm.sbatch"
 NAME_PREFIX = "epcap."

@@ -1,7 +1,7 @@
 """`epcap report`: a campaign's results as report.md, PNG figures and a tidy demand.tsv.
 
 Reads only the results directory (docs/spec.md: results layout): the three TSVs, provenance.txt, the cells'
-rank logs (through harness.telemetry), the campaign statistics (harness.events) and the audit
+rank logs (through harness.telemetry.summary), the campaign statistics (harness.results.events) and the audit
 verdict (harness.audit). Numbers from the TSVs are printed as the TSV strings, unchanged;
 derived numbers (percentages) are labelled as such with their precision. A part whose input or
 input is missing becomes a "not available: <why>" line, never a crash or an invented value.

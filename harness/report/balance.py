@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from harness.plan import parse_cell_name
+from harness.results.layout import parse_cell_name
 from harness.vocab import Purpose
 
 TAG = "[MOE_DROP_DEBUG][dispatch]"

@@ -8,13 +8,13 @@ import time
 from pathlib import Path
 
 from harness.errors import BadInput
-from harness.forecast_report import report_section
-from harness.redact import redact_text
+from harness.io.redact import redact_text
 from harness.report.balance import balance_lines
 from harness.report.demand import (
     build_demand,
     draw_figures,
 )
+from harness.report.forecast import report_section
 from harness.report.inputs import (
     ATTEMPTS,
     COMPARISON,
@@ -43,7 +43,7 @@ from harness.report.sections import (
     section_selection,
     section_timing,
 )
-from harness.results import (
+from harness.results.tables import (
     read_campaign_facts,
     write_text_atomic,
 )
@@ -91,7 +91,7 @@ def _render(results_dir: Path, out: Path) -> Context:
             "the TSV strings unchanged unless a column says derived.", ""]
     body += _impl_note(ctx) + [""]
     body += section_overview(ctx) + section_selection(ctx) + balance_lines(results_dir)
-    from harness.report_risk import section_risk  # lazy: scipy only when a report is built
+    from harness.report.risk import section_risk  # lazy: scipy only when a report is built
 
     body += section_risk(results_dir, out, ctx.selection, ctx.attempts, ctx.figures,
                          ctx.missing)
@@ -101,7 +101,7 @@ def _render(results_dir: Path, out: Path) -> Context:
     body += section_audit(ctx) + section_provenance(ctx) + section_campaign(ctx)
     if ctx.unavailable:
         body += ["## Parts not available", ""] + [f"- {u}" for u in ctx.unavailable] + [""]
-    # one redaction pass (harness.redact): a failure line or path may carry a token
+    # one redaction pass (harness.io.redact): a failure line or path may carry a token
     write_text_atomic(out / "report.md", redact_text("\n".join(body).rstrip() + "\n"))
     return ctx
 

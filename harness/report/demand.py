@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 from harness.errors import BadInput
-from harness.plan import Cell, parse_cell_name
 from harness.report.inputs import (
     DEMAND_COLUMNS,
     DEMAND_PURPOSES,
@@ -16,11 +15,12 @@ from harness.report.inputs import (
     num,
 )
 from harness.report.sections import _timing_points
-from harness.results import (
+from harness.results.layout import Cell, parse_cell_name
+from harness.results.tables import (
     Table,
     open_atomic,
 )
-from harness.telemetry import rows_table
+from harness.telemetry.summary import rows_table
 from harness.vocab import Purpose
 
 

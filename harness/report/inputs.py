@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import BadInput
-from harness.results import (
+from harness.results.tables import (
     ATTEMPTS_TSV,
     COMPARISON_TSV,
     DEFAULT_PAD_MULTIPLE,
@@ -45,7 +45,7 @@ COMPARISON = COMPARISON_TSV
 
 
 def read_tsv(path: Path, required: tuple[str, ...]) -> Table | None:
-    """Read one of the campaign's TSVs strictly (harness.results); None when absent."""
+    """Read one of the campaign's TSVs strictly (harness.results.tables); None when absent."""
     return read_table(path, required)
 
 

@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import json
 
-from harness import verdicts
 from harness.audit import audit_target
-from harness.capacity import is_executable
-from harness.events import campaign_stats
-from harness.provenance import read_provenance_lines
+from harness.grid.capacity import is_executable
 from harness.report.inputs import (
     ATTEMPTS,
     COMPARISON,
@@ -20,6 +17,9 @@ from harness.report.inputs import (
     md_table,
     num,
 )
+from harness.results.events import campaign_stats
+from harness.results.provenance import read_provenance_lines
+from harness.timing import verdicts
 from harness.vocab import FAILURE_CLASSES, TIMED_OK, Impl, Purpose, Status
 
 
@@ -83,7 +83,7 @@ def section_selection(ctx: Context) -> list[str]:
             "Capacity = budget / (S·K) where S·K = `uniform_tokens` (N); budgets in (token, "
             "expert) slots. `over_provision` = selected budget / measured peak. "
             "`executable (checked)` re-checks `int(selected_capacity × N) % "
-            f"{ctx.pad[0]} == 0` with harness.capacity (pad multiple {ctx.pad[0]}: "
+            f"{ctx.pad[0]} == 0` with harness.grid.capacity (pad multiple {ctx.pad[0]}: "
             f"{ctx.pad[1]}).", ""]
     for name, alt in (("fig1_capacity.png", "Required vs selected capacity"),
                       ("fig2_overprovision.png", "Over-provisioning")):
@@ -279,7 +279,7 @@ def section_provenance(ctx: Context) -> list[str]:
 
 
 def section_campaign(ctx: Context) -> list[str]:
-    """Wall span vs busy time and the ETA error (harness.events.campaign_stats)."""
+    """Wall span vs busy time and the ETA error (harness.results.events.campaign_stats)."""
     out = ["## Campaign time", ""]
     try:
         stats = campaign_stats(ctx.results_dir)

@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from harness.events import campaign_stats, read_events  # noqa: E402
+from harness.results.events import campaign_stats, read_events  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

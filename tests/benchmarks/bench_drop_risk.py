@@ -3,7 +3,7 @@
 For the four zoo models at the default campaign's scaled shape (runbooks/local-cpu.yaml:
 seq 256, ep 4, its layer counts, the zoo's experts, top-k and routing sigma), the per-step
 peak is the largest raw receive demand over the step's MoE layers and EP ranks, recounted
-from the reference routing's slot counts (`backends.reference.workloads.layer_counts`, what
+from the reference routing's slot counts (`harness.loadmodel.workloads.layer_counts`, what
 `routing.route` lays out as ids; contiguous placement, no rebalancing, no dispatch). One routing stream (seed SEED) per model: steps 0..W*FIT-1 are W independent
 fitting windows of FIT steps each (a campaign's measure and validate steps); the next FRESH
 steps are fresh steps, seen by no fit.
@@ -11,7 +11,7 @@ steps are fresh steps, seen by no fit.
 For each window, three budgets (slots, not restricted to the pad grid) around its peak:
 peak - sd, peak, peak + sd (sd = standard deviation of the window's peaks). Each case
 prints the predicted P(step peak > budget) with its bootstrap 95% interval
-(harness.droprisk.fit_risk on the window), the observed frequency over the fresh steps,
+(harness.grid.risk.fit_risk on the window), the observed frequency over the fresh steps,
 and, where the window had no drop at that budget, whether the frequency is above
 drop_risk_95 = 1 - 0.05^(1/FIT). One window per model gives only 12 cases, too few to
 judge an 80% coverage; W = 5 gives 60.
@@ -45,7 +45,7 @@ def step_peaks(model, shape, seed: int, first: int, count: int) -> list[int]:
     The counts are the reference routing's own (workloads.layer_counts: the slot counts that
     routing.route lays out as ids, without building the ids); contiguous placement.
     """
-    from backends.reference.workloads import layer_counts
+    from harness.loadmodel.workloads import layer_counts
 
     tokens, ep = shape.seq * shape.micro_batch, shape.ep
     layers = range(model.first_dense_layers, model.layers)
@@ -80,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runbook", default=str(ROOT / "runbooks" / "local-cpu.yaml"))
     args = ap.parse_args(argv)
 
-    from harness.droprisk import drop_risk_95, fit_risk, percent
-    from harness.runbook import load_runbook
+    from harness.grid.risk import drop_risk_95, fit_risk, percent
+    from harness.runbook.load import load_runbook
 
     rb = load_runbook(args.runbook)
     rule = drop_risk_95(args.fit)

@@ -17,8 +17,8 @@ import time
 
 import numpy as np
 
-from harness import registry
-from harness.forecast import Forecaster, Setting, routing_from_calls
+from harness.forecast.core import Forecaster, Setting, routing_from_calls
+from harness.loadmodel import planners
 
 EXPERTS, TOPK, TOKENS, CALLS, LAYERS = 128, 8, 65536, 96, 8
 EPS = (8, 16, 32, 64)
@@ -41,7 +41,7 @@ def synthetic_calls(seed: int = 0) -> list[tuple[int, np.ndarray]]:
 def forecast_all(calls) -> list[dict]:
     """A fresh forecaster (nothing cached) for the four EP sizes."""
     routing = routing_from_calls("synthetic", EXPERTS, TOPK, calls)
-    engine, planner = Forecaster(routing), registry.load_planner("raw")
+    engine, planner = Forecaster(routing), planners.load_planner("raw")
     rows = []
     for ep in EPS:
         home = np.asarray(planner.home_ranks(EXPERTS, ep, "contiguous"))

@@ -1,7 +1,7 @@
 """The reference memory model at the Tier B shape: fit and margin per (model, backend).
 
 Tier B runbook shape: seq 8192, micro batch 1, EP 8, device_memory_gb 180 (x 2**30 bytes,
-as harness.runbook converts it). ECHO and UltraEP at their largest capacity (the measurement
+as harness.runbook.load converts it). ECHO and UltraEP at their largest capacity (the measurement
 capacity 2.00), MoonEP at N slots (its buffers do not depend on the capacity). Two profiles:
 `dispatch` (the default options: bf16 weights, no optimizer state, no recompute, MoonEP pool
 per layer) and `training` (adam state unsharded -- expert data-parallel size 1 at EP 8 on 8

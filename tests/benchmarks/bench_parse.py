@@ -5,7 +5,7 @@ non-telemetry noise lines in a temporary directory, times both commands on the s
 (best of three, page cache warm), prints MB/s, the ratio to grep and epcap's peak RSS, and
 deletes the file. Targets: ratio >= 0.25, peak RSS < 200 MB; a missed target is printed as
 MISSED and the exit status is 1 (`make bench` still runs the other benchmarks first).
-Says whether the compiled scanner (harness._scan) ran, and times the pure-Python path once
+Says whether the compiled scanner (harness.telemetry._scan) ran, and times the pure-Python path once
 (EPCAP_PURE_PYTHON_PARSE=1) for comparison; that figure is not a target.
 """
 
@@ -68,8 +68,8 @@ def timed(argv: list[str], env: dict | None = None) -> tuple[float, int, bytes]:
 
 
 def compiled_scanner() -> bool:
-    """Whether harness._scan imports in this interpreter (what `epcap` will use)."""
-    probe = "import harness._scan"
+    """Whether harness.telemetry._scan imports in this interpreter (what `epcap` will use)."""
+    probe = "import harness.telemetry._scan"
     return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
 
 

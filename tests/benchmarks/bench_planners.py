@@ -20,7 +20,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from backends.reference.loadsim import zoo_requirements  # noqa: E402
+from harness.loadmodel.loadsim import zoo_requirements  # noqa: E402
 
 BANDS = {"echo": (1.02, 1.06), "ultraep": (1.005, 1.02), "moonep": (1.0, 1.0)}
 

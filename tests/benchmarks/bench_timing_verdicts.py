@@ -2,7 +2,7 @@
 
 Twenty repeats, each with its own routing seed. A repeat times its arms in LAUNCHES rounds;
 round i starts every arm once (a new process per launch), in the arm order rotated by i
-(A B S, B S A, S A B), exactly as the campaign's time stage does, and harness.stats.compare
+(A B S, B S A, S A B), exactly as the campaign's time stage does, and harness.timing.stats.compare
 judges dispatch and combine (ratio of medians, paired bootstrap 95% CI over launches and
 trials, 20,000 resamples, fixed seed; CV limit MAX_CV):
 
@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from harness import stats  # noqa: E402
+from harness.timing import stats  # noqa: E402
 
 MAX_CV = 0.5
 EXTRA = 3

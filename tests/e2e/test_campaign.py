@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.backend_api import LaunchSpec
+from harness.api.backend import LaunchSpec
 from harness.campaign.store import choose_dir
-from harness.capacity import budget_tokens, is_executable
-from harness.events import read_events
+from harness.grid.capacity import budget_tokens, is_executable
 from harness.launch import make_launcher
 from harness.launch.local import LocalLauncher
-from harness.results import read_rows
-from harness.runbook import load_runbook
+from harness.results.events import read_events
+from harness.results.tables import read_rows
+from harness.runbook.load import load_runbook
 
 ROOT = Path(__file__).resolve().parents[2]
 REDUCED = ROOT / "tests" / "fixtures" / "runbooks" / "reduced.yaml"

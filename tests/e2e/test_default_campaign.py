@@ -25,8 +25,8 @@ import pytest
 
 from harness.audit import audit_target
 from harness.campaign.stages import plan_cells
-from harness.events import read_events
-from harness.runbook import load_runbook
+from harness.results.events import read_events
+from harness.runbook.load import load_runbook
 from harness.vocab import Event, Purpose
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,7 +119,7 @@ def _argv_seed(cell: Path, flag: str) -> str:
 def test_default_campaign_validates_on_held_out_routing_with_its_risk(default_run):
     """No validate run shares its measure run's routing seed; the risk columns are filled;
     drop_risk_95 = 1 - 0.05^(1/n) for the recorded n held-out steps (docs/drop-risk.md)."""
-    from harness.results import read_rows
+    from harness.results.tables import read_rows
 
     attempts = read_rows(default_run / "capacity_attempts.tsv")
     measure_seed = {(r["model"], r["backend"]): _argv_seed(default_run / r["cell_dir"], "--seed")
@@ -179,7 +179,7 @@ def test_default_campaign_shows_each_library_rebalancing(default_run):
     """Issue 14: measured requirement ultraep < echo < raw for every model, and the report
     shows raw (pre-balance) and rebalanced demand side by side."""
     from harness.report.balance import balance_rows
-    from harness.results import read_rows
+    from harness.results.tables import read_rows
 
     sel = {(r["model"], r["backend"]): float(r["required_capacity"])
            for r in read_rows(default_run / "capacity_selection.tsv")}

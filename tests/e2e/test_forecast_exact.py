@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from backends.reference.routing import route
-from backends.reference.trace_io import write_epcap
-from harness.forecast_cli import forecast_rows, zoo_model
-from harness.telemetry import summarize
+from harness.forecast.cli import forecast_rows, zoo_model
+from harness.loadmodel.trace_io import write_epcap
+from harness.telemetry.summary import summarize
 
 pytestmark = pytest.mark.slow
 

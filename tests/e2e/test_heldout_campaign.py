@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.results import read_rows
+from harness.results.tables import read_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "runbooks" / "heldout.yaml"

@@ -14,9 +14,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from backends.reference import planners
 from backends.reference.memory import estimate_memory_bytes
 from backends.reference.routing import destination_counts, route
+from harness.loadmodel import planners
 
 pytestmark = pytest.mark.slow
 
@@ -112,7 +112,7 @@ def test_measured_peak_equals_independent_count(tmp_path):
               for rank in range(2))
     assert max(r["pre_balance_recv"] for r in rows) == raw
     try:
-        from harness.telemetry import summarize
+        from harness.telemetry.summary import summarize
     except ImportError:                                      # parser room not built yet
         return
     logs = sorted((tmp_path / "logs").glob("rank*.log"))
@@ -185,7 +185,7 @@ def test_bad_trace_is_bad_input(tmp_path):
 
 
 def test_timing_line(tmp_path):
-    from harness.backend_api import TIMING_TAG, Backend
+    from harness.api.backend import TIMING_TAG, Backend
 
     rc, text = standalone(tmp_path, [*flags(2, "2.00", "ultraep", purpose="time", trials=2),
                                      "--spawn", "exec"])       # one interpreter per rank
@@ -242,7 +242,7 @@ def test_slurm_record_then_standalone_replay(tmp_path):
 def test_extra_dispatch_passes_change_the_time_not_the_rows(tmp_path):
     """The slowed timing arm (--extra-dispatch-passes) logs the same telemetry rows and
     timing line shape as the plain run; only its dispatch does more work."""
-    from harness.backend_api import Backend
+    from harness.api.backend import Backend
 
     out = {}
     for extra in (0, 2):

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.events import read_events
-from harness.results import SELECTION_COLUMNS, read_rows
+from harness.results.events import read_events
+from harness.results.tables import SELECTION_COLUMNS, read_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 REDUCED = ROOT / "tests" / "fixtures" / "runbooks" / "reduced.yaml"

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.backend_api import DEFAULT_FAILURE_PATTERNS, LaunchSpec
+from harness.api.backend import DEFAULT_FAILURE_PATTERNS, LaunchSpec
 from harness.launch import slurm as S
 from harness.launch import slurm_script as SS
-from harness.runbook import SlurmConfig
+from harness.runbook.model import SlurmConfig
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -61,7 +61,7 @@ def wait_all(launcher: S.SlurmLauncher, handles: dict, limit_s: float) -> dict:
 
 
 def classify(result):
-    from harness.taxonomy import classify_logs
+    from harness.taxonomy.judge import classify_logs
     return classify_logs(result.exit_code, result.state, result.log_paths,
                          DEFAULT_FAILURE_PATTERNS, rows=0)
 
@@ -173,7 +173,7 @@ def submissions(results: Path) -> dict[str, int]:
 
 
 def campaign_of() -> str:
-    from harness.runbook import load_runbook
+    from harness.runbook.load import load_runbook
     return load_runbook(REDUCED).campaign
 
 

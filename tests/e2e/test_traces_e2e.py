@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.telemetry import summarize
+from harness.telemetry.summary import summarize
 
 pytestmark = pytest.mark.slow
 

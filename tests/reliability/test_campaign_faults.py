@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.events import read_events
-from harness.results import read_rows
+from harness.results.events import read_events
+from harness.results.tables import read_rows
 
 from .conftest import ENV_SECRET, HERE, TOKEN, assert_bad_input, assert_no_secret, run_cli
 

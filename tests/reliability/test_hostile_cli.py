@@ -12,10 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import harness.telemetry as tm
+import harness.telemetry.summary as tm
 from harness.errors import BadInput
-from harness.events import read_events
-from harness.results import parse_table
+from harness.results.events import read_events
+from harness.results.tables import parse_table
 
 from .conftest import assert_bad_input, run_cli
 
@@ -75,7 +75,7 @@ def test_parse_warmup_out_of_range(tmp_path, monkeypatch, compiled, warmup):
     if not compiled:
         monkeypatch.setattr(tm, "_compiled", None)
     elif tm._compiled is None:
-        pytest.skip("harness._scan is not built")
+        pytest.skip("harness.telemetry._scan is not built")
     assert_bad_input(run_cli("parse", log(tmp_path, ROW), "--warmup", warmup, timeout_s=5),
                      "--warmup")
 

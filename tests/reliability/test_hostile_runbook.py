@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.errors import BadInput
-from harness.runbook import load_runbook
+from harness.runbook.load import load_runbook
 
 from .conftest import assert_bad_input, run_cli
 
@@ -36,7 +36,7 @@ def run_refused(book: Path, tmp_path: Path, *needles: str):
     return res
 
 
-# -- numbers: finite, positive, within the documented maxima (harness/bounds.py) ---------------
+# -- numbers: finite, positive, within the documented maxima (harness/io/bounds.py) ---------------
 NUMBERS = [
     ("seed: 1234", "seed: 100000000000000000000000", "tiny.yaml:14: seed: must be in"),
     ("seed: 1234", "seed: -1", "seed: must be in"),

@@ -10,10 +10,10 @@ import time
 import pytest
 
 from harness.errors import BadInput
-from harness.lock import CampaignLock
-from harness.redact import REDACTED, find_secrets, redact_argv, redact_obj, redact_text
-from harness.safeio import read_text
-from harness.safeyaml import compose
+from harness.io.lock import CampaignLock
+from harness.io.redact import REDACTED, find_secrets, redact_argv, redact_obj, redact_text
+from harness.io.safeio import read_text
+from harness.io.safeyaml import compose
 
 TOKEN = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWx12"
 
@@ -93,7 +93,7 @@ def test_find_secrets_sees_a_token_without_its_variable():
 
 
 def test_lock_refuses_a_second_holder_and_frees_on_death(tmp_path):
-    code = ("import sys,time; from harness.lock import CampaignLock; "
+    code = ("import sys,time; from harness.io.lock import CampaignLock; "
             "l=CampaignLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE,
                             text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})

@@ -20,15 +20,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-import backends.megatron as megatron
-from backends.ultraep import router_dtypes
-from harness.backend_api import RunRequest
-from harness.capacity import UnexecutableCapacity, check_executable
+import backends.megatron.base as megatron
+from backends.megatron.ultraep import router_dtypes
+from harness.api.backend import RunRequest
+from harness.api.registry import load_backend
+from harness.campaign.gpuhours import describe_estimate, estimate_gpu_hours, parse_time_limit
 from harness.errors import BadInput
-from harness.gpuhours import describe_estimate, estimate_gpu_hours, parse_time_limit
-from harness.plan import PURPOSES, Cell
-from harness.registry import load_backend
-from harness.runbook import BackendConfig, load_runbook
+from harness.grid.capacity import UnexecutableCapacity, check_executable
+from harness.results.layout import PURPOSES, Cell
+from harness.runbook.load import load_runbook
+from harness.runbook.model import BackendConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 TIERB = ROOT / "runbooks" / "tierb-b200-gbs8.yaml"

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness import capacity as cap
-from harness.capacity import (
+from harness.errors import BadInput
+from harness.grid import capacity as cap
+from harness.grid.capacity import (
     UnexecutableCapacity,
     budget_tokens,
     capacity_tag,
@@ -22,7 +23,6 @@ from harness.capacity import (
     round_up_to_grid,
     step_up,
 )
-from harness.errors import BadInput
 
 N = 65536  # seq 8192, mbs 1, top-8
 FAST = settings(max_examples=60, deadline=None, derandomize=True)

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.classify import classify_cell, cli_classify
 from harness.errors import BadInput
-from harness.signatures import load_table
+from harness.taxonomy.cli import classify_cell, cli_classify
+from harness.taxonomy.signatures import load_table
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "fixtures" / "classify"
@@ -118,15 +118,15 @@ def test_campaign_analysis_records_the_richer_outcome(tmp_path):
     rank and warnings in the failure dict that cell.json and events.jsonl record."""
     import shutil
 
-    from harness import capacity as cap
-    from harness import selection
-    from harness.backend_api import RunRequest
+    from harness.api.backend import RunRequest
+    from harness.api.launcher import JobResult
+    from harness.api.registry import load_backend
     from harness.campaign.analysis import analyse
     from harness.campaign.decisions import Outcome, lower_bound_peak
-    from harness.launch.base import JobResult
-    from harness.plan import Cell
-    from harness.registry import load_backend
-    from harness.runbook import load_runbook
+    from harness.grid import capacity as cap
+    from harness.grid import selection
+    from harness.results.layout import Cell
+    from harness.runbook.load import load_runbook
 
     rb = load_runbook(ROOT / "tests" / "fixtures" / "runbooks" / "reduced.yaml")
     model = rb.models[0].name

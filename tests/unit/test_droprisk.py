@@ -1,4 +1,4 @@
-"""Drop risk (harness.droprisk): the zero-drop bound, the GEV tail fit, risk-targeted selection."""
+"""Drop risk (harness.grid.risk): the zero-drop bound, the GEV tail fit, risk-targeted selection."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from scipy.stats import genextreme
 
-from harness.capacity import budget_tokens, is_executable, step_up
-from harness.droprisk import (
+from harness.errors import BadInput
+from harness.grid.capacity import budget_tokens, is_executable, step_up
+from harness.grid.risk import (
     MIN_FIT_STEPS,
     drop_risk_95,
     fit_risk,
@@ -17,7 +18,6 @@ from harness.droprisk import (
     percent,
     select_for_risk,
 )
-from harness.errors import BadInput
 
 TRUE = dict(c=0.2, loc=2400.0, scale=30.0)
 

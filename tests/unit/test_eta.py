@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from harness.progress import EtaEstimator, ProgressView, fmt_s, purpose_class
+from harness.campaign.progress import EtaEstimator, ProgressView, fmt_s, purpose_class
 
 SIZES = {"small": 1.0, "mid": 2.0, "big": 4.0}
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from harness import event_types as et
-from harness.events import EventLog, read_events
-from harness.plan import Cell
+from harness.results import event_types as et
+from harness.results.events import EventLog, read_events
+from harness.results.layout import Cell
 from harness.vocab import Event
 
 CELL = Cell("c", "QWEN3_30B", "echo", "measure", "2.00", 2)

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import registry
 from harness.errors import BadInput
-from harness.forecast import (
+from harness.forecast.cli import cli_forecast, forecast_rows, placement_file
+from harness.forecast.core import (
     COLUMNS,
     Forecaster,
     Setting,
@@ -21,7 +21,7 @@ from harness.forecast import (
     routing_from_calls,
     share_bounds,
 )
-from harness.forecast_cli import cli_forecast, forecast_rows, placement_file
+from harness.loadmodel import planners
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "traces" / "megatron_ep2"
 E, K, T = 16, 4, 96
@@ -56,7 +56,7 @@ def brute_peak(calls, ep: int, home, per_rank: int | None = None, tokens_unit=Fa
 @pytest.mark.parametrize("unit", ["slots", "tokens"])
 def test_raw_peak_equals_a_brute_force_count(ep, placement, unit):
     calls = _calls()
-    planner = registry.load_planner("raw")
+    planner = planners.load_planner("raw")
     home = np.asarray(planner.home_ranks(E, ep, placement))
     row = Forecaster(routing_from_calls("t", E, K, calls)).row(
         Setting(ep, None, placement, "raw", unit), home, planner)
@@ -67,7 +67,7 @@ def test_raw_peak_equals_a_brute_force_count(ep, placement, unit):
 @pytest.mark.parametrize("ep,mb,seq", [(2, 1, 16), (4, 2, 6), (8, 1, 5)])
 def test_micro_batches_cut_the_step_into_dispatches(ep, mb, seq):
     calls = _calls(1)
-    planner = registry.load_planner("raw")
+    planner = planners.load_planner("raw")
     home = np.asarray(planner.home_ranks(E, ep, "contiguous"))
     row = Forecaster(routing_from_calls("t", E, K, calls, seq=seq)).row(
         Setting(ep, mb, "contiguous", "raw"), home, planner)
@@ -77,7 +77,7 @@ def test_micro_batches_cut_the_step_into_dispatches(ep, mb, seq):
 
 def test_moonep_balances_every_rank_to_the_share():
     calls = _calls(2)
-    planner = registry.load_planner("moonep")
+    planner = planners.load_planner("moonep")
     for ep in (2, 4, 8):
         home = np.asarray(planner.home_ranks(E, ep, "contiguous"))
         row = Forecaster(routing_from_calls("t", E, K, calls)).row(
@@ -88,7 +88,7 @@ def test_moonep_balances_every_rank_to_the_share():
 
 def test_selection_rounds_the_peak_onto_the_grid_and_bounds_the_drop_risk():
     calls = _calls(3)
-    planner = registry.load_planner("raw")
+    planner = planners.load_planner("raw")
     home = np.asarray(planner.home_ranks(E, 4, "contiguous"))
     row = Forecaster(routing_from_calls("t", E, K, calls)).row(Setting(4), home, planner,
                                                                pad_multiple=8)

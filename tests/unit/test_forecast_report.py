@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from backends.reference.routing import route
-from backends.reference.trace_io import write_epcap
-from harness.forecast_report import campaign_forecast
-from harness.results import ATTEMPT_COLUMNS, ATTEMPTS_TSV, write_table_atomic
+from harness.loadmodel.trace_io import write_epcap
+from harness.report.forecast import campaign_forecast
+from harness.results.tables import ATTEMPT_COLUMNS, ATTEMPTS_TSV, write_table_atomic
 
 
 def _cell(root: Path, name: str, seed: int = 1) -> Path:
@@ -47,7 +47,7 @@ def test_section_says_when_nothing_was_recorded(tmp_path):
 def test_section_reads_a_cluster_cell_megatron_trace(tmp_path):
     import shutil
 
-    from backends.reference.trace_io import write_megatron
+    from harness.loadmodel.trace_io import write_megatron
 
     runbooks = Path(__file__).parents[2] / "runbooks"
     shutil.copy(runbooks / "local-cpu.yaml", tmp_path / "runbook.yaml")

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from backends.reference import adapter
-from harness.backend_api import LaunchSpec
+from harness.api.backend import LaunchSpec
 from harness.launch import forkserver
 from harness.launch.local import LocalLauncher
 

@@ -1,4 +1,4 @@
-"""Held-out validation decisions (harness.heldout): validate config, target, risk columns."""
+"""Held-out validation decisions (harness.grid.heldout): validate config, target, risk columns."""
 
 from __future__ import annotations
 
@@ -6,10 +6,9 @@ import numpy as np
 import pytest
 from scipy.stats import genextreme
 
-from harness.capacity import budget_tokens, is_executable, round_up_to_grid
-from harness.droprisk import fit_risk
 from harness.errors import BadInput
-from harness.heldout import (
+from harness.grid.capacity import budget_tokens, is_executable, round_up_to_grid
+from harness.grid.heldout import (
     ValidateConfig,
     parse_target,
     probability_text,
@@ -17,7 +16,8 @@ from harness.heldout import (
     risk_columns,
     select_budget,
 )
-from harness.steps import StepPeaks
+from harness.grid.risk import fit_risk
+from harness.telemetry.steps import StepPeaks
 
 N, PAD = 2048, 128
 
@@ -128,9 +128,9 @@ def test_select_stage_uses_the_runbook_target():
     from pathlib import Path
 
     from harness.campaign.decisions import Context, Outcome, select_step
-    from harness.plan import Cell
-    from harness.runbook import load_runbook
-    from harness.telemetry import LogSummary
+    from harness.results.layout import Cell
+    from harness.runbook.load import load_runbook
+    from harness.telemetry.summary import LogSummary
 
     base = load_runbook(Path(__file__).resolve().parents[2] / "runbooks" / "local-cpu.yaml")
     measured = steps(gev(40, 21))
@@ -159,8 +159,8 @@ def test_held_out_routing_needs_another_seed_and_no_trace_replay():
     from pathlib import Path
 
     from harness.campaign.decisions import held_out_routing
-    from harness.heldout import resolve_validate
-    from harness.runbook import load_runbook
+    from harness.grid.heldout import resolve_validate
+    from harness.runbook.load import load_runbook
 
     rb = load_runbook(Path(__file__).resolve().parents[2] / "runbooks" / "local-cpu.yaml")
     assert held_out_routing(rb, "echo")

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from backends.megatron_core import NO_REBALANCING
-from harness.backend_api import RunRequest
-from harness.plan import Cell
-from harness.registry import load_backend
-from harness.runbook import load_runbook
-from harness.telemetry import iter_rows, summarize
+from backends.megatron_core.adapter import NO_REBALANCING
+from harness.api.backend import RunRequest
+from harness.api.registry import load_backend
+from harness.results.layout import Cell
+from harness.runbook.load import load_runbook
+from harness.telemetry.summary import iter_rows, summarize
 
 needs_mcore = pytest.mark.skipif(importlib.util.find_spec("megatron") is None,
                                  reason="the [megatron] extra (megatron-core) is not installed")
@@ -74,7 +74,7 @@ def test_runbook_runs_both_on_the_same_routing():
     cell = Cell(rb.campaign, rb.models[0].name, "megatron-core", "measure", "2.00")
     argv = load_backend(rb.backend("megatron-core")).command(
         RunRequest.for_cell(rb, cell, Path("/c"))).argv
-    assert argv[1:3] == ["-m", "backends.megatron_core_worker"]
+    assert argv[1:3] == ["-m", "backends.megatron_core.worker"]
     assert argv[argv.index("--personality") + 1] == NO_REBALANCING
 
 
@@ -137,7 +137,7 @@ def test_adapter_options_are_checked():
 def test_cpu_shims_stay_off_with_a_gpu_device():
     import torch
 
-    from backends import megatron_core_shims
+    from backends.megatron_core import shims as megatron_core_shims
     stream = torch.cuda.Stream
     assert megatron_core_shims.apply(torch.device("cuda", 0)) is False
     assert torch.cuda.Stream is stream

@@ -8,9 +8,9 @@ import pytest
 
 from harness.campaign.decisions import Context, Outcome, model_pipeline
 from harness.campaign.stages import plan_cells
-from harness.capacity import budget_tokens, is_executable
-from harness.plan import Cell, canary_model, cell_dir
-from harness.runbook import load_runbook
+from harness.grid.capacity import budget_tokens, is_executable
+from harness.results.layout import Cell, canary_model, cell_dir
+from harness.runbook.load import load_runbook
 
 ROOT = Path(__file__).resolve().parents[2]
 RB = load_runbook(ROOT / "tests" / "fixtures" / "runbooks" / "reduced.yaml")
@@ -180,9 +180,9 @@ def test_stage_modes():
 
 def campaign_with(tmp_path, events, rb=RB):
     from harness.campaign.driver import Campaign
-    from harness.events import EventLog
+    from harness.campaign.progress import ProgressView
     from harness.launch.local import LocalLauncher
-    from harness.progress import ProgressView
+    from harness.results.events import EventLog
     log = EventLog(tmp_path / "events.jsonl")
     for ev, fields in events:
         log.append(ev, **fields)
@@ -239,7 +239,7 @@ def test_bug_class_runs_are_rerun_after_a_fix(tmp_path):
 
 def test_time_cells_are_launch_rounds_in_rotated_order():
     from harness.campaign.stages import plan_cells
-    from harness.runbook import load_runbook
+    from harness.runbook.load import load_runbook
     rb = load_runbook(Path(__file__).resolve().parents[2] / "runbooks" / "local-cpu.yaml")
     time_cells = [p for p in plan_cells(rb) if p.purpose == "time"]
     assert len(time_cells) == 4 * 4 * 3          # models x (3 backends + control) x launches

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import provenance as prov
-from harness.provenance import (
+from harness.results import provenance as prov
+from harness.results.provenance import (
     REDACTED,
     capture_provenance,
     read_provenance,

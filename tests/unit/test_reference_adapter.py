@@ -10,10 +10,10 @@ import pytest
 
 from backends.reference.__main__ import rank_env
 from backends.reference.options import build_parser
-from harness.backend_api import RunRequest
-from harness.plan import Cell
-from harness.registry import load_backend
-from harness.runbook import BackendConfig, ModelSpec, PhaseConfig, Shape
+from harness.api.backend import RunRequest
+from harness.api.registry import load_backend
+from harness.results.layout import Cell
+from harness.runbook.model import BackendConfig, ModelSpec, PhaseConfig, Shape
 
 MODEL = ModelSpec(name="TINY", hf_name="x/y", layers=3, hidden=64, experts=16, topk=4,
                   expert_ffn=32, shared_ffn=48, first_dense_layers=1, router_dtype="bf16",
@@ -138,7 +138,7 @@ def test_planner_options_that_do_not_fit_the_personality_are_bad_input(planner):
 ])
 def test_bad_reference_options_name_file_line_field(tmp_path, body, line, field):
     from harness.errors import BadInput
-    from harness.runbook import load_runbook
+    from harness.runbook.load import load_runbook
     zoo = Path(__file__).resolve().parents[2] / "runbooks" / "models.yaml"
     path = tmp_path / "rb.yaml"
     path.write_text(f"models_file: {zoo}\ncampaign: t\nmodels: [QWEN3_30B]\n"
@@ -153,7 +153,7 @@ def test_model_and_campaign_routing_reach_the_worker(tmp_path):
     from dataclasses import replace
 
     from harness.errors import BadInput
-    from harness.runbook import load_runbook
+    from harness.runbook.load import load_runbook
     zoo = Path(__file__).resolve().parents[2] / "runbooks" / "models.yaml"
     path = tmp_path / "rb.yaml"
     path.write_text(f"models_file: {zoo}\ncampaign: t\n"

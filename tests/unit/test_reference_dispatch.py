@@ -28,8 +28,8 @@ from backends.reference.dispatch import (
     reference_output,
     slot_dest,
 )
-from backends.reference.planners import home_ranks, plan, source_split
 from backends.reference.routing import route
+from harness.loadmodel.planners import home_ranks, plan, source_split
 
 
 def test_clip_keeps_source_order_then_expert_order():

@@ -1,9 +1,9 @@
-"""The report's drop-risk sentences (harness.report_risk): held out, re-run, no fit, none."""
+"""The report's drop-risk sentences (harness.report.risk): held out, re-run, no fit, none."""
 
 from __future__ import annotations
 
-from harness.report_risk import PairSteps, risk_sentence
-from harness.steps import StepPeaks
+from harness.report.risk import PairSteps, risk_sentence
+from harness.telemetry.steps import StepPeaks
 
 ROW = {"selected_capacity": "1.03125", "validated": "true", "validate_steps": "65",
        "drop_risk_95": "0.0450423", "predicted_drop_risk": "0.0002",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.events import EventLog, campaign_stats, eta_error_at, read_events, repair_tail
-from harness.results import (
+from harness.results.events import EventLog, campaign_stats, eta_error_at, read_events, repair_tail
+from harness.results.tables import (
     ATTEMPT_COLUMNS,
     COMPARISON_COLUMNS,
     SELECTION_COLUMNS,
@@ -111,9 +111,9 @@ def test_tsv_rebuilt_from_events_after_a_torn_append(tmp_path):
     rebuilds the attempts TSV from the events, one row per finished run."""
     from harness.campaign.decisions import Context
     from harness.campaign.driver import Campaign
+    from harness.campaign.progress import ProgressView
     from harness.launch.local import LocalLauncher
-    from harness.progress import ProgressView
-    from harness.runbook import load_runbook
+    from harness.runbook.load import load_runbook
     rb = load_runbook(Path(__file__).resolve().parents[2] / "tests/fixtures/runbooks/reduced.yaml")
     rows = [{"campaign": "reduced", "model": "M", "backend": "echo", "purpose": "measure",
              "attempt": a, "status": "ok"} for a in (1, 2)]

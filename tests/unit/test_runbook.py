@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from harness.cli import main
 from harness.errors import BadInput
-from harness.runbook import load_runbook
+from harness.runbook.load import load_runbook
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "runbooks"
@@ -156,7 +156,7 @@ def test_backend_options_are_typed_and_cluster_modules_are_found(tmp_path):
     assert (type(opts).__name__, opts.launch, opts.threads, opts.device) == (
         "ReferenceOptions", "single", 2, "auto")
     body = BASE.replace("kind: reference, module: echo", "kind: cluster, module: nosuch")
-    with pytest.raises(BadInput, match="no backend module 'backends.nosuch'") as info:
+    with pytest.raises(BadInput, match="no backend module 'backends.megatron.nosuch'") as info:
         load_runbook(write(tmp_path, body))
     assert info.value.field == "backends[0].module"
 

@@ -1,4 +1,4 @@
-"""The compiled scanner (harness._scan) gives exactly the pure-Python path's results."""
+"""The compiled scanner (harness.telemetry._scan) gives exactly the pure-Python path's results."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness import telemetry as tm
+from harness.telemetry import summary as tm
 
 # CI builds the scanner and sets EPCAP_REQUIRE_COMPILED=1 (.ci/run): there a missing build
 # fails test_the_compiled_scanner_is_built instead of skipping everything silently.
 REQUIRED = os.environ.get("EPCAP_REQUIRE_COMPILED") == "1"
 needs_scan = pytest.mark.skipif(tm._compiled is None and not REQUIRED,
-                                reason="harness._scan is not built (EPCAP_REQUIRE_COMPILED unset)")
+                                reason="harness.telemetry._scan is not built (EPCAP_REQUIRE_COMPILED unset)")
 pytestmark = needs_scan
 ROOT = Path(__file__).resolve().parents[2]
 PROPS = settings(max_examples=150, deadline=None, derandomize=True)
@@ -216,7 +216,7 @@ def test_summarize_does_not_import_numpy(tmp_path):
     path = tmp_path / "x.log"
     path.write_text("[MOE_DROP_DEBUG][dispatch] iter=0 layer=1 rank=0 expected_recv=4 "
                     "actual_valid_recv=3 budget=8\n")
-    code = ("import sys; from harness.telemetry import summarize; "
+    code = ("import sys; from harness.telemetry.summary import summarize; "
             f"assert summarize({str(path)!r}).rows == 1; print('numpy' in sys.modules)")
     env = {k: v for k, v in os.environ.items() if k != "EPCAP_PURE_PYTHON_PARSE"}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, text=True,
@@ -226,5 +226,5 @@ def test_summarize_does_not_import_numpy(tmp_path):
 
 def test_the_compiled_scanner_is_built():
     """Fails where the build is required (CI) and the extension is missing or not used."""
-    assert tm._compiled is not None, "harness._scan is not built: run setup.py build_ext"
+    assert tm._compiled is not None, "harness.telemetry._scan is not built: run setup.py build_ext"
     assert tm._use_compiled(tm.make_tags())

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.capacity import budget_tokens, is_executable, step_up
 from harness.errors import BadInput
-from harness.selection import (
+from harness.grid.capacity import budget_tokens, is_executable, step_up
+from harness.grid.selection import (
     Requirement,
     Selection,
     remeasure_capacity,
@@ -17,7 +17,7 @@ from harness.selection import (
     timing_capacity,
     validation_verdict,
 )
-from harness.telemetry import LogSummary
+from harness.telemetry.summary import LogSummary
 
 N = 65536
 FAST = settings(max_examples=50, deadline=None, derandomize=True)

@@ -1,11 +1,11 @@
-"""The signature table and the reading of one log line (harness/signatures.py)."""
+"""The signature table and the reading of one log line (harness/taxonomy/signatures.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from harness.errors import BadInput
-from harness.signatures import (
+from harness.taxonomy.signatures import (
     LINE_ORDER,
     Matcher,
     clean,

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.backend_api import LaunchSpec
+from harness.api.backend import LaunchSpec
+from harness.api.launcher import JobHandle
 from harness.errors import BadInput
 from harness.launch import slurm as S
 from harness.launch import slurm_script as SS
-from harness.launch.base import JobHandle
-from harness.runbook import SlurmConfig
+from harness.runbook.model import SlurmConfig
 
 HOSTILE = "x'; touch PWNED; echo \"$(touch PWNED2)\" `touch PWNED3` $HOME \\ ;"
 

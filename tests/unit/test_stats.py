@@ -1,11 +1,11 @@
-"""harness.stats: the paired bootstrap of the ratio of medians, CVs and the verdict rules."""
+"""harness.timing.stats: the paired bootstrap of the ratio of medians, CVs and the verdict rules."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from harness import stats
+from harness.timing import stats
 
 
 def arms(true_ratio: float, launches: int, trials: int, seed: int, launch_sd: float = 0.03,

@@ -1,11 +1,11 @@
-"""Per-step peaks (harness.steps): one step = one iteration over all its layers and ranks."""
+"""Per-step peaks (harness.telemetry.steps): one step = one iteration over all its layers and ranks."""
 
 from __future__ import annotations
 
 import pytest
 
 from harness.errors import BadInput
-from harness.steps import StepPeaks, from_columns, step_peaks
+from harness.telemetry.steps import StepPeaks, from_columns, step_peaks
 
 
 def row(it: int, layer: int, rank: int, act: int, budget: int = 100, prefix: str = "") -> str:

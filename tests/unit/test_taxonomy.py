@@ -15,12 +15,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.backend_api import DEFAULT_FAILURE_PATTERNS
+from harness.api.backend import DEFAULT_FAILURE_PATTERNS
+from harness.api.registry import load_backend
 from harness.errors import BadInput
-from harness.registry import load_backend
-from harness.runbook import BackendConfig
-from harness.selection import requirement
-from harness.taxonomy import (
+from harness.grid.selection import requirement
+from harness.runbook.model import BackendConfig
+from harness.taxonomy.judge import (
     CLASS_ORDER,
     Outcome,
     classify,
@@ -28,7 +28,7 @@ from harness.taxonomy import (
     is_bug,
     iter_log_lines,
 )
-from harness.telemetry import summarize
+from harness.telemetry.summary import summarize
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "logs" / "cluster"
 CASES = json.loads((FIXTURES / "cases.json").read_text(encoding="utf-8"))
@@ -46,7 +46,7 @@ def logs_of(case: dict) -> list[Path]:
 @pytest.mark.parametrize("case", CASES, ids=[f"{c['backend']}-{c['name']}" for c in CASES])
 def test_fixture_classifies(case):
     rows = summarize(logs_of(case)).rows
-    assert rows == case["rows"], "fixture row count disagrees with harness.telemetry"
+    assert rows == case["rows"], "fixture row count disagrees with harness.telemetry.summary"
     out = classify_logs(case["exit_code"], case["state"], logs_of(case),
                         patterns_of(case["backend"]), rows)
     assert out.status == case["status"], out.reason

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness import telemetry as tm
 from harness.errors import BadInput
-from harness.telemetry import iter_rows, rows_table, summarize
+from harness.telemetry import summary as tm
+from harness.telemetry.summary import iter_rows, rows_table, summarize
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 FAST = settings(max_examples=40, deadline=None, derandomize=True)
@@ -25,7 +25,7 @@ def parse_path(request, monkeypatch):
     if request.param == "pure":
         monkeypatch.setattr(tm, "_compiled", None)
     elif tm._compiled is None and os.environ.get("EPCAP_REQUIRE_COMPILED") != "1":
-        pytest.skip("harness._scan is not built (or EPCAP_PURE_PYTHON_PARSE is set)")
+        pytest.skip("harness.telemetry._scan is not built (or EPCAP_PURE_PYTHON_PARSE is set)")
     return request.param
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.campaign.decisions import Context, Outcome, time_step
-from harness.plan import Cell
-from harness.runbook import load_runbook
+from harness.results.layout import Cell
+from harness.runbook.load import load_runbook
 
 RUNBOOK = Path(__file__).resolve().parents[2] / "runbooks" / "local-cpu.yaml"
 

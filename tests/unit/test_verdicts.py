@@ -1,10 +1,10 @@
-"""harness.verdicts: arms, rotated launch order, comparison rows, the A/A control check."""
+"""harness.timing.verdicts: arms, rotated launch order, comparison rows, the A/A control check."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness import stats, verdicts
+from harness.timing import stats, verdicts
 
 
 def timing(d: list[float], c: list[float]) -> dict:
@@ -113,5 +113,5 @@ def test_report_lines_banner_table_and_cells():
 
 
 def test_row_keys_are_the_comparison_columns():
-    from harness.results import COMPARISON_COLUMNS
+    from harness.results.tables import COMPARISON_COLUMNS
     assert verdicts.ROW_KEYS == COMPARISON_COLUMNS

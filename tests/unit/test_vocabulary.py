@@ -15,11 +15,11 @@ WORDS = set(Status.values()) | set(Purpose.values()) | set(Stage.values()) | set
     LauncherState.values())
 # (file, word): why the literal is not the vocabulary word
 ALLOWED = {
-    ("harness/runbook.py", "measure"): "the runbook's `measure:` section and capacity key",
-    ("harness/runbook_checks.py", "measure"): "the runbook's `capacity.measure` key",
-    ("harness/runbook.py", "validate"): "the runbook's `validate:` section (seed, iters)",
-    ("harness/selection.py", "lower_bound"): "the LogSummary field of that name",
-    ("harness/core_cli.py", "lower_bound"): "a key of `epcap parse --json`",
+    ("harness/runbook/load.py", "measure"): "the runbook's `measure:` section and capacity key",
+    ("harness/runbook/checks.py", "measure"): "the runbook's `capacity.measure` key",
+    ("harness/runbook/load.py", "validate"): "the runbook's `validate:` section (seed, iters)",
+    ("harness/grid/selection.py", "lower_bound"): "the LogSummary field of that name",
+    ("harness/telemetry/cli.py", "lower_bound"): "a key of `epcap parse --json`",
     ("harness/report/build.py", "report"): "the default output folder, results/<c>/report",
     ("harness/health.py", "ok"): "the health probe's own status (ok | unhealthy | no-gpu)",
 }

@@ -1,0 +1,1 @@
+"""The Megatron-LM cluster backends (ECHO, UltraEP, MoonEP) and their shared layer."""

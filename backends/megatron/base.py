@@ -1,0 +1,328 @@
+"""Shared Megatron-LM launch command for the cluster adapters (echo, ultraep, moonep).
+
+One cell becomes `torchrun ... <megatron>/pretrain_gpt.py <model, shape, dispatcher args>`.
+Each adapter subclasses `MegatronBackend` and supplies its pinned Megatron-LM source
+(repository, commit), its dispatcher flags as that code defines them and its failure
+signatures; `preflight(argv)` checks an argv against the commit's accepted flags
+(backends/megatron_args). Overridable from the runbook (`flags`, `options`; docs/cluster.md).
+
+Rendezvous: an argv gets no shell expansion, so `$MASTER_ADDR` cannot be written into it.
+One node: `torchrun --standalone` (local rendezvous, nothing to expand). Several nodes: a
+fixed `sh -c` trampoline expands the MASTER_ADDR/MASTER_PORT the launcher exports and passes
+every other argument through "$@" untouched (no user text is ever parsed by a shell).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+from backends.megatron.args import MegatronSource, check_argv, load_args
+from harness.api.backend import (
+    DEFAULT_FAILURE_PATTERNS,
+    Backend,
+    LaunchSpec,
+    ModelSpec,
+    NoOptions,
+    OptionError,
+    RunRequest,
+)
+from harness.errors import BadInput
+from harness.grid.capacity import budget_tokens
+from harness.results.layout import ROUTER_TRACE_DIR
+from harness.vocab import Purpose, Status, run_iterations
+
+# The fixed multi-node trampoline: "$@" carries the real torchrun arguments verbatim.
+RDZV_TRAMPOLINE = 'exec "$0" --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" "$@"'
+
+# Signatures every Megatron run can print, on top of harness.api.backend.DEFAULT_FAILURE_PATTERNS.
+MEGATRON_FAILURE_PATTERNS: dict[str, tuple[str, ...]] = {
+    Status.ASSERT: (r"Assertion `.*` failed", r"RuntimeError: .*[Aa]ssert(?:ion)? failed"),
+    Status.BADFLAG: (r"error: unrecognized arguments", r"error: ambiguous option",
+                r"error: argument --\S+: expected", r"invalid choice:"),
+    Status.DOES_NOT_FIT: (r"CUDA error: out of memory", r"cudaErrorMemoryAllocation",
+                     r"CUBLAS_STATUS_ALLOC_FAILED",
+                     r"(?:nvshmem|NVSHMEM).*(?:malloc|alloc\w*).*(?:fail|FAIL)",
+                     r"(?:nvshmem|NVSHMEM).*[Ss]ymmetric heap"
+                     r".*(?:exhausted|insufficient|too small)"),
+    Status.INFRA: (r"NCCL WARN .*(?:NET/IB|Connection closed|remote process exited)",
+              r"srun: error: Node failure", r"TCPStore.*(?:Broken pipe|Connection refused)",
+              r"ibv_\w+ failed", r"Socket Timeout"),
+}
+
+# Telemetry and timing switches the run scripts' dispatcher hook reads (docs/cluster.md).
+TELEMETRY_ENV = "MOE_DROP_DEBUG"
+
+
+def merge_patterns(*tables: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+    """Concatenate pattern tables class by class, keeping order and dropping duplicates."""
+    out: dict[str, tuple[str, ...]] = {}
+    for table in tables:
+        for cls_name, pats in table.items():
+            seen = out.get(cls_name, ())
+            out[cls_name] = seen + tuple(p for p in pats if p not in seen)
+    return out
+
+
+def model_args(model: ModelSpec) -> list[str]:
+    """Megatron model-architecture arguments for one zoo entry."""
+    dense_ffn = model.dense_ffn or model.expert_ffn
+    args = ["--num-layers", str(model.layers), "--hidden-size", str(model.hidden),
+            "--ffn-hidden-size", str(dense_ffn),
+            "--num-attention-heads", str(model.heads)]
+    if 0 < model.kv_heads < model.heads:
+        args += ["--group-query-attention", "--num-query-groups", str(model.kv_heads)]
+    args += ["--num-experts", str(model.experts), "--moe-router-topk", str(model.topk),
+             "--moe-ffn-hidden-size", str(model.expert_ffn)]
+    if model.shared_ffn:
+        args += ["--moe-shared-expert-intermediate-size", str(model.shared_ffn)]
+    if model.first_dense_layers:
+        freq = f"([0]*{model.first_dense_layers}+[1]*{model.moe_layers})"
+        args += ["--moe-layer-freq", freq]
+    args += ["--moe-router-dtype", model.router_dtype]
+    return args
+
+
+def common_args() -> list[str]:
+    """Architecture family and training settings shared by every zoo model."""
+    return ["--transformer-impl", "transformer_engine",
+            "--position-embedding-type", "rope", "--normalization", "RMSNorm", "--swiglu",
+            "--untie-embeddings-and-output-weights", "--disable-bias-linear",
+            "--attention-dropout", "0.0", "--hidden-dropout", "0.0",
+            "--moe-grouped-gemm", "--moe-router-load-balancing-type", "aux_loss",
+            "--moe-aux-loss-coeff", "1e-3",
+            "--tensor-model-parallel-size", "1", "--pipeline-model-parallel-size", "1",
+            "--bf16", "--use-distributed-optimizer",
+            "--lr", "1.0e-4", "--min-lr", "1.0e-5", "--lr-decay-style", "constant",
+            "--weight-decay", "0.1", "--clip-grad", "1.0", "--init-method-std", "0.02",
+            "--eval-iters", "0", "--eval-interval", "1000000", "--log-interval", "1"]
+
+
+def train_iters(req: RunRequest) -> int:
+    """Iterations of this run: warmup plus measured iterations (x trials when timing)."""
+    return run_iterations(req.phase, req.cell.purpose)
+
+
+def run_seed(req: RunRequest) -> int:
+    """Megatron's --seed: the held-out validate seed for validate runs when the request has
+    one (SPEC section 3), else the campaign seed."""
+    validate_seed = getattr(req, "validate_seed", None)
+    if req.cell.purpose == Purpose.VALIDATE and validate_seed is not None:
+        return int(validate_seed)
+    return req.seed
+
+
+def shape_args(req: RunRequest) -> list[str]:
+    """Sequence, batch and parallel sizes, iterations and seed."""
+    shape, iters = req.shape, train_iters(req)
+    return ["--seq-length", str(shape.seq), "--max-position-embeddings", str(shape.seq),
+            "--micro-batch-size", str(shape.micro_batch),
+            "--global-batch-size", str(shape.global_batch),
+            "--expert-model-parallel-size", str(shape.ep),
+            "--train-iters", str(iters), "--exit-interval", str(iters),
+            "--seed", str(run_seed(req))]
+
+
+def data_args(req: RunRequest) -> list[str]:
+    """Mock data (paths.data absent or `mock`) or a real --data-path with its tokenizer."""
+    data = req.paths.get("data", "mock")
+    if data in ("", "mock"):
+        return ["--mock-data", "--tokenizer-type", "NullTokenizer",
+                "--vocab-size", str(req.model.vocab)]
+    tokenizer = req.paths.get("tokenizer")
+    if not tokenizer:
+        raise BadInput("real data needs paths.tokenizer (or set paths.data: mock)",
+                       field="paths.tokenizer")
+    tok_model = str(PurePosixPath(tokenizer) / req.model.hf_name)
+    return ["--data-path", data, "--split", "100,0,0",
+            "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", tok_model]
+
+
+def fill_template(arg: str, values: dict[str, str]) -> str:
+    """Replace `{capacity}`-style placeholders in a runbook-supplied argument (no eval)."""
+    for key, value in values.items():
+        arg = arg.replace("{" + key + "}", value)
+    return arg
+
+
+# Megatron's router-trace recording (training side), defined at the pinned main and MoonEP
+# commits in megatron/training/config/training_config.py (TrainingConfig); Megatron writes
+# router_trace_rank{N}.jsonl under the path (megatron/core/transformer/moe/router_trace.py).
+TRACE_PATH_FLAG = "--moe-routing-trace-path"
+TRACE_ITERS_FLAG = "--moe-routing-trace-max-training-iters"
+SOURCE_KEYS = ("repository", "commit", "ref", "overlays", "path")
+
+
+@dataclass(frozen=True)
+class MegatronOptions(NoOptions):
+    """Runbook `options:` of a cluster adapter (docs/cluster.md)."""
+
+    torchrun: str = "torchrun"                  # the torchrun executable
+    script: str = "pretrain_gpt.py"             # under the checkout
+    dispatcher_args: tuple[str, ...] | None = None   # replaces the library/capacity flags
+    env: dict = field(default_factory=dict)     # extra environment (wins over ours)
+    megatron: dict | None = None                # {repository, commit, ref, overlays, path}
+    record_routing_trace: bool = False          # measure runs write Megatron router traces
+
+    def __post_init__(self) -> None:
+        raw = self.megatron
+        if raw is None:
+            return
+        unknown = sorted(set(raw) - set(SOURCE_KEYS))
+        if unknown:
+            raise OptionError("megatron", f"unknown key(s) {unknown}; allowed: {SOURCE_KEYS}")
+        commit = raw.get("commit")
+        if not isinstance(commit, str) or len(commit) != 40 or \
+                any(c not in "0123456789abcdef" for c in commit):
+            raise OptionError("megatron", f"commit must be a full 40-hex sha, got {commit!r}")
+        if not isinstance(raw.get("overlays", []), list):
+            raise OptionError("megatron", "overlays must be a list of overlay names")
+
+
+OPTIONS = MegatronOptions
+
+
+def source_from_options(options: MegatronOptions, default: MegatronSource) -> MegatronSource:
+    """The runbook's `options.megatron` (checked by MegatronOptions) or the default."""
+    raw = options.megatron
+    if raw is None:
+        return default
+    return MegatronSource(str(raw.get("repository", default.repository)), str(raw["commit"]),
+                          str(raw.get("ref", "")),
+                          tuple(str(o) for o in raw.get("overlays", default.overlays)))
+
+
+class MegatronBackend(Backend):
+    """A dispatch library run inside Megatron-LM `pretrain_gpt.py` under torchrun."""
+
+    options_type = MegatronOptions
+    library = "base"
+    patterns: dict[str, tuple[str, ...]] = {}
+    default_source = MegatronSource("NVIDIA/Megatron-LM", "d98e8a64ddf34856e74b24714e3bedb2f5a39553",
+                                    "refs/heads/main")
+
+    @property
+    def source(self) -> MegatronSource:
+        """The Megatron-LM repository and commit this backend's argv is built for."""
+        return source_from_options(self.options, self.default_source)
+
+    def library_args(self, req: RunRequest, values: dict[str, str]) -> list[str]:
+        """The library's own dispatcher flags, as its pinned Megatron-LM code defines them."""
+        raise NotImplementedError
+
+    def dispatcher_args(self, req: RunRequest) -> list[str]:
+        """Library selection and capacity flags; `options.dispatcher_args` replaces them."""
+        values = self.template_values(req)
+        custom = self.options.dispatcher_args
+        if custom is not None:
+            return [fill_template(str(a), values) for a in custom]
+        return self.library_args(req, values)
+
+    def trace_args(self, req: RunRequest) -> list[str]:
+        """Megatron's router-trace recording for measure runs (`options.record_routing_trace`)."""
+        if not self.options.record_routing_trace or req.cell.purpose != Purpose.MEASURE:
+            return []
+        return [TRACE_PATH_FLAG, str(PurePosixPath(str(req.cell_dir)) / ROUTER_TRACE_DIR),
+                TRACE_ITERS_FLAG, str(train_iters(req))]
+
+    def rules(self, args: list[str]) -> list[str]:
+        """Cross-flag conditions of the pinned code (hook for subclasses)."""
+        return []
+
+    def preflight(self, argv: list[str]) -> list[str]:
+        """Static check of a launch argv against the pinned commit's accepted flags: each
+        unknown flag or choice, naming the file that should define it. No GPU, no import."""
+        script = str(self.options.script)
+        cut = next((i for i, a in enumerate(argv) if a.endswith(script)), None)
+        if cut is None:
+            return [f"{self.name}: no {script} in the command"]
+        args = argv[cut + 1:]
+        try:
+            accepted = load_args(self.source)
+        except FileNotFoundError as exc:
+            return [f"{self.name}: {exc}"]
+        return [f"{self.name}: {p}" for p in check_argv(args, accepted) + self.rules(args)]
+
+    def template_values(self, req: RunRequest) -> dict[str, str]:
+        """Values a runbook `dispatcher_args` template may use."""
+        n = req.shape.uniform_tokens(req.model.topk)
+        return {"capacity": req.cell.capacity, "pad_multiple": str(req.pad_multiple),
+                "budget": str(budget_tokens(req.cell.capacity, n)), "uniform_tokens": str(n),
+                "library": self.library}
+
+    def check(self, req: RunRequest) -> None:
+        """Refuse requests this library cannot run (hook for subclasses)."""
+
+    def topology(self, req: RunRequest) -> tuple[int, int]:
+        """(nodes, gpus_per_node) from the runbook's slurm section, checked against EP."""
+        nodes, gpus = req.slurm.nodes, req.slurm.gpus_per_node
+        if nodes < 1 or gpus < 1:
+            raise BadInput(f"cluster backend {self.name!r} needs slurm.nodes >= 1 and "
+                           f"slurm.gpus_per_node >= 1 (got {nodes}, {gpus})",
+                           field="slurm.gpus_per_node")
+        world, shape = nodes * gpus, req.shape
+        if world % shape.ep:
+            raise BadInput(f"world size {world} (nodes x gpus_per_node) is not a multiple of "
+                           f"ep {shape.ep}", field="shape.ep")
+        if shape.global_batch % (shape.micro_batch * world):
+            raise BadInput(f"global_batch {shape.global_batch} is not a multiple of "
+                           f"micro_batch x world size ({shape.micro_batch} x {world})",
+                           field="shape.global_batch")
+        return nodes, gpus
+
+    def launcher_args(self, req: RunRequest, nodes: int, gpus: int) -> list[str]:
+        """torchrun and its rendezvous (standalone on one node; trampoline on several)."""
+        torchrun = str(self.options.torchrun)
+        if nodes == 1:
+            return [torchrun, "--standalone", "--nnodes", "1", "--nproc-per-node", str(gpus)]
+        return ["sh", "-c", RDZV_TRAMPOLINE, torchrun, "--nnodes", str(nodes),
+                "--nproc-per-node", str(gpus), "--rdzv-backend", "c10d",
+                "--rdzv-id", req.cell.name]
+
+    def checkout(self, req: RunRequest) -> str | None:
+        """This backend's Megatron-LM checkout: options.megatron.path, else paths.megatron."""
+        raw = self.options.megatron
+        own = raw.get("path") if raw else None
+        return str(own) if own else req.paths.get("megatron")
+
+    def script(self, req: RunRequest) -> str:
+        """Absolute path of pretrain_gpt.py from paths.megatron."""
+        megatron = self.checkout(req)
+        if not megatron:
+            raise BadInput("cluster backends need paths.megatron (the Megatron-LM checkout)",
+                           field="paths.megatron")
+        name = str(self.options.script)
+        return str(PurePosixPath(megatron) / name)
+
+    def env(self, req: RunRequest) -> dict[str, str]:
+        """Telemetry and timing switches plus runbook `options.env` (which wins)."""
+        values = self.template_values(req)
+        env = {TELEMETRY_ENV: "1", "PYTHONUNBUFFERED": "1", "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+               "EPCAP_CELL": req.cell.name, "EPCAP_PURPOSE": req.cell.purpose,
+               "EPCAP_CAPACITY": values["capacity"], "EPCAP_BUDGET_TOKENS": values["budget"],
+               "EPCAP_PAD_MULTIPLE": values["pad_multiple"]}
+        if req.cell.purpose == Purpose.TIME:
+            env.update({"EPCAP_TIMING": "1", "EPCAP_TIMING_WARMUP": str(req.phase.warmup),
+                        "EPCAP_TIMING_ITERS": str(req.phase.iters),
+                        "EPCAP_TIMING_TRIALS": str(req.phase.trials)})
+        extra = self.options.env or {}
+        env.update({str(k): str(v) for k, v in extra.items()})
+        return env
+
+    def command(self, req: RunRequest) -> LaunchSpec:
+        """The full launch: torchrun around pretrain_gpt.py, one task per node."""
+        self.check(req)
+        nodes, gpus = self.topology(req)
+        argv = (self.launcher_args(req, nodes, gpus) + [self.script(req)]
+                + model_args(req.model) + common_args() + shape_args(req) + data_args(req)
+                + self.dispatcher_args(req) + self.trace_args(req)
+                + [str(f) for f in req.model.flags]
+                + [str(f) for f in self.config.flags])
+        return LaunchSpec(argv=argv, env=self.env(req), ntasks=nodes, nodes=nodes,
+                          gpus_per_node=gpus, cwd=self.checkout(req))
+
+    def failure_patterns(self) -> dict[str, tuple[str, ...]]:
+        """Defaults, Megatron's, the library's own, then runbook `options.failure_patterns`."""
+        extra = self.options.failure_patterns or {}
+        return merge_patterns(DEFAULT_FAILURE_PATTERNS, MEGATRON_FAILURE_PATTERNS,
+                              self.patterns, {k: tuple(v) for k, v in extra.items()})

@@ -1,0 +1,190 @@
+"""The backend contract: what a backend module imports from the harness, and nothing else.
+
+A backend is one module (or package) in `backends/` that exposes
+`make_backend(config: BackendConfig) -> Backend` and `OPTIONS`, the dataclass of its runbook
+`options:` (validated at runbook load, errors naming file:line: field). The harness reaches
+backends only through harness.api.registry; backends import this module and the pure helpers
+(errors, capacity, telemetry, vocab), never the campaign or the launchers (import-linter
+contracts in pyproject.toml).
+
+Timing contract (docs/spec.md: telemetry) -- what a timed run's log must contain, on any
+rank's log, once:
+
+    [EPCAP_TIMING] {"trials": 3, "iters": 10, "dispatch_ms_median": ..., "dispatch_ms_p10": ...,
+                    "dispatch_ms_p90": ..., "combine_ms_median": ..., "combine_ms_p10": ...,
+                    "combine_ms_p90": ..., "step_cv": ..., "noise_floor_pct": ...,
+                    "algbw_gbps": ..., "algbw_formula": "...", "peak_mem_bytes": ...,
+                    "timer": "cuda-events|perf_counter", "backend_impl": "reference|<lib>",
+                    "per_trial": [{"dispatch_ms_median": ..., "combine_ms_median": ...}, ...]}
+
+A JSON object on one line after the tag. Keys may be added; none renamed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import socket
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.results.layout import Cell
+from harness.runbook.model import BackendConfig, ModelSpec, PhaseConfig, Runbook, Shape, SlurmConfig
+from harness.vocab import Impl, Status, run_phase, run_seed
+
+__all__ = ["DEFAULT_FAILURE_PATTERNS", "TIMING_TAG", "Backend",
+           "BackendConfig", "Cell", "LaunchSpec", "ModelSpec", "NoOptions", "PhaseConfig",
+           "OptionError", "RunRequest", "Shape", "SlurmConfig", "free_port", "make_options"]
+
+TIMING_TAG = "[EPCAP_TIMING]"
+
+DEFAULT_FAILURE_PATTERNS: dict[str, tuple[str, ...]] = {
+    Status.ASSERT: (r"AssertionError", r"must be a multiple of pad_multiple",
+                    r"Assertion .* failed", r"\[EPCAP_ASSERT\]"),
+    Status.BADFLAG: (r"unrecognized arguments:", r"error: argument .*: invalid",
+                     r"error: the following arguments are required"),
+    Status.DOES_NOT_FIT: (r"CUDA out of memory", r"torch\.OutOfMemoryError",
+                          r"OutOfMemoryError", r"NVSHMEM.*(?:alloc|allocation).*fail",
+                          r"nvshmem.*out of memory"),
+    Status.INFRA: (r"NCCL error", r"ncclSystemError", r"ncclInternalError",
+                   r"Connection reset by peer", r"RendezvousConnectionError",
+                   r"DistNetworkError", r"NODE_FAIL"),
+}
+
+
+class OptionError(ValueError):
+    """A backend option's value is wrong; `field` names it under `options.`."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field_name
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """Options every backend accepts (its own OPTIONS dataclass adds more)."""
+
+    failure_patterns: dict = field(default_factory=dict)   # class -> extra regexes
+    telemetry_tags: dict | None = None                      # override the telemetry tags
+
+
+def make_options(cls: type, value: Any) -> Any:
+    """`value` as an instance of the options dataclass `cls` (a dict is checked by name).
+
+    The runbook loader validates with file:line; this is for configs built in code.
+    """
+    if isinstance(value, cls):
+        return value
+    value = dict(value or {})
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(value) - names)
+    if unknown:
+        raise ValueError(f"unknown option(s) {unknown}; allowed: {sorted(names)}")
+    return cls(**value)
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What a launcher runs for one cell.
+
+    `ntasks` copies of `argv` are started: one per rank for the reference backend, one per
+    node for torchrun-based cluster adapters. Each copy gets the launcher's rank variables
+    (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT locally; SLURM_PROCID etc. plus
+    MASTER_ADDR/MASTER_PORT under Slurm) on top of `env`.
+    """
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    ntasks: int = 1
+    nodes: int = 1
+    gpus_per_node: int = 0
+    cwd: str | None = None
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """Everything a backend needs to build one cell's command."""
+
+    cell: Cell
+    model: ModelSpec
+    shape: Shape
+    backend: BackendConfig
+    phase: PhaseConfig              # warmup/iters/trials for this purpose (vocab.run_phase)
+    pad_multiple: int
+    seed: int                       # the run's routing seed (vocab.run_seed: validate = held out)
+    cell_dir: Path
+    device_memory_bytes: int | None = None
+    paths: dict[str, str] = field(default_factory=dict)
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)   # nodes, gpus_per_node (cluster)
+    model_seed: int | None = None   # the campaign seed: the emulated model's router (reference)
+
+    @classmethod
+    def for_cell(cls, runbook: Runbook, cell: Cell, cell_dir: Path) -> RunRequest:
+        return cls(cell=cell, model=runbook.model(cell.model), shape=runbook.shape,
+                   backend=runbook.backend(cell.backend), phase=run_phase(runbook, cell.purpose),
+                   pad_multiple=runbook.capacity.pad_multiple,
+                   seed=run_seed(runbook, cell.purpose), cell_dir=cell_dir,
+                   device_memory_bytes=runbook.device_memory_bytes,
+                   paths=dict(runbook.paths), slurm=runbook.slurm, model_seed=runbook.seed)
+
+
+class Backend(ABC):
+    """One dispatch library, real (cluster adapter) or emulated (reference)."""
+
+    options_type: type = NoOptions
+
+    def __init__(self, config: BackendConfig) -> None:
+        self.config = config
+        self.name = config.name
+        self.options = make_options(self.options_type, config.options)
+
+    @abstractmethod
+    def command(self, req: RunRequest) -> LaunchSpec:
+        """The argv/env that runs this cell. Never a shell string."""
+
+    def implementation(self, timing: dict | None = None) -> str:
+        """The `backend_impl` label of this backend's rows: a real library on a cluster."""
+        return Impl.CLUSTER
+
+    def expected_log_shape(self, req: RunRequest) -> dict[str, int]:
+        """Ranks x layers x iterations a complete log holds, when the backend knows them
+        (keys of telemetry.summarize: expected_ranks, expected_layers, expected_iters)."""
+        return {}
+
+    def preflight(self, argv: list[str]) -> list[str]:
+        """Problems of a launch argv found statically (unknown flags or choices of the code the
+        backend runs), each naming what is wrong; empty when none. The campaign refuses to
+        start while any planned cell has one (harness/campaign/preflight.py)."""
+        return []
+
+    def failure_patterns(self) -> dict[str, tuple[str, ...]]:
+        """Regexes per taxonomy class; defaults plus the backend's own and runbook overrides."""
+        pats = {k: tuple(v) for k, v in DEFAULT_FAILURE_PATTERNS.items()}
+        for cls_name, extra in (self.options.failure_patterns or {}).items():
+            pats[cls_name] = pats.get(cls_name, ()) + tuple(extra)
+        return pats
+
+    def telemetry_tags(self) -> dict[str, str] | None:
+        """Override of the telemetry tags (docs/spec.md: telemetry) for a native log format."""
+        return self.options.telemetry_tags
+
+    def parse_timing(self, lines: Iterable[str]) -> dict | None:
+        """The first `[EPCAP_TIMING] {...}` object in the log lines, else None."""
+        for line in lines:
+            idx = line.find(TIMING_TAG)
+            if idx >= 0:
+                try:
+                    return json.loads(line[idx + len(TIMING_TAG):].strip())
+                except json.JSONDecodeError:
+                    return None
+        return None
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (rendezvous of locally started ranks)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

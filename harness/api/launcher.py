@@ -1,0 +1,54 @@
+"""The Launcher interface: submit a cell, poll it, cancel it, read its exit status and logs."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.api.backend import LaunchSpec
+
+
+@dataclass
+class JobHandle:
+    """What a launcher needs to find a submitted cell again (also after a driver restart)."""
+
+    cell_name: str
+    cell_dir: Path
+    job_id: str                       # pid (local) or Slurm job id
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class JobResult:
+    """A finished job. `state` is the launcher's view of how it ended:
+    completed | failed | timeout | oom | node_fail | cancelled."""
+
+    state: str
+    exit_code: int | None
+    log_paths: list[Path]
+    wall_s: float | None = None
+    detail: str = ""                  # e.g. Slurm's State/ExitCode text
+
+
+class Launcher(ABC):
+    """Runs `spec.ntasks` copies of `spec.argv` for one cell, logs under `cell_dir`."""
+
+    name: str = "base"
+
+    @abstractmethod
+    def submit(self, cell_name: str, spec: LaunchSpec, cell_dir: Path,
+               timeout_s: float) -> JobHandle:
+        """Start the cell; returns at once. Logs go to cell_dir/rank<R>.log (one per task)."""
+
+    @abstractmethod
+    def poll(self, handle: JobHandle) -> JobResult | None:
+        """None while the job is queued or running, else how it ended."""
+
+    @abstractmethod
+    def cancel(self, handle: JobHandle) -> None:
+        """Stop the job and all its processes."""
+
+    def find_existing(self, cell_name: str, cell_dir: Path) -> JobHandle | None:
+        """A job already submitted for this cell by an earlier driver (Slurm), else None."""
+        return None

@@ -1,0 +1,63 @@
+"""`epcap audit` outputs: a table on the terminal, `--out` TSV, `--json`; the exit code."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from harness.audit.engine import AuditResult, audit_target
+from harness.audit.errata import parse_git_repos
+from harness.audit.model import DEFAULT_PAD_MULTIPLE
+from harness.results.tables import write_table_atomic
+
+AUDIT_COLUMNS = ("path", "verdict", "reasons", "ignored_cells", "why", "notes")
+
+
+def tsv_rows(result: AuditResult) -> list[dict]:
+    """One TSV row per upload (lists joined with ',' and '; ')."""
+    return [{"path": u.path, "verdict": u.verdict, "reasons": ",".join(u.reasons),
+             "ignored_cells": ",".join(u.ignored_cells), "why": "; ".join(u.why),
+             "notes": "; ".join(u.notes)}
+            for u in result.uploads]
+
+
+def print_table(result: AuditResult) -> None:
+    """A rich table on the terminal, then the summary line."""
+    from rich.console import Console  # lazy: only the terminal table needs rich
+    from rich.markup import escape  # lazy: as above
+    from rich.table import Table as RichTable  # lazy: as above
+
+    colour = {"VALID": "green", "INVALID": "red", "UNKNOWN": "yellow"}
+    table = RichTable(title=f"epcap audit {escape(result.target)}")
+    for name in ("upload", "verdict", "reasons", "ignored"):
+        table.add_column(name, no_wrap=True)
+    table.add_column("why / notes", overflow="fold")
+    for u in result.uploads:
+        lines = u.why + [f"note: {n}" for n in u.notes]
+        table.add_row(escape(u.path), f"[{colour[u.verdict]}]{u.verdict}[/]",
+                      "\n".join(u.reasons),
+                      str(len(u.ignored_cells)) if u.ignored_cells else "",
+                      escape("\n".join(lines)))
+    console = Console()
+    if not console.is_terminal:          # piped: do not squeeze into 80 columns
+        console = Console(width=200)
+    console.print(table)
+    console.print(" ".join(f"{k}={v}" for k, v in result.summary.items())
+                  + f"  (audited in {result.elapsed_s:.2f} s, cell logs included)")
+
+
+def cli_audit(target: str, errata: str | None = None, git_repos: tuple[str, ...] = (),
+              out: str | None = None, as_json: bool = False, strict: bool = False,
+              pad_multiple: int = DEFAULT_PAD_MULTIPLE) -> int:
+    """`epcap audit`: 0, or 1 under --strict when anything is INVALID or UNKNOWN."""
+    result = audit_target(target, Path(errata) if errata else None, parse_git_repos(git_repos),
+                          pad_multiple=pad_multiple)
+    if out:
+        write_table_atomic(Path(out), AUDIT_COLUMNS, tsv_rows(result))
+    if as_json:
+        sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
+    else:
+        print_table(result)
+    bad = result.summary["INVALID"] + result.summary["UNKNOWN"]
+    return 1 if strict and bad else 0

@@ -1,0 +1,1 @@
+"""The audit rules, one module per family; the rule table is data."""

@@ -1,0 +1,184 @@
+"""Progress display (rich bars on a TTY, plain lines otherwise) and the ETA estimator.
+
+The estimator fits log(duration) = mu + B[backend] + M[model] + P[purpose] to the measured
+durations (backfitting, shrunk toward 0), so a backend measured on one model and a model
+measured on another backend both inform an unseen pair. An unmeasured model gets its M from
+a log-linear fit of M against its size (MoE layers x hidden x top-k) over the models seen.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Iterable
+
+from harness.io.redact import redact_text
+from harness.vocab import DURATION_CLASS
+
+SHRINK = 0.1            # pseudo-observations pulling each factor toward 0 (stability)
+ROUNDS = 12             # backfitting rounds
+DECAY = 0.9             # weight of a run per newer run: recent durations count more (drift)
+
+
+def model_size(model) -> float:
+    """Dispatch volume proxy of a ModelSpec: MoE layers x hidden x top-k."""
+    return float(max(1, model.moe_layers) * model.hidden * model.topk)
+
+
+def purpose_class(purpose: str) -> str:
+    """Durations are pooled by run type: measure and validate runs share iterations."""
+    return DURATION_CLASS.get(purpose, purpose)
+
+
+class EtaEstimator:
+    """Predicts run durations from those measured so far (per backend, model size, purpose)."""
+
+    def __init__(self, sizes: dict[str, float], iters: dict[str, int] | None = None) -> None:
+        self.sizes = sizes
+        self.iters = iters or {}        # purpose class -> iterations per run (prior for unseen)
+        self.obs: list[tuple[str, str, str, float]] = []
+        self._fit: tuple | None = None
+
+    def add(self, backend: str, model: str, purpose: str, seconds: float) -> None:
+        """Record one measured duration."""
+        if seconds and seconds > 0:
+            self.obs.append((backend, model, purpose_class(purpose), math.log(seconds)))
+            self._fit = None
+
+    def _fitted(self) -> tuple:
+        if self._fit is None:
+            self._fit = self._backfit()
+        return self._fit
+
+    def _backfit(self) -> tuple:
+        """Weighted backfitting of mu and the three factor tables (newest runs weigh most)."""
+        n = len(self.obs)
+        weights = [DECAY ** (n - 1 - i) for i in range(n)]
+        factors: list[dict[str, float]] = [{}, {}, {}]
+        mu = 0.0
+        for _ in range(ROUNDS):
+            mu = sum(w * (o[3] - sum(factors[j].get(o[j], 0.0) for j in range(3)))
+                     for w, o in zip(weights, self.obs, strict=True)) / sum(weights)
+            for k in range(3):
+                sums: dict[str, float] = {}
+                counts: dict[str, float] = {}
+                for w, obs in zip(weights, self.obs, strict=True):
+                    resid = obs[3] - mu - sum(factors[j].get(obs[j], 0.0)
+                                              for j in range(3) if j != k)
+                    sums[obs[k]] = sums.get(obs[k], 0.0) + w * resid
+                    counts[obs[k]] = counts.get(obs[k], 0.0) + w
+                factors[k] = {key: sums[key] / (counts[key] + SHRINK) for key in sums}
+        return mu, factors, self._size_slope(factors[1])
+
+    def _size_slope(self, mfac: dict[str, float]) -> tuple[float, float] | None:
+        """(intercept, slope) of M against log(size) over measured models, if >= 2 sizes."""
+        pts = [(math.log(self.sizes[m]), v) for m, v in mfac.items() if m in self.sizes]
+        xs = {p[0] for p in pts}
+        if len(xs) < 2:
+            return None
+        mx = sum(p[0] for p in pts) / len(pts)
+        my = sum(p[1] for p in pts) / len(pts)
+        var = sum((p[0] - mx) ** 2 for p in pts)
+        slope = sum((p[0] - mx) * (p[1] - my) for p in pts) / var
+        return my - slope * mx, slope
+
+    def predict(self, backend: str, model: str, purpose: str) -> float | None:
+        """Predicted seconds for one run, or None before any measurement."""
+        if not self.obs:
+            return None
+        mu, (bfac, mfac, pfac), line = self._fitted()
+        if model in mfac:
+            m = mfac[model]
+        elif line is not None and model in self.sizes:
+            m = line[0] + line[1] * math.log(self.sizes[model])
+        else:
+            m = 0.0
+        return math.exp(mu + bfac.get(backend, 0.0) + m + self._purpose(pfac, purpose))
+
+    def _purpose(self, pfac: dict[str, float], purpose: str) -> float:
+        """The purpose factor; an unmeasured purpose scales with its iteration count, at the
+        per-log-iteration slope seen between two measured purposes (else 0)."""
+        cls = purpose_class(purpose)
+        if cls in pfac:
+            return pfac[cls]
+        seen = [(math.log(self.iters[c]), v) for c, v in pfac.items() if self.iters.get(c)]
+        if cls not in self.iters or len({x for x, _ in seen}) < 2:
+            return 0.0
+        (x0, y0), (x1, y1) = min(seen), max(seen)
+        slope = max(0.0, (y1 - y0) / (x1 - x0))
+        return y1 + slope * (math.log(self.iters[cls]) - x1)
+
+    def eta(self, remaining: Iterable[tuple[str, str, str]], parallel: int = 1) -> float | None:
+        """Seconds for the remaining (backend, model, purpose) runs, or None (no data)."""
+        total = 0.0
+        for backend, model, purpose in remaining:
+            pred = self.predict(backend, model, purpose)
+            if pred is None:
+                return None
+            total += pred
+        return total / max(1, parallel)
+
+
+def fmt_s(seconds: float | None) -> str:
+    """12.3 s / 4 min 05 s / 1 h 02 min; 'unknown' for None."""
+    if seconds is None:
+        return "unknown (no run measured yet)"
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
+    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
+
+
+class ProgressView:
+    """Overall and current-stage bars on a TTY; banner and per-cell lines always."""
+
+    def __init__(self, stream=None, enabled: bool | None = None) -> None:
+        self.stream = stream or sys.stdout
+        tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.bars = tty if enabled is None else enabled
+        self._progress = None
+        self._overall = None
+        self._stage = None
+        self._stage_name = None
+        self.started = time.monotonic()
+
+    def line(self, text: str) -> None:
+        """One plain line (printed above the bars when they are shown), secrets redacted."""
+        text = redact_text(text)
+        if self._progress is not None:
+            self._progress.console.print(text, highlight=False, markup=False)
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def start(self, done: int, total: int) -> None:
+        if not self.bars:
+            return
+        from rich.console import Console  # lazy: rich only with bars on a TTY
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+        self._progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                  MofNCompleteColumn(), TextColumn("{task.fields[eta]}"),
+                                  console=Console(file=self.stream), transient=True)
+        self._progress.start()
+        self._overall = self._progress.add_task("overall", total=total, completed=done, eta="")
+
+    def update(self, done: int, total: int, stage: str, stage_done: int, stage_total: int,
+               eta_s: float | None, current: str = "") -> None:
+        if self._progress is None:
+            return
+        eta = f"ETA {fmt_s(eta_s)}" if eta_s is not None else "ETA unknown"
+        self._progress.update(self._overall, total=total, completed=done, eta=eta)
+        if stage != self._stage_name:
+            if self._stage is not None:
+                self._progress.remove_task(self._stage)
+            self._stage = self._progress.add_task(stage, total=stage_total, eta="")
+            self._stage_name = stage
+        self._progress.update(self._stage, total=max(stage_total, 1), completed=stage_done,
+                              description=f"{stage}", eta=current)
+
+    def stop(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None

@@ -1,0 +1,233 @@
+"""`epcap forecast TRACE...` (SPEC section 7): read a trace, forecast, write forecast.tsv,
+the figure and/or one JSON document. Every refusal is BadInput naming file:line: field."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from harness.errors import BadInput
+from harness.forecast.core import (
+    COLUMNS,
+    UNITS,
+    Forecaster,
+    Routing,
+    Setting,
+    neighbour_eps,
+    per_rank_tokens,
+)
+from harness.loadmodel import planners
+from harness.loadmodel import traces as trace_reader
+
+ZOO = Path(__file__).resolve().parents[2] / "runbooks" / "models.yaml"
+BYTES_PER_ELEMENT = 2          # bf16 hidden states, as the reference memory model counts them
+NAMED_PLACEMENTS = ("contiguous", "round-robin")
+
+
+def _ints(text: str | int | None, option: str) -> list[int] | None:
+    """'8,16,32' -> [8, 16, 32]; every value a positive integer."""
+    if text is None:
+        return None
+    try:
+        values = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise BadInput(f"expected positive integers separated by commas, got {text!r}",
+                       field=option) from None
+    if not values or min(values) <= 0:
+        raise BadInput(f"expected positive integers, got {text!r}", field=option)
+    return values
+
+
+def _names(text: str, option: str, allowed: tuple[str, ...] | None = None) -> list[str]:
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [x for x in names if allowed is not None and x not in allowed]
+    if not names or bad:
+        raise BadInput(f"expected one or more of {', '.join(allowed or ())}, got {text!r}",
+                       field=option)
+    return names
+
+
+def _grid(text: str) -> int | None:
+    """exact -> None; decimals:D -> D."""
+    if text == "exact":
+        return None
+    head, _, digits = text.partition(":")
+    if head == "decimals" and digits.isdigit():
+        return int(digits)
+    raise BadInput(f"expected exact or decimals:D, got {text!r}", field="--grid")
+
+
+def zoo_model(name: str, zoo: Path = ZOO) -> dict:
+    """The zoo entry of a model (experts, topk, hidden, ...)."""
+    with open(zoo, encoding="utf-8") as fh:
+        models = (yaml.safe_load(fh) or {}).get("models") or {}
+    if name not in models:
+        raise BadInput(f"unknown model {name!r}; known: {', '.join(sorted(models))}",
+                       path=str(zoo), field="--model")
+    return models[name]
+
+
+def placement_file(path: str, experts: int) -> dict[int, np.ndarray]:
+    """A placement FILE: lines `EP: r0 r1 ... r(E-1)` (the home rank of each expert);
+    '#' starts a comment. Every rank must host experts/EP experts."""
+    homes: dict[int, np.ndarray] = {}
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise BadInput(str(exc), path=path, field="--placement") from None
+    for no, text in enumerate(lines, start=1):
+        body = text.split("#", 1)[0].strip()
+        if not body:
+            continue
+        head, sep, rest = body.partition(":")
+        try:
+            ep, ranks = int(head), np.array([int(x) for x in rest.split()], dtype=np.int64)
+        except ValueError:
+            raise BadInput("expected `EP: rank rank ...` with integers", path=path, line=no,
+                           field="placement") from None
+        if not sep or ep <= 0 or ranks.size != experts:
+            raise BadInput(f"expected EP then {experts} home ranks", path=path, line=no,
+                           field="placement")
+        if experts % ep or ranks.min() < 0 or ranks.max() >= ep or \
+                (np.bincount(ranks, minlength=ep) != experts // ep).any():
+            raise BadInput(f"every rank 0..{ep - 1} must host {experts // ep} experts",
+                           path=path, line=no, field="placement")
+        if ep in homes:
+            raise BadInput(f"EP {ep} placed twice", path=path, line=no, field="placement")
+        homes[ep] = ranks
+    return homes
+
+
+def load_routing(traces: tuple[str, ...], experts: int | None, topk: int | None,
+                 seq: int | None):
+    """The trace as a forecast Routing, plus its own EP size (checked: file:line: field)."""
+    try:
+        trace = trace_reader.read_trace(traces, experts)
+    except trace_reader.TraceError as exc:
+        raise BadInput(exc.message, path=exc.path, line=exc.line or None,
+                       field=exc.field) from None
+    first = min(trace.records.values(), key=lambda r: (r.path, r.line))
+    where = {"path": first.path, "line": 1 if trace.fmt == "epcap" else first.line}
+    experts = experts or trace.experts
+    if experts is None:
+        raise BadInput("the trace does not say how many experts: give --model or --experts",
+                       field="experts", **where)
+    if topk is not None and trace.topk != topk:
+        raise BadInput(f"trace has top-{trace.topk}, the model top-{topk}", field="topk", **where)
+    total = trace.tokens(trace.steps[0])
+    for step in trace.steps:
+        if trace.tokens(step) != total:
+            rec = trace.records[(step, trace.layers[0], 0)]
+            raise BadInput(f"step {step} holds {trace.tokens(step)} tokens, step "
+                           f"{trace.steps[0]} {total}: the global batch must be fixed",
+                           path=rec.path, line=rec.line, field="num_tokens")
+    seq = seq or trace.header.get("seq")
+    calls = tuple((s, trace.global_batch(s, la)[0]) for s in trace.steps for la in trace.layers)
+    own_ep = trace.header.get("ep") or trace.ranks
+    return Routing(trace.source(), experts, trace.topk, total, calls, seq), own_ep, where
+
+
+def forecast_rows(traces, model=None, experts=None, ep=None, micro_batch=None,
+                  placement="contiguous", personality="raw", pad_multiple=128, grid="exact",
+                  unit="slots", seq=None, zoo: Path = ZOO) -> list[dict]:
+    """All rows of one `epcap forecast` call (the CLI options, as values)."""
+    if pad_multiple <= 0:
+        raise BadInput(f"must be positive, got {pad_multiple}", field="--pad-multiple")
+    decimals = _grid(grid)
+    spec = zoo_model(model, zoo) if model else {}
+    if model and experts and int(spec["experts"]) != experts:
+        raise BadInput(f"{model} has {spec['experts']} experts, not {experts}", field="--experts")
+    experts = experts or (int(spec["experts"]) if spec else None)
+    routing, own_ep, where = load_routing(tuple(traces), experts, spec.get("topk"), seq)
+    eps = _ints(ep, "--ep") or neighbour_eps(own_ep, routing.experts)
+    return rows_for(routing, eps, where, _ints(micro_batch, "--micro-batch") or [None],
+                    _names(placement, "--placement"), _names(personality, "--personality"),
+                    _names(unit, "--unit", UNITS), pad_multiple, decimals, model,
+                    spec.get("hidden"), recorded_options(traces))
+
+
+def rows_for(routing: Routing, eps: list[int], where: dict, mbs: list, placements: list[str],
+             personalities: list[str], units: list[str], pad_multiple: int = 128,
+             decimals: int | None = None, model: str | None = None,
+             hidden: int | None = None, options: dict | None = None) -> list[dict]:
+    """Forecast rows for every (personality, unit, placement, EP size, micro-batch)."""
+    for e in eps:
+        if routing.experts % e:
+            raise BadInput(f"{routing.experts} experts do not divide over EP {e}",
+                           field="experts", **where)
+    if mbs != [None] and routing.seq is None:
+        raise BadInput("a micro-batch needs the sequence length: --seq, or a trace header "
+                       "with seq", field="--micro-batch")
+    files = {p: placement_file(p, routing.experts) for p in placements
+             if p not in NAMED_PLACEMENTS}
+    rows = []
+    for name in personalities:
+        try:
+            planner = planners.load_planner(name)
+        except ValueError as exc:
+            raise BadInput(str(exc), field="--personality") from None
+        engine = Forecaster(routing, (options or {}).get(name))
+        for u in units:
+            for p in placements:
+                for e in eps:
+                    home = files[p].get(e) if p in files else \
+                        np.asarray(planner.home_ranks(routing.experts, e, p))
+                    if home is None:
+                        raise BadInput(f"no placement for EP {e}", path=p, field="placement")
+                    for mb in mbs:
+                        per_rank_tokens(routing.tokens, e, mb, routing.seq)
+                        rows.append(engine.row(Setting(e, mb, p, name, u), home, planner,
+                                               pad_multiple, decimals, model, hidden,
+                                               BYTES_PER_ELEMENT))
+    return rows
+
+
+def recorded_options(traces) -> dict[str, dict]:
+    """{personality: planner options} an epcap trace header recorded (the run's planner)."""
+    from harness.forecast.outputs import routing_header
+
+    try:
+        header = routing_header(Path(traces[0]))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+    if not isinstance(header, dict) or not header.get("planner_options"):
+        return {}
+    return {header.get("personality"): dict(header["planner_options"])}
+
+
+def json_row(row: dict) -> dict:
+    """Numbers as numbers (the selected capacity's decimal string becomes a JSON number)."""
+    out = {k: v for k, v in row.items() if not k.startswith("_")}
+    out["selected_capacity"] = float(Decimal(row["selected_capacity"]))
+    return out
+
+
+def cli_forecast(traces: tuple[str, ...], model: str | None = None, experts: int | None = None,
+                 ep: str | None = None, micro_batch: str | None = None,
+                 placement: str = "contiguous", personality: str = "raw",
+                 pad_multiple: int = 128, grid: str = "exact", unit: str = "slots",
+                 out: str | None = None, as_json: bool = False, seq: int | None = None) -> int:
+    """Forecast; with --out write forecast.tsv and forecast.png; --json prints one document."""
+    rows = forecast_rows(traces, model, experts, ep, micro_batch, placement, personality,
+                         pad_multiple, grid, unit, seq)
+    if out:
+        from harness.forecast.outputs import write_outputs
+
+        write_outputs(Path(out), rows, pad_multiple)
+    if as_json:
+        print(json.dumps({"forecasts": [json_row(r) for r in rows]}, indent=2))
+    else:
+        keys = ("ep", "micro_batch", "placement", "personality", "unit", "peak_demand",
+                "required_capacity", "selected_capacity", "over_provision", "drop_risk_95")
+        print("\t".join(keys))
+        for r in rows:
+            print("\t".join("" if r[k] is None else (f"{r[k]:.4f}" if isinstance(r[k], float)
+                                                      else str(r[k])) for k in keys))
+    return 0
+
+
+__all__ = ["COLUMNS", "cli_forecast", "forecast_rows"]

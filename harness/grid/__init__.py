@@ -1,0 +1,1 @@
+"""Pure capacity math: the executable grid, selection, drop risk."""

@@ -1,0 +1,1 @@
+"""Safe input and output: bounded readers, the one YAML reader, atomic writes, lock, redaction."""

@@ -1,0 +1,88 @@
+"""Documented ranges of every number epcap accepts (docs/reliability.md: limits).
+
+A runbook, a models file or a CLI option may carry nonsense (`seed: 10**23`, `ep: 1000000`,
+`run_timeout_s: .nan`, `device_memory_gb: 1e-300`): each number is checked to be finite and
+within its documented range at load, so nothing downstream hangs, overflows or disables a
+timeout. Fields not listed keep the generic bound (finite, |x| <= GENERIC_MAX).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from harness.errors import BadInput
+
+GENERIC_MAX = 10**15              # any other number: finite and at most this in magnitude
+MAX_CAPACITY = 1024               # a capacity is a multiple of the uniform share; 1024 x is absurd
+MAX_CAPACITY_CHARS = 32           # "2.00", "1.234375": a capacity string is short
+MAX_DECIMALS = 12                 # legacy grid decimals-<D>
+MAX_TELEMETRY_INT = 10**18 - 1    # telemetry values are 1-18 digits (SPEC section 1)
+CAMPAIGN_NAME_MAX = 100           # a campaign name is a directory name
+CAMPAIGN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+
+# field name -> (low, high), inclusive; the name is the last part of the YAML path
+RANGES: dict[str, tuple[float, float]] = {
+    "seed": (0, 2**32 - 1),
+    "seq": (1, 1 << 20), "micro_batch": (1, 1 << 16), "global_batch": (1, 1 << 24),
+    "ep": (1, 4096),
+    "layers": (1, 4096), "hidden": (1, 1 << 20), "experts": (1, 1 << 16), "topk": (1, 1024),
+    "expert_ffn": (1, 1 << 22), "shared_experts": (0, 1 << 16), "shared_ffn": (0, 1 << 22),
+    "first_dense_layers": (0, 4096), "dense_ffn": (0, 1 << 22), "heads": (0, 1 << 16),
+    "kv_heads": (0, 1 << 16), "vocab": (0, 1 << 24), "routing_sigma": (0, 100),
+    "warmup": (0, 100_000), "iters": (1, 1_000_000), "trials": (1, 1000),
+    "pad_multiple": (1, 1 << 16), "max_remeasure": (0, 100), "max_validate_steps": (0, 1000),
+    "run_timeout_s": (0.001, 7 * 24 * 3600), "infra_retries": (0, 100),
+    "device_memory_gb": (1 / 1024, 1 << 20), "gpu_hours_per_cell": (0, 1e6),
+    "max_parallel_cells": (1, 1024), "nodes": (1, 100_000), "gpus_per_node": (0, 1024),
+}
+
+
+def problem(name: str, value: float) -> str | None:
+    """Why `value` is out of range for field `name` (None when it is fine)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, got {value}"
+    low, high = RANGES.get(name, (-GENERIC_MAX, GENERIC_MAX))
+    if not low <= value <= high:
+        return f"must be in [{_num(low)}, {_num(high)}], got {_short(value)}"
+    return None
+
+
+def campaign_name_problem(name: str) -> str | None:
+    """Why `name` is not a safe campaign directory name (None when it is)."""
+    if not name.strip():
+        return "must not be blank"
+    if len(name) > CAMPAIGN_NAME_MAX:
+        return f"must be at most {CAMPAIGN_NAME_MAX} characters, got {len(name)}"
+    if not CAMPAIGN_NAME.fullmatch(name):
+        return ("must be a plain directory name: letters, digits and . _ + - , not starting "
+                f"with . or -, got {name!r}")
+    return None
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(x)
+
+
+def _short(value: float) -> str:
+    """A number as text, at most 40 characters (a 100,000-digit integer stays readable)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    text = _num(value) if abs(value) < 10**30 else f"{float(value):.3e}" \
+        if abs(value) < 10**300 else "a number over 10**300"
+    return text[:40]
+
+
+OPTION_FIELD = {"mbs": "micro_batch", "pad-multiple": "pad_multiple"}
+
+
+def check_option(option: str, value: float | None, high: float | None = None) -> None:
+    """BadInput naming --option when `value` is above its maximum (`high`, else this module's
+    bound for the option; the lower bounds have their own messages)."""
+    if value is None:
+        return
+    if high is not None and value > high:
+        raise BadInput(f"must be at most {high}, got {_short(value)}", field=f"--{option}")
+    why = problem(OPTION_FIELD.get(option, option), value) if high is None else None
+    if why is not None:
+        raise BadInput(why, field=f"--{option}")

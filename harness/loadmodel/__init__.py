@@ -1,0 +1,1 @@
+"""The numpy model of EP load: workloads, traces, planners, load simulation."""

@@ -1,0 +1,1 @@
+"""The results directory: the only room that knows file names and formats."""

@@ -1,0 +1,182 @@
+"""events.jsonl: the campaign's append-only state log, and the statistics read from it.
+
+Each line is one JSON object with at least `ev` (the event name) and `t` (UTC epoch
+seconds). Appends are single fsynced writes; a truncated last line (the runner was killed
+mid-write) is ignored and cut off on the next open. See docs/campaign.md for the events.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from harness.errors import BadInput
+from harness.results.event_types import EventRecord
+from harness.io.redact import redact_obj
+from harness.io.safeio import read_bytes
+from harness.vocab import FAILURE_CLASSES, Event, Stage
+
+EVENTS = "events.jsonl"
+EVENTS_MAX_BYTES = 1 << 28          # 256 MiB: some 100,000 cells' worth of events
+_STARTED = ("cell", "model", "backend", "purpose", "attempt")     # what a resume reads
+REQUIRED: dict[str, tuple[str, ...]] = {
+    Event.CELL_SUBMIT: _STARTED, Event.CELL_START: _STARTED,
+    Event.CELL_FINISH: (*_STARTED, "campaign", "capacity", "status"),
+    Event.CELL_ABANDONED: ("cell",),
+}
+_RECOVER = ("the campaign's state cannot be trusted: restore events.jsonl from a backup, or "
+            "move this directory aside and rerun with --fresh")
+
+
+class EventLog:
+    """Append-only JSON-lines log, fsynced per event."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        repair_tail(self.path)
+
+    def write(self, event: EventRecord) -> dict:
+        """Write one typed event (harness.results.event_types); returns the record written."""
+        data = event.to_json()
+        return self.append(data.pop("ev"), **data)
+
+    def append(self, ev: str, **fields) -> dict:
+        """Write one event (single write + fsync) and return it."""
+        record = redact_obj({"ev": ev, "t": round(time.time(), 3), **fields})
+        data = (json.dumps(record, sort_keys=False, default=str) + "\n").encode("utf-8")
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return record
+
+
+def repair_tail(path: Path) -> None:
+    """Cut a partial last line (no trailing newline) left by a killed writer."""
+    if not path.exists():
+        return
+    with open(path, "rb+") as fh:
+        data = fh.read()
+        if data and not data.endswith(b"\n"):
+            fh.truncate(data.rfind(b"\n") + 1)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+def read_events(path: Path, strict: bool = False) -> list[dict]:
+    """All complete events, in order; a trailing partial line is skipped. A damaged line
+    (not UTF-8, not JSON, no `ev`/`t`; strict: a cell event lacking its identity) is
+    BadInput naming path:line: field, with how to recover."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / EVENTS
+    if not path.exists():
+        return []
+    data = read_bytes(path, max_bytes=EVENTS_MAX_BYTES)
+    lines = data.split(b"\n")
+    if lines and lines[-1]:
+        lines[-1] = b""                 # a partial last line (killed mid-write) is skipped
+    out = []
+    for number, raw in enumerate(lines[:-1], start=1):
+        if raw.strip():
+            out.append(_event(raw, path, number, strict))
+    return out
+
+
+def _event(raw: bytes, path: Path, number: int, strict: bool) -> dict:
+    """One line of events.jsonl, checked; BadInput path:line: field otherwise."""
+    def bad(problem: str, field: str | None = None) -> BadInput:
+        return BadInput(f"{problem}; {_RECOVER}", path=str(path), line=number, field=field)
+
+    try:
+        record = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise bad("not UTF-8") from None
+    except (ValueError, RecursionError):
+        raise bad("not a JSON object") from None
+    if not isinstance(record, dict):
+        raise bad("not a JSON object")
+    if not isinstance(record.get("ev"), str):
+        raise bad("missing event name", "ev")
+    if isinstance(record.get("t"), bool) or not isinstance(record.get("t"), (int, float)):
+        raise bad("missing or non-numeric time", "t")
+    for name in REQUIRED.get(record["ev"], ()) if strict else ():
+        if record.get(name) is None:
+            raise bad(f"{record['ev']} event lacks a field", name)
+    if strict and "attempt" in REQUIRED.get(record["ev"], ()) and (
+            isinstance(record["attempt"], bool) or not isinstance(record["attempt"], int)):
+        raise bad("attempt must be an integer", "attempt")
+    return record
+
+
+def campaign_stats(results_dir: str | Path) -> dict:
+    """Wall span, busy time, runs done/left, ETA error, failures by class and stage."""
+    events = read_events(Path(results_dir) / EVENTS)
+    finished = [e for e in events if e["ev"] == Event.CELL_FINISH]
+    starts = [e["t"] for e in events if e["ev"] in (Event.RUN_START, Event.CAMPAIGN_START)]
+    ends = [e["t"] for e in events]
+    busy = sum(float(e.get("wall_s") or 0.0) for e in finished)
+    failures: dict[str, int] = {}
+    for e in finished:
+        if e.get("status") in FAILURE_CLASSES:
+            failures[e["status"]] = failures.get(e["status"], 0) + 1
+    last_progress = next((e for e in reversed(events) if "runs_left" in e), {})
+    done_ev = next((e for e in reversed(events) if e["ev"] == Event.CAMPAIGN_DONE
+                    or e.get("runs_complete")), None)
+    stage = next((e.get("stage") for e in reversed(events) if e.get("stage")), None)
+    return {
+        "wall_span_s": round(max(ends) - min(starts), 3) if starts and ends else 0.0,
+        "busy_s": round(busy, 3),
+        "runs_done": len(finished),
+        "runs_left": 0 if done_ev else last_progress.get("runs_left"),
+        "eta_s": 0.0 if done_ev else last_progress.get("eta_s"),
+        "eta_error": eta_error(events),
+        "eta_error_at": eta_error_at(events),
+        "failures_by_class": failures,
+        "stage": "done" if done_ev and done_ev["ev"] == Event.CAMPAIGN_DONE else
+                 Stage.REPORT.value if done_ev else stage,
+        "done": done_ev is not None,
+        "stopped": next((e for e in reversed(events) if e["ev"] == Event.CAMPAIGN_STOPPED),
+                        None),
+    }
+
+
+def _eta_points(events: list[dict]) -> tuple[list[dict], float | None]:
+    """Finished-cell events carrying an ETA, and the time the campaign completed."""
+    done = next((e for e in reversed(events) if e.get("runs_complete")), None) or \
+        next((e for e in reversed(events) if e["ev"] == Event.CAMPAIGN_DONE), None)
+    if done is None:
+        return [], None
+    points = [e for e in events if e["ev"] == Event.CELL_FINISH and e.get("eta_s") is not None]
+    return points, done["t"]
+
+
+def eta_error(events: list[dict]) -> float | None:
+    """estimated / actual remaining wall time, at the first estimate (after the first run)."""
+    points, end = _eta_points(events)
+    if not points:
+        return None
+    first = points[0]
+    actual = end - first["t"]
+    return round(first["eta_s"] / actual, 3) if actual > 0 else None
+
+
+def eta_error_at(events: list[dict], fractions=(0.25, 0.5, 0.75)) -> dict[str, float | None]:
+    """estimated / actual remaining wall time at 25/50/75% of the finished runs."""
+    points, end = _eta_points(events)
+    out: dict[str, float | None] = {}
+    for frac in fractions:
+        key = f"{int(frac * 100)}%"
+        if not points:
+            out[key] = None
+            continue
+        total = len([e for e in events if e["ev"] == Event.CELL_FINISH])
+        idx = max(0, min(len(points) - 1, int(round(frac * total)) - 1))
+        point = points[idx]
+        actual = end - point["t"]
+        out[key] = round(point["eta_s"] / actual, 3) if actual > 0 else None
+    return out

@@ -1,0 +1,72 @@
+"""Cells: one run's identity, its directory name and the inverse parser (docs/spec.md: results).
+
+The order of the runs is the stage table's (harness.campaign.stages).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.grid.capacity import capacity_tag
+from harness.vocab import Purpose
+
+PURPOSES = Purpose.values()
+# where a cluster measure cell's Megatron router trace goes (its --moe-routing-trace-path)
+ROUTER_TRACE_DIR = "router_trace"
+TAG = re.compile(r"cap(\d+)p(\d+)")
+ATTEMPT = re.compile(r"a(\d+)")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run: (model, backend, purpose, capacity, attempt)."""
+
+    campaign: str
+    model: str
+    backend: str
+    purpose: str                    # canary | measure | validate | time
+    capacity: str                   # decimal string, e.g. "2.00", "1.03125"
+    attempt: int = 1
+
+    @property
+    def name(self) -> str:
+        """Directory name: <MODEL>__<backend>__<purpose>__cap<TAG>__a<N>."""
+        return (f"{self.model}__{self.backend}__{self.purpose}__"
+                f"{capacity_tag(self.capacity)}__a{self.attempt}")  # tag = cap2p00
+
+
+def parse_cell_name(name: str, campaign: str = "") -> Cell | None:
+    """The Cell a directory name stands for (the inverse of Cell.name), else None."""
+    parts = name.split("__")
+    if len(parts) != 5 or not all(parts[:3]):
+        return None
+    tag, attempt = TAG.fullmatch(parts[3]), ATTEMPT.fullmatch(parts[4])
+    if tag is None or attempt is None:
+        return None
+    cell = Cell(campaign, parts[0], parts[1], parts[2], f"{tag[1]}.{tag[2]}", int(attempt[1]))
+    return cell if cell.name == name else None          # only names Cell.name can write
+
+
+def cell_dir(campaign_dir: str | Path, cell: Cell) -> Path:
+    """results/<campaign>/cells/<cell.name>."""
+    return Path(campaign_dir) / "cells" / cell.name
+
+
+def canary_model(runbook) -> str:
+    """The model a backend's canary runs: the one with the fewest MoE weights per rank."""
+    def weight(m):
+        return (m.moe_layers * m.experts * m.expert_ffn * m.hidden, m.name)
+    return min(runbook.models, key=weight).name
+
+
+@dataclass(frozen=True)
+class PlannedCell:
+    """A run the plan expects; `capacity` is None until earlier stages measured it."""
+
+    model: str
+    backend: str
+    purpose: str
+    capacity: str | None
+    stage: str = ""

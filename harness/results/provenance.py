@@ -1,0 +1,348 @@
+"""Provenance capture (docs/spec.md: provenance): what ran, where, with which code; secrets redacted.
+
+`capture_provenance` returns ordered `key: value` facts; `write_provenance` writes them
+atomically as provenance.txt; `read_provenance` reads one back (untrusted: size-capped).
+Machine and harness facts are captured once per process (they cannot change under a running
+process); repositories, command line, time and environment are read on every call, so one
+capture per cell stays well under 0.5 s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
+
+from harness import __version__
+from harness.errors import BadInput
+from harness.io.redact import (  # noqa: F401  (re-exported: provenance is where callers look)
+    REDACTED,
+    is_secret_name,
+    redact_argv,
+    scrub,
+    secret_values,
+)
+from harness.results.tables import write_text_atomic
+
+READ_CAP_BYTES = 1 << 20     # provenance.txt of an upload is untrusted: read at most 1 MiB
+GIT_TIMEOUT_S = 10.0
+ENV_NAMES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
+             "CUDA_DEVICE_MAX_CONNECTIONS", "PYTORCH_CUDA_ALLOC_CONF", "SLURM_JOB_ID",
+             "SLURM_JOB_NODELIST", "SLURM_NNODES", "SLURM_NTASKS", "WORLD_SIZE")
+ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "NVSHMEM_", "UCX_")
+NVSHMEM_PACKAGES = ("nvidia-nvshmem-cu12", "nvidia-nvshmem-cu13", "nvidia-nvshmem")
+
+
+def run_git(repo: Path, *args: str,
+            timeout: float = GIT_TIMEOUT_S) -> subprocess.CompletedProcess | None:
+    """`git -C repo args...` (argv list, never a shell); None if git cannot run."""
+    try:
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                              timeout=timeout, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _git(repo: Path, *args: str) -> str | None:
+    """stdout of a successful git command, stripped; None on any failure."""
+    done = run_git(repo, *args)
+    return done.stdout.strip() if done is not None and done.returncode == 0 else None
+
+
+def git_facts(repo: Path) -> dict[str, str] | None:
+    """sha, ISO commit date, branch and dirty flag of a checkout; None if not a git checkout."""
+    head = _git(repo, "log", "-1", "--format=%H %cI")
+    status = _git(repo, "status", "--porcelain=v1", "--branch")
+    if not head or status is None:
+        return None
+    sha, _, date = head.partition(" ")
+    lines = status.splitlines()
+    branch = "detached"
+    if lines and lines[0].startswith("## "):
+        name = lines[0][3:].split("...", 1)[0].split(" ", 1)[0]
+        branch = "detached" if name.startswith("HEAD") else name
+    dirty = any(not line.startswith("## ") for line in lines)
+    return {"sha": sha, "date": date, "branch": branch or "detached",
+            "dirty": "true" if dirty else "false"}
+
+
+def repo_line(path: Path) -> str:
+    """`<sha> <commit-iso-date> <branch> dirty=<bool>`, or `missing <path>` (never invented)."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        return f"missing {path}"
+    facts = git_facts(path)
+    if facts is None:
+        return f"not-a-git-checkout {path}"
+    return f"{facts['sha']} {facts['date']} {facts['branch']} dirty={facts['dirty']}"
+
+
+@lru_cache(maxsize=1)
+def _harness_facts() -> tuple[tuple[str, str], ...]:
+    """Version, commit, commit date and dirty flag of the epcap checkout itself."""
+    root = Path(__file__).resolve().parents[2]
+    top = _git(root, "rev-parse", "--show-toplevel")
+    facts = git_facts(root) if top and Path(top).resolve() == root else None
+    if facts is None:
+        return (("harness.version", __version__), ("harness.commit", "not-a-git-checkout"),
+                ("harness.commit_date", "not-a-git-checkout"),
+                ("harness.dirty", "not-a-git-checkout"))
+    return (("harness.version", __version__), ("harness.commit", facts["sha"]),
+            ("harness.commit_date", facts["date"]), ("harness.dirty", facts["dirty"]))
+
+
+def _gpu_from_nvml() -> dict[str, str] | None:
+    """GPU model, count and driver from NVML (nvidia-ml-py), or None when unavailable."""
+    try:
+        import pynvml  # optional extra: nvidia-ml-py
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+            names = [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
+                     for i in range(count)]
+            driver = pynvml.nvmlSystemGetDriverVersion()
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 -- NVML raises its own error family; fall back to smi
+        return None
+    return _gpu_summary([_text(n) for n in names], _text(driver), "nvml")
+
+
+def _text(value: object) -> str:
+    """NVML returns bytes in old bindings, str in new ones."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _gpu_from_smi() -> dict[str, str] | None:
+    """GPU facts from `nvidia-smi --query-gpu`, or None when it is absent or fails."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        done = subprocess.run([smi, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    rows = [line.rsplit(",", 1) for line in done.stdout.splitlines() if "," in line]
+    if done.returncode != 0 or not rows:
+        return None
+    return _gpu_summary([r[0].strip() for r in rows], rows[0][1].strip(), "nvidia-smi")
+
+
+def _gpu_summary(names: list[str], driver: str, source: str) -> dict[str, str]:
+    """Fold per-GPU names into model (distinct names joined) and count."""
+    if not names:
+        return {"gpu.model": "no-gpu", "gpu.count": "0", "gpu.driver": driver or "no-gpu",
+                "gpu.source": source}
+    return {"gpu.model": ",".join(dict.fromkeys(names)), "gpu.count": str(len(names)),
+            "gpu.driver": driver, "gpu.source": source}
+
+
+def _torch_facts() -> dict[str, str]:
+    """torch, CUDA and NCCL versions as torch reports them; `not-installed` when absent."""
+    if "torch" not in sys.modules:
+        light = _torch_facts_unimported()
+        if light is not None:
+            return light
+    try:
+        import torch  # optional: absent on CPU machines
+    except ImportError:
+        return {"torch": "not-installed", "cuda": "not-installed", "nccl": "not-installed"}
+    cuda = torch.version.cuda or "not-installed"     # None on a CPU build of torch
+    nccl = "not-installed"
+    if torch.version.cuda:
+        try:
+            version = torch.cuda.nccl.version()
+            nccl = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+        except Exception:  # noqa: BLE001 -- torch raises RuntimeError/AttributeError variously
+            nccl = "not-installed"
+    return {"torch": torch.__version__, "cuda": cuda, "nccl": nccl}
+
+
+def _torch_facts_unimported() -> dict[str, str] | None:
+    """For a CPU build, read torch/version.py as text (importing torch costs seconds);
+    None when torch has CUDA (NCCL's version needs the import) or the file is unclear."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return {"torch": "not-installed", "cuda": "not-installed", "nccl": "not-installed"}
+    try:
+        text = (Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text()
+    except OSError:
+        return None
+    version = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.M)
+    cpu_build = re.search(r"^cuda\s*(?::[^=\n]*)?=\s*None\s*$", text, re.M)
+    if not version or not cpu_build:
+        return None
+    return {"torch": version.group(1), "cuda": "not-installed", "nccl": "not-installed"}
+
+
+def _nvshmem_version() -> str:
+    """Version of the installed nvidia-nvshmem package, else of a header, else not-installed."""
+    for name in NVSHMEM_PACKAGES:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    for header in _nvshmem_headers():
+        version = _header_version(header)
+        if version:
+            return version
+    return "not-installed"
+
+
+def _nvshmem_headers() -> list[Path]:
+    """Candidate nvshmem_version.h files: $NVSHMEM_HOME, then the usual prefixes."""
+    roots = [os.environ.get("NVSHMEM_HOME", ""), "/usr/local/nvshmem", "/usr", "/opt/nvshmem"]
+    return [Path(r) / "include" / "nvshmem_version.h" for r in roots if r]
+
+
+def _header_version(header: Path) -> str | None:
+    """MAJOR.MINOR.PATCH from nvshmem_version.h, or None."""
+    try:
+        text = header.read_text(errors="replace")[:65536]
+    except OSError:
+        return None
+    parts = []
+    for part in ("MAJOR", "MINOR", "PATCH"):
+        match = re.search(rf"#define\s+NVSHMEM_VENDOR_{part}_VERSION\s+(\d+)", text)
+        if not match:
+            return None
+        parts.append(match.group(1))
+    return ".".join(parts)
+
+
+@lru_cache(maxsize=1)
+def _static_facts() -> tuple[tuple[str, str], ...]:
+    """Facts fixed for the life of a process (harness code, machine, libraries)."""
+    gpu = _gpu_from_nvml() or _gpu_from_smi() or {
+        "gpu.model": "no-gpu", "gpu.count": "0", "gpu.driver": "no-gpu", "gpu.source": "none"}
+    facts = dict(_harness_facts())
+    facts.update(gpu)
+    facts.update(_torch_facts())
+    facts["nvshmem"] = _nvshmem_version()
+    facts["python"] = platform.python_version()
+    facts["platform"] = platform.platform()
+    return tuple(facts.items())
+
+
+def _env_facts(environ: dict[str, str]) -> dict[str, str]:
+    """Environment variables that change results (threads, NCCL, Slurm); never secrets."""
+    names = [n for n in sorted(environ)
+             if (n in ENV_NAMES or n.startswith(ENV_PREFIXES)) and not is_secret_name(n)]
+    return {f"env.{n}": environ[n] for n in names}
+
+
+def file_sha256(path: Path) -> str:
+    """Hex sha256 of a file, streamed."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def capture_provenance(command_line: list[str], repositories: dict[str, Path],
+                       runbook_path: Path | None = None) -> dict[str, str]:
+    """All docs/spec.md: provenance facts for one run, as ordered `key -> value` (secrets redacted)."""
+    environ = dict(os.environ)
+    secrets = secret_values(environ)
+    fields: dict[str, str] = {}
+    fields.update(_static_facts())
+    fields["command_line"] = shlex.join(redact_argv([str(a) for a in command_line], secrets))
+    fields["utc_start"] = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    fields["hostnames"] = socket.gethostname()
+    for name in sorted(repositories):
+        fields[f"repo.{name}"] = repo_line(Path(repositories[name]))
+    if runbook_path is not None:
+        path = Path(runbook_path)
+        fields["runbook.path"] = str(path)
+        fields["runbook.sha256"] = file_sha256(path) if path.is_file() else f"missing {path}"
+    fields.update(_env_facts(environ))
+    return redact_fields(fields, secrets)
+
+
+def redact_fields(fields: dict[str, str], secrets: list[str] | None = None) -> dict[str, str]:
+    """Drop secret-named keys, scrub secret values, keep every value on one line."""
+    secrets = secret_values() if secrets is None else secrets
+    out: dict[str, str] = {}
+    for key, value in fields.items():
+        key = " ".join(str(key).split()).replace(":", "_")
+        if key.startswith("env.") and is_secret_name(key[4:]):
+            continue
+        text = " ".join(str(value).splitlines())
+        out[scrub(key, secrets)] = scrub(text, secrets)
+    return out
+
+
+def render(fields: dict[str, str]) -> str:
+    """`key: value` lines (docs/spec.md: provenance)."""
+    return "".join(f"{k}: {v}\n" for k, v in fields.items())
+
+
+def write_provenance(path: Path | str, fields: dict[str, str]) -> None:
+    """Write provenance.txt atomically (temp file, fsync, rename); secrets redacted again."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, render(redact_fields(fields)))
+
+
+def parse_provenance(text: str, path: str | None = None, strict: bool = False
+                     ) -> list[tuple[str, str]]:
+    """`key: value` lines (docs/spec.md: provenance) in file order; blank and `#` lines are
+    skipped; a key has no white space. Any other line: BadInput naming path:line when
+    `strict` (our own results), else skipped (untrusted uploads)."""
+    pairs = []
+    for no, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        key, sep, value = line.partition(":")
+        key = key.strip()
+        if sep and key and not any(c.isspace() for c in key):
+            pairs.append((key, value.strip()))
+        elif strict:
+            raise BadInput("expected `key: value`", path=path, line=no, field="provenance")
+    return pairs
+
+
+def read_provenance(path: Path | str, cap: int = READ_CAP_BYTES) -> dict[str, str]:
+    """A provenance.txt as fields, leniently; reads at most `cap` bytes (untrusted)."""
+    with open(path, "rb") as handle:
+        data = handle.read(cap)
+    return dict(parse_provenance(data.decode("utf-8", errors="replace")))
+
+
+def read_provenance_lines(path: Path | str) -> list[tuple[str, str]]:
+    """One of our own provenance.txt files, strictly, as ordered (key, value) pairs."""
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    return parse_provenance(text, str(path), strict=True)
+
+
+def parse_repo_line(value: str) -> dict[str, str] | None:
+    """Split `<sha> <date> <branch> dirty=<bool>`; None for `missing ...` or anything else."""
+    parts = value.split()
+    if len(parts) < 2 or not re.fullmatch(r"[0-9a-fA-F]{7,64}", parts[0]):
+        return None
+    dirty = next((p.split("=", 1)[1] for p in parts[2:] if p.startswith("dirty=")), "")
+    branch = parts[2] if len(parts) > 2 and not parts[2].startswith("dirty=") else ""
+    return {"sha": parts[0].lower(), "date": parts[1], "branch": branch, "dirty": dirty}
+
+
+if __name__ == "__main__":  # pragma: no cover -- handy: python -m harness.results.provenance
+    sys.stdout.write(render(capture_provenance(sys.argv, {})))

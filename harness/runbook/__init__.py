@@ -1,0 +1,1 @@
+"""The runbook: its typed model, its loader and its checks."""

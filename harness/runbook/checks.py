@@ -1,0 +1,88 @@
+"""Checks of a loaded runbook's values that need more than a type: capacities on the grid,
+model sizes, the timing section, the held-out parsers' errors at file:line: field."""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+
+from harness.errors import BadInput
+from harness.grid.capacity import format_capacity, next_executable
+from harness.io import bounds
+from harness.io.yamldoc import Doc, shown
+from harness.runbook.model import ModelSpec, Runbook
+from harness.vocab import CONTROL_SUFFIX
+
+
+def canonical_capacity(doc: Doc, value, where: tuple) -> str:
+    """A capacity as a decimal string with at least two decimals: 2 / 2.0 / "2" -> "2.00"."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise doc.error(where, f"must be a decimal capacity like \"2.00\", got {shown(doc, value)}")
+    text = doc.raw.get(where, str(value)).strip() if not isinstance(value, str) else value.strip()
+    try:
+        dec = Decimal(text)
+    except InvalidOperation as exc:
+        raise doc.error(where, f"must be a decimal capacity like \"2.00\", got {shown(doc, value)}") from exc
+    if not dec.is_finite() or dec <= 0 or dec > bounds.MAX_CAPACITY \
+            or len(text) > bounds.MAX_CAPACITY_CHARS:
+        raise doc.error(where, f"must be a positive capacity of at most {bounds.MAX_CAPACITY} "
+                        f"and {bounds.MAX_CAPACITY_CHARS} characters, got {shown(doc, text)}")
+    return format_capacity(format(dec, "f"))
+
+
+def check_model(doc: Doc, spec: ModelSpec, where: tuple) -> None:
+    for name in ("layers", "hidden", "experts", "topk", "expert_ffn"):
+        if getattr(spec, name) <= 0:
+            raise doc.error(where + (name,), "must be positive")
+    if spec.topk > spec.experts:
+        raise doc.error(where + ("topk",), f"top-k {spec.topk} exceeds experts {spec.experts}")
+    if not 0 <= spec.first_dense_layers < spec.layers:
+        raise doc.error(where + ("first_dense_layers",), "must be in [0, layers)")
+
+
+def check_capacities(doc: Doc, runbook: Runbook) -> None:
+    """The measurement capacity must be executable for every model's N (docs/spec.md: grid)."""
+    cap = runbook.capacity.measure
+    pad = runbook.capacity.pad_multiple
+    for model in runbook.models:
+        n = runbook.shape.uniform_tokens(model.topk)
+        budget = int(float(cap) * n)
+        if budget % pad:
+            nxt = _next_executable_hint(cap, n, pad)
+            raise doc.error(("capacity", "measure"),
+                            f"capacity {cap} is not executable for {model.name}: "
+                            f"N = {n}, budget int({cap} x {n}) = {budget} is not a multiple "
+                            f"of pad_multiple {pad}{nxt}")
+
+
+def held_out_field(doc: Doc, where: tuple, parse, *args):
+    """Run a harness.grid.heldout parser; its BadInput becomes one naming file:line: field."""
+    try:
+        return parse(*args)
+    except BadInput as exc:
+        text, prefix = str(exc), f"{exc.field}: "
+        message = text[len(prefix):] if exc.field and text.startswith(prefix) else text
+        raise doc.error(tuple(exc.field.split(".")) if exc.field else where, message) from None
+
+
+def _next_executable_hint(cap: str, n: int, pad: int) -> str:
+    try:
+        return f"; next executable: {next_executable(cap, n, pad)}"
+    except BadInput:  # a hint only
+        return ""
+
+
+def check_timing(doc: Doc, runbook: Runbook) -> None:
+    """launches >= 1, 0 < max_cv, a baseline that is a timed backend, no `~control` names."""
+    t = runbook.timing
+    if t.launches < 1:
+        raise doc.error(("timing", "launches"), "must be >= 1")
+    if not t.max_cv > 0:
+        raise doc.error(("timing", "max_cv"), "must be a positive number")
+    timed = [b.name for b in runbook.backends if b.time]
+    if t.baseline is not None and t.baseline not in timed:
+        raise doc.error(("timing", "baseline"), f"{t.baseline!r} is not a timed backend "
+                        f"(time: true): {timed}")
+    for i, b in enumerate(runbook.backends):
+        if b.name.endswith(CONTROL_SUFFIX):
+            raise doc.error(("backends", i, "name"), f"names ending in {CONTROL_SUFFIX!r} are "
+                            "reserved for the A/A control arm")

@@ -1,0 +1,267 @@
+"""Load and validate a YAML runbook into its typed model (harness/runbook/model.py).
+
+Every error names file, line and field (over harness.io.yamldoc); see docs/runbook.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from harness.api.registry import (
+    BACKEND_KINDS,
+    LAUNCHER_NAMES,
+    module_name,
+    module_problem,
+    options_type,
+)
+from harness.errors import BadInput
+from harness.grid.heldout import parse_target, resolve_validate
+from harness.io import bounds
+from harness.io.yamldoc import Doc as _Doc
+from harness.io.yamldoc import check_type as _check_type
+from harness.io.yamldoc import fields_from as _fields_from
+from harness.io.yamldoc import mapping as _mapping
+from harness.io.yamldoc import read_doc as _read_doc
+from harness.io.yamldoc import require as _require
+from harness.io.yamldoc import shown as _shown
+from harness.runbook.checks import (
+    canonical_capacity,
+    check_capacities,
+    check_model,
+    check_timing,
+    held_out_field,
+)
+from harness.runbook.model import (
+    BackendConfig,
+    CapacityConfig,
+    Limits,
+    ModelSpec,
+    PhaseConfig,
+    Runbook,
+    Shape,
+    SlurmConfig,
+    TimingConfig,
+)
+
+# ---------------------------------------------------------------------------------------------
+# Loading and validation (docs/runbook.md). Every error names file, line and field.
+# ---------------------------------------------------------------------------------------------
+
+
+TOP_KEYS = ("campaign", "models_file", "models", "shape", "backends", "capacity", "measure",
+            "validate", "timing", "limits", "launcher", "device_memory_gb", "seed",
+            "repositories", "paths", "slurm", "gpu_hours_per_cell", "max_parallel_cells",
+            "routing")
+REQUIRED_TOP = ("campaign", "models", "shape", "backends")
+
+
+def _models(doc: _Doc, data: dict, base: Path) -> tuple[ModelSpec, ...]:
+    zoo_rel = data.get("models_file", "models.yaml")
+    if not isinstance(zoo_rel, str):
+        raise doc.error(("models_file",), f"must be a path string, got {zoo_rel!r}")
+    zoo_doc = _read_doc((base / zoo_rel), "models_file", quote=False)
+    if not isinstance(zoo_doc.data, dict) or set(zoo_doc.data) != {"models"} \
+            or not isinstance(zoo_doc.data["models"], dict):
+        # not (yet) known to be a models file: say nothing of what it holds
+        raise BadInput("not a models file: expected one top-level key `models:` mapping model "
+                       "names to their fields (see docs/runbook.md)", path=str(zoo_doc.path),
+                       line=1, field="models_file")
+    zoo_doc.quote = True
+    zoo = _mapping(zoo_doc, zoo_doc.data["models"], ("models",), None)
+    entries = data["models"]
+    if not isinstance(entries, list) or not entries:
+        raise doc.error(("models",), "must be a non-empty list of model names or {name: ...}")
+    out: list[ModelSpec] = []
+    for i, entry in enumerate(entries):
+        where = ("models", i)
+        overrides: dict = {}
+        if isinstance(entry, dict):
+            if "name" not in entry:
+                raise doc.error(where, "missing required key 'name'")
+            name = entry["name"]
+            overrides = _fields_from(doc, ModelSpec, entry, where)
+            overrides.pop("name", None)
+        else:
+            name = entry
+        if not isinstance(name, str):
+            raise doc.error(where, f"must be a model name, got {name!r}")
+        if name not in zoo:
+            raise doc.error(where, f"unknown model {name!r}; known: {', '.join(sorted(zoo))} "
+                            f"(in {zoo_doc.path})")
+        base_fields = _fields_from(zoo_doc, ModelSpec, zoo[name], ("models", name),
+                                   skip=("name",))
+        fields = {**base_fields, **overrides, "name": name}
+        missing = [f.name for f in dataclasses.fields(ModelSpec)
+                   if f.default is dataclasses.MISSING and f.name not in fields]
+        if missing:
+            raise zoo_doc.error(("models", name), f"missing required fields {missing}")
+        spec = ModelSpec(**fields)
+        check_model(doc if overrides else zoo_doc, spec, where if overrides else ("models", name))
+        if any(m.name == name for m in out):
+            raise doc.error(where, f"model {name!r} listed twice")
+        out.append(spec)
+    return tuple(out)
+
+
+def _backends(doc: _Doc, data: dict) -> tuple[BackendConfig, ...]:
+    entries = data["backends"]
+    if not isinstance(entries, list) or not entries:
+        raise doc.error(("backends",), "must be a non-empty list of backends")
+    out: list[BackendConfig] = []
+    for i, entry in enumerate(entries):
+        where = ("backends", i)
+        fields = _fields_from(doc, BackendConfig, entry, where)
+        _require(doc, entry, ("name", "kind"), where)
+        if fields["kind"] not in BACKEND_KINDS:
+            raise doc.error(where + ("kind",), "must be reference or cluster or megatron-core")
+        fields.setdefault("module", fields["name"])
+        if any(b.name.lower() == fields["name"].lower() for b in out):
+            raise doc.error(where + ("name",), f"backend {fields['name']!r} listed twice")
+        fields["options"] = _backend_options(doc, entry, fields, where)
+        out.append(BackendConfig(**fields))
+    if not any(b.select for b in out):
+        raise doc.error(("backends",), "at least one backend needs select: true")
+    return tuple(out)
+
+
+def _backend_options(doc: _Doc, entry: dict, fields: dict, where: tuple):
+    """The entry's `options:` as its backend's OPTIONS dataclass, every field checked."""
+    kind, module, name = fields["kind"], fields["module"], fields["name"]
+    try:
+        cls = options_type(kind, module, name)
+    except BadInput as exc:
+        raise doc.error(where + ("module",), f"no backend module {module_name(kind, module)!r} "
+                        f"for backend {name!r}") from exc
+    why = module_problem(kind, module, name)
+    if why is not None:
+        raise doc.error(where + ("module",), f"backend {name!r}: {why}")
+    where = where + ("options",)
+    kwargs = _fields_from(doc, cls, entry.get("options"), where)
+    try:
+        return cls(**kwargs)
+    except ValueError as exc:
+        sub = getattr(exc, "field", None)
+        raise doc.error(where + (sub,) if sub else where, str(exc)) from exc
+
+
+def _capacity(doc: _Doc, data: dict) -> CapacityConfig:
+    where = ("capacity",)
+    raw = _mapping(doc, data.get("capacity"), where,
+                   ("measure", "pad_multiple", "grid", "max_remeasure", "max_validate_steps",
+                    "target"))
+    fields = _fields_from(doc, CapacityConfig, {k: v for k, v in raw.items()
+                                                if k not in ("measure", "grid", "target")},
+                          where, skip=("measure", "decimals", "target"))
+    fields["target"] = held_out_field(doc, where + ("target",), parse_target,
+                                       raw.get("target"))
+    if "measure" in raw:
+        fields["measure"] = canonical_capacity(doc, raw["measure"], where + ("measure",))
+    grid = raw.get("grid", "exact")
+    if grid == "exact":
+        fields["decimals"] = None
+    elif isinstance(grid, str) and grid.startswith("decimals-") and grid[9:].isdigit() \
+            and len(grid) < 12 and int(grid[9:]) <= bounds.MAX_DECIMALS:
+        fields["decimals"] = int(grid[9:])
+    else:
+        raise doc.error(where + ("grid",), f"must be exact or decimals-<D>, got {_shown(doc, grid)}")
+    cfg = CapacityConfig(**fields)
+    for name in ("pad_multiple",):
+        if getattr(cfg, name) <= 0:
+            raise doc.error(where + (name,), "must be positive")
+    for name in ("max_remeasure", "max_validate_steps"):
+        if getattr(cfg, name) < 0:
+            raise doc.error(where + (name,), "must be >= 0")
+    return cfg
+
+
+def _phase(doc: _Doc, data: dict, key: str, default: PhaseConfig) -> PhaseConfig:
+    if key not in data:
+        return default
+    fields = _fields_from(doc, type(default), data[key], (key,))
+    phase = dataclasses.replace(default, **fields)
+    if phase.warmup < 0:
+        raise doc.error((key, "warmup"), "must be >= 0")
+    for name in ("iters", "trials"):
+        if getattr(phase, name) < 1:
+            raise doc.error((key, name), "must be >= 1")
+    return phase
+
+
+def _shape(doc: _Doc, data: dict) -> Shape:
+    fields = _fields_from(doc, Shape, data["shape"], ("shape",))
+    _require(doc, data["shape"], ("seq", "micro_batch", "global_batch", "ep"), ("shape",))
+    for name, value in fields.items():
+        if value <= 0:
+            raise doc.error(("shape", name), "must be positive")
+    return Shape(**fields)
+
+
+def _paths_map(doc: _Doc, data: dict, key: str, base: Path, resolve: bool) -> dict:
+    raw = _mapping(doc, data.get(key), (key,), None)
+    out = {}
+    for name, value in raw.items():
+        if not isinstance(value, str):
+            raise doc.error((key, name), f"must be a path string, got {_shown(doc, value)}")
+        out[name] = (base / value).resolve() if resolve else value
+    return out
+
+
+def load_runbook(path: str | Path) -> Runbook:
+    """Load and validate a runbook YAML; raises BadInput naming file:line: field."""
+    path = Path(path)
+    doc = _read_doc(path)
+    data = _mapping(doc, doc.data, (), TOP_KEYS)
+    _require(doc, data, REQUIRED_TOP, ())
+    base = path.parent
+    campaign = _check_type(doc, data["campaign"], str, ("campaign",))
+    why = bounds.campaign_name_problem(campaign)
+    if why is not None:
+        raise doc.error(("campaign",), why)
+    launcher = _check_type(doc, data.get("launcher", "local"), str, ("launcher",))
+    if launcher not in LAUNCHER_NAMES:
+        raise doc.error(("launcher",), "must be local or slurm")
+    mem = data.get("device_memory_gb")
+    if mem is not None:
+        mem = _check_type(doc, mem, float, ("device_memory_gb",))
+        if mem <= 0:
+            raise doc.error(("device_memory_gb",), "must be positive")
+    gph = data.get("gpu_hours_per_cell")
+    if gph is not None:
+        gph = _check_type(doc, gph, float, ("gpu_hours_per_cell",))
+    slurm = _fields_from(doc, SlurmConfig, data.get("slurm"), ("slurm",))
+    limits = _fields_from(doc, Limits, data.get("limits"), ("limits",))
+    models = _models(doc, data, base)
+    if data.get("routing") is not None:                # campaign-wide default workload
+        routing = _check_type(doc, data["routing"], dict, ("routing",))
+        models = tuple(m if m.routing else dataclasses.replace(m, routing=routing)
+                       for m in models)
+    runbook = Runbook(
+        path=path, campaign=campaign, models=models, shape=_shape(doc, data),
+        models_path=base / data.get("models_file", "models.yaml"),
+        backends=_backends(doc, data), capacity=_capacity(doc, data),
+        measure=_phase(doc, data, "measure", PhaseConfig(warmup=1, iters=4)),
+        timing=_phase(doc, data, "timing", TimingConfig(warmup=2, iters=10, trials=3)),
+        limits=Limits(**limits), launcher=launcher,
+        device_memory_bytes=None if mem is None else int(mem * 2**30),
+        seed=_check_type(doc, data.get("seed", 1234), int, ("seed",)),
+        repositories=_paths_map(doc, data, "repositories", base, resolve=True),
+        paths=_paths_map(doc, data, "paths", base, resolve=False),
+        slurm=SlurmConfig(**slurm), gpu_hours_per_cell=gph,
+        max_parallel_cells=_check_type(doc, data.get("max_parallel_cells", 1), int,
+                                       ("max_parallel_cells",)))
+    raw_validate = data.get("validate")
+    if raw_validate is not None:
+        _mapping(doc, raw_validate, ("validate",), ("seed", "iters"))
+        runbook = dataclasses.replace(runbook, validate_config=held_out_field(
+            doc, ("validate",), resolve_validate, raw_validate, runbook.seed,
+            runbook.measure.iters))
+    if runbook.max_parallel_cells < 1:
+        raise doc.error(("max_parallel_cells",), "must be >= 1")
+    if runbook.limits.run_timeout_s <= 0:
+        raise doc.error(("limits", "run_timeout_s"), "must be positive")
+    if runbook.limits.infra_retries < 0:
+        raise doc.error(("limits", "infra_retries"), "must be >= 0")
+    check_capacities(doc, runbook)
+    check_timing(doc, runbook)
+    return runbook

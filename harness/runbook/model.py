@@ -1,0 +1,155 @@
+"""The runbook's typed model: frozen dataclasses every other room reads (docs/runbook.md).
+
+Built only by harness/runbook/load.py, which validates a YAML runbook into these types.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.grid.heldout import TARGET_PEAK, ValidateConfig, resolve_validate
+from harness.vocab import CONTROL_SUFFIX
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model of the zoo (runbooks/models.yaml), after runbook overrides."""
+
+    name: str                       # zoo key, e.g. QWEN3_30B
+    hf_name: str                    # e.g. Qwen/Qwen3-30B-A3B
+    layers: int                     # transformer layers
+    hidden: int                     # hidden size
+    experts: int                    # routed experts
+    topk: int                       # router top-k (K)
+    expert_ffn: int                 # routed expert FFN size
+    shared_experts: int = 0
+    shared_ffn: int = 0             # total shared-expert FFN size
+    first_dense_layers: int = 0     # leading dense (non-MoE) layers
+    dense_ffn: int = 0              # FFN size of those dense layers
+    heads: int = 0
+    kv_heads: int = 0
+    vocab: int = 0
+    router_dtype: str = "fp32"      # fp32 is explicit for every model
+    routing_sigma: float = 1.0      # lognormal sigma of expert popularity (reference routing)
+    routing: dict | None = None     # named routing workload of the reference emulation
+    flags: tuple[str, ...] = ()     # extra per-model launch flags (cluster adapters)
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.first_dense_layers
+
+
+@dataclass(frozen=True)
+class Shape:
+    seq: int                        # sequence length
+    micro_batch: int
+    global_batch: int
+    ep: int                         # expert-parallel size = ranks per cell
+
+    def uniform_tokens(self, topk: int) -> int:
+        """N = S x K with S = seq x micro_batch."""
+        return self.seq * self.micro_batch * topk
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    name: str                       # as written in TSVs, e.g. echo, ultraep, moonep
+    kind: str                       # reference | cluster | megatron-core
+    module: str                     # reference: personality; cluster: adapter module in backends/
+    select: bool = True             # measured/validated; its selection feeds the timing capacity
+    time: bool = True               # timed at the common capacity
+    flags: tuple[str, ...] = ()     # extra launch flags
+    # backend-specific settings: the backend's OPTIONS dataclass (validated at load); a plain
+    # dict is accepted from code and checked when the backend is built
+    options: Any = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CapacityConfig:
+    measure: str = "2.00"           # measurement capacity (decimal string)
+    pad_multiple: int = 128
+    decimals: int | None = None     # None = exact grid; D = legacy D-decimals grid
+    max_remeasure: int = 2          # re-measures at a larger capacity after a lower bound
+    max_validate_steps: int = 4     # step-ups of one rung (budget + P) after drops
+    target: str | float = TARGET_PEAK   # "peak" or a per-step drop-risk target (a float)
+
+
+@dataclass(frozen=True)
+class PhaseConfig:
+    warmup: int
+    iters: int
+    trials: int = 1
+
+
+@dataclass(frozen=True)
+class TimingConfig(PhaseConfig):
+    """`timing:`: the time runs' iterations plus the launches and the verdict settings
+    (docs/timing-verdicts.md)."""
+
+    launches: int = 3               # independent process starts per (model, backend)
+    baseline: str | None = None     # compared against; default: the first timed backend
+    max_cv: float = 0.05            # a CV over this makes a verdict too_noisy
+    control: bool = False           # time the baseline twice: the `<baseline>~control` arm
+
+
+@dataclass(frozen=True)
+class Limits:
+    run_timeout_s: float = 600.0    # no progress within this -> timeout
+    infra_retries: int = 2
+
+
+@dataclass(frozen=True)
+class SlurmConfig:
+    partition: str | None = None
+    account: str | None = None
+    nodes: int = 1
+    gpus_per_node: int = 0
+    time_limit: str = "00:30:00"
+    mem_per_task: str | None = None
+    extra_sbatch: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Runbook:
+    path: Path                      # the file it was loaded from
+    campaign: str
+    models: tuple[ModelSpec, ...]
+    shape: Shape
+    backends: tuple[BackendConfig, ...]
+    capacity: CapacityConfig
+    measure: PhaseConfig            # iterations of measure/validate runs
+    timing: TimingConfig            # iterations, trials, launches and verdict settings
+    limits: Limits
+    launcher: str = "local"         # local | slurm
+    device_memory_bytes: int | None = None   # memory model budget (reference); None = unlimited
+    seed: int = 1234
+    repositories: dict[str, Path] = field(default_factory=dict)   # name -> local clone
+    paths: dict[str, str] = field(default_factory=dict)           # cluster paths (megatron, data)
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    gpu_hours_per_cell: float | None = None
+    max_parallel_cells: int = 1     # cells in flight at once (independent models)
+    models_path: Path | None = None  # the model zoo file it read (frozen next to the results)
+    validate_config: ValidateConfig | None = None   # `validate:`; None = the defaults
+
+    @property
+    def validate(self) -> ValidateConfig:
+        """Routing seed and iterations of validate runs (default: seed + 1, measure iters)."""
+        return self.validate_config or resolve_validate(None, self.seed, self.measure.iters)
+
+    def model(self, name: str) -> ModelSpec:
+        return next(m for m in self.models if m.name == name)
+
+    def backend(self, name: str) -> BackendConfig:
+        """The backend called `name`; the A/A control arm `<baseline>~control` is its baseline."""
+        base = name[:-len(CONTROL_SUFFIX)] if name.endswith(CONTROL_SUFFIX) else name
+        return next(b for b in self.backends if b.name == base)
+
+    @property
+    def baseline(self) -> str | None:
+        """The backend timing comparisons are made against: `timing.baseline`, else the first
+        timed backend."""
+        if self.timing.baseline is not None:
+            return self.timing.baseline
+        return next((b.name for b in self.backends if b.time), None)

@@ -1,0 +1,130 @@
+"""`epcap classify`: re-classify finished runs from their cell directories (SPEC section 7).
+
+Reads each cell's logs, and its cell.json for the launcher's state and exit code and the
+backend (options override them), then runs the same taxonomy the campaign runs
+(`harness.taxonomy.judge.judge_run`): the class, the deciding line, the rank that failed first and the
+signatures the run survived, so a user can ask why a cluster cell failed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from harness.errors import BadInput
+from harness.taxonomy.judge import LAUNCHER_STATES, judge_run
+
+LOG_SUFFIXES = (".log", ".out", ".err")
+CELL_JSON_MAX = 1 << 20
+
+
+def cell_logs(cell_dir: Path) -> list[Path]:
+    """The log files of a cell directory, rank order (rank2 before rank10)."""
+    def natural(p: Path):
+        return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name)]
+    return sorted((p for p in cell_dir.iterdir()
+                   if p.is_file() and p.suffix in LOG_SUFFIXES), key=natural)
+
+
+def read_cell_json(cell_dir: Path) -> dict:
+    """cell.json of a cell directory ({} when absent); malformed is BadInput."""
+    path = cell_dir / "cell.json"
+    if not path.is_file():
+        return {}
+    if path.stat().st_size > CELL_JSON_MAX:
+        raise BadInput("cell.json larger than 1 MiB", path=str(path))
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        line = getattr(exc, "lineno", None)
+        raise BadInput(f"not JSON: {exc}", path=str(path), line=line) from exc
+    if not isinstance(doc, dict):
+        raise BadInput("not a JSON object", path=str(path), line=1)
+    return doc
+
+
+def _backend_patterns(name: str | None, runbook) -> tuple[dict | None, str | None, dict | None]:
+    """(failure patterns, library, telemetry tags) of the backend, from the runbook when
+    given, else the adapter of that name; none known: the upstream table alone."""
+    if not name:
+        return None, None, None
+    from harness.api.registry import CLUSTER_KIND, load_backend
+    from harness.runbook.model import BackendConfig
+    if runbook is not None:
+        try:
+            config = runbook.backend(name)
+        except StopIteration:
+            raise BadInput(f"backend {name!r} is not in the runbook", field="backends") from None
+    else:
+        config = BackendConfig(name, CLUSTER_KIND, name)
+    try:
+        backend = load_backend(config)
+    except BadInput:
+        return None, None, None
+    return backend.failure_patterns(), getattr(backend, "library", None), backend.telemetry_tags()
+
+
+def classify_cell(cell_dir: Path, runbook=None, backend: str | None = None,
+                  exit_code: int | None = None, state: str | None = None) -> dict:
+    """The SPEC section 7 `classify --json` object of one cell directory."""
+    if not cell_dir.is_dir():
+        raise BadInput("not a cell directory", path=str(cell_dir))
+    doc = read_cell_json(cell_dir)
+    launcher = doc.get("launcher") if isinstance(doc.get("launcher"), dict) else {}
+    cell = doc.get("cell") if isinstance(doc.get("cell"), dict) else {}
+    state = state or launcher.get("state")
+    if state not in LAUNCHER_STATES:
+        raise BadInput(f"launcher state {state!r}: pass --state "
+                       f"({'|'.join(LAUNCHER_STATES)}) or a cell.json with launcher.state",
+                       path=str(cell_dir / "cell.json"), field="launcher.state")
+    if exit_code is None:
+        exit_code = launcher.get("exit_code")
+    if exit_code is not None and not isinstance(exit_code, int):
+        raise BadInput(f"exit code {exit_code!r} is not an integer",
+                       path=str(cell_dir / "cell.json"), field="launcher.exit_code")
+    patterns, library, tags = _backend_patterns(backend or cell.get("backend"), runbook)
+    verdict = judge_run(exit_code, state, cell_logs(cell_dir), patterns,
+                        purpose=cell.get("purpose"), library=library, tags=tags)
+    out = verdict.outcome
+
+    def line(d: dict) -> dict:
+        return {"path": d["path"], "line_no": d["line_no"], "text": d["text"],
+                "class": d["class"], "rank": d["rank"], "source": d["source"]}
+    return {"path": str(cell_dir), "status": verdict.status,
+            "line": (None if out.path is None else
+                     {"path": out.path, "line_no": out.line_no, "text": out.line}),
+            "first_failed_rank": out.first_failed_rank,
+            "warnings": [line(w) for w in out.warnings],
+            "warnings_total": out.warnings_total, "stated_demand": out.stated_demand,
+            "rows": verdict.summary.rows if verdict.summary else 0, "state": state, "exit_code": exit_code,
+            "reason": out.reason}
+
+
+def cli_classify(cell_dirs: tuple[str, ...], runbook: str | None = None,
+                 backend: str | None = None, exit_code: int | None = None,
+                 state: str | None = None, as_json: bool = False) -> int:
+    """`epcap classify CELL_DIR...`: print each cell's class and why (or one JSON doc)."""
+    rb = None
+    if runbook:
+        from harness.runbook.load import load_runbook
+        rb = load_runbook(runbook)
+    cells = [classify_cell(Path(d), rb, backend, exit_code, state) for d in cell_dirs]
+    if as_json:
+        print(json.dumps({"cells": cells}, indent=1))
+        return 0
+    for c in cells:
+        print(f"{c['path']}: {c['status']}")
+        if c["line"]:
+            print(f"  deciding line: {c['line']['path']}:{c['line']['line_no']}: "
+                  f"{c['line']['text']}")
+        if c["first_failed_rank"] is not None:
+            print(f"  first failed rank: {c['first_failed_rank']}")
+        if c["stated_demand"] is not None:
+            print(f"  stated receive demand: {c['stated_demand']} tokens per rank")
+        for w in c["warnings"]:
+            print(f"  survived ({w['class']}): {w['path']}:{w['line_no']}: {w['text']}")
+        if c["warnings_total"] > len(c["warnings"]):
+            print(f"  ... {c['warnings_total'] - len(c['warnings'])} more survived signatures")
+        print(f"  why: {c['reason']}")
+    return 0

@@ -1,0 +1,1 @@
+"""Dispatch telemetry: log lines to rows, summaries and per-step peaks."""

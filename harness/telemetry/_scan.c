@@ -1,0 +1,695 @@
+/* harness.telemetry._scan: the optional compiled scanner of harness/telemetry/summary.py (SPEC section 1).
+ *
+ * It walks a block of whole lines once, finds the tags, and parses each well-formed ASCII
+ * dispatch row's six integers and each setup row's rank, with exact line numbers. Rows it
+ * cannot judge alone (malformed, or holding a non-ASCII byte) are handed back as "deferred"
+ * (kind, line, start, end, index) entries for the reference Python code to judge, so reasons
+ * and edge cases stay those of telemetry.py. Two entry points:
+ *   scan(buf, length, first_line, dispatch, setup) -> rows, line numbers (int64 bytes), ...
+ *   Folder(warmup).feed(...) folds rows straight into counts, peaks and distinct keys.
+ * The GIL is released while a block is scanned. No dependency beyond CPython and libc.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { F_ITER, F_LAYER, F_RANK, F_EXP, F_ACT, F_BUD, NFIELDS };
+#define ALL_FIELDS ((1u << NFIELDS) - 1)
+#define EMPTY ((int64_t)-1)          /* hash-table hole: parsed values are never negative */
+
+static unsigned char SPACE[256];      /* ASCII white space as str.split() sees it */
+
+/* ---- growable arrays ---------------------------------------------------------------- */
+
+typedef struct { int64_t *v; size_t n, cap; } vec_t;
+
+static int vec_push(vec_t *a, int64_t x) {
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 1024;
+        int64_t *v = realloc(a->v, cap * sizeof *v);
+        if (!v) return -1;
+        a->v = v, a->cap = cap;
+    }
+    a->v[a->n++] = x;
+    return 0;
+}
+
+/* ---- hash tables of non-negative int64 keys (open addressing, load <= 1/2) ----------- */
+
+static uint64_t mix(uint64_t x) {
+    x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ULL;
+    return x ^ (x >> 33);
+}
+
+typedef struct { int64_t *k, *v; size_t n, cap; int values; } table_t;  /* set or map */
+
+static int table_init(table_t *t, size_t cap, int values) {
+    t->n = 0, t->cap = cap, t->values = values;
+    t->k = malloc(cap * sizeof(int64_t));
+    t->v = values ? malloc(cap * sizeof(int64_t)) : NULL;
+    if (!t->k || (values && !t->v)) return -1;
+    memset(t->k, 0xff, cap * sizeof(int64_t));
+    return 0;
+}
+
+static void table_free(table_t *t) { free(t->k); free(t->v); t->k = t->v = NULL; }
+
+/* The slot of key (found, or the hole where it goes). */
+static size_t table_slot(const table_t *t, int64_t key) {
+    size_t i = mix((uint64_t)key) & (t->cap - 1);
+    while (t->k[i] != EMPTY && t->k[i] != key) i = (i + 1) & (t->cap - 1);
+    return i;
+}
+
+static int table_grow(table_t *t) {
+    table_t bigger;
+    if (table_init(&bigger, t->cap * 2, t->values)) { table_free(&bigger); return -1; }
+    for (size_t i = 0; i < t->cap; i++) {
+        if (t->k[i] == EMPTY) continue;
+        size_t j = table_slot(&bigger, t->k[i]);
+        bigger.k[j] = t->k[i];
+        if (t->values) bigger.v[j] = t->v[i];
+    }
+    bigger.n = t->n;
+    table_free(t);
+    *t = bigger;
+    return 0;
+}
+
+/* Insert key; *slot gets its slot. Returns 1 if new, 0 if present, -1 out of memory. */
+static int table_add(table_t *t, int64_t key, size_t *slot) {
+    if (2 * (t->n + 1) > t->cap && table_grow(t)) return -1;
+    size_t i = table_slot(t, key);
+    *slot = i;
+    if (t->k[i] == key) return 0;
+    t->k[i] = key;
+    t->n++;
+    return 1;
+}
+
+/* Set of (iter, layer, rank) triples too large to pack in 64 bits. */
+typedef struct { int64_t *k; size_t n, cap; } wide_t;
+
+static int wide_init(wide_t *w, size_t cap) {
+    w->n = 0, w->cap = cap;
+    w->k = malloc(3 * cap * sizeof(int64_t));
+    if (!w->k) return -1;
+    memset(w->k, 0xff, 3 * cap * sizeof(int64_t));
+    return 0;
+}
+
+static size_t wide_slot(const wide_t *w, const int64_t *key) {
+    uint64_t h = mix((uint64_t)key[0] ^ mix((uint64_t)key[1] ^ mix((uint64_t)key[2])));
+    size_t i = h & (w->cap - 1);
+    while (w->k[3 * i] != EMPTY && memcmp(w->k + 3 * i, key, 3 * sizeof(int64_t)))
+        i = (i + 1) & (w->cap - 1);
+    return i;
+}
+
+static int wide_add(wide_t *w, const int64_t *key) {
+    if (2 * (w->n + 1) > w->cap) {
+        wide_t bigger;
+        if (wide_init(&bigger, w->cap * 2)) { free(bigger.k); return -1; }
+        for (size_t i = 0; i < w->cap; i++)
+            if (w->k[3 * i] != EMPTY)
+                memcpy(bigger.k + 3 * wide_slot(&bigger, w->k + 3 * i), w->k + 3 * i,
+                       3 * sizeof(int64_t));
+        bigger.n = w->n;
+        free(w->k);
+        *w = bigger;
+    }
+    size_t i = wide_slot(w, key);
+    if (w->k[3 * i] == EMPTY) { memcpy(w->k + 3 * i, key, 3 * sizeof(int64_t)); w->n++; }
+    return 0;
+}
+
+/* ---- distinct packed keys: appended, then radix-sorted and deduplicated --------------- */
+
+#define COMPACT_KEYS 4000000     /* appended keys between deduplications, at least */
+
+typedef struct { int64_t *v; size_t n, cap, unique; } keys_t;  /* v[:unique] sorted, distinct */
+
+/* Sort v[0:n) (non-negative) by 8-bit digits, skipping digits every key shares. */
+static int radix_sort(int64_t *v, size_t n) {
+    size_t count[8][256] = {{0}};
+    int64_t *tmp = malloc((n ? n : 1) * sizeof *tmp), *src = v, *dst = tmp;
+    if (!tmp) return -1;
+    for (size_t i = 0; i < n; i++)
+        for (int d = 0; d < 8; d++) count[d][(uint64_t)v[i] >> (8 * d) & 0xFF]++;
+    for (int d = 0; d < 8; d++) {
+        size_t sum = 0, *c = count[d];
+        if (n == 0 || c[(uint64_t)v[0] >> (8 * d) & 0xFF] == n) continue;
+        for (int j = 0; j < 256; j++) { size_t x = c[j]; c[j] = sum; sum += x; }
+        for (size_t i = 0; i < n; i++) dst[c[(uint64_t)src[i] >> (8 * d) & 0xFF]++] = src[i];
+        int64_t *swap = src; src = dst; dst = swap;
+    }
+    if (src != v) memcpy(v, src, n * sizeof *v);
+    free(tmp);
+    return 0;
+}
+
+/* Sort and deduplicate all keys (skips the sort when they arrived in order). */
+static int keys_compact(keys_t *k) {
+    size_t i, out = 0;
+    for (i = 1; i < k->n && k->v[i - 1] <= k->v[i]; i++) {}
+    if (i < k->n && radix_sort(k->v, k->n)) return -1;
+    for (i = 0; i < k->n; i++)
+        if (out == 0 || k->v[out - 1] != k->v[i]) k->v[out++] = k->v[i];
+    k->n = k->unique = out;
+    return 0;
+}
+
+static int keys_add(keys_t *k, int64_t key) {
+    if (k->n == k->cap) {
+        if (k->n > 2 * k->unique + COMPACT_KEYS) {
+            if (keys_compact(k)) return -1;
+        } else {
+            size_t cap = k->cap ? 2 * k->cap : 1 << 16;
+            int64_t *v = realloc(k->v, cap * sizeof *v);
+            if (!v) return -1;
+            k->v = v, k->cap = cap;
+        }
+        if (k->n == k->cap) return keys_add(k, key);
+    }
+    k->v[k->n++] = key;
+    return 0;
+}
+
+/* ---- the fold (what telemetry._Accumulator computes from rows) ----------------------- */
+
+typedef struct {
+    int64_t warmup, rows, saturated, used, saturated_used;
+    keys_t keys;        /* packed iter << 32 | layer << 16 | rank */
+    wide_t wide;        /* the others */
+    table_t budgets;    /* distinct budgets */
+    table_t peaks;      /* expected_recv -> max actual_valid_recv over used rows */
+    int64_t last_budget, last_exp;
+    size_t last_peak;   /* slot of last_exp in peaks */
+} fold_t;
+
+static int fold_init(fold_t *f, int64_t warmup) {
+    memset(f, 0, sizeof *f);
+    f->warmup = warmup, f->last_budget = f->last_exp = EMPTY;
+    if (wide_init(&f->wide, 16)
+        || table_init(&f->budgets, 16, 0) || table_init(&f->peaks, 16, 1))
+        return -1;
+    return 0;
+}
+
+static void fold_free(fold_t *f) {
+    free(f->keys.v); f->keys.v = NULL; free(f->wide.k); f->wide.k = NULL;
+    table_free(&f->budgets); table_free(&f->peaks);
+}
+
+static int fold_row(fold_t *f, const int64_t *r) {
+    size_t slot;
+    int sat = r[F_ACT] >= r[F_BUD], used = r[F_ITER] >= f->warmup;
+    f->rows++, f->saturated += sat, f->used += used, f->saturated_used += sat & used;
+    if (r[F_BUD] != f->last_budget) {
+        if (table_add(&f->budgets, r[F_BUD], &slot) < 0) return -1;
+        f->last_budget = r[F_BUD];
+    }
+    if (used) {
+        if (r[F_EXP] != f->last_exp) {
+            int fresh = table_add(&f->peaks, r[F_EXP], &slot);
+            if (fresh < 0) return -1;
+            if (fresh) f->peaks.v[slot] = r[F_ACT];
+            f->last_exp = r[F_EXP], f->last_peak = slot;
+        }
+        if (r[F_ACT] > f->peaks.v[f->last_peak]) f->peaks.v[f->last_peak] = r[F_ACT];
+    }
+    if (r[F_ITER] < (1LL << 31) && r[F_LAYER] < (1 << 16) && r[F_RANK] < (1 << 16))
+        return keys_add(&f->keys, r[F_ITER] << 32 | r[F_LAYER] << 16 | r[F_RANK]);
+    return wide_add(&f->wide, r);
+}
+
+/* ---- parsing one block --------------------------------------------------------------- */
+
+typedef struct { char kind; int64_t line, start, end, index; } deferred_t;
+
+typedef struct {
+    fold_t *fold;                 /* fold rows here, or (NULL) collect them: */
+    vec_t rows, lines, ranks;
+    deferred_t *deferred;
+    size_t n_deferred, cap_deferred;
+    int64_t n_rows, setup_rows, newlines;
+    int oom;
+} sink_t;
+
+static int defer(sink_t *s, char kind, int64_t line, int64_t start, int64_t end) {
+    if (s->n_deferred == s->cap_deferred) {
+        size_t cap = s->cap_deferred ? 2 * s->cap_deferred : 64;
+        deferred_t *d = realloc(s->deferred, cap * sizeof *d);
+        if (!d) return -1;
+        s->deferred = d, s->cap_deferred = cap;
+    }
+    deferred_t e = {kind, line, start, end, s->n_rows};
+    s->deferred[s->n_deferred++] = e;
+    return 0;
+}
+
+static int field_of(const char *k, Py_ssize_t n) {
+    switch (n) {
+    case 4: return !memcmp(k, "iter", 4) ? F_ITER : !memcmp(k, "rank", 4) ? F_RANK : -1;
+    case 5: return !memcmp(k, "layer", 5) ? F_LAYER : -1;
+    case 6: return !memcmp(k, "budget", 6) ? F_BUD : -1;
+    case 13: return !memcmp(k, "expected_recv", 13) ? F_EXP : -1;
+    case 17: return !memcmp(k, "actual_valid_recv", 17) ? F_ACT : -1;
+    default: return -1;
+    }
+}
+
+/* 1-18 ASCII digits (telemetry._INT). */
+static int parse_int(const char *p, Py_ssize_t n, int64_t *out) {
+    int64_t x = 0;
+    if (n < 1 || n > 18) return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned d = (unsigned char)p[i] - '0';
+        if (d > 9) return 0;
+        x = 10 * x + d;
+    }
+    *out = x;
+    return 1;
+}
+
+/* Fields of a row. Returns -1 on a non-ASCII byte (str.split() would see Unicode white
+ * space) or a wanted key given twice (telemetry._fields: the row is malformed; Python
+ * judges it), else the mask of keys whose value parsed. */
+static int parse_fields(const char *s, const char *e, int only_rank, int64_t *vals,
+                        unsigned *seen) {
+    unsigned ok = 0;
+    *seen = 0;
+    while (s < e) {
+        while (s < e && SPACE[(unsigned char)*s]) s++;
+        const char *token = s, *eq = NULL;
+        for (; s < e && !SPACE[(unsigned char)*s]; s++) {
+            if ((unsigned char)*s >= 0x80) return -1;
+            if (*s == '=' && !eq) eq = s;
+        }
+        if (!eq) continue;
+        int f = field_of(token, eq - token);
+        if (f < 0 || (only_rank && f != F_RANK)) continue;
+        if (*seen >> f & 1) return -1;
+        *seen |= 1u << f;
+        ok |= (unsigned)parse_int(eq + 1, s - eq - 1, &vals[f]) << f;
+    }
+    return (int)ok;
+}
+
+typedef struct {
+    const char *tag[2]; Py_ssize_t len[2]; int is_setup[2];
+    Py_ssize_t lcp, pivot;    /* common prefix of the tags; the byte memchr looks for */
+} tags_t;
+
+/* Earliest match of either tag at or after pos (regex alternation order: tag[0] first);
+ * *which gets its index. Returns n when none. cache[] holds each tag's next occurrence. */
+static Py_ssize_t next_hit(const char *b, Py_ssize_t n, Py_ssize_t pos, const tags_t *t,
+                           Py_ssize_t *cache, int *which) {
+    if (t->lcp > 0) {
+        const char key = t->tag[0][t->pivot];
+        while (pos + t->pivot < n) {
+            const char *p = memchr(b + pos + t->pivot, key, n - pos - t->pivot);
+            if (!p) return n;
+            pos = p - b - t->pivot;
+            for (int i = 0; i < 2; i++)
+                if (n - pos >= t->len[i] && !memcmp(b + pos, t->tag[i], t->len[i])) {
+                    *which = i;
+                    return pos;
+                }
+            pos++;
+        }
+        return n;
+    }
+    for (int i = 0; i < 2; i++) {
+        if (cache[i] < pos) {
+            const char *p = memmem(b + pos, n - pos, t->tag[i], t->len[i]);
+            cache[i] = p ? p - b : n;
+        }
+    }
+    *which = cache[1] < cache[0];
+    return cache[*which];
+}
+
+/* Whether [p, e) holds a token whose key is one of the six fields (a repeat). */
+static int has_field(const char *p, const char *e) {
+    while (p < e) {
+        while (p < e && SPACE[(unsigned char)*p]) p++;
+        const char *token = p, *eq = NULL;
+        for (; p < e && !SPACE[(unsigned char)*p]; p++)
+            if (*p == '=' && !eq) eq = p;
+        if (eq && field_of(token, eq - token) >= 0) return 1;
+    }
+    return 0;
+}
+
+/* The usual row: " iter=I layer=L rank=R expected_recv=E actual_valid_recv=A budget=B"
+ * then white space or the end, and no field repeated after it. */
+static int canonical(const char *p, const char *e, int64_t *v) {
+    static const char *keys[NFIELDS] = {" iter=", " layer=", " rank=", " expected_recv=",
+                                        " actual_valid_recv=", " budget="};
+    static const Py_ssize_t lens[NFIELDS] = {6, 7, 6, 15, 19, 8};
+    for (int i = 0; i < NFIELDS; i++) {
+        if (e - p < lens[i] || memcmp(p, keys[i], lens[i])) return 0;
+        p += lens[i];
+        const char *d = p;
+        uint64_t x = 0;          /* unsigned: a long run of digits wraps, then is refused */
+        while (p < e && (unsigned)(*p - '0') <= 9) x = 10 * x + (uint64_t)(*p++ - '0');
+        if (p == d || p - d > 18) return 0;
+        v[i] = (int64_t)x;
+    }
+    return (p == e || SPACE[(unsigned char)*p]) && v[F_EXP] != 0 && !has_field(p, e);
+}
+
+static int64_t count_newlines(const char *p, const char *e) {
+    int64_t c = 0;
+    for (; p < e; p++) c += *p == '\n';
+    return c;
+}
+
+/* Parse block b[0:n) (whole lines) whose first line is first_line into the sink. */
+static void scan_block(const char *b, Py_ssize_t n, int64_t first_line, const tags_t *t,
+                       sink_t *s) {
+    Py_ssize_t cache[2] = {-1, -1}, counted = 0;
+    int64_t line = first_line;
+    int which, next_which = 0;
+    Py_ssize_t hit = next_hit(b, n, 0, t, cache, &which);
+    while (hit < n && !s->oom) {
+        line += count_newlines(b + counted, b + hit);
+        Py_ssize_t start = hit + t->len[which];
+        const char *nl = memchr(b + start, '\n', n - start);
+        Py_ssize_t end = nl ? nl - b : n;
+        Py_ssize_t next = next_hit(b, n, start, t, cache, &next_which);
+        if (next < end) end = next;
+        int64_t vals[NFIELDS];
+        unsigned seen;
+        if (t->is_setup[which]) {
+            s->setup_rows++;
+            int ok = parse_fields(b + start, b + end, 1, vals, &seen);
+            if (ok < 0) s->oom |= defer(s, 's', line, start, end);
+            else if (ok & (1u << F_RANK)) s->oom |= vec_push(&s->ranks, vals[F_RANK]);
+        } else {
+            int ok = canonical(b + start, b + end, vals)
+                ? (int)ALL_FIELDS : parse_fields(b + start, b + end, 0, vals, &seen);
+            if (ok == (int)ALL_FIELDS && vals[F_EXP] != 0) {
+                if (s->fold) {
+                    s->oom |= fold_row(s->fold, vals);
+                } else {
+                    for (int i = 0; i < NFIELDS; i++) s->oom |= vec_push(&s->rows, vals[i]);
+                    s->oom |= vec_push(&s->lines, line);
+                }
+                s->n_rows++;
+            } else {
+                s->oom |= defer(s, 'd', line, start, end);
+            }
+        }
+        counted = end, hit = next, which = next_which;   /* [hit, end) holds no newline */
+    }
+    s->newlines = line - first_line + count_newlines(b + counted, b + n);
+}
+
+/* ---- Python glue ----------------------------------------------------------------------- */
+
+static int get_tags(Py_buffer *d, Py_buffer *u, tags_t *t) {
+    if (d->len == 0 || u->len == 0 || memchr(d->buf, '\n', d->len)
+        || memchr(u->buf, '\n', u->len)) {
+        PyErr_SetString(PyExc_ValueError, "tags must be non-empty, without a newline");
+        return -1;
+    }
+    /* sorted((dispatch, setup), reverse=True): a tag's extension before the tag itself */
+    Py_ssize_t m = d->len < u->len ? d->len : u->len;
+    int c = memcmp(d->buf, u->buf, m);
+    int setup_first = c < 0 || (c == 0 && u->len >= d->len);
+    Py_buffer *first = setup_first ? u : d, *second = setup_first ? d : u;
+    t->tag[0] = first->buf, t->len[0] = first->len;
+    t->tag[1] = second->buf, t->len[1] = second->len;
+    /* hit.group() == setup decides the kind (equal tags: setup) */
+    for (int i = 0; i < 2; i++)
+        t->is_setup[i] = t->len[i] == u->len && !memcmp(t->tag[i], u->buf, u->len);
+    Py_ssize_t k = 0, shortest = t->len[0] < t->len[1] ? t->len[0] : t->len[1];
+    while (k < shortest && t->tag[0][k] == t->tag[1][k]) k++;
+    t->lcp = k, t->pivot = 0;
+    while (t->pivot + 1 < k && strchr("[ ", t->tag[0][t->pivot])) t->pivot++;
+    return 0;
+}
+
+/* Scan buf[0:length) with the GIL released; then the deferred list and setup ranks. */
+static PyObject *run_scan(PyObject *args, fold_t *fold, sink_t *s) {
+    Py_buffer buf, d, u;
+    Py_ssize_t length;
+    long long first_line;
+    tags_t t;
+    PyObject *out = NULL, *deferred = NULL, *ranks = NULL;
+    memset(s, 0, sizeof *s);
+    s->fold = fold;
+    if (!PyArg_ParseTuple(args, "y*nLy*y*", &buf, &length, &first_line, &d, &u)) return NULL;
+    if (length < 0 || length > buf.len) {
+        PyErr_SetString(PyExc_ValueError, "length outside the buffer");
+        goto done;
+    }
+    if (get_tags(&d, &u, &t)) goto done;
+    Py_BEGIN_ALLOW_THREADS
+    scan_block(buf.buf, length, first_line, &t, s);
+    Py_END_ALLOW_THREADS
+    if (s->oom) { PyErr_NoMemory(); goto done; }
+    deferred = PyList_New((Py_ssize_t)s->n_deferred);
+    ranks = PyList_New((Py_ssize_t)s->ranks.n);
+    if (!deferred || !ranks) goto done;
+    for (size_t i = 0; i < s->n_deferred; i++) {
+        deferred_t *e = &s->deferred[i];
+        PyObject *item = Py_BuildValue("(CLLLL)", e->kind, (long long)e->line,
+                                       (long long)e->start, (long long)e->end,
+                                       (long long)e->index);
+        if (!item) goto done;
+        PyList_SET_ITEM(deferred, i, item);
+    }
+    for (size_t i = 0; i < s->ranks.n; i++) {
+        PyObject *r = PyLong_FromLongLong(s->ranks.v[i]);
+        if (!r) goto done;
+        PyList_SET_ITEM(ranks, i, r);
+    }
+    out = Py_BuildValue("(LOLO)", (long long)s->newlines, deferred, (long long)s->setup_rows,
+                        ranks);
+done:
+    Py_XDECREF(deferred);
+    Py_XDECREF(ranks);
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&d);
+    PyBuffer_Release(&u);
+    free(s->deferred);
+    free(s->ranks.v);
+    return out;
+}
+
+PyDoc_STRVAR(scan_doc,
+"scan(buf, length, first_line, dispatch_tag, setup_tag)\n"
+"-> (rows, line_nos, newlines, deferred, setup_rows, setup_ranks)\n\n"
+"Parse buf[:length] (whole lines). rows: int64 bytes, 6 per row (iter, layer, rank,\n"
+"expected_recv, actual_valid_recv, budget); line_nos: int64 bytes, one per row;\n"
+"deferred: (kind 'd'|'s', line, start, end, row index) rows for Python to judge.");
+
+static PyObject *py_scan(PyObject *self, PyObject *args) {
+    sink_t s;
+    PyObject *head = run_scan(args, NULL, &s), *out = NULL;
+    if (head) {
+        PyObject *rows = PyBytes_FromStringAndSize((char *)s.rows.v,
+                                                   s.rows.n * sizeof(int64_t));
+        PyObject *lines = PyBytes_FromStringAndSize((char *)s.lines.v,
+                                                    s.lines.n * sizeof(int64_t));
+        if (rows && lines)
+            out = Py_BuildValue("(OOOOOO)", rows, lines, PyTuple_GET_ITEM(head, 0),
+                                PyTuple_GET_ITEM(head, 1), PyTuple_GET_ITEM(head, 2),
+                                PyTuple_GET_ITEM(head, 3));
+        Py_XDECREF(rows);
+        Py_XDECREF(lines);
+        Py_DECREF(head);
+    }
+    free(s.rows.v);
+    free(s.lines.v);
+    return out;
+}
+
+typedef struct { PyObject_HEAD fold_t fold; int ready; } FolderObject;
+
+static int Folder_init(FolderObject *self, PyObject *args, PyObject *kw) {
+    long long warmup = 0;
+    static char *names[] = {"warmup", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|L", names, &warmup)) return -1;
+    if (self->ready) fold_free(&self->fold);
+    self->ready = 0;
+    if (fold_init(&self->fold, warmup)) { fold_free(&self->fold); PyErr_NoMemory(); return -1; }
+    self->ready = 1;
+    return 0;
+}
+
+static void Folder_dealloc(FolderObject *self) {
+    if (self->ready) fold_free(&self->fold);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int ready(FolderObject *self) {
+    if (!self->ready) PyErr_SetString(PyExc_RuntimeError, "Folder not initialised");
+    return self->ready;
+}
+
+static PyObject *Folder_feed(FolderObject *self, PyObject *args) {
+    sink_t s;
+    if (!ready(self)) return NULL;
+    return run_scan(args, &self->fold, &s);
+}
+
+static PyObject *Folder_add_row(FolderObject *self, PyObject *args) {
+    long long v[NFIELDS];
+    int64_t r[NFIELDS];
+    if (!ready(self)) return NULL;
+    if (!PyArg_ParseTuple(args, "LLLLLL", v, v + 1, v + 2, v + 3, v + 4, v + 5)) return NULL;
+    for (int i = 0; i < NFIELDS; i++) {
+        if (v[i] < 0) { PyErr_SetString(PyExc_ValueError, "negative value"); return NULL; }
+        r[i] = v[i];
+    }
+    if (fold_row(&self->fold, r)) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+static PyObject *Folder_counts(FolderObject *self, PyObject *unused) {
+    fold_t *f = &self->fold;
+    if (!ready(self)) return NULL;
+    return Py_BuildValue("(LLLL)", (long long)f->rows, (long long)f->saturated,
+                         (long long)f->used, (long long)f->saturated_used);
+}
+
+static PyObject *Folder_budgets(FolderObject *self, PyObject *unused) {
+    if (!ready(self)) return NULL;
+    PyObject *out = PyList_New(0);
+    table_t *t = &self->fold.budgets;
+    for (size_t i = 0; out && i < t->cap; i++) {
+        if (t->k[i] == EMPTY) continue;
+        PyObject *x = PyLong_FromLongLong(t->k[i]);
+        if (!x || PyList_Append(out, x)) { Py_XDECREF(x); Py_CLEAR(out); break; }
+        Py_DECREF(x);
+    }
+    return out;
+}
+
+static PyObject *Folder_peaks(FolderObject *self, PyObject *unused) {
+    if (!ready(self)) return NULL;
+    PyObject *out = PyDict_New();
+    table_t *t = &self->fold.peaks;
+    for (size_t i = 0; out && i < t->cap; i++) {
+        if (t->k[i] == EMPTY) continue;
+        PyObject *k = PyLong_FromLongLong(t->k[i]), *v = PyLong_FromLongLong(t->v[i]);
+        if (!k || !v || PyDict_SetItem(out, k, v)) Py_CLEAR(out);
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+    }
+    return out;
+}
+
+static int cmp64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sorted list of a set's keys. */
+static PyObject *sorted_list(const table_t *t) {
+    int64_t *v = malloc((t->n ? t->n : 1) * sizeof *v);
+    size_t n = 0;
+    if (!v) return PyErr_NoMemory();
+    for (size_t i = 0; i < t->cap; i++)
+        if (t->k[i] != EMPTY) v[n++] = t->k[i];
+    qsort(v, n, sizeof *v, cmp64);
+    PyObject *out = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; out && i < n; i++) {
+        PyObject *x = PyLong_FromLongLong(v[i]);
+        if (!x) { Py_CLEAR(out); break; }
+        PyList_SET_ITEM(out, i, x);
+    }
+    free(v);
+    return out;
+}
+
+static PyObject *Folder_seen(FolderObject *self, PyObject *unused) {
+    fold_t *f = &self->fold;
+    table_t col[3];
+    size_t slot;
+    PyObject *lists[3] = {NULL, NULL, NULL}, *out = NULL;
+    int bad = 0;
+    if (!ready(self)) return NULL;
+    for (int c = 0; c < 3; c++) bad |= table_init(&col[c], 16, 0);
+    int64_t last[3] = {EMPTY, EMPTY, EMPTY};
+    if (!bad && keys_compact(&f->keys)) bad = 1;
+    for (size_t i = 0; !bad && i < f->keys.n; i++) {
+        int64_t k = f->keys.v[i], col_of[3] = {k >> 32, k >> 16 & 0xFFFF, k & 0xFFFF};
+        for (int c = 0; c < 3; c++)
+            if (col_of[c] != last[c]) {
+                bad |= table_add(&col[c], col_of[c], &slot) < 0;
+                last[c] = col_of[c];
+            }
+    }
+    for (size_t i = 0; !bad && i < f->wide.cap; i++) {
+        if (f->wide.k[3 * i] == EMPTY) continue;
+        for (int c = 0; c < 3; c++) bad |= table_add(&col[c], f->wide.k[3 * i + c], &slot) < 0;
+    }
+    if (bad) PyErr_NoMemory();
+    for (int c = 0; !bad && c < 3; c++) bad |= !(lists[c] = sorted_list(&col[c]));
+    if (!bad)
+        out = Py_BuildValue("(n[OOO])", (Py_ssize_t)(f->keys.n + f->wide.n), lists[0],
+                            lists[1], lists[2]);
+    for (int c = 0; c < 3; c++) { table_free(&col[c]); Py_XDECREF(lists[c]); }
+    return out;
+}
+
+static PyMethodDef Folder_methods[] = {
+    {"feed", (PyCFunction)Folder_feed, METH_VARARGS,
+     "feed(buf, length, first_line, dispatch_tag, setup_tag) -> (newlines, deferred, "
+     "setup_rows, setup_ranks): fold the block's well-formed rows in."},
+    {"add_row", (PyCFunction)Folder_add_row, METH_VARARGS,
+     "add_row(iter, layer, rank, expected_recv, actual_valid_recv, budget): fold one row."},
+    {"counts", (PyCFunction)Folder_counts, METH_NOARGS,
+     "(rows, saturated_rows, used_rows, saturated_used_rows)"},
+    {"budgets", (PyCFunction)Folder_budgets, METH_NOARGS, "distinct budgets (unordered)"},
+    {"peaks", (PyCFunction)Folder_peaks, METH_NOARGS,
+     "{expected_recv: peak actual_valid_recv over used rows}"},
+    {"seen", (PyCFunction)Folder_seen, METH_NOARGS,
+     "(distinct (iter, layer, rank) keys, [sorted iters, layers, ranks])"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject FolderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "harness.telemetry._scan.Folder",
+    .tp_basicsize = sizeof(FolderObject),
+    .tp_dealloc = (destructor)Folder_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Folder(warmup=0): counts, peaks and distinct keys of dispatch rows.",
+    .tp_methods = Folder_methods,
+    .tp_init = (initproc)Folder_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static PyMethodDef methods[] = {
+    {"scan", py_scan, METH_VARARGS, scan_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "harness.telemetry._scan",
+    "Compiled scanner for harness.telemetry.summary (optional; the pure path is the reference).",
+    -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__scan(void) {
+    const char *space = "\t\n\v\f\r\x1c\x1d\x1e\x1f ";
+    for (const char *p = space; *p; p++) SPACE[(unsigned char)*p] = 1;
+    if (PyType_Ready(&FolderType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&FolderType);
+    if (PyModule_AddObject(m, "Folder", (PyObject *)&FolderType) < 0) {
+        Py_DECREF(&FolderType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

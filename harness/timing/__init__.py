@@ -1,0 +1,1 @@
+"""Pure timing statistics and verdicts."""
