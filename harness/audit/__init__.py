@@ -8,7 +8,7 @@ re-derive every row they can from its cell's `cell.json` and logs.
 from harness.audit.cli import cli_audit
 from harness.audit.engine import AuditResult, UploadVerdict, audit_target, parse_hf_target
 from harness.audit.errata import load_errata
-from harness.audit.rules.table import RULES
+from harness.audit.rules import RULES
 from harness.audit.vocab import REASON_CODES
 
 __all__ = ["REASON_CODES", "RULES", "AuditResult", "UploadVerdict", "audit_target",

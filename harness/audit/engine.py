@@ -18,8 +18,8 @@ from harness.audit.errata import Errata, GitClones, check_predates, load_errata
 from harness.audit.load import load_upload
 from harness.audit.model import DEFAULT_PAD_MULTIPLE, FAIL, UNKNOWN, Check, Upload
 from harness.audit.readers import find_uploads
+from harness.audit.rules import RULES, apply_rule, check_missing_provenance
 from harness.audit.rules.selection import check_nothing_to_judge, held_out_notes
-from harness.audit.rules.table import RULES, apply_rule, check_missing_provenance
 from harness.audit.vocab import NOTHING_TO_JUDGE, UPLOAD_MARKERS, VERDICTS
 from harness.errors import BadInput
 from harness.results.tables import ATTEMPTS_TSV, SELECTION_TSV

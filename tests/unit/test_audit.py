@@ -698,3 +698,12 @@ def test_publish_dry_run_on_the_harness_campaign(campaign, capsys, monkeypatch):
     monkeypatch.setattr(huggingface_hub, "HfApi", Offline)
     assert cli_publish(str(campaign), "org/runs", dry_run=True) == 0
     assert "-> " in capsys.readouterr().out
+
+
+def test_every_rule_code_is_a_documented_reason_code():
+    """A rule row's code must be one of REASON_CODES (harness/audit/rules/README.md)."""
+    from harness.audit import REASON_CODES, RULES
+
+    codes = [r.code for r in RULES]
+    assert codes and len(set(codes)) == len(codes)
+    assert set(codes) <= set(REASON_CODES)

@@ -11,6 +11,8 @@ from harness.audit.model import (
     Cell,
     Check,
     Row,
+    Rule,
+    Source,
     Table,
     Upload,
     cell_name,
@@ -37,7 +39,7 @@ from harness.audit.vocab import (
 )
 from harness.errors import EpcapError
 from harness.grid.capacity import is_executable
-from harness.results.tables import ATTEMPTS_TSV, TIMING_TSV
+from harness.results.tables import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
 
 
 def is_echo(row: Row) -> bool:
@@ -220,3 +222,26 @@ def check_mixed_timing(table: Table, upload: Upload) -> Check:
 __all__ = ["cell_name", "cell_ns", "check_fabricated", "check_measure_validate",
            "check_mixed_timing", "check_natural", "check_unexecutable", "executable_row",
            "find_uniform_tokens", "is_echo"]
+
+
+# This family's rules, as data (docs/audit.md#rules): code, what it catches, the tables and
+# columns it reads, whether it must be decided, its check, and the earlier failure it stands for.
+RULES: tuple[Rule, ...] = (
+    Rule(NATURAL, "ECHO attempts with purpose=natural (old selection)",
+         (Source(ATTEMPTS_TSV, ("backend", "purpose")),), True, check_natural,
+         "the first campaign picked the lowest capacity with no observed loss"),
+    Rule(NO_MEASURE_VALIDATE, "ECHO attempts lack purpose=measure or purpose=validate rows",
+         (Source(ATTEMPTS_TSV, ("model", "backend", "purpose")),), True, check_measure_validate,
+         "selections that were never measured or never validated"),
+    Rule(FABRICATED, "ECHO required_capacity exactly 1.0 for every model",
+         (Source(SELECTION_TSV, ("backend", "required_capacity")),
+          Source(ATTEMPTS_TSV, ("backend", "required_capacity"))), True, check_fabricated,
+         "ECHO's requirement assumed 1.0 (setup_metadata), not measured"),
+    Rule(UNEXECUTABLE, "a cell whose capacity is not executable for its shape",
+         (Source(ATTEMPTS_TSV, ("capacity",)),), True, check_unexecutable,
+         "1.02 at N = 65536: UltraEP died before iteration 0 (pad multiple 128)"),
+    Rule(MIXED_TIMING, "one model's timing rows use different capacities across backends",
+         (Source(TIMING_TSV, ("model", "timing_capacity")),
+          Source(ATTEMPTS_TSV, ("model", "purpose", "capacity"))), False, check_mixed_timing,
+         "backends timed at their own capacities, so the comparison was not like for like"),
+)

@@ -12,6 +12,8 @@ from harness.audit.model import (
     Cell,
     Check,
     Row,
+    Rule,
+    Source,
     Table,
     Upload,
     agrees,
@@ -182,3 +184,23 @@ def check_inconsistent(table: Table, upload: Upload) -> Check:
 
 
 __all__ = ["agrees", "check_inconsistent", "check_missing_cell"]
+
+
+ATTEMPT_FACTS = ("model", "backend", "capacity", "uniform_tokens", "budget_tokens",
+                 "peak_actual_valid_recv", "required_capacity", "cell_dir")
+SELECTION_FACTS = ("model", "backend", "required_capacity", "peak_actual_valid_recv",
+                   "uniform_tokens", "selected_capacity", "selected_budget_tokens")
+
+# This family's rules, as data (docs/audit.md#rules): code, what it catches, the tables and
+# columns it reads, whether it must be decided, its check, and the earlier failure it stands for.
+RULES: tuple[Rule, ...] = (
+    Rule(MISSING_CELL, "a row names a cell directory that is not in the upload",
+         (Source(ATTEMPTS_TSV, ("cell_dir",)), Source(TIMING_TSV, ("cell_dir",))), True,
+         check_missing_cell,
+         "summaries uploaded without the runs they summarise (cells/ deleted)"),
+    Rule(INCONSISTENT, "required_capacity != peak / N, or a row disagrees with its cell",
+         (Source(ATTEMPTS_TSV, ATTEMPT_FACTS), Source(SELECTION_TSV, SELECTION_FACTS)), True,
+         check_inconsistent,
+         "a requirement or budget written by hand (1.05 where the peak says 1.205), or a "
+         "false N that makes 1.02 look executable", all_sources=True),
+)

@@ -14,6 +14,8 @@ from harness.audit.model import (
     UNKNOWN,
     Check,
     Row,
+    Rule,
+    Source,
     Table,
     Upload,
     agrees,
@@ -285,3 +287,24 @@ def drop_risk_consistency(table: Table) -> list[str]:
                 bad.append(f"{where(table, row)}: {label(row)} drop_risk_95 {written} but "
                            f"1 - 0.05^(1/{n}) = {1 - 0.05 ** (1 / n):.6g}")
     return bad
+
+
+# This family's rules, as data (docs/audit.md#rules): code, what it catches, the tables and
+# columns it reads, whether it must be decided, its check, and the earlier failure it stands for.
+RULES: tuple[Rule, ...] = (
+    Rule(VALIDATED_SATURATED, "validated=true, yet the accepted validate attempt dropped",
+         (Source(SELECTION_TSV, ("model", "backend", "selected_capacity", "validated")),),
+         True, check_validated_saturated,
+         "max(0, observed_loss) read zero drops from a clipping buffer"),
+    Rule(BELOW_PEAK, "a selected budget below the measured peak it was selected for",
+         (Source(SELECTION_TSV, ("peak_actual_valid_recv", "selected_budget_tokens")),),
+         True, check_below_peak,
+         "capacities rounded down, or chosen from setup_metadata's uniform N"),
+    Rule(TIMING_NOT_MAX, "timing capacity is not max(selected capacity of the select backends)",
+         (Source(SELECTION_TSV, ("model", "selected_capacity")),), True, check_timing_not_max,
+         "timing at ECHO's capacity where UltraEP needed more (or at the lowest rung)"),
+    Rule(UNVALIDATED, "a select backend without a validate attempt at its selected capacity",
+         (Source(SELECTION_TSV, ("model", "backend", "selected_capacity")),), True,
+         check_unvalidated,
+         "only ECHO was validated; UltraEP's selection was taken on trust"),
+)

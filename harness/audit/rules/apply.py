@@ -1,0 +1,82 @@
+"""Running a rule over an upload: `apply_rule` reads the rule's sources and folds their checks
+(INVALID beats UNKNOWN beats VALID); `check_missing_provenance`, the one rule over files."""
+
+from __future__ import annotations
+
+from harness.audit.model import (
+    FAIL,
+    NOT_APPLICABLE,
+    PASS,
+    UNKNOWN,
+    Check,
+    Rule,
+    Upload,
+    first,
+    verdict_of,
+)
+from harness.audit.vocab import (
+    MISSING_PROVENANCE,
+)
+
+
+def apply_rule(rule: Rule, upload: Upload) -> Check:
+    """Run a rule over every usable source.
+
+    A present table that cannot be read, or has malformed rows, leaves the rule UNKNOWN
+    unless some source fails it; a source lacking a column is skipped when another decides
+    (every source must be read for an `all_sources` rule).
+    """
+    checks, missing, broken = [], [], []
+    for source in rule.sources:
+        table = upload.tables.get(source.table)
+        if table is None:
+            continue
+        if table.unreadable:
+            broken.append(f"{table.name}: {table.unreadable}")
+            continue
+        absent = [c for c in source.columns if c not in table.columns]
+        if absent:
+            missing.append(f"{table.name} lacks column {', '.join(absent)}")
+            continue
+        check = rule.check(table, upload)
+        if table.malformed and check.state in (PASS, NOT_APPLICABLE):
+            check = Check(rule.code, UNKNOWN, [f"malformed rows not read: "
+                                               f"{first(table.malformed)}"])
+        checks.append(check)
+    return fold(rule, checks, missing, broken)
+
+
+def fold(rule: Rule, checks: list[Check], missing: list[str], broken: list[str]) -> Check:
+    """Combine one rule's checks over its sources: fail, else unreadable, else pass."""
+    failed = [w for c in checks if c.state == FAIL for w in c.why]
+    if failed:
+        return Check(rule.code, FAIL, failed)
+    unknown = [w for c in checks if c.state == UNKNOWN for w in c.why]
+    if broken or unknown or (missing and rule.all_sources):
+        return Check(rule.code, UNKNOWN, [first(broken + unknown + missing)])
+    passed = [w for c in checks if c.state == PASS for w in c.why]
+    if passed:
+        return Check(rule.code, PASS, passed)
+    if missing:
+        return Check(rule.code, UNKNOWN, [first(missing)])
+    if checks:
+        return checks[0]
+    if rule.required:
+        needed = " or ".join(s.table for s in rule.sources)
+        return Check(rule.code, UNKNOWN, [f"no {needed} in the upload"])
+    return Check(rule.code, NOT_APPLICABLE, ["no table to check"])
+
+
+def check_missing_provenance(upload: Upload) -> Check:
+    """The tables' provenance.txt, and one covering every (not ignored) cell directory: its
+    own, or the nearest at or above it inside the upload (the earlier campaign wrote one per
+    step, not one per cell)."""
+    bad, unknown = [], []
+    if upload.provenance is None:
+        bad.append(upload.provenance_problem or "no provenance.txt")
+    for key, cell in sorted(upload.cells.items()):
+        if cell.problem:
+            unknown.append(f"{key}: {cell.problem}")
+        elif cell.provenance is None:
+            bad.append(f"{key}: no provenance.txt in it or above it")
+    return verdict_of(bad, [], MISSING_PROVENANCE, unknown)
