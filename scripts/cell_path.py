@@ -26,7 +26,8 @@ def main() -> None:
         code = frame.f_code
         path = code.co_filename
         if (event == "call" and code.co_flags & CO_NEWLOCALS and path not in seen
-                and path.startswith(str(ROOT)) and "/tests/" not in path):
+                and path.startswith((str(ROOT / "harness"), str(ROOT / "backends")))
+                and "/tests/" not in path):
             seen.append(path)
 
     sys.setprofile(profile)
