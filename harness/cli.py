@@ -127,7 +127,7 @@ def audit(target, errata, git_repos, out, as_json, strict, pad_multiple) -> None
 @click.option("--out", type=click.Path(file_okay=False), help="Output directory (default: RESULTS_DIR/report).")
 def report(results_dir, out) -> None:
     """Write report.md, figures and demand.tsv for a campaign."""
-    from harness.report import cli_report  # lazy: each command imports only its own room
+    from harness.report.cli import cli_report  # lazy: each command imports only its own room
 
     _call(cli_report, results_dir=results_dir, out=out)
 

@@ -3,6 +3,7 @@ figure that fails to draw is a stated missing part, never a lost report."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -14,14 +15,23 @@ from harness.report.inputs import (
     cell_logs,
     num,
 )
-from harness.report.sections import _timing_points
 from harness.results.layout import Cell, parse_cell_name
 from harness.results.tables import (
     Table,
     open_atomic,
 )
 from harness.telemetry.summary import rows_table
-from harness.vocab import Purpose
+from harness.vocab import TIMED_OK, Purpose, Status
+
+
+def build_outputs(ctx: Context) -> None:
+    """Write demand.tsv and draw figures 1 to 4 before any section renders; set
+    ctx.demand_note and ctx.demand_figures for the demand section."""
+    note, measured = build_demand(ctx)
+    ctx.demand_figures = draw_figures(ctx, measured)
+    if not measured and not any(u.startswith("demand") for u in ctx.unavailable):
+        note += "\n\n" + ctx.missing("demand heatmaps", "no measure cell has telemetry rows")
+    ctx.demand_note = note
 
 
 def demand_cells(results_dir: Path) -> list[Cell]:
@@ -144,4 +154,37 @@ def _cap_points(t: Table):
     return pts
 
 
-# --------------------------------------------------------------------------- entry points
+def _timing_points(ctx: Context):
+    """TimePoint records for figure 4, plus placeholders for pairs that did not fit untimed."""
+    from harness.figures import TimePoint  # lazy: matplotlib is slow to import
+
+    t = ctx.timing
+    points, seen = [], set()
+    for i, r in enumerate(t.rows if t else []):
+        seen.add((r["model"], r["backend"]))
+        trio = [tuple(num(t, i, f"{m}_ms_{q}") for q in ("p10", "median", "p90"))
+                for m in ("dispatch", "combine")]
+        points.append(TimePoint(r["model"], r["backend"], r["status"], trio[0], trio[1],
+                                num(t, i, "noise_floor_pct"), r["timing_capacity"],
+                                _launch_medians(ctx, r["model"], r["backend"])))
+    for pair in ctx.dnf:
+        if pair not in seen:
+            points.append(TimePoint(pair[0], pair[1], Status.DOES_NOT_FIT, (None,) * 3, (None,) * 3,
+                                    None))
+    return points
+
+
+def _launch_medians(ctx: Context, model: str, backend: str) -> tuple:
+    """(dispatch, combine) median of each usable time launch of a pair, from its cell.json."""
+    out = []
+    for r in ctx.attempts.rows if ctx.attempts else []:
+        if (r["model"], r["backend"], r["purpose"]) != (model, backend, Purpose.TIME) \
+                or r["status"] not in TIMED_OK:
+            continue
+        try:
+            doc = json.loads((ctx.results_dir / r["cell_dir"] / "cell.json").read_text())
+        except (OSError, ValueError):
+            continue
+        timing = doc.get("timing") or {}
+        out.append((timing.get("dispatch_ms_median"), timing.get("combine_ms_median")))
+    return tuple(out)

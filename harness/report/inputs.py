@@ -1,5 +1,5 @@
 """Inputs of the report: the results directory's TSVs (strict), the recorded grid and
-baseline, and the small Markdown helpers every section uses."""
+baseline, the Context every section renders from, and the small Markdown helpers."""
 
 from __future__ import annotations
 
@@ -140,12 +140,13 @@ def na(why: str) -> str:
     return f"_not available: {why}_"
 
 
-# --------------------------------------------------------------------------- sections
+# --------------------------------------------------------------------------- context
 
 
 @dataclass
 class Context:
-    """Everything the sections read, loaded once."""
+    """Everything the sections read, loaded once (harness.report.build.load_context); the
+    demand fields and the figures drawn beforehand are filled by harness.report.demand."""
 
     results_dir: Path
     out: Path
@@ -158,6 +159,8 @@ class Context:
     baseline: str | None = None
     comparison: Table | None = None
     max_cv: float | None = None
+    demand_note: str = ""
+    demand_figures: list[tuple[str, str]] = field(default_factory=list)  # (model, file)
     figures: list[str] = field(default_factory=list)
     unavailable: list[str] = field(default_factory=list)
 

@@ -178,7 +178,7 @@ def test_default_campaign_audits_valid_within_two_seconds(default_run):
 def test_default_campaign_shows_each_library_rebalancing(default_run):
     """Issue 14: measured requirement ultraep < echo < raw for every model, and the report
     shows raw (pre-balance) and rebalanced demand side by side."""
-    from harness.report.balance import balance_rows
+    from harness.report.sections.balance import balance_rows
     from harness.results.tables import read_rows
 
     sel = {(r["model"], r["backend"]): float(r["required_capacity"])

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from backends.reference.routing import route
 from harness.loadmodel.trace_io import write_epcap
-from harness.report.forecast import campaign_forecast
+from harness.report.sections.forecast import campaign_forecast
 from harness.results.tables import ATTEMPT_COLUMNS, ATTEMPTS_TSV, write_table_atomic
 
 

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import report as rp
 from harness.errors import BadInput
+from harness.report.build import build_report, load_context
+from harness.report.demand import build_demand, demand_maps
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 N = 2048                                  # S·K = 256 x 8
@@ -303,11 +304,45 @@ def built(tmp_path_factory):
     """The sample campaign and its report, built once for the read-only tests."""
     res = make_sample(tmp_path_factory.mktemp("rep"))
     t0 = time.perf_counter()
-    path = rp.build_report(res)
+    path = build_report(res)
     return res, path, time.perf_counter() - t0
 
 
 # --------------------------------------------------------------------------- tests
+
+
+# The sections of report.md in order: (module in harness/report/sections/, the heading it
+# writes on the sample campaign; None where the sample gives it nothing to show). A new
+# section is one line here.
+SECTIONS_IN_ORDER = [
+    ("header", "# epcap report: sample"),
+    ("overview", "## Overview"),
+    ("selection", "## Capacity selection"),
+    ("balance", None),                      # the sample's logs carry no pre_balance_recv
+    ("risk", "## Held-out validation and drop risk"),
+    ("demand", "## Per-rank peak demand"),
+    ("forecast", "## Forecast: other EP sizes from the recorded routing"),
+    ("timing", "## Timing"),
+    ("dnf", "## Does not fit"),
+    ("failures", "## Failures by class"),
+    ("audit", "## Audit verdict"),
+    ("provenance", "## Provenance"),
+    ("campaign", "## Campaign time"),
+    ("unavailable", "## Parts not available"),
+]
+
+
+def test_sections_are_one_module_each_rendered_in_the_listed_order(built):
+    from harness.report import sections
+    from harness.report.build import SECTIONS
+
+    names = [n for n, _ in SECTIONS_IN_ORDER]
+    assert [m.__name__.rsplit(".", 1)[-1] for m in SECTIONS] == names
+    files = {p.stem for p in Path(sections.__file__).parent.glob("*.py")} - {"__init__"}
+    assert files == set(names), "every module in sections/ is a section listed in SECTIONS"
+    text = built[1].read_text()
+    headings = [ln for ln in text.splitlines() if ln.startswith(("# ", "## "))]
+    assert headings == [h for _, h in SECTIONS_IN_ORDER if h]
 
 
 def test_report_on_sample_campaign(built):
@@ -370,7 +405,7 @@ def test_control_that_is_not_indistinguishable_marks_the_table_unreliable(built)
 def test_report_without_comparison_tsv_says_so(tmp_path):
     res = make_sample(tmp_path)
     (res / "comparison.tsv").unlink()
-    text = rp.build_report(res).read_text()
+    text = build_report(res).read_text()
     assert "not available: comparison.tsv not found" in text
     assert "n/a: no comparison.tsv" in text and "unreliable" not in text
 
@@ -392,9 +427,9 @@ def test_demand_tsv_is_tidy_and_complete(built):
 
 def test_heatmaps_mark_saturation_only_where_it_happened(built):
     res, _, _ = built
-    ctx = rp.load_context(res, res / "report")
-    _, measured = rp.build_demand(ctx)
-    maps = rp.demand_maps(measured)
+    ctx = load_context(res, res / "report")
+    _, measured = build_demand(ctx)
+    maps = demand_maps(measured)
     assert sorted(maps) == ["QWEN2_57B", "QWEN3_30B"]
     sat = {m.run: int(m.saturated.sum()) for ms in maps.values() for m in ms}
     lb = cell_name("QWEN2_57B", "ultraep", "measure", "2.00", 1)
@@ -431,7 +466,7 @@ def test_capacity_figure_draws_the_grid(tmp_path):
 
 def test_optional_columns_absent(tmp_path):
     res = make_sample(tmp_path, extras=False)
-    text = rp.build_report(res).read_text()
+    text = build_report(res).read_text()
     assert "backend_impl not recorded" in text
     assert "p10 columns not recorded" in text
     assert (res / "report" / "fig4_timing.png").stat().st_size > 10_000
@@ -440,7 +475,7 @@ def test_optional_columns_absent(tmp_path):
 def test_partial_campaign_without_timing(tmp_path, stub_figures):
     res = make_sample(tmp_path)
     (res / "timing.tsv").unlink()
-    text = rp.build_report(res).read_text()
+    text = build_report(res).read_text()
     assert "not available: timing.tsv not found" in text
     # the does_not_fit attempt still shows as a placeholder, never as missing
     assert (res / "report" / "fig4_timing.png").exists()
@@ -451,13 +486,13 @@ def test_bad_values_name_file_line_field(tmp_path):
     p = res / "capacity_selection.tsv"
     p.write_text(p.read_text().replace("1.036190", "1.03x"))
     with pytest.raises(BadInput) as err:
-        rp.build_report(res)
+        build_report(res)
     assert "capacity_selection.tsv:5: over_provision" in str(err.value)
     t = res / "timing.tsv"
     t.write_text(t.read_text().replace("noise_floor_pct", "noise"))
     p.write_text(p.read_text().replace("1.03x", "1.036190"))
     with pytest.raises(BadInput, match=r"timing.tsv:1: noise_floor_pct"):
-        rp.build_report(res)
+        build_report(res)
 
 
 @pytest.mark.parametrize("edit", ["drop", "add"])
@@ -468,14 +503,14 @@ def test_ragged_rows_are_bad_input_with_the_line(tmp_path, edit):
     lines[3] = lines[3].rsplit("\t", 1)[0] if edit == "drop" else lines[3] + "\textra"
     p.write_text("\n".join(lines) + "\n")
     with pytest.raises(BadInput, match=r"timing.tsv:4: row: \d+ fields where the header has"):
-        rp.build_report(res)
+        build_report(res)
 
 
 def test_not_a_campaign_dir(tmp_path):
     with pytest.raises(BadInput, match="not a campaign results directory"):
-        rp.build_report(tmp_path)
+        build_report(tmp_path)
     with pytest.raises(BadInput, match="not a directory"):
-        rp.build_report(tmp_path / "nope")
+        build_report(tmp_path / "nope")
 
 
 def test_cli_exit_codes_and_out_dir(tmp_path):
@@ -498,7 +533,7 @@ def test_rebuild_replaces_stale_figures_and_is_fast(built, tmp_path):
     stale = copy / "report" / "fig3_demand_OLD.png"
     stale.write_bytes(PNG_MAGIC)
     cpu0 = time.process_time()           # CPU, not wall: the test machine is shared
-    rp.build_report(copy)
+    build_report(copy)
     assert not stale.exists()
     assert time.process_time() - cpu0 < 5.0
 
@@ -516,7 +551,7 @@ def test_report_on_a_real_reduced_campaign(tmp_path):
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     (res,) = [p for p in tmp_path.iterdir() if (p / "capacity_attempts.tsv").exists()]
     t0 = time.perf_counter()
-    path = rp.build_report(res)
+    path = build_report(res)
     took = time.perf_counter() - t0
     check_report(res, path)
     assert took < 10.0, f"report took {took:.1f} s"
@@ -532,14 +567,14 @@ def test_executable_check_flags_an_off_grid_selection(tmp_path, stub_figures):
     res = make_sample(tmp_path)
     p = res / "capacity_selection.tsv"
     p.write_text(p.read_text().replace("\t1.125\t2304", "\t1.19\t2437"))   # 2437 % 128 != 0
-    text = rp.build_report(res).read_text()
+    text = build_report(res).read_text()
     assert _selection_cell(text, "QWEN3_30B", "echo", "executable (checked)") == "NO"
     assert _selection_cell(text, "QWEN3_30B", "ultraep", "executable (checked)") == "yes"
     # the pad multiple is the one the campaign recorded as data (campaign.json), never a
     # re-parse of the runbook: at P = 256, 2432 slots are off the grid
     (res / "runbook.yaml").write_text("campaign: sample\ncapacity: {pad_multiple: 64}\n")
     (res / "campaign.json").write_text('{"pad_multiple": 256}\n')
-    text = rp.build_report(res).read_text()
+    text = build_report(res).read_text()
     assert _selection_cell(text, "QWEN3_30B", "ultraep", "executable (checked)") == "NO"
     assert _selection_cell(text, "QWEN2_57B", "ultraep", "executable (checked)") == "yes"
     assert "pad multiple 256: campaign.json" in text
@@ -553,7 +588,7 @@ def test_a_figure_that_fails_to_draw_is_stated_not_fatal(tmp_path, monkeypatch, 
 
     monkeypatch.setattr(fg, "plot_timing", boom)
     res = make_sample(tmp_path)
-    text = rp.build_report(res).read_text()
+    text = build_report(res).read_text()
     assert "figure fig4_timing.png: drawing failed (ValueError: synthetic plotting bug)" in text
     assert "fig4_timing.png)" not in text
     assert not (res / "report" / "fig4_timing.png").exists()

@@ -1,8 +1,8 @@
-"""Report section: demand before and after rebalancing (harness/report/balance.py)."""
+"""Report section: demand before and after rebalancing (harness/report/sections/balance.py)."""
 
 from __future__ import annotations
 
-from harness.report.balance import balance_rows, balance_section
+from harness.report.sections.balance import balance_rows, balance_section
 
 
 def _cell(root, name, model, backend, purpose, lines):

@@ -1,8 +1,8 @@
-"""The report's drop-risk sentences (harness.report.risk): held out, re-run, no fit, none."""
+"""The report's drop-risk sentences (harness.report.sections.risk): held out, re-run, no fit, none."""
 
 from __future__ import annotations
 
-from harness.report.risk import PairSteps, risk_sentence
+from harness.report.sections.risk import PairSteps, risk_sentence
 from harness.telemetry.steps import StepPeaks
 
 ROW = {"selected_capacity": "1.03125", "validated": "true", "validate_steps": "65",

@@ -1,4 +1,5 @@
-"""Report section: receive demand before and after each library's rebalancing, side by side.
+"""Section "Load before and after rebalancing": receive demand before and after each
+library's rebalancing, side by side.
 
 Reads the measure cells' rank logs: every dispatch row carries `actual_valid_recv` (what
 arrived after the library's own rebalancing) and, from backends that report it,
@@ -14,6 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from harness.report.inputs import Context
 from harness.results.layout import parse_cell_name
 from harness.vocab import Purpose
 
@@ -61,9 +63,9 @@ def balance_rows(campaign_dir: Path | str) -> list[dict[str, object]]:
     return list(out.values())
 
 
-def balance_lines(campaign_dir: Path | str) -> list[str]:
+def render(ctx: Context) -> list[str]:
     """The section as report lines ([] when no measured row carries pre_balance_recv)."""
-    text = balance_section(campaign_dir)
+    text = balance_section(ctx.results_dir)
     return text.splitlines() + [""] if text else []
 
 

@@ -1,12 +1,13 @@
-"""The report's forecast section: each measure run's recorded routing replayed at EP sizes
-around the campaign's (through `epcap forecast`'s own code), with forecast.tsv/png."""
+"""Section "Forecast: other EP sizes from the recorded routing": each measure run's recorded
+routing replayed at EP sizes around the campaign's (through `epcap forecast`'s own code),
+with forecast.tsv/png."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from harness.forecast.outputs import FORECAST_PNG, FORECAST_TSV, routing_header, write_outputs
-from harness.report.inputs import md_table
+from harness.report.inputs import Context, md_table
 
 
 def _measure_traces(results_dir: Path) -> dict[tuple[str, str], Path]:
@@ -103,8 +104,8 @@ def _cluster_header(results_dir: Path, model: str, backend: str) -> dict:
     return {"experts": spec.experts, "hidden": spec.hidden, "personality": name}
 
 
-def report_section(ctx) -> list[str]:
-    """The forecast section of `epcap report` (ctx: harness.report.Context)."""
+def render(ctx: Context) -> list[str]:
+    """The forecast section of `epcap report`; forecast.png joins ctx.figures when drawn."""
     lines = campaign_forecast(ctx.results_dir, ctx.out, ctx.pad[0])
     if f"![forecast]({FORECAST_PNG})" in lines and FORECAST_PNG not in ctx.figures:
         ctx.figures.append(FORECAST_PNG)

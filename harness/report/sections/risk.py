@@ -1,4 +1,4 @@
-"""Report section "Held-out validation and drop risk": per-step peaks and the risk in words.
+"""Section "Held-out validation and drop risk": per-step peaks and the risk in words.
 
 Per model, a figure of the per-step peaks of the measure run and the accepted validate run
 of each select backend with the selected budget drawn on it; per (model, backend), the
@@ -16,6 +16,7 @@ from pathlib import Path
 from harness.errors import BadInput
 from harness.grid.heldout import TARGET_PEAK, parse_target, select_budget
 from harness.grid.risk import no_fit_reason, percent
+from harness.report.inputs import Context
 from harness.telemetry.steps import StepPeaks, step_peaks
 from harness.vocab import Purpose, Status
 
@@ -146,49 +147,50 @@ def _fit_words(row: dict, steps: PairSteps | None) -> str:
     return f"no tail fit ({reason})"
 
 
-def section_risk(results_dir: Path, out: Path, selection, attempts, figures: list[str],
-                 missing) -> list[str]:
-    """Markdown lines of the section; draws fig5_steps_<MODEL>.png into `out`.
-
-    `selection`/`attempts` are report tables (rows of string dicts) or None; `missing(part,
-    why)` records an unavailable part and returns its line; drawn figures are appended to
-    `figures`.
-    """
+def render(ctx: Context) -> list[str]:
+    """Markdown lines of the section; draws fig5_steps_<MODEL>.png into ctx.out (each drawn
+    figure is appended to ctx.figures, each missing part recorded with ctx.missing)."""
     lines = ["## Held-out validation and drop risk", ""]
+    selection = ctx.selection
     if selection is None or not selection.rows:
-        return lines + [missing("drop risk", "no capacity_selection.tsv rows"), ""]
+        return lines + [ctx.missing("drop risk", "no capacity_selection.tsv rows"), ""]
     if not all(selection.has(c) for c in RISK_COLUMNS):
-        return lines + [missing("drop risk", "capacity_selection.tsv predates the risk "
-                                "columns (validate_seed .. held_out)"), ""]
-    pairs = pair_steps(results_dir, selection.rows, attempts.rows if attempts else [])
-    for old in out.glob("fig5_steps_*.png"):
+        return lines + [ctx.missing("drop risk", "capacity_selection.tsv predates the risk "
+                                    "columns (validate_seed .. held_out)"), ""]
+    pairs = pair_steps(ctx.results_dir, selection.rows, ctx.attempts.rows if ctx.attempts else [])
+    for old in ctx.out.glob("fig5_steps_*.png"):
         old.unlink()
     for model, items in pairs.items():
-        lines += [f"### {model}", ""]
-        for row in (r for r in selection.rows if r["model"] == model):
-            found = next((p for p in items if p.backend == row["backend"]), None)
-            lines.append(f"- **{row['backend']}**: {risk_sentence(row, found)}.")
-            note = target_note(results_dir, row, found)
-            if note:
-                lines.append(f"  Budget before validation: {note}.")
-        name = f"fig5_steps_{re.sub(r'[^A-Za-z0-9_.-]', '_', model)}.png"
-        drawable = [p for p in items if p.measure or p.validate]
-        if not drawable:
-            lines += ["", missing(f"figure {name}", "no per-step peaks in the cells' logs")]
-        else:
-            try:
-                plot_steps(model, drawable, out / name)
-                figures.append(name)
-                lines += ["", f"![{model}: per-step peaks and the selected budget]({name})"]
-            except Exception as exc:  # noqa: BLE001 - the sentences stand without the figure
-                lines += ["", missing(f"figure {name}",
-                                      f"drawing failed ({type(exc).__name__}: {exc})")]
-        lines.append("")
+        lines += _model_lines(ctx, model, items)
     lines += ["A step is one iteration (all layers and ranks); its peak is the largest "
               "actual_valid_recv. `drop_risk_95` = 1 − 0.05^(1/n) for n held-out steps "
               "with no drop; the tail fit is a GEV fit (L-moments, bootstrap 95% interval) "
               "of the measure and validate steps: see docs/drop-risk.md.", ""]
     return lines
+
+
+def _model_lines(ctx: Context, model: str, items: list[PairSteps]) -> list[str]:
+    """One model's sentences (a line per selection row) and its figure of per-step peaks."""
+    lines = [f"### {model}", ""]
+    for row in (r for r in ctx.selection.rows if r["model"] == model):
+        found = next((p for p in items if p.backend == row["backend"]), None)
+        lines.append(f"- **{row['backend']}**: {risk_sentence(row, found)}.")
+        note = target_note(ctx.results_dir, row, found)
+        if note:
+            lines.append(f"  Budget before validation: {note}.")
+    name = f"fig5_steps_{re.sub(r'[^A-Za-z0-9_.-]', '_', model)}.png"
+    drawable = [p for p in items if p.measure or p.validate]
+    if not drawable:
+        lines += ["", ctx.missing(f"figure {name}", "no per-step peaks in the cells' logs")]
+    else:
+        try:
+            plot_steps(model, drawable, ctx.out / name)
+            ctx.figures.append(name)
+            lines += ["", f"![{model}: per-step peaks and the selected budget]({name})"]
+        except Exception as exc:  # noqa: BLE001 - the sentences stand without the figure
+            lines += ["", ctx.missing(f"figure {name}",
+                                      f"drawing failed ({type(exc).__name__}: {exc})")]
+    return lines + [""]
 
 
 def plot_steps(model: str, items: list[PairSteps], path: Path) -> None:

@@ -1,0 +1,66 @@
+"""Section "Timing": the verdicts (with the A/A control's), the timing table against the
+baseline (comparison.tsv's verdicts) and figure 4."""
+
+from __future__ import annotations
+
+from harness.report.inputs import COMPARISON, TIMING, Context, md_table
+from harness.timing import verdicts
+
+
+def render(ctx: Context) -> list[str]:
+    """The verdicts (with the A/A control's), the timing table against the baseline, figure 4."""
+    out = ["## Timing", ""]
+    t = ctx.timing
+    if t is None:
+        return out + [ctx.missing("timing", f"{TIMING} not found (time stage not run)"), ""]
+    baseline = ctx.baseline or (t.rows[0]["backend"] if t.rows else "")
+    if ctx.comparison is not None:
+        out += verdicts.report_lines(ctx.comparison.rows, ctx.max_cv)
+    else:
+        out += [ctx.missing("timing verdicts", f"{COMPARISON} not found (results from "
+                            "before timing launches: no verdicts)"), ""]
+    versus = _verdict_cells(ctx, baseline)
+    main = ["model", "backend", "status", "timing_capacity", "budget_tokens"]
+    main += [c for c in ("launches",) if t.has(c)]
+    for m in ("dispatch", "combine"):
+        main += [c for c in (f"{m}_ms_p10", f"{m}_ms_median", f"{m}_ms_p90") if t.has(c)]
+    main += ["noise_floor_pct"]
+    rows = [[r[c] for c in main] + versus(r) for r in t.rows]
+    out += [md_table(main + [f"dispatch vs {baseline}", f"combine vs {baseline}"], rows), ""]
+    extra = ["model", "backend", "trials", "iters", "step_cv", "algbw_gbps", "peak_mem_bytes"]
+    extra += [c for c in ("timer", "backend_impl") if t.has(c)] + ["cell_dir"]
+    out += [md_table(extra, [[r[c] for c in extra] for r in t.rows]), ""]
+    if not t.has("dispatch_ms_p10"):
+        out += ["p10 columns not recorded in timing.tsv: whiskers run from the median to p90.",
+                ""]
+    out += ["Times in ms per call: each figure is the median over the pair's launches of "
+            "that launch's own value (median, p10, p90); with several launches "
+            "noise_floor_pct is the launch-to-launch spread of (dispatch + combine) medians, "
+            "100 × (max − min) / median. The verdict columns are comparison.tsv's (above). "
+            "cell_dir names the first launch; every launch is a purpose=time row of "
+            "capacity_attempts.tsv. A pair that does not fit has no times: it is marked, never "
+            "zero.", ""]
+    if "fig4_timing.png" in ctx.figures:
+        out += ["![Dispatch and combine timing](fig4_timing.png)", "",
+                "Figure 4: hollow dots are the individual launches' medians (independent "
+                "process starts): their spread is the run-to-run variance a verdict must beat.",
+                ""]
+    return out
+
+
+def _verdict_cells(ctx: Context, baseline: str):
+    """Row -> [dispatch verdict, combine verdict] against the baseline (comparison.tsv)."""
+    by_pair: dict[tuple[str, str], dict[str, str]] = {}
+    for r in ctx.comparison.rows if ctx.comparison else []:
+        by_pair.setdefault((r["model"], r["backend"]), {})[r["phase"]] = verdicts.verdict_text(r)
+
+    def cells(r: dict[str, str]) -> list[str]:
+        if r["backend"] == baseline:
+            return ["baseline", "baseline"]
+        got = by_pair.get((r["model"], r["backend"]))
+        if got is None:
+            why = "no comparison.tsv" if ctx.comparison is None else "no comparison row"
+            return [f"n/a: {why}"] * 2
+        return [got.get(phase, "n/a: no comparison row") for phase in verdicts.PHASES]
+
+    return cells
