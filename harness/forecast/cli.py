@@ -142,7 +142,8 @@ def forecast_rows(traces, model=None, experts=None, ep=None, micro_batch=None,
 def rows_for(routing: Routing, eps: list[int], where: dict, mbs: list, placements: list[str],
              personalities: list[str], units: list[str],
              pad_multiple: int = DEFAULT_PAD_MULTIPLE, decimals: int | None = None,
-             model: str | None = None, hidden: int | None = None, options: dict | None = None) -> list[dict]:
+             model: str | None = None, hidden: int | None = None,
+             options: dict | None = None) -> list[dict]:
     """Forecast rows for every (personality, unit, placement, EP size, micro-batch)."""
     for e in eps:
         if routing.experts % e:

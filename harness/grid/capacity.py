@@ -65,8 +65,8 @@ class Grid:
         if isinstance(text, str):
             for sep in ("-", ":"):
                 head, found, digits = text.partition(sep)
-                if head == "decimals" and found and digits.isascii() and digits.isdigit() and len(digits) <= 2 \
-                        and int(digits) <= MAX_DECIMALS:
+                if head == "decimals" and found and digits.isascii() and digits.isdigit() \
+                        and len(digits) <= 2 and int(digits) <= MAX_DECIMALS:
                     return cls(int(digits))
         raise ValueError(f"not a grid (exact or decimals-D, D <= {MAX_DECIMALS}): {text!r}")
 
