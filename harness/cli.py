@@ -15,7 +15,7 @@ from harness import __version__
 from harness.api.registry import LAUNCHER_NAMES
 from harness.errors import EpcapError, boundary_message
 from harness.io.redact import redact_text
-from harness.vocab import LauncherState, Stage
+from harness.vocab import DEFAULT_PAD_MULTIPLE, LauncherState, Stage
 
 STAGES = Stage.values()
 
@@ -81,7 +81,7 @@ def status(results_dir) -> None:
 @click.option("--required", type=float, help="A required capacity R (peak = ceil(R x N)).")
 @click.option("--peak", type=int, help="A measured peak actual_valid_recv, in slots.")
 @click.option("--check", type=str, help="Check whether capacity C is executable.")
-@click.option("--pad-multiple", type=int, default=128, show_default=True)
+@click.option("--pad-multiple", type=int, default=DEFAULT_PAD_MULTIPLE, show_default=True)
 @click.option("--decimals", type=int, default=None, help="Legacy grid: keep D decimals.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def capacity(seq, mbs, topk, required, peak, check, pad_multiple, decimals, as_json) -> None:
@@ -112,7 +112,8 @@ def parse(logs, warmup, as_json) -> None:
 @click.option("--out", type=click.Path(dir_okay=False), help="Write the verdicts as TSV.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.option("--strict", is_flag=True, help="Exit 1 if anything is INVALID or UNKNOWN.")
-@click.option("--pad-multiple", type=click.IntRange(min=1), default=128, show_default=True,
+@click.option("--pad-multiple", type=click.IntRange(min=1), default=DEFAULT_PAD_MULTIPLE,
+              show_default=True,
               help="The grid's pad multiple the rules use (never the upload's runbook).")
 def audit(target, errata, git_repos, out, as_json, strict, pad_multiple) -> None:
     """Sort uploaded results into VALID, INVALID (with reasons) and UNKNOWN."""
@@ -181,7 +182,7 @@ def doctor(as_json) -> None:
               help="contiguous, round-robin or a FILE of `EP: home ranks` lines.")
 @click.option("--personality", default="raw", show_default=True,
               help="raw, echo, ultraep, moonep (comma-separated for several).")
-@click.option("--pad-multiple", type=int, default=128, show_default=True)
+@click.option("--pad-multiple", type=int, default=DEFAULT_PAD_MULTIPLE, show_default=True)
 @click.option("--grid", default="exact", show_default=True, help="exact or decimals:D.")
 @click.option("--unit", default="slots", show_default=True, help="slots or tokens.")
 @click.option("--seq", type=int, help="Sequence length of the trace (for --micro-batch).")

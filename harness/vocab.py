@@ -12,6 +12,8 @@ import dataclasses
 from enum import Enum
 from typing import Any
 
+DEFAULT_PAD_MULTIPLE = 128    # docs/spec.md P: a budget must be a multiple of it (the default)
+
 
 class StrEnum(str, Enum):
     """A str-valued enum whose str() and format() are the value (enum.StrEnum is 3.11+)."""

@@ -6,7 +6,8 @@ import argparse
 import json
 from types import SimpleNamespace
 
-from harness.vocab import Purpose
+from harness.loadmodel.planners import PERSONALITIES
+from harness.vocab import DEFAULT_PAD_MULTIPLE, Purpose
 
 PURPOSES = Purpose.values()
 
@@ -63,8 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--micro-batch", type=_positive, default=1)
     s.add_argument("--ep", type=_positive, required=True, help="EP size = number of ranks")
     s.add_argument("--capacity", type=_capacity, default="2.00")
-    s.add_argument("--personality", choices=("raw", "echo", "ultraep", "moonep"),
-                   default="echo")
+    s.add_argument("--personality", choices=PERSONALITIES, default="echo")
     s.add_argument("--planner-options", type=_json_object, default={},
                    help="JSON object of the personality's planner options "
                         "(harness/loadmodel/planners.py OPTION_DEFAULTS)")
@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seed of the model's expert popularity (default: --seed); the "
                         "campaign passes its seed, so held-out routing keeps one router")
     s.add_argument("--device-memory-bytes", type=_positive, default=None)
-    s.add_argument("--pad-multiple", type=_positive, default=128)
+    s.add_argument("--pad-multiple", type=_positive, default=DEFAULT_PAD_MULTIPLE)
     s.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     s.add_argument("--trace", default=None,
                    help="replay this routing trace: an epcap JSONL file, or Megatron-LM "

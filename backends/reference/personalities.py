@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-LIBRARIES = {"raw": "raw", "echo": "ECHO", "ultraep": "UltraEP", "moonep": "MoonEP"}
+from harness.loadmodel.planners import PERSONALITIES
+
+# personality name (the one list: harness.loadmodel.planners) -> the library as it spells itself
+SPELLING = {"echo": "ECHO", "ultraep": "UltraEP", "moonep": "MoonEP"}
+LIBRARIES = {name: SPELLING.get(name, name) for name in PERSONALITIES}
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,10 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Protocol
 
-import yaml
-
 from harness.audit.model import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, Check, Upload, verdict_of
 from harness.audit.vocab import PREDATES
 from harness.errors import BadInput
+from harness.io.yamldoc import Doc
 from harness.results.provenance import parse_repo_line, run_git
 
 DEFAULT_ERRATA = Path(__file__).resolve().parents[2] / "provenance" / "errata.yaml"
@@ -75,34 +74,15 @@ def load_errata(path: Path | str | None = None) -> Errata:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise BadInput(f"cannot read errata registry: {exc}", path=str(path)) from None
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise BadInput(f"not valid YAML: {getattr(exc, 'problem', exc)}", path=str(path),
-                       line=mark.line + 1 if mark else None) from None
-    return errata_from(data, node, str(path))
+    return errata_from(Doc(path, text))       # the bounded YAML reader (harness.io)
 
 
-def yaml_line(node, *keys) -> int | None:
-    """1-based line of the YAML node at keys (mapping keys or list indices), if found."""
-    for key in keys:
-        if isinstance(node, yaml.MappingNode):
-            node = next((v for k, v in node.value if k.value == key), None)
-        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
-            node = node.value[key]
-        else:
-            return None
-        if node is None:
-            return None
-    return node.start_mark.line + 1 if node is not None else None
+def errata_from(doc: Doc) -> Errata:
+    """Validate the parsed registry; errors carry the line of the key they are about."""
+    data, path = doc.data, str(doc.path)
 
-
-def errata_from(data, node, path: str) -> Errata:
-    """Validate the parsed registry."""
     def bad(message: str, fieldname: str, *keys) -> BadInput:
-        return BadInput(message, path=path, line=yaml_line(node, *keys), field=fieldname)
+        return BadInput(message, path=path, line=doc.lines.get(keys), field=fieldname)
 
     if not isinstance(data, dict):
         raise BadInput("must be a mapping with repository and fixes", path=path)

@@ -15,10 +15,9 @@ import os
 import stat
 from pathlib import Path
 
-import yaml
-
 from harness.audit.model import LogFacts, Row, Table, norm
-from harness.errors import EpcapError
+from harness.errors import BadInput, EpcapError
+from harness.io.yamldoc import Doc
 from harness.results import tables as results
 from harness.results.provenance import parse_provenance
 
@@ -105,11 +104,13 @@ def read_json(root: Path, path: Path) -> tuple[dict | None, str | None]:
 
 
 def read_runbook(root: Path, folder: Path) -> dict:
-    """The upload's runbook.yaml (safe YAML), {} when absent or unreadable."""
+    """The upload's runbook.yaml (the bounded YAML reader, nothing quoted from it), {} when
+    absent or unreadable."""
     data, _ = safe_read(root, folder / "runbook.yaml", SMALL_CAP_BYTES)
     try:
-        book = yaml.safe_load(data) if data is not None else None
-    except (yaml.YAMLError, RecursionError, ValueError):
+        book = Doc(folder / "runbook.yaml", data.decode("utf-8"), quote=False).data \
+            if data is not None else None
+    except (BadInput, UnicodeDecodeError):
         return {}
     return book if isinstance(book, dict) else {}
 

@@ -4,29 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sized
 
-from harness.errors import BadInput
+from harness.launch.slurm_time import parse_time_limit
 from harness.runbook.model import Runbook
-
-
-def parse_time_limit(text: str) -> float:
-    """Slurm time limit in hours: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS."""
-    days, dash, clock = str(text).strip().rpartition("-")
-    if dash and not days:
-        raise BadInput(f"bad time limit {text!r}", field="slurm.time_limit")
-    try:
-        parts = [int(p) for p in clock.split(":")]
-        day_count = int(days) if days else 0
-    except ValueError as exc:
-        raise BadInput(f"bad time limit {text!r}", field="slurm.time_limit") from exc
-    if len(parts) > 3 or any(p < 0 for p in parts):
-        raise BadInput(f"bad time limit {text!r}", field="slurm.time_limit")
-    if len(parts) == 3:
-        hours, minutes, seconds = parts
-    elif days:                                   # D-HH or D-HH:MM
-        hours, minutes, seconds = (parts + [0, 0])[:3]
-    else:                                        # MM or MM:SS
-        hours, minutes, seconds = 0, parts[0], (parts + [0])[1]
-    return day_count * 24 + hours + minutes / 60 + seconds / 3600
 
 
 def hours_per_cell(runbook: Runbook) -> tuple[float, str]:

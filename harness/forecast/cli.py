@@ -8,7 +8,6 @@ from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 from harness.errors import BadInput
 from harness.forecast.core import (
@@ -20,10 +19,12 @@ from harness.forecast.core import (
     neighbour_eps,
     per_rank_tokens,
 )
+from harness.grid.capacity import Grid
 from harness.loadmodel import planners
 from harness.loadmodel import traces as trace_reader
+from harness.runbook.zoo import ZOO, zoo_model
+from harness.vocab import DEFAULT_PAD_MULTIPLE
 
-ZOO = Path(__file__).resolve().parents[2] / "runbooks" / "models.yaml"
 BYTES_PER_ELEMENT = 2          # bf16 hidden states, as the reference memory model counts them
 NAMED_PLACEMENTS = ("contiguous", "round-robin")
 
@@ -52,23 +53,11 @@ def _names(text: str, option: str, allowed: tuple[str, ...] | None = None) -> li
 
 
 def _grid(text: str) -> int | None:
-    """exact -> None; decimals:D -> D."""
-    if text == "exact":
-        return None
-    head, _, digits = text.partition(":")
-    if head == "decimals" and digits.isdigit():
-        return int(digits)
-    raise BadInput(f"expected exact or decimals:D, got {text!r}", field="--grid")
-
-
-def zoo_model(name: str, zoo: Path = ZOO) -> dict:
-    """The zoo entry of a model (experts, topk, hidden, ...)."""
-    with open(zoo, encoding="utf-8") as fh:
-        models = (yaml.safe_load(fh) or {}).get("models") or {}
-    if name not in models:
-        raise BadInput(f"unknown model {name!r}; known: {', '.join(sorted(models))}",
-                       path=str(zoo), field="--model")
-    return models[name]
+    """exact -> None; decimals:D (or the runbooks' decimals-D) -> D."""
+    try:
+        return Grid.parse(text).decimals
+    except ValueError:
+        raise BadInput(f"expected exact or decimals:D, got {text!r}", field="--grid") from None
 
 
 def placement_file(path: str, experts: int) -> dict[int, np.ndarray]:
@@ -132,8 +121,8 @@ def load_routing(traces: tuple[str, ...], experts: int | None, topk: int | None,
 
 
 def forecast_rows(traces, model=None, experts=None, ep=None, micro_batch=None,
-                  placement="contiguous", personality="raw", pad_multiple=128, grid="exact",
-                  unit="slots", seq=None, zoo: Path = ZOO) -> list[dict]:
+                  placement="contiguous", personality="raw", pad_multiple=DEFAULT_PAD_MULTIPLE,
+                  grid="exact", unit="slots", seq=None, zoo: Path = ZOO) -> list[dict]:
     """All rows of one `epcap forecast` call (the CLI options, as values)."""
     if pad_multiple <= 0:
         raise BadInput(f"must be positive, got {pad_multiple}", field="--pad-multiple")
@@ -151,9 +140,10 @@ def forecast_rows(traces, model=None, experts=None, ep=None, micro_batch=None,
 
 
 def rows_for(routing: Routing, eps: list[int], where: dict, mbs: list, placements: list[str],
-             personalities: list[str], units: list[str], pad_multiple: int = 128,
-             decimals: int | None = None, model: str | None = None,
-             hidden: int | None = None, options: dict | None = None) -> list[dict]:
+             personalities: list[str], units: list[str],
+             pad_multiple: int = DEFAULT_PAD_MULTIPLE, decimals: int | None = None,
+             model: str | None = None, hidden: int | None = None,
+             options: dict | None = None) -> list[dict]:
     """Forecast rows for every (personality, unit, placement, EP size, micro-batch)."""
     for e in eps:
         if routing.experts % e:
@@ -209,7 +199,8 @@ def json_row(row: dict) -> dict:
 def cli_forecast(traces: tuple[str, ...], model: str | None = None, experts: int | None = None,
                  ep: str | None = None, micro_batch: str | None = None,
                  placement: str = "contiguous", personality: str = "raw",
-                 pad_multiple: int = 128, grid: str = "exact", unit: str = "slots",
+                 pad_multiple: int = DEFAULT_PAD_MULTIPLE, grid: str = "exact",
+                 unit: str = "slots",
                  out: str | None = None, as_json: bool = False, seq: int | None = None) -> int:
     """Forecast; with --out write forecast.tsv and forecast.png; --json prints one document."""
     rows = forecast_rows(traces, model, experts, ep, micro_batch, placement, personality,

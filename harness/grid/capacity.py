@@ -7,10 +7,13 @@ capacities travel as decimal strings so that no value is ever formatted lossily.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
 from harness.errors import BadInput
+from harness.io.bounds import MAX_DECIMALS
+from harness.vocab import DEFAULT_PAD_MULTIPLE
 
 Capacity = str | float | int | Decimal
 
@@ -46,6 +49,31 @@ def to_decimal(capacity: Capacity) -> Decimal:
     return value
 
 
+@dataclass(frozen=True)
+class Grid:
+    """The capacity grid a campaign rounds onto: exact (decimals None), or the legacy grid of
+    D-decimal capacities. Spelt `exact` | `decimals-D` (runbooks, campaign.json); `parse` also
+    takes the `decimals:D` that `epcap forecast --grid` has always accepted."""
+
+    decimals: int | None = None
+
+    @classmethod
+    def parse(cls, text: object) -> Grid:
+        """The grid a spelling names; ValueError for anything else (D at most MAX_DECIMALS)."""
+        if text == "exact":
+            return cls(None)
+        if isinstance(text, str):
+            for sep in ("-", ":"):
+                head, found, digits = text.partition(sep)
+                if head == "decimals" and found and digits.isascii() and digits.isdigit() \
+                        and len(digits) <= 2 and int(digits) <= MAX_DECIMALS:
+                    return cls(int(digits))
+        raise ValueError(f"not a grid (exact or decimals-D, D <= {MAX_DECIMALS}): {text!r}")
+
+    def __str__(self) -> str:
+        return "exact" if self.decimals is None else f"decimals-{self.decimals}"
+
+
 def format_capacity(capacity: Capacity) -> str:
     """Canonical decimal string: no exponent, trailing zeros dropped, at least two decimals."""
     text = f"{to_decimal(capacity).normalize():f}"
@@ -79,15 +107,16 @@ def budget_tokens(capacity: Capacity, uniform_tokens: int) -> int:
     return int(float(to_decimal(capacity)) * uniform_tokens)
 
 
-def is_executable(capacity: Capacity, uniform_tokens: int, pad_multiple: int = 128) -> bool:
+def is_executable(capacity: Capacity, uniform_tokens: int,
+                  pad_multiple: int = DEFAULT_PAD_MULTIPLE) -> bool:
     """True when the capacity's budget is a positive multiple of the pad multiple."""
     _check_shape(uniform_tokens, pad_multiple)
     budget = budget_tokens(capacity, uniform_tokens)
     return budget > 0 and budget % pad_multiple == 0
 
 
-def check_executable(capacity: Capacity, uniform_tokens: int, pad_multiple: int = 128,
-                     decimals: int | None = None) -> int:
+def check_executable(capacity: Capacity, uniform_tokens: int,
+                     pad_multiple: int = DEFAULT_PAD_MULTIPLE, decimals: int | None = None) -> int:
     """Return the budget of an executable capacity; raise UnexecutableCapacity otherwise."""
     if is_executable(capacity, uniform_tokens, pad_multiple):
         return budget_tokens(capacity, uniform_tokens)
@@ -96,22 +125,22 @@ def check_executable(capacity: Capacity, uniform_tokens: int, pad_multiple: int 
     raise UnexecutableCapacity(capacity, uniform_tokens, budget, pad_multiple, nxt)
 
 
-def next_executable(capacity: Capacity, uniform_tokens: int, pad_multiple: int = 128,
-                    decimals: int | None = None) -> str:
+def next_executable(capacity: Capacity, uniform_tokens: int,
+                    pad_multiple: int = DEFAULT_PAD_MULTIPLE, decimals: int | None = None) -> str:
     """The smallest grid capacity whose budget is at least this capacity's budget."""
     budget = max(budget_tokens(capacity, uniform_tokens), 1)
     return round_up_to_grid(budget, uniform_tokens, pad_multiple, decimals)
 
 
-def step_up(capacity: Capacity, uniform_tokens: int, pad_multiple: int = 128,
+def step_up(capacity: Capacity, uniform_tokens: int, pad_multiple: int = DEFAULT_PAD_MULTIPLE,
             decimals: int | None = None) -> str:
     """One rung up: the smallest grid capacity whose budget exceeds this one's (budget + P)."""
     return round_up_to_grid(budget_tokens(capacity, uniform_tokens) + 1, uniform_tokens,
                             pad_multiple, decimals)
 
 
-def round_up_to_grid(peak_tokens: int, uniform_tokens: int, pad_multiple: int = 128,
-                     decimals: int | None = None) -> str:
+def round_up_to_grid(peak_tokens: int, uniform_tokens: int,
+                     pad_multiple: int = DEFAULT_PAD_MULTIPLE, decimals: int | None = None) -> str:
     """Smallest executable capacity whose budget covers peak_tokens (decimal string).
 
     decimals=None is the exact grid: budget = ceil(peak / P) * P, written as the shortest

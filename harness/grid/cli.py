@@ -9,6 +9,7 @@ from decimal import Decimal
 from harness.errors import BadInput
 from harness.grid import capacity as cap
 from harness.io import bounds
+from harness.vocab import DEFAULT_PAD_MULTIPLE
 
 
 def _emit(doc: dict) -> None:
@@ -43,8 +44,9 @@ def _peak_from_required(required: float, uniform: int) -> int:
 
 
 def cli_capacity(seq: int, mbs: int, topk: int, required: float | None = None,
-                 peak: int | None = None, check: str | None = None, pad_multiple: int = 128,
-                 decimals: int | None = None, as_json: bool = False) -> int:
+                 peak: int | None = None, check: str | None = None,
+                 pad_multiple: int = DEFAULT_PAD_MULTIPLE, decimals: int | None = None,
+                 as_json: bool = False) -> int:
     """Round a requirement onto the executable grid, or check one capacity (exit 1: not)."""
     _positive(seq=seq, mbs=mbs, topk=topk, **{"pad-multiple": pad_multiple})
     if decimals is not None and decimals < 0:
@@ -52,7 +54,7 @@ def cli_capacity(seq: int, mbs: int, topk: int, required: float | None = None,
     bounds.check_option("decimals", decimals, bounds.MAX_DECIMALS)
     bounds.check_option("peak", peak, bounds.MAX_TELEMETRY_INT)
     if required is not None and math.isfinite(required) and required > bounds.MAX_CAPACITY:
-        raise BadInput(f"must be at most {bounds.MAX_CAPACITY}, got {bounds._short(required)}",
+        raise BadInput(f"must be at most {bounds.MAX_CAPACITY}, got {bounds.short(required)}",
                        field="--required")
     if check is not None and (len(check) > bounds.MAX_CAPACITY_CHARS
                               or cap.to_decimal(check) > bounds.MAX_CAPACITY):

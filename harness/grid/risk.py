@@ -22,6 +22,7 @@ import numpy as np
 
 from harness.errors import BadInput
 from harness.grid.capacity import budget_tokens, round_up_to_grid
+from harness.vocab import DEFAULT_PAD_MULTIPLE
 
 ALPHA = 0.05                # 1 - confidence of every bound and interval here
 MIN_FIT_STEPS = 10          # fewer steps: no tail fit (a 3-parameter fit needs some data)
@@ -147,7 +148,8 @@ class RiskSelection:
 
 
 def select_for_risk(model: RiskModel, target: float, peak: int, uniform_tokens: int,
-                    pad_multiple: int = 128, decimals: int | None = None) -> RiskSelection | str:
+                    pad_multiple: int = DEFAULT_PAD_MULTIPLE,
+                    decimals: int | None = None) -> RiskSelection | str:
     """Smallest grid capacity with upper-bound predicted P(step drop) <= target, or why not.
 
     The bound is non-increasing in the budget, so the smallest slot count meeting it is

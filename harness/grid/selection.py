@@ -18,6 +18,7 @@ from harness.grid.capacity import (
     round_up_to_grid,
     to_decimal,
 )
+from harness.vocab import DEFAULT_PAD_MULTIPLE
 
 REMEASURE_FACTOR = 2   # a lower bound is re-measured at (at least) twice the saturated budget
 
@@ -67,7 +68,8 @@ def remeasure_capacity(current: str, uniform_tokens: int, pad_multiple: int, pea
     return round_up_to_grid(REMEASURE_FACTOR * base, uniform_tokens, pad_multiple)
 
 
-def select(req: Requirement, pad_multiple: int = 128, decimals: int | None = None) -> Selection:
+def select(req: Requirement, pad_multiple: int = DEFAULT_PAD_MULTIPLE,
+           decimals: int | None = None) -> Selection:
     """Round a (non lower-bound) requirement up to the smallest executable capacity."""
     if req.lower_bound:
         raise BadInput("the requirement is only a lower bound (saturated rows): re-measure "

@@ -44,7 +44,7 @@ def problem(name: str, value: float) -> str | None:
         return f"must be a finite number, got {value}"
     low, high = RANGES.get(name, (-GENERIC_MAX, GENERIC_MAX))
     if not low <= value <= high:
-        return f"must be in [{_num(low)}, {_num(high)}], got {_short(value)}"
+        return f"must be in [{_num(low)}, {_num(high)}], got {short(value)}"
     return None
 
 
@@ -64,7 +64,7 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(x)
 
 
-def _short(value: float) -> str:
+def short(value: float) -> str:
     """A number as text, at most 40 characters (a 100,000-digit integer stays readable)."""
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)
@@ -82,7 +82,7 @@ def check_option(option: str, value: float | None, high: float | None = None) ->
     if value is None:
         return
     if high is not None and value > high:
-        raise BadInput(f"must be at most {high}, got {_short(value)}", field=f"--{option}")
+        raise BadInput(f"must be at most {high}, got {short(value)}", field=f"--{option}")
     why = problem(OPTION_FIELD.get(option, option), value) if high is None else None
     if why is not None:
         raise BadInput(why, field=f"--{option}")

@@ -34,8 +34,8 @@ from harness.launch.slurm_script import (
     job_name,
     sbatch_options,
     script_meta,
-    time_minutes,
 )
+from harness.launch.slurm_time import elapsed_seconds
 from harness.results.tables import write_text_atomic
 from harness.runbook.model import SlurmConfig
 from harness.vocab import LauncherState
@@ -82,13 +82,6 @@ def exit_code_of(text: str) -> int | None:
     except ValueError:
         return None
     return -sig_i if code_i == 0 and sig_i else code_i
-
-
-def elapsed_s(text: str) -> float | None:
-    """Seconds in Slurm's [D-]HH:MM:SS elapsed text."""
-    if not text or not re.match(r"^(\d+-)?[\d:]+$", text):
-        return None
-    return time_minutes(text if "-" in text or text.count(":") == 2 else f"0:{text}") * 60
 
 
 def map_state(reading: SlurmState, memory_killed: bool = False) -> str | None:
@@ -339,7 +332,7 @@ class SlurmLauncher(Launcher):
         if state == LauncherState.FAILED and code == PRE_CELL_FAIL_EXIT and health:
             state, logs = LauncherState.NODE_FAIL, logs + self.health_logs(handle)
             detail += "; health probe failed: " + "; ".join(health)
-        return JobResult(state, code, logs, elapsed_s(reading.elapsed), detail)
+        return JobResult(state, code, logs, elapsed_seconds(reading.elapsed), detail)
 
     def log_paths(self, handle: JobHandle) -> list[Path]:
         """cell_dir/rank<R>.log for every task."""

@@ -13,12 +13,12 @@ from pathlib import Path
 from harness.api.backend import LaunchSpec
 from harness.errors import BadInput
 from harness.health import DEFAULT_MAX_USED_MIB, PRE_CELL_FAIL_EXIT
+from harness.launch.slurm_time import TIME_RE
 from harness.runbook.model import SlurmConfig
 
 SCRIPT_NAME = "slurm.sbatch"
 NAME_PREFIX = "epcap."
 META_TAG = "# epcap-meta:"
-TIME_RE = re.compile(r"^(?:\d+-\d{1,2}(?::\d{1,2}){0,2}|\d+(?::\d{1,2}){0,2}|UNLIMITED|INFINITE)$")
 MEM_RE = re.compile(r"^\d+[KMGT]?$", re.IGNORECASE)
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
@@ -42,21 +42,6 @@ def check_value(value: str, field: str, where: str | None) -> str:
     if CONTROL_RE.search(value):
         raise BadInput(f"control character in {value!r}", path=where, field=field)
     return value
-
-
-def time_minutes(text: str) -> float:
-    """Minutes in a Slurm time string (min, min:sec, h:m:s, d-h, d-h:m, d-h:m:s)."""
-    if text.upper() in ("UNLIMITED", "INFINITE"):
-        return float("inf")
-    days, _, rest = text.rpartition("-") if "-" in text else ("0", "", text)
-    parts = [int(p) for p in rest.split(":")]
-    if "-" in text:                          # d-h[:m[:s]]
-        h, m, s = (parts + [0, 0])[:3]
-    elif len(parts) == 3:
-        h, m, s = parts
-    else:                                    # m or m:s
-        h, (m, s) = 0, (parts + [0])[:2]
-    return int(days) * 1440 + h * 60 + m + s / 60
 
 
 def sbatch_options(slurm: SlurmConfig, spec: LaunchSpec, name: str, cell_dir: Path,

@@ -12,14 +12,13 @@ from harness.errors import BadInput
 from harness.results.tables import (
     ATTEMPTS_TSV,
     COMPARISON_TSV,
-    DEFAULT_PAD_MULTIPLE,
     SELECTION_TSV,
     TIMING_TSV,
     Table,
     read_campaign_facts,
     read_table,
 )
-from harness.vocab import Purpose, Status
+from harness.vocab import DEFAULT_PAD_MULTIPLE, Purpose, Status
 
 ATTEMPTS, SELECTION, TIMING = ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
 DEMAND_PURPOSES = (Purpose.MEASURE, Purpose.VALIDATE)

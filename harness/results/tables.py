@@ -53,7 +53,6 @@ TIMING_TSV = "timing.tsv"
 COMPARISON_TSV = "comparison.tsv"
 CAMPAIGN_JSON = "campaign.json"      # the grid, shapes and backends of a campaign, as data
 PROVENANCE_TXT = "provenance.txt"
-DEFAULT_PAD_MULTIPLE = 128          # docs/spec.md P, for results that do not record theirs
 
 
 def cell_text(value) -> str:

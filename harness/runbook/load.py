@@ -16,6 +16,7 @@ from harness.api.registry import (
     options_type,
 )
 from harness.errors import BadInput
+from harness.grid.capacity import Grid
 from harness.grid.heldout import parse_target, resolve_validate
 from harness.io import bounds
 from harness.io.yamldoc import Doc as _Doc
@@ -43,6 +44,7 @@ from harness.runbook.model import (
     SlurmConfig,
     TimingConfig,
 )
+from harness.runbook.zoo import read_zoo
 
 # ---------------------------------------------------------------------------------------------
 # Loading and validation (docs/runbook.md). Every error names file, line and field.
@@ -60,15 +62,8 @@ def _models(doc: _Doc, data: dict, base: Path) -> tuple[ModelSpec, ...]:
     zoo_rel = data.get("models_file", "models.yaml")
     if not isinstance(zoo_rel, str):
         raise doc.error(("models_file",), f"must be a path string, got {zoo_rel!r}")
-    zoo_doc = _read_doc((base / zoo_rel), "models_file", quote=False)
-    if not isinstance(zoo_doc.data, dict) or set(zoo_doc.data) != {"models"} \
-            or not isinstance(zoo_doc.data["models"], dict):
-        # not (yet) known to be a models file: say nothing of what it holds
-        raise BadInput("not a models file: expected one top-level key `models:` mapping model "
-                       "names to their fields (see docs/runbook.md)", path=str(zoo_doc.path),
-                       line=1, field="models_file")
-    zoo_doc.quote = True
-    zoo = _mapping(zoo_doc, zoo_doc.data["models"], ("models",), None)
+    models_file = read_zoo(base / zoo_rel, "models_file")
+    zoo_doc, zoo = models_file.doc, models_file.models
     entries = data["models"]
     if not isinstance(entries, list) or not entries:
         raise doc.error(("models",), "must be a non-empty list of model names or {name: ...}")
@@ -158,13 +153,11 @@ def _capacity(doc: _Doc, data: dict) -> CapacityConfig:
     if "measure" in raw:
         fields["measure"] = canonical_capacity(doc, raw["measure"], where + ("measure",))
     grid = raw.get("grid", "exact")
-    if grid == "exact":
-        fields["decimals"] = None
-    elif isinstance(grid, str) and grid.startswith("decimals-") and grid[9:].isdigit() \
-            and len(grid) < 12 and int(grid[9:]) <= bounds.MAX_DECIMALS:
-        fields["decimals"] = int(grid[9:])
-    else:
-        raise doc.error(where + ("grid",), f"must be exact or decimals-<D>, got {_shown(doc, grid)}")
+    try:
+        fields["decimals"] = Grid.parse(grid).decimals
+    except ValueError:
+        raise doc.error(where + ("grid",),
+                        f"must be exact or decimals-<D>, got {_shown(doc, grid)}") from None
     cfg = CapacityConfig(**fields)
     for name in ("pad_multiple",):
         if getattr(cfg, name) <= 0:

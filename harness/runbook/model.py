@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.grid.capacity import Grid
 from harness.grid.heldout import TARGET_PEAK, ValidateConfig, resolve_validate
-from harness.vocab import CONTROL_SUFFIX
+from harness.vocab import CONTROL_SUFFIX, DEFAULT_PAD_MULTIPLE
 
 
 @dataclass(frozen=True)
@@ -69,11 +70,16 @@ class BackendConfig:
 @dataclass(frozen=True)
 class CapacityConfig:
     measure: str = "2.00"           # measurement capacity (decimal string)
-    pad_multiple: int = 128
+    pad_multiple: int = DEFAULT_PAD_MULTIPLE
     decimals: int | None = None     # None = exact grid; D = legacy D-decimals grid
     max_remeasure: int = 2          # re-measures at a larger capacity after a lower bound
     max_validate_steps: int = 4     # step-ups of one rung (budget + P) after drops
     target: str | float = TARGET_PEAK   # "peak" or a per-step drop-risk target (a float)
+
+    @property
+    def grid(self) -> Grid:
+        """The grid capacities round onto; str() is its runbook spelling (exact | decimals-D)."""
+        return Grid(self.decimals)
 
 
 @dataclass(frozen=True)

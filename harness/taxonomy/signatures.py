@@ -13,9 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from harness.errors import BadInput
+from harness.io.yamldoc import read_doc
 from harness.vocab import Status
 
 TABLE_PATH = Path(__file__).with_name("signatures.yaml")
@@ -95,8 +94,7 @@ def parse_table(doc: dict, where: str = str(TABLE_PATH)) -> Table:
 @functools.lru_cache(maxsize=4)
 def load_table(path: str = str(TABLE_PATH)) -> Table:
     """The signature table shipped with epcap (or another file of the same shape)."""
-    with open(path, encoding="utf-8") as handle:
-        return parse_table(yaml.safe_load(handle) or {}, path)
+    return parse_table(read_doc(Path(path)).data or {}, path)
 
 
 def from_patterns(patterns: dict[str, Iterable[str]] | None, source: str = "backend"

@@ -275,7 +275,7 @@ static int parse_int(const char *p, Py_ssize_t n, int64_t *out) {
 }
 
 /* Fields of a row. Returns -1 on a non-ASCII byte (str.split() would see Unicode white
- * space) or a wanted key given twice (telemetry._fields: the row is malformed; Python
+ * space) or a wanted key given twice (telemetry.lines.row_fields: the row is malformed; Python
  * judges it), else the mask of keys whose value parsed. */
 static int parse_fields(const char *s, const char *e, int only_rank, int64_t *vals,
                         unsigned *seen) {

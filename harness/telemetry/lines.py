@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-class _LazyNumpy:
+class LazyNumpy:
     """numpy, imported on first attribute use (saves its import time in `epcap parse`)."""
 
     def __init__(self, module: str) -> None:
@@ -25,7 +25,7 @@ class _LazyNumpy:
         return getattr(numpy, name)
 
 
-np = _LazyNumpy(__name__)
+np = LazyNumpy(__name__)
 
 DISPATCH_TAG = "[MOE_DROP_DEBUG][dispatch]"
 SETUP_TAG = "[MOE_DROP_DEBUG][setup_metadata]"
@@ -51,7 +51,7 @@ class DispatchRow:
 
 
 @dataclass(frozen=True)
-class _Tags:
+class Tags:
     """The byte tags of one backend and the fast-path regex built from them."""
 
     dispatch: bytes
@@ -63,7 +63,7 @@ class _Tags:
 
 
 @dataclass
-class _Block:
+class Block:
     """What one block of lines yielded."""
 
     rows: np.ndarray                       # n x 6 int64, FIELDS order
@@ -73,7 +73,7 @@ class _Block:
     setup_ranks: list[int] = field(default_factory=list)
 
 
-def make_tags(tags: dict[str, str] | None = None) -> _Tags:
+def make_tags(tags: dict[str, str] | None = None) -> Tags:
     """Tags of docs/spec.md: telemetry, or a backend's native ones ({"dispatch": .., "setup": ..})."""
     tags = tags or {}
     dispatch = tags.get("dispatch", DISPATCH_TAG).encode()
@@ -84,11 +84,11 @@ def make_tags(tags: dict[str, str] | None = None) -> _Tags:
             rb"(?![^\n]*?(?<!\S)(?:iter|layer|rank|expected_recv|actual_valid_recv|budget)=)")
     alternatives = b"|".join(map(re.escape, both))
     setup_line = re.escape(setup) + rb"((?:(?!" + alternatives + rb")[^\n])*)"
-    return _Tags(dispatch, setup, re.compile(alternatives), re.compile(fast),
+    return Tags(dispatch, setup, re.compile(alternatives), re.compile(fast),
                  re.compile(setup_line), dispatch in setup or setup in dispatch)
 
 
-def _fields(segment: bytes) -> dict[str, str | None]:
+def row_fields(segment: bytes) -> dict[str, str | None]:
     """key=value tokens of a row (other tokens ignored); a key given twice maps to None, so
     a repeated field makes the row malformed instead of hiding one of its readings."""
     out: dict[str, str | None] = {}
@@ -99,7 +99,7 @@ def _fields(segment: bytes) -> dict[str, str | None]:
     return out
 
 
-def _dispatch_values(fields: dict[str, str]) -> tuple[int, ...] | str:
+def dispatch_values(fields: dict[str, str]) -> tuple[int, ...] | str:
     """The six integers of a dispatch row, or the reason it is malformed."""
     values = []
     for name in FIELDS:
@@ -115,9 +115,9 @@ def _dispatch_values(fields: dict[str, str]) -> tuple[int, ...] | str:
     return tuple(values)
 
 
-def _slow_block(block: bytes, first_line: int, tags: _Tags) -> _Block:
+def slow_block(block: bytes, first_line: int, tags: Tags) -> Block:
     """Parse every tagged row of a block line by line (the reference parser)."""
-    out = _Block(rows=np.empty((0, 6), np.int64), line_nos=[])
+    out = Block(rows=np.empty((0, 6), np.int64), line_nos=[])
     rows: list[tuple[int, ...]] = []
     hits = list(tags.any.finditer(block))
     line_no, counted = first_line, 0
@@ -130,9 +130,9 @@ def _slow_block(block: bytes, first_line: int, tags: _Tags) -> _Block:
         segment = block[hit.end():end]
         if hit.group() == tags.setup:
             out.setup_rows += 1
-            out.setup_ranks.extend(r for r in [_setup_rank(segment)] if r is not None)
+            out.setup_ranks.extend(r for r in [setup_rank(segment)] if r is not None)
             continue
-        values = _dispatch_values(_fields(segment))
+        values = dispatch_values(row_fields(segment))
         if isinstance(values, str):
             out.bad.append((line_no, values))
         else:
@@ -143,45 +143,45 @@ def _slow_block(block: bytes, first_line: int, tags: _Tags) -> _Block:
     return out
 
 
-def _setup_rank(segment: bytes) -> int | None:
+def setup_rank(segment: bytes) -> int | None:
     """The rank of a setup row (its text up to the next tag or newline), if it names one."""
-    rank = _fields(segment).get("rank") or ""
+    rank = row_fields(segment).get("rank") or ""
     return int(rank) if _INT.fullmatch(rank) else None
 
 
-def _fast_block(block: bytes, tags: _Tags) -> _Block | None:
+def fast_block(block: bytes, tags: Tags) -> Block | None:
     """Parse a block whose dispatch rows are all canonical; else None (use the slow path)."""
     found = tags.fast.findall(block)
     if tags.nested or len(found) != block.count(tags.dispatch):
         return None
     digits = b" ".join(found).translate(None, _NOT_DIGIT)
     rows = np.fromstring(digits, dtype=np.int64, sep=" ") if found else np.empty(0, np.int64)
-    out = _Block(rows=rows.reshape(-1, 6))
+    out = Block(rows=rows.reshape(-1, 6))
     if tags.setup in block:
-        ranks = [_setup_rank(m.group(1)) for m in tags.setup_line.finditer(block)]
+        ranks = [setup_rank(m.group(1)) for m in tags.setup_line.finditer(block)]
         out.setup_rows = len(ranks)
         out.setup_ranks = [r for r in ranks if r is not None]
     return out
 
 
-def _unterminated(text: bytes, line_no: int, tags: _Tags, reason: str) -> _Block:
+def unterminated(text: bytes, line_no: int, tags: Tags, reason: str) -> Block:
     """A last line without newline, or an over-long line: each tag in it is malformed."""
     hits = len(tags.any.findall(text))
-    return _Block(rows=np.empty((0, 6), np.int64), line_nos=[], bad=[(line_no, reason)] * hits)
+    return Block(rows=np.empty((0, 6), np.int64), line_nos=[], bad=[(line_no, reason)] * hits)
 
 
-def _sorted_unique(values: np.ndarray) -> np.ndarray:
+def sorted_unique(values: np.ndarray) -> np.ndarray:
     """Sorted distinct values (sort + neighbour compare: faster than numpy's hash unique)."""
     values = np.sort(values)
     return values[np.concatenate([values[:1] == values[:1], values[1:] != values[:-1]])]
 
 
-def _distinct_values(values: np.ndarray) -> list[int]:
+def distinct_values(values: np.ndarray) -> list[int]:
     """Distinct values of a column (cheap when they are all equal, the usual case)."""
     if len(values) == 0:
         return []
     if values.min() == values.max():
         return [int(values[0])]
-    return _sorted_unique(values).tolist()
+    return sorted_unique(values).tolist()
 
 

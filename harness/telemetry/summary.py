@@ -27,20 +27,20 @@ from harness.telemetry.lines import (  # noqa: F401 - the parse rules, re-export
     DISPATCH_TAG,
     FIELDS,
     SETUP_TAG,
+    Block,
     DispatchRow,
+    LazyNumpy,
     PathLike,
-    _Block,
-    _dispatch_values,
-    _distinct_values,
-    _fast_block,
-    _fields,
-    _LazyNumpy,
-    _setup_rank,
-    _slow_block,
-    _sorted_unique,
-    _Tags,
-    _unterminated,
+    Tags,
+    dispatch_values,
+    distinct_values,
+    fast_block,
     make_tags,
+    row_fields,
+    setup_rank,
+    slow_block,
+    sorted_unique,
+    unterminated,
 )
 
 try:
@@ -53,7 +53,7 @@ if os.environ.get("EPCAP_PURE_PYTHON_PARSE"):
     _compiled = None
 
 
-np = _LazyNumpy(__name__)     # numpy on first use (the compiled summarize never needs it)
+np = LazyNumpy(__name__)     # numpy on first use (the compiled summarize never needs it)
 
 BLOCK_BYTES = 4 << 20        # bytes read per block
 MAX_LINE = 16 << 20          # a longer line is skipped (malformed when tagged)
@@ -127,16 +127,16 @@ def _skip_line(fh) -> None:
     fh.seek(-len(rest), os.SEEK_CUR)
 
 
-def _use_compiled(tags: _Tags) -> bool:
+def _use_compiled(tags: Tags) -> bool:
     """Whether the compiled scanner is there and takes these tags (non-empty, one line)."""
     return _compiled is not None and all(t and b"\n" not in t for t in (tags.dispatch,
                                                                        tags.setup))
 
 
-_Parser = Callable[[bytearray, int, int], tuple[_Block, int]]
+_Parser = Callable[[bytearray, int, int], tuple[Block, int]]
 
 
-def _scan_compiled(path: PathLike, tags: _Tags, parse: _Parser) -> Iterator[_Block]:
+def _scan_compiled(path: PathLike, tags: Tags, parse: _Parser) -> Iterator[Block]:
     """_scan's blocks, cut at the same places, read into one reused buffer, parsed in C."""
     line_no, buf, have = 1, bytearray(), 0
     with _open(path) as fh:
@@ -155,16 +155,16 @@ def _scan_compiled(path: PathLike, tags: _Tags, parse: _Parser) -> Iterator[_Blo
                 buf[:have - cut] = buf[cut:have]
                 have -= cut
             elif have > MAX_LINE:
-                yield _unterminated(bytes(buf[:have]), line_no, tags,
+                yield unterminated(bytes(buf[:have]), line_no, tags,
                                     f"line longer than {MAX_LINE} bytes")
                 _skip_line(fh)
                 have = 0
                 line_no += 1
     if have:
-        yield _unterminated(bytes(buf[:have]), line_no, tags, "truncated last line (no newline)")
+        yield unterminated(bytes(buf[:have]), line_no, tags, "truncated last line (no newline)")
 
 
-def _judge(buf: bytearray, deferred: list, block: _Block) -> list[tuple[int, int, tuple]]:
+def _judge(buf: bytearray, deferred: list, block: Block) -> list[tuple[int, int, tuple]]:
     """Judge the rows the compiled scanner handed back with the reference functions.
 
     Setup ranks and malformed rows go into the block; well-formed dispatch rows are
@@ -174,9 +174,9 @@ def _judge(buf: bytearray, deferred: list, block: _Block) -> list[tuple[int, int
     for kind, line_no, start, end, index in deferred:
         segment = bytes(buf[start:end])
         if kind == "s":
-            block.setup_ranks.extend(r for r in [_setup_rank(segment)] if r is not None)
+            block.setup_ranks.extend(r for r in [setup_rank(segment)] if r is not None)
             continue
-        values = _dispatch_values(_fields(segment))
+        values = dispatch_values(row_fields(segment))
         if isinstance(values, str):
             block.bad.append((line_no, values))
         else:
@@ -184,12 +184,12 @@ def _judge(buf: bytearray, deferred: list, block: _Block) -> list[tuple[int, int
     return rows
 
 
-def _compiled_rows(tags: _Tags) -> _Parser:
+def _compiled_rows(tags: Tags) -> _Parser:
     """A parser of blocks into rows and line numbers with the compiled scanner (no setup)."""
-    def parse(buf: bytearray, length: int, line_no: int) -> tuple[_Block, int]:
+    def parse(buf: bytearray, length: int, line_no: int) -> tuple[Block, int]:
         rows, lines, newlines, deferred, _setup_rows, _ranks = _compiled.scan(
             buf, length, line_no, tags.dispatch, tags.setup)
-        block = _Block(rows=np.frombuffer(rows, np.int64).reshape(-1, 6),
+        block = Block(rows=np.frombuffer(rows, np.int64).reshape(-1, 6),
                        line_nos=np.frombuffer(lines, np.int64).tolist())
         extra = _judge(buf, deferred, block)
         if extra:
@@ -202,7 +202,7 @@ def _compiled_rows(tags: _Tags) -> _Parser:
     return parse
 
 
-def _scan(path: PathLike, tags: _Tags, fast: bool = True) -> Iterator[_Block]:
+def _scan(path: PathLike, tags: Tags, fast: bool = True) -> Iterator[Block]:
     """Yield the parsed blocks of one log, in order, with bounded memory."""
     if _use_compiled(tags):
         yield from _scan_compiled(path, tags, _compiled_rows(tags))
@@ -214,16 +214,16 @@ def _scan(path: PathLike, tags: _Tags, fast: bool = True) -> Iterator[_Block]:
             cut = pending.rfind(b"\n") + 1
             if cut:
                 block, pending = pending[:cut], pending[cut:]
-                parsed = _fast_block(block, tags) if fast else None
-                yield parsed or _slow_block(block, line_no, tags)
+                parsed = fast_block(block, tags) if fast else None
+                yield parsed or slow_block(block, line_no, tags)
                 line_no += block.count(b"\n")
             elif len(pending) > MAX_LINE:
-                yield _unterminated(pending, line_no, tags, f"line longer than {MAX_LINE} bytes")
+                yield unterminated(pending, line_no, tags, f"line longer than {MAX_LINE} bytes")
                 _skip_line(fh)
                 pending = b""
                 line_no += 1
     if pending:
-        yield _unterminated(pending, line_no, tags, "truncated last line (no newline)")
+        yield unterminated(pending, line_no, tags, "truncated last line (no newline)")
 
 
 def _as_paths(paths: PathLike | Iterable[PathLike]) -> list[PathLike]:
@@ -264,7 +264,7 @@ class _Accumulator:
         self.wide: list[np.ndarray] = []
         self.pending_keys = 0
 
-    def add(self, path: PathLike, block: _Block) -> None:
+    def add(self, path: PathLike, block: Block) -> None:
         """Fold one block in."""
         s = self.s
         s.setup_rows += block.setup_rows
@@ -287,8 +287,8 @@ class _Accumulator:
         s.saturated_rows += int(saturated.sum())
         s.used_rows += int(used.sum())
         s.saturated_used_rows += int((saturated & used).sum())
-        self.budgets.update(_distinct_values(bud))
-        for value in _distinct_values(exp[used]):
+        self.budgets.update(distinct_values(bud))
+        for value in distinct_values(exp[used]):
             peak = int(act[used & (exp == value)].max())
             self.peaks[value] = max(self.peaks.get(value, peak), peak)
         narrow = (it < 1 << 31) & (rows[:, 1] < 1 << 16) & (rows[:, 2] < 1 << 16)
@@ -296,7 +296,7 @@ class _Accumulator:
         self.wide.append(np.ascontiguousarray(rows[~narrow, :3]).view(_KEY).ravel())
         self.pending_keys += len(rows)
         if self.pending_keys > COMPACT_KEYS:
-            self.keys, self.wide = [_sorted_unique(np.concatenate(self.keys))], [self._wide()]
+            self.keys, self.wide = [sorted_unique(np.concatenate(self.keys))], [self._wide()]
             self.pending_keys = len(self.keys[0]) + len(self.wide[0])
 
     def _wide(self) -> np.ndarray:
@@ -305,14 +305,14 @@ class _Accumulator:
 
     def _seen(self) -> tuple[int, list[list[int]]]:
         """Number of distinct (iter, layer, rank) keys and the distinct values of each."""
-        packed = _sorted_unique(np.concatenate(self.keys)) if self.keys else np.empty(0, np.int64)
+        packed = sorted_unique(np.concatenate(self.keys)) if self.keys else np.empty(0, np.int64)
         wide = self._wide().view(np.int64).reshape(-1, 3)
         columns = (packed >> 32, packed >> 16 & 0xFFFF, packed & 0xFFFF)
-        values = [_sorted_unique(np.concatenate([col, wide[:, i]])).tolist()
+        values = [sorted_unique(np.concatenate([col, wide[:, i]])).tolist()
                   for i, col in enumerate(columns)]
         return len(packed) + len(wide), values
 
-    def blocks(self, path: PathLike, tags: _Tags) -> Iterator[_Block]:
+    def blocks(self, path: PathLike, tags: Tags) -> Iterator[Block]:
         """The parsed blocks of one log."""
         return _scan(path, tags)
 
@@ -354,12 +354,12 @@ class _CompiledAccumulator(_Accumulator):
         super().__init__(warmup)
         self.folder = _compiled.Folder(warmup)
 
-    def blocks(self, path: PathLike, tags: _Tags) -> Iterator[_Block]:
+    def blocks(self, path: PathLike, tags: Tags) -> Iterator[Block]:
         """The blocks of one log: setup rows and malformed rows only (the rows are folded)."""
-        def parse(buf: bytearray, length: int, line_no: int) -> tuple[_Block, int]:
+        def parse(buf: bytearray, length: int, line_no: int) -> tuple[Block, int]:
             newlines, deferred, setup_rows, ranks = self.folder.feed(
                 buf, length, line_no, tags.dispatch, tags.setup)
-            block = _Block(rows=(), setup_rows=setup_rows, setup_ranks=ranks)
+            block = Block(rows=(), setup_rows=setup_rows, setup_ranks=ranks)
             for _index, _line, values in _judge(buf, deferred, block):
                 self.folder.add_row(*values)
             return block, newlines

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from backends.reference.routing import route
-from harness.forecast.cli import forecast_rows, zoo_model
+from harness.forecast.cli import forecast_rows
 from harness.loadmodel.trace_io import write_epcap
+from harness.runbook.zoo import zoo_model
 from harness.telemetry.summary import summarize
 
 pytestmark = pytest.mark.slow

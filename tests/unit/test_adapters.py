@@ -24,9 +24,10 @@ import backends.megatron.base as megatron
 from backends.megatron.ultraep import router_dtypes
 from harness.api.backend import RunRequest
 from harness.api.registry import load_backend
-from harness.campaign.gpuhours import describe_estimate, estimate_gpu_hours, parse_time_limit
+from harness.campaign.gpuhours import describe_estimate, estimate_gpu_hours
 from harness.errors import BadInput
 from harness.grid.capacity import UnexecutableCapacity, check_executable
+from harness.launch.slurm_time import parse_time_limit
 from harness.results.layout import PURPOSES, Cell
 from harness.runbook.load import load_runbook
 from harness.runbook.model import BackendConfig
@@ -293,7 +294,7 @@ def test_parse_time_limit(text, hours):
     assert parse_time_limit(text) == pytest.approx(hours)
 
 
-@pytest.mark.parametrize("text", ["1:2:3:4", "ab", "-5", "1-x"])
+@pytest.mark.parametrize("text", ["1:2:3:4", "ab", "-5", "1-x", "UNLIMITED"])
 def test_parse_time_limit_rejects(text):
     with pytest.raises(BadInput, match="slurm.time_limit"):
         parse_time_limit(text)

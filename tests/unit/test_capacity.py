@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from harness.errors import BadInput
 from harness.grid import capacity as cap
 from harness.grid.capacity import (
+    Grid,
     UnexecutableCapacity,
     budget_tokens,
     capacity_tag,
@@ -41,6 +42,26 @@ def brute_hits(budget: int, n: int, digits: int) -> list[str]:
     hi = Fraction((budget + 1) * scale, n).__ceil__() + 3
     return [str(Decimal(k).scaleb(-digits)) for k in range(max(lo, 1), hi + 1)
             if int(float(Decimal(k).scaleb(-digits)) * n) == budget]
+
+
+# --- the grid's spelling ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, decimals, canonical", [
+    ("exact", None, "exact"), ("decimals-2", 2, "decimals-2"), ("decimals:2", 2, "decimals-2"),
+    ("decimals-0", 0, "decimals-0"), ("decimals-12", 12, "decimals-12"),
+    ("decimals-02", 2, "decimals-2")])
+def test_grid_parses_both_spellings_and_prints_the_runbooks(text, decimals, canonical):
+    grid = Grid.parse(text)
+    assert grid.decimals == decimals and str(grid) == canonical
+    assert Grid.parse(str(grid)) == grid
+
+
+@pytest.mark.parametrize("text", ["", "fine", "decimals", "decimals-", "decimals-13",
+                                  "decimals-100", "decimals--1", "decimals 2", "Exact", 2,
+                                  None, "decimals-\u0662"])
+def test_grid_refuses_anything_else(text):
+    with pytest.raises(ValueError, match="not a grid"):
+        Grid.parse(text)
 
 
 # --- the worked examples of docs/spec.md: grid -------------------------------------------------

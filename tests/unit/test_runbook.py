@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from harness.cli import main
 from harness.errors import BadInput
 from harness.runbook.load import load_runbook
+from harness.runbook.zoo import read_zoo, zoo_model
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "runbooks"
@@ -66,7 +67,21 @@ def test_capacity_canonical(tmp_path, written, canonical):
 
 def test_grid_decimals(tmp_path):
     rb = load_runbook(write(tmp_path, BASE + "capacity: {grid: decimals-2}\n"))
-    assert rb.capacity.decimals == 2
+    assert rb.capacity.decimals == 2 and str(rb.capacity.grid) == "decimals-2"
+    assert str(load_runbook(write(tmp_path, BASE)).capacity.grid) == "exact"
+
+
+def test_one_zoo_reader_for_the_runbook_and_the_forecast(tmp_path):
+    zoo = read_zoo(ZOO)
+    assert zoo_model("QWEN3_30B") == zoo.models["QWEN3_30B"]
+    assert load_runbook(write(tmp_path, BASE)).model("QWEN3_30B").experts == \
+        zoo.models["QWEN3_30B"]["experts"]
+    with pytest.raises(BadInput, match=r"models.yaml: --model: unknown model 'NOPE'; known: "):
+        zoo_model("NOPE")
+    (tmp_path / "other.yaml").write_text("secret: hunter2\n")
+    with pytest.raises(BadInput, match="not a models file") as info:
+        zoo_model("QWEN3_30B", tmp_path / "other.yaml")
+    assert "hunter2" not in str(info.value) and info.value.field == "--model"
 
 
 def test_device_memory_gib(tmp_path):

@@ -16,6 +16,7 @@ from harness.api.launcher import JobHandle
 from harness.errors import BadInput
 from harness.launch import slurm as S
 from harness.launch import slurm_script as SS
+from harness.launch import slurm_time
 from harness.runbook.model import SlurmConfig
 
 HOSTILE = "x'; touch PWNED; echo \"$(touch PWNED2)\" `touch PWNED3` $HOME \\ ;"
@@ -82,7 +83,14 @@ def test_bad_values_refused_with_field(tmp_path, cfg, field):
                                            ("1-02", 1560), ("1-00:30:00", 1470),
                                            ("UNLIMITED", float("inf"))])
 def test_time_minutes(text, minutes):
-    assert SS.TIME_RE.match(text) and SS.time_minutes(text) == minutes
+    assert slurm_time.TIME_RE.match(text) and slurm_time.time_minutes(text) == minutes
+
+
+@pytest.mark.parametrize("seconds, text", [(0, "00:00:00"), (65, "00:01:05"),
+                                           (1800.2, "00:30:01"), (86401, "1-00:00:01")])
+def test_format_time_is_read_back(seconds, text):
+    assert slurm_time.format_time(seconds) == text and slurm_time.TIME_RE.match(text)
+    assert slurm_time.time_minutes(text) * 60 == -(-seconds // 1)
 
 
 # ---- the script itself ----------------------------------------------------------------------
@@ -226,8 +234,10 @@ def test_parsers():
     out = "JobId=7 JobName=x JobState=TIMEOUT Reason=TimeLimit ExitCode=0:15 RunTime=00:01:30"
     assert S.parse_scontrol(out) == S.SlurmState("TIMEOUT", "0:15", "00:01:30", "scontrol")
     assert S.parse_scontrol("garbage") is None
-    assert S.elapsed_s("00:01:05") == 65 and S.elapsed_s("1-00:00:01") == 86401
-    assert S.elapsed_s("") is None
+    assert slurm_time.elapsed_seconds("00:01:05") == 65
+    assert slurm_time.elapsed_seconds("1-00:00:01") == 86401
+    assert slurm_time.elapsed_seconds("") is None
+    assert slurm_time.elapsed_seconds("1:2:3:4") is None
 
 
 # ---- poll / find / cancel with Slurm commands faked ------------------------------------------

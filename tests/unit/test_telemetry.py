@@ -398,8 +398,8 @@ def test_the_compiled_path_is_taken_when_built(tmp_path, monkeypatch, parse_path
 
     def boom(*_a):
         raise AssertionError("a Python block parser ran")
-    monkeypatch.setattr(tm, "_slow_block", boom)
-    monkeypatch.setattr(tm, "_fast_block", boom)
+    monkeypatch.setattr(tm, "slow_block", boom)
+    monkeypatch.setattr(tm, "fast_block", boom)
     path = write(tmp_path, "".join(grid(order=("rank", "iter", "layer", "expected_recv",
                                                "actual_valid_recv", "budget"))))
     assert summarize(path).rows == len(rows_table(path)) == len(list(iter_rows(path))) == 8
@@ -408,7 +408,7 @@ def test_the_compiled_path_is_taken_when_built(tmp_path, monkeypatch, parse_path
 def test_numpy_is_imported_on_first_use(monkeypatch):
     import numpy
 
-    monkeypatch.setattr(tm, "np", tm._LazyNumpy(tm.__name__))
+    monkeypatch.setattr(tm, "np", tm.LazyNumpy(tm.__name__))
     assert tm.np.int64 is numpy.int64
     assert tm.np is numpy
 
@@ -448,7 +448,7 @@ def test_canonical_blocks_take_the_fast_path(tmp_path, monkeypatch):
 
     def no_slow(*_a):
         raise AssertionError("slow path used for canonical rows")
-    monkeypatch.setattr(tm, "_slow_block", no_slow)
+    monkeypatch.setattr(tm, "slow_block", no_slow)
     assert summarize(path).rows == 8
     assert len(rows_table(path)) == 8
 
@@ -542,16 +542,16 @@ def test_large_iter_layer_and_rank_values_are_counted_exactly(tmp_path):
 def test_fast_path_refuses_blocks_it_cannot_prove(tmp_path):
     tags = tm.make_tags()
     ok = "".join(grid()).encode()
-    parsed = tm._fast_block(ok, tags)
+    parsed = tm.fast_block(ok, tags)
     assert parsed is not None and parsed.rows.shape == (8, 6)
     assert parsed.rows[0].tolist() == [0, 1, 0, N, N + 1, 2048]
     setup = b"[MOE_DROP_DEBUG][setup_metadata] rank=3\n" + ok
-    parsed = tm._fast_block(setup, tags)
+    parsed = tm.fast_block(setup, tags)
     assert (parsed.setup_rows, parsed.setup_ranks, len(parsed.rows)) == (1, [3], 8)
     odd = row(0, 1, 0, 5, order=("layer", "iter", "rank", "expected_recv", "actual_valid_recv",
                                   "budget")).encode()
-    assert tm._fast_block(ok + odd, tags) is None
-    assert tm._fast_block(b"noise only\n", tags).rows.shape == (0, 6)
+    assert tm.fast_block(ok + odd, tags) is None
+    assert tm.fast_block(b"noise only\n", tags).rows.shape == (0, 6)
 
 
 @st.composite
@@ -597,12 +597,12 @@ def test_fast_and_reference_parsers_agree_on_random_logs(tmp_path_factory, log, 
     try:
         tm.BLOCK_BYTES = block
         fast = summarize(path, warmup=warmup)
-        original = tm._fast_block
-        tm._fast_block = lambda *a: None
+        original = tm.fast_block
+        tm.fast_block = lambda *a: None
         try:
             slow = summarize(path, warmup=warmup)
         finally:
-            tm._fast_block = original
+            tm.fast_block = original
     finally:
         tm.BLOCK_BYTES = saved
     assert fast.to_dict() == slow.to_dict()

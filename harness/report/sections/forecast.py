@@ -8,6 +8,7 @@ from pathlib import Path
 
 from harness.forecast.outputs import FORECAST_PNG, FORECAST_TSV, routing_header, write_outputs
 from harness.report.inputs import Context, md_table
+from harness.vocab import DEFAULT_PAD_MULTIPLE
 
 
 def _measure_traces(results_dir: Path) -> dict[tuple[str, str], Path]:
@@ -40,7 +41,8 @@ def _measured_peaks(results_dir: Path) -> dict[str, str]:
             for r in rows}
 
 
-def campaign_forecast(results_dir: Path, out: Path, pad_multiple: int = 128) -> list[str]:
+def campaign_forecast(results_dir: Path, out: Path,
+                      pad_multiple: int = DEFAULT_PAD_MULTIPLE) -> list[str]:
     """The report's forecast section: each measure run's recorded routing at EP sizes around
     the campaign's (x1/2, x2, x4 where they divide the experts); writes forecast.tsv/png."""
     from harness.errors import BadInput
@@ -95,7 +97,7 @@ def campaign_forecast(results_dir: Path, out: Path, pad_multiple: int = 128) -> 
 def _cluster_header(results_dir: Path, model: str, backend: str) -> dict:
     """What a Megatron trace does not say, from the frozen runbook: experts, hidden, and the
     planner of the backend's library (raw for any other backend)."""
-    from harness.forecast.core import PERSONALITIES
+    from harness.loadmodel.planners import PERSONALITIES
     from harness.runbook.load import load_runbook
 
     rb = load_runbook(results_dir / "runbook.yaml")

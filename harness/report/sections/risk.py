@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import BadInput
+from harness.grid.capacity import Grid
 from harness.grid.heldout import TARGET_PEAK, parse_target, select_budget
 from harness.grid.risk import no_fit_reason, percent
+from harness.io.yamldoc import read_doc
 from harness.report.inputs import Context
 from harness.telemetry.steps import StepPeaks, step_peaks
-from harness.vocab import Purpose, Status
+from harness.vocab import DEFAULT_PAD_MULTIPLE, Purpose, Status
 
 RISK_COLUMNS = ("validate_seed", "validate_steps", "validate_peak", "headroom",
                 "drop_risk_95", "predicted_drop_risk", "predicted_drop_risk_hi", "held_out")
@@ -48,11 +50,9 @@ def _frozen_capacity(results_dir: Path) -> dict:
     path = results_dir / "runbook.yaml"
     if not path.is_file():
         return {}
-    import yaml
-
     try:
-        book = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (yaml.YAMLError, UnicodeDecodeError):
+        book = read_doc(path).data or {}       # the bounded YAML reader (harness.io)
+    except BadInput:
         return {}
     capacity = book.get("capacity") if isinstance(book, dict) else None
     return capacity if isinstance(capacity, dict) else {}
@@ -69,11 +69,13 @@ def target_note(results_dir: Path, row: dict, steps: PairSteps | None) -> str | 
         row.get("uniform_tokens", ""))
     if target == TARGET_PEAK or peak is None or n is None or steps is None:
         return None
-    grid = str(capacity.get("grid", "exact"))
-    decimals = int(grid[9:]) if grid.startswith("decimals-") and grid[9:].isdigit() else None
-    pad = capacity.get("pad_multiple", 128)
-    return select_budget(target, int(peak), int(n), pad if isinstance(pad, int) else 128,
-                         decimals, steps.measure).note
+    try:
+        decimals = Grid.parse(capacity.get("grid", "exact")).decimals
+    except ValueError:
+        decimals = None
+    pad = capacity.get("pad_multiple", DEFAULT_PAD_MULTIPLE)
+    pad = pad if isinstance(pad, int) else DEFAULT_PAD_MULTIPLE
+    return select_budget(target, int(peak), int(n), pad, decimals, steps.measure).note
 
 
 def _cell_steps(results_dir: Path, cell_dir: str) -> StepPeaks | None:
