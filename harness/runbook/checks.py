@@ -6,7 +6,7 @@ from __future__ import annotations
 from decimal import Decimal, InvalidOperation
 
 from harness.errors import BadInput
-from harness.grid.capacity import format_capacity, next_executable
+from harness.grid.capacity import budget_tokens, format_capacity, is_executable, next_executable
 from harness.io import bounds
 from harness.io.yamldoc import Doc, shown
 from harness.runbook.model import ModelSpec, Runbook
@@ -45,8 +45,8 @@ def check_capacities(doc: Doc, runbook: Runbook) -> None:
     pad = runbook.capacity.pad_multiple
     for model in runbook.models:
         n = runbook.shape.uniform_tokens(model.topk)
-        budget = int(float(cap) * n)
-        if budget % pad:
+        if not is_executable(cap, n, pad):
+            budget = budget_tokens(cap, n)
             nxt = _next_executable_hint(cap, n, pad)
             raise doc.error(("capacity", "measure"),
                             f"capacity {cap} is not executable for {model.name}: "
