@@ -164,7 +164,23 @@ def run_seed(runbook: Any, purpose: str) -> int:
     return runbook.validate.seed if purpose == Purpose.VALIDATE else runbook.seed
 
 
+def run_timed(purpose: str) -> bool:
+    """Whether a run of `purpose` takes timing trials (time runs; docs/spec.md: telemetry)."""
+    return purpose == Purpose.TIME
+
+
+def run_records_routing(purpose: str) -> bool:
+    """Whether the campaign wants a run's routing recorded: measure runs, whose routing the
+    report's forecast section replays (docs/forecast.md)."""
+    return purpose == Purpose.MEASURE
+
+
+def phase_iterations(phase: Any, timed: bool) -> int:
+    """Iterations one run of `phase` (warmup, iters, trials) makes: warmup + iters, times
+    trials when timed. A backend's worker calls this with the flags it was given."""
+    return phase.warmup + phase.iters * (max(1, phase.trials) if timed else 1)
+
+
 def run_iterations(phase: Any, purpose: str) -> int:
-    """Iterations one run makes: warmup + iters, times trials for a timed run."""
-    trials = phase.trials if purpose == Purpose.TIME else 1
-    return phase.warmup + phase.iters * max(1, trials)
+    """Iterations one run of `purpose` makes (phase_iterations of its timing decision)."""
+    return phase_iterations(phase, run_timed(purpose))

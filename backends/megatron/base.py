@@ -30,7 +30,7 @@ from harness.api.backend import (
 from harness.errors import BadInput
 from harness.grid.capacity import budget_tokens
 from harness.results.layout import ROUTER_TRACE_DIR
-from harness.vocab import Purpose, Status, run_iterations
+from harness.vocab import Status
 
 # The fixed multi-node trampoline: "$@" carries the real torchrun arguments verbatim.
 RDZV_TRAMPOLINE = 'exec "$0" --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" "$@"'
@@ -98,29 +98,17 @@ def common_args() -> list[str]:
             "--eval-iters", "0", "--eval-interval", "1000000", "--log-interval", "1"]
 
 
-def train_iters(req: RunRequest) -> int:
-    """Iterations of this run: warmup plus measured iterations (x trials when timing)."""
-    return run_iterations(req.phase, req.cell.purpose)
-
-
-def run_seed(req: RunRequest) -> int:
-    """Megatron's --seed: the held-out validate seed for validate runs when the request has
-    one (SPEC section 3), else the campaign seed."""
-    validate_seed = getattr(req, "validate_seed", None)
-    if req.cell.purpose == Purpose.VALIDATE and validate_seed is not None:
-        return int(validate_seed)
-    return req.seed
-
-
 def shape_args(req: RunRequest) -> list[str]:
-    """Sequence, batch and parallel sizes, iterations and seed."""
-    shape, iters = req.shape, train_iters(req)
+    """Sequence, batch and parallel sizes, iterations (`req.iterations`: warmup plus measured
+    iterations, x trials when timed) and the request's routing seed (`--seed`: the held-out
+    seed on held-out runs, docs/drop-risk.md)."""
+    shape, iters = req.shape, req.iterations
     return ["--seq-length", str(shape.seq), "--max-position-embeddings", str(shape.seq),
             "--micro-batch-size", str(shape.micro_batch),
             "--global-batch-size", str(shape.global_batch),
             "--expert-model-parallel-size", str(shape.ep),
             "--train-iters", str(iters), "--exit-interval", str(iters),
-            "--seed", str(run_seed(req))]
+            "--seed", str(req.seed)]
 
 
 def data_args(req: RunRequest) -> list[str]:
@@ -162,7 +150,7 @@ class MegatronOptions(NoOptions):
     dispatcher_args: tuple[str, ...] | None = None   # replaces the library/capacity flags
     env: dict = field(default_factory=dict)     # extra environment (wins over ours)
     megatron: dict | None = None                # {repository, commit, ref, overlays, path}
-    record_routing_trace: bool = False          # measure runs write Megatron router traces
+    record_routing_trace: bool = False          # runs asked to record routing write traces
 
     def __post_init__(self) -> None:
         raw = self.megatron
@@ -219,11 +207,12 @@ class MegatronBackend(Backend):
         return self.library_args(req, values)
 
     def trace_args(self, req: RunRequest) -> list[str]:
-        """Megatron's router-trace recording for measure runs (`options.record_routing_trace`)."""
-        if not self.options.record_routing_trace or req.cell.purpose != Purpose.MEASURE:
+        """Megatron's router-trace recording (`options.record_routing_trace`) for runs whose
+        request asks for their routing (`req.record_routing`)."""
+        if not (self.options.record_routing_trace and req.record_routing):
             return []
         return [TRACE_PATH_FLAG, str(PurePosixPath(str(req.cell_dir)) / ROUTER_TRACE_DIR),
-                TRACE_ITERS_FLAG, str(train_iters(req))]
+                TRACE_ITERS_FLAG, str(req.iterations)]
 
     def rules(self, args: list[str]) -> list[str]:
         """Cross-flag conditions of the pinned code (hook for subclasses)."""
@@ -295,13 +284,14 @@ class MegatronBackend(Backend):
         return str(PurePosixPath(megatron) / name)
 
     def env(self, req: RunRequest) -> dict[str, str]:
-        """Telemetry and timing switches plus runbook `options.env` (which wins)."""
+        """Telemetry and timing switches (the timing ones when `req.timed`) plus runbook
+        `options.env` (which wins). EPCAP_CELL and EPCAP_PURPOSE label the run."""
         values = self.template_values(req)
         env = {TELEMETRY_ENV: "1", "PYTHONUNBUFFERED": "1", "CUDA_DEVICE_MAX_CONNECTIONS": "1",
                "EPCAP_CELL": req.cell.name, "EPCAP_PURPOSE": req.cell.purpose,
                "EPCAP_CAPACITY": values["capacity"], "EPCAP_BUDGET_TOKENS": values["budget"],
                "EPCAP_PAD_MULTIPLE": values["pad_multiple"]}
-        if req.cell.purpose == Purpose.TIME:
+        if req.timed:
             env.update({"EPCAP_TIMING": "1", "EPCAP_TIMING_WARMUP": str(req.phase.warmup),
                         "EPCAP_TIMING_ITERS": str(req.phase.iters),
                         "EPCAP_TIMING_TRIALS": str(req.phase.trials)})

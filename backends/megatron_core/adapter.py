@@ -29,7 +29,7 @@ class MegatronCoreOptions(ReferenceOptions):
     """The reference backend's options (docs/reference-backend.md) but record_trace: record
     with the reference backend, replay here with `trace`."""
 
-    record_routing: bool = False        # measure cells do not record (record with reference)
+    record_routing: bool = False        # off: record routing with the reference backend
 
     def __post_init__(self) -> None:
         super().__post_init__()

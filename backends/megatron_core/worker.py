@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import traceback
 import warnings
 
-from backends.reference.__main__ import _rank_vars, _wait_pids, gpu_present, worker_main
-from harness.api.backend import free_port
-from harness.vocab import Purpose
+from backends.ranks import exec_ranks, fork_ranks, wants_fork, worker_main
+from backends.reference.options import parse_args
+from harness.vocab import phase_iterations
 
 IMPL = "megatron-core"
 
@@ -107,7 +106,7 @@ class MCoreRank:
             t1 = sw.start()
             out = d.combine_postprocess(d.token_combine(d.combine_preprocess(y)))
             h_comb = sw.stop(t1)
-        if a.purpose != Purpose.TIME or it < max(a.warmup, 1):
+        if not a.timed or it < max(a.warmup, 1):
             self.check_combine(x, ids, probs, out, f"iter={it} layer={layer} rank={self.rank}")
         actual = min(demand, self.budget)
         say(f"[MOE_DROP_DEBUG][dispatch] iter={it} layer={layer} rank={self.rank} "
@@ -136,9 +135,9 @@ class MCoreRank:
         gen = torch.Generator().manual_seed(a.seed * 7919 + self.rank)
         x = torch.randn(self.tokens, a.hidden, generator=gen).to(self.device)
         sw = Stopwatch(self.device)
-        total = a.warmup + (a.trials * a.iters if a.purpose == Purpose.TIME else a.iters)
+        total = phase_iterations(a, a.timed)
         for it in range(total):
-            timed = a.purpose == Purpose.TIME and it >= a.warmup
+            timed = a.timed and it >= a.warmup
             if timed and (it - a.warmup) % a.iters == 0:
                 self.samples["dispatch"].append([])
                 self.samples["combine"].append([])
@@ -147,7 +146,7 @@ class MCoreRank:
                 if timed:
                     self.samples["dispatch"][-1].append(td)
                     self.samples["combine"][-1].append(tc)
-        if a.purpose == Purpose.TIME:
+        if a.timed:
             self.emit_timing(sw.timer)
         say(f"[EPCAP_MEGATRON_CORE] done rank={self.rank} iterations={total} "
             f"layers={len(self.layers)} shims={'cpu' if self.shimmed else 'none'}")
@@ -173,7 +172,7 @@ class MCoreRank:
 def one_rank(args, rank: int, world: int, local_rank: int) -> int:
     """Banner, process group (gloo on CPU, NCCL on GPU), the run, teardown."""
     say(f"[EPCAP_MEGATRON_CORE] backend_impl={IMPL} rank={rank} world={world} "
-        f"model={args.model} purpose={args.purpose} capacity={args.capacity} ep={args.ep}")
+        f"model={args.model} timed={int(args.timed)} capacity={args.capacity} ep={args.ep}")
     if world != args.ep:
         print(f"error: world size {world} differs from --ep {args.ep}", file=sys.stderr)
         return 2
@@ -201,36 +200,19 @@ def one_rank(args, rank: int, world: int, local_rank: int) -> int:
 
 
 def spawn(argv: list[str], args) -> int:
-    """All local ranks: fork after one import on CPU, else one interpreter per rank."""
-    ranks, port = args.ranks or args.ep, free_port()
-    if args.device == "cpu" or (args.device == "auto" and not gpu_present()):
+    """All local ranks (backends/ranks.py): forked after one import on CPU, else one
+    interpreter per rank."""
+    ranks = args.ranks or args.ep
+    if wants_fork(args.device, args.spawn):
         import megatron.core.transformer.moe.token_dispatcher  # noqa: F401  (import once)
-        pids = []
-        for r in range(ranks):
-            sys.stdout.flush()
-            pid = os.fork()
-            if pid == 0:
-                code = 1
-                try:
-                    os.environ.update(_rank_vars(r, ranks, port))
-                    code = one_rank(args, r, ranks, r)
-                except BaseException:
-                    traceback.print_exc()
-                finally:
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                    os._exit(code)
-            pids.append(pid)
-        return _wait_pids(pids, 10.0)
-    procs = [subprocess.Popen([sys.executable, "-m", "backends.megatron_core.worker", *argv],
-                              env=dict(os.environ, **_rank_vars(r, ranks, port)))
-             for r in range(ranks)]
-    codes = [p.wait() for p in procs]
-    return next((c for c in codes if c), 0)
+        return fork_ranks(ranks, lambda rank, world: one_rank(args, rank, world, rank),
+                          args.log_dir)
+    return exec_ranks([sys.executable, "-m", "backends.megatron_core.worker", *argv], ranks,
+                      args.log_dir)
 
 
 def main(argv: list[str] | None = None) -> int:
-    return worker_main(argv, one_rank, spawn)
+    return worker_main(argv, parse_args, one_rank, spawn)
 
 
 if __name__ == "__main__":

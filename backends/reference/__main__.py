@@ -5,37 +5,22 @@ the launcher's rank variables are present (RANK/WORLD_SIZE/LOCAL_RANK, or SLURM_
 SLURM_NTASKS/SLURM_LOCALID; MASTER_ADDR/MASTER_PORT always), this process is one rank.
 Otherwise it starts --ranks (default --ep) local ranks on a free port and waits for them: on
 CPU it imports torch once and forks the ranks (torch's import is most of a small run's cost),
-with a GPU it starts a fresh interpreter per rank (CUDA and fork do not mix).
+with a GPU it starts a fresh interpreter per rank (CUDA and fork do not mix). The rank
+plumbing is backends/ranks.py, shared with the megatron-core worker.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
-import time
 import traceback
-from pathlib import Path
 
-from harness.api.backend import free_port
+from backends.ranks import exec_ranks, fork_ranks, wants_fork, worker_main
 from harness.loadmodel.traces import TraceError
 
 from .memory import estimate_memory_bytes, oom_message
-from .options import build_parser, check_args, memory_of, model_of, shape_of
+from .options import memory_of, model_of, parse_args, shape_of
 from .personalities import banner, personality
-
-CHILD_ENV = "EPCAP_REFERENCE_CHILD"
-
-
-def rank_env(env: dict) -> tuple[int, int, int] | None:
-    """(rank, world, local_rank) from torchrun-style or Slurm variables, else None."""
-    if "RANK" in env and "WORLD_SIZE" in env:
-        return int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", env["RANK"]))
-    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
-        return (int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]),
-                int(env.get("SLURM_LOCALID", env["SLURM_PROCID"])))
-    return None
 
 
 def _same_stream() -> bool:
@@ -68,7 +53,7 @@ def one_rank(args, rank: int, world: int, local_rank: int) -> int:
     """Banner, memory model, then the torch part (imported only now)."""
     p = personality(args.personality)
     sys.stdout.write(f"{banner(p)} rank={rank} world={world} model={args.model} "
-                     f"purpose={args.purpose} capacity={args.capacity} ep={args.ep}\n")
+                     f"timed={int(args.timed)} capacity={args.capacity} ep={args.ep}\n")
     sys.stdout.flush()
     if world != args.ep:
         fail(f"error: world size {world} differs from --ep {args.ep}")
@@ -102,140 +87,15 @@ def check_trace(args) -> None:
     preload(args.trace, args.experts, args.topk, args.seq * args.micro_batch, args.ep, layers)
 
 
-def gpu_present() -> bool:
-    """Whether an NVIDIA device node exists (checked without importing torch or CUDA)."""
-    return os.path.exists("/dev/nvidiactl")
-
-
-def spawn(argv: list[str], args, grace_s: float = 10.0) -> int:
+def spawn(argv: list[str], args) -> int:
     """Start the local ranks: fork after one torch import on CPU, else fresh interpreters."""
     ranks = args.ranks or args.ep
-    cpu = args.device == "cpu" or (args.device == "auto" and not gpu_present())
-    if args.spawn == "fork" or (args.spawn == "auto" and cpu):
-        return fork_ranks(args, ranks, grace_s)
-    return exec_ranks(argv, ranks, args.log_dir, grace_s)
-
-
-def _rank_vars(rank: int, ranks: int, port: int) -> dict:
-    return {"RANK": str(rank), "WORLD_SIZE": str(ranks), "LOCAL_RANK": str(rank),
-            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), CHILD_ENV: "1"}
-
-
-def fork_ranks(args, ranks: int, grace_s: float) -> int:
-    """CPU: import torch once, then fork one child per rank (saves ~1.5 s CPU per rank)."""
-    if memory_failure(args) is None:          # a rank that will OOM never needs torch
-        from . import worker  # noqa: F401  (torch loads here, before the fork)
-
-    port = free_port()
-    pids = []
-    for r in range(ranks):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            _child(args, r, ranks, port)
-        pids.append(pid)
-    return _wait_pids(pids, grace_s)
-
-
-def _child(args, rank: int, ranks: int, port: int) -> None:
-    """A forked rank: own env and log, run, and leave with os._exit (never returns)."""
-    code = 1
-    try:
-        os.environ.update(_rank_vars(rank, ranks, port))
-        if args.log_dir:
-            Path(args.log_dir).mkdir(parents=True, exist_ok=True)
-            fd = os.open(Path(args.log_dir) / f"rank{rank}.log",
-                         os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            os.dup2(fd, 1)
-            os.dup2(fd, 2)
-            os.close(fd)
-        code = one_rank(args, rank, ranks, rank)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-
-
-def _wait_pids(pids: list[int], grace_s: float) -> int:
-    """Reap forked ranks; after the first failure give the rest `grace_s`, then SIGTERM."""
-    status, deadline, left = 0, None, set(pids)
-    while left:
-        pid, raw = os.waitpid(-1, os.WNOHANG)
-        if pid == 0:
-            if deadline is not None and time.monotonic() > deadline:
-                for p in left:
-                    os.kill(p, signal.SIGTERM)
-                deadline = float("inf")
-            time.sleep(0.01)
-            continue
-        if pid in left:
-            left.discard(pid)
-            code = os.waitstatus_to_exitcode(raw)
-            if code != 0 and status == 0:
-                status, deadline = (code if code > 0 else 1), time.monotonic() + grace_s
-    return status
-
-
-def exec_ranks(argv: list[str], ranks: int, log_dir: str | None, grace_s: float) -> int:
-    """Start `ranks` fresh interpreters of this module; the first failing exit status wins."""
-    port = free_port()
-    procs, files = [], []
-    for r in range(ranks):
-        env = dict(os.environ, **_rank_vars(r, ranks, port))
-        env.setdefault("OMP_NUM_THREADS", "1")
-        out = None
-        if log_dir:
-            Path(log_dir).mkdir(parents=True, exist_ok=True)
-            out = open(Path(log_dir) / f"rank{r}.log", "w", encoding="utf-8")  # noqa: SIM115
-            files.append(out)
-        procs.append(subprocess.Popen([sys.executable, "-m", "backends.reference", *argv],
-                                      env=env, stdout=out,
-                                      stderr=subprocess.STDOUT if out else None))
-    try:
-        return _wait(procs, grace_s)
-    finally:
-        for f in files:
-            f.close()
-
-
-def _wait(procs: list, grace_s: float) -> int:
-    """Wait for all; after the first failure give the rest `grace_s`, then terminate them."""
-    status, deadline = 0, None
-    while any(p.poll() is None for p in procs):
-        for p in procs:
-            if p.returncode not in (None, 0) and status == 0:
-                status, deadline = p.returncode, time.monotonic() + grace_s
-        if deadline is not None and time.monotonic() > deadline:
-            for p in procs:
-                if p.poll() is None:
-                    p.terminate()
-        time.sleep(0.02)
-    for p in procs:
-        if p.returncode != 0 and status == 0:
-            status = p.returncode
-    return status if status >= 0 else 1
-
-
-def worker_main(argv: list[str] | None, run_rank, spawn_ranks, before=None) -> int:
-    """The entry both workers share (this one and backends.megatron_core.worker): parse and
-    check the options, run `before` (a check before any rank starts; non-zero = exit code),
-    then run as one rank (a child, or a single process) or spawn the ranks."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    ap = build_parser()
-    args = ap.parse_args(argv)
-    check_args(ap, args)
-    code = before(args) if before is not None else 0
-    if code:
-        return code
-    env = rank_env(os.environ)
-    if env is not None and (os.environ.get(CHILD_ENV) == "1" or args.ranks is None):
-        return run_rank(args, *env)
-    return spawn_ranks(argv, args)
+    if wants_fork(args.device, args.spawn):
+        if memory_failure(args) is None:          # a rank that will OOM never needs torch
+            from . import worker  # noqa: F401  (torch loads here, before the fork)
+        return fork_ranks(ranks, lambda rank, world: one_rank(args, rank, world, rank),
+                          args.log_dir)
+    return exec_ranks([sys.executable, "-m", "backends.reference", *argv], ranks, args.log_dir)
 
 
 def _check_trace_first(args) -> int:
@@ -250,7 +110,7 @@ def _check_trace_first(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return worker_main(argv, one_rank, spawn, before=_check_trace_first)
+    return worker_main(argv, parse_args, one_rank, spawn, before=_check_trace_first)
 
 
 if __name__ == "__main__":

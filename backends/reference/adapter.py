@@ -12,7 +12,7 @@ from harness.errors import BadInput
 from harness.loadmodel.planners import PERSONALITIES, planner_options
 from harness.loadmodel.trace_io import ROUTING_TRACE
 from harness.loadmodel.workloads import workload_spec
-from harness.vocab import Impl, Purpose, run_iterations
+from harness.vocab import Impl
 
 from .memory import memory_options
 from .personalities import LIBRARIES
@@ -34,7 +34,7 @@ class ReferenceOptions(NoOptions):
     trace: str | None = None            # replay this routing trace
     record_trace: str | None = None     # write the routing used (ids and weights) here
     record_trace_format: str = "epcap"  # epcap (one file) | megatron (a directory)
-    record_routing: bool = True         # a measure cell records CELL/routing_trace.jsonl
+    record_routing: bool = True         # record CELL/routing_trace.jsonl when the run asks
     pg_timeout_s: int | None = None
     threads: int = 1                    # OMP_NUM_THREADS of each rank
     gpus_per_node: int = 0
@@ -78,8 +78,9 @@ class ReferenceBackend(Backend):
     """Builds the worker argv.
 
     Options (runbook `options:`): device (auto|cpu|cuda), trace, record_trace,
-    record_trace_format (epcap|megatron), record_routing (default true: a measure cell
-    records its routing to CELL/routing_trace.jsonl for `epcap forecast`), pg_timeout_s,
+    record_trace_format (epcap|megatron), record_routing (default true: a run whose request
+    asks for its routing, `req.record_routing`, records it to CELL/routing_trace.jsonl for
+    `epcap forecast`), pg_timeout_s,
     threads, gpus_per_node, planner, memory, routing, extra_dispatch_passes (timing tests: a
     slower arm), and launch: `per-rank` (default: the launcher starts ep tasks, one per rank),
     `single` (one task that starts the ep ranks itself; on CPU it forks them after one torch
@@ -97,7 +98,7 @@ class ReferenceBackend(Backend):
         """The worker logs every rank, MoE layer and iteration (warmup included; a timed run
         logs warmup + iters x trials), so a complete log's size is known."""
         return {"expected_ranks": req.shape.ep, "expected_layers": req.model.moe_layers,
-                "expected_iters": run_iterations(req.phase, req.cell.purpose)}
+                "expected_iters": req.iterations}
 
     def command(self, req: RunRequest) -> LaunchSpec:
         if self.config.module not in LIBRARIES:
@@ -149,11 +150,12 @@ class ReferenceBackend(Backend):
                 "--seq", s.seq, "--micro-batch", s.micro_batch, "--ep", s.ep,
                 "--capacity", req.cell.capacity, "--personality", self.config.module,
                 "--warmup", ph.warmup, "--iters", ph.iters, "--trials", ph.trials,
-                "--purpose", req.cell.purpose, "--seed", req.seed,
-                "--pad-multiple", req.pad_multiple, "--device", opt.device]
+                "--seed", req.seed, "--pad-multiple", req.pad_multiple, "--device", opt.device]
+        if req.timed:
+            args += ["--timed"]
         if req.model_seed is not None:        # held-out routing keeps the model's router
             args += ["--model-seed", req.model_seed]
-        if req.cell.purpose == Purpose.MEASURE and opt.record_routing and \
+        if req.record_routing and opt.record_routing and \
                 opt.record_trace is None:           # for the report's forecast section
             args += ["--record-trace", str(Path(req.cell_dir).resolve() / ROUTING_TRACE)]
         if req.device_memory_bytes is not None:

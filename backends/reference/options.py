@@ -7,9 +7,7 @@ import json
 from types import SimpleNamespace
 
 from harness.loadmodel.planners import PERSONALITIES
-from harness.vocab import DEFAULT_PAD_MULTIPLE, Purpose
-
-PURPOSES = Purpose.values()
+from harness.vocab import DEFAULT_PAD_MULTIPLE
 
 
 def _positive(text: str) -> int:
@@ -77,9 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--warmup", type=_non_negative, default=1)
     s.add_argument("--iters", type=_positive, default=4)
     s.add_argument("--trials", type=_positive, default=1)
-    s.add_argument("--purpose", choices=PURPOSES, default=Purpose.MEASURE.value)
+    s.add_argument("--timed", action="store_true",
+                   help="take timing trials: warmup + iters x trials iterations, dispatch and "
+                        "combine timed after the warmup, an [EPCAP_TIMING] line at the end")
     s.add_argument("--seed", type=int, default=1234,
-                   help="routing seed: the tokens' expert choices (validate: held-out)")
+                   help="routing seed: the tokens' expert choices (a held-out seed on "
+                        "held-out runs)")
     s.add_argument("--model-seed", type=int, default=None,
                    help="seed of the model's expert popularity (default: --seed); the "
                         "campaign passes its seed, so held-out routing keeps one router")
@@ -164,3 +165,11 @@ def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         args.routing = workload_spec(args.routing)
     except ValueError as exc:
         ap.error(f"argument --routing: {exc}")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The checked flags of one worker run (argparse exits 2 on a bad one)."""
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    check_args(ap, args)
+    return args

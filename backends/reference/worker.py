@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from harness.loadmodel.trace_io import preload, write_epcap, write_megatron
-from harness.vocab import Purpose, run_iterations
+from harness.vocab import phase_iterations
 
 from .dispatch import (
     Buffers,
@@ -79,7 +79,7 @@ class RankRun:
         self.model_seed = args.seed if model_seed is None else model_seed
 
     def total_iters(self) -> int:
-        return run_iterations(self.a, self.a.purpose)     # warmup + iters (x trials if timed)
+        return phase_iterations(self.a, self.a.timed)     # warmup + iters (x trials if timed)
 
     def hidden_states(self) -> torch.Tensor:
         """This rank's tokens: seeded N(0,1) bf16 [S, hidden], reused for every layer."""
@@ -143,7 +143,7 @@ class RankRun:
         t1 = self.sw.start()
         out = combine(y, d, w, self.tokens)
         h_comb = self.sw.stop(t1)
-        if a.purpose != Purpose.TIME or it < max(a.warmup, 1):
+        if not a.timed or it < max(a.warmup, 1):
             ref = reference_output(x, ids, w, d.kept_mask, a.experts)
             check_combine(out, ref, f"iter={it} layer={layer} rank={self.rank}")
         if a.combine_digest:
@@ -189,7 +189,7 @@ class RankRun:
         slots = min(self.n if self.p.balanced else a.ep * self.n, self.budget)
         self.bufs = Buffers.allocate(x, a.topk, slots)
         for it in range(self.total_iters()):
-            timed = a.purpose == Purpose.TIME and it >= a.warmup
+            timed = a.timed and it >= a.warmup
             if timed and (it - a.warmup) % a.iters == 0:
                 self.samples["dispatch"].append([])
                 self.samples["combine"].append([])
@@ -198,7 +198,7 @@ class RankRun:
                 if timed:
                     self.samples["dispatch"][-1].append(td)
                     self.samples["combine"][-1].append(tc)
-        if a.purpose == Purpose.TIME:
+        if a.timed:
             self.emit_timing()
         if a.record_trace:
             self.save_trace()

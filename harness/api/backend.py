@@ -33,7 +33,15 @@ from typing import Any
 
 from harness.results.layout import Cell
 from harness.runbook.model import BackendConfig, ModelSpec, PhaseConfig, Runbook, Shape, SlurmConfig
-from harness.vocab import Impl, Status, run_phase, run_seed
+from harness.vocab import (
+    Impl,
+    Status,
+    phase_iterations,
+    run_phase,
+    run_records_routing,
+    run_seed,
+    run_timed,
+)
 
 __all__ = ["DEFAULT_FAILURE_PATTERNS", "TIMING_TAG", "Backend",
            "BackendConfig", "Cell", "LaunchSpec", "ModelSpec", "NoOptions", "PhaseConfig",
@@ -106,29 +114,46 @@ class LaunchSpec:
 
 @dataclass(frozen=True)
 class RunRequest:
-    """Everything a backend needs to build one cell's command."""
+    """Everything a backend needs to build one cell's command.
+
+    A backend acts on the decisions carried here (`timed`, `record_routing`, `seed`,
+    `phase`), never on the purpose of the run: `for_cell` derives them from the cell's
+    purpose once (harness.vocab run_phase, run_seed, run_timed, run_records_routing), so a
+    new stage with its own runs needs no backend edit. `cell` names the run (its directory,
+    labels such as the cell name); no backend branches on `cell.purpose`.
+    """
 
     cell: Cell
     model: ModelSpec
     shape: Shape
     backend: BackendConfig
-    phase: PhaseConfig              # warmup/iters/trials for this purpose (vocab.run_phase)
+    phase: PhaseConfig              # warmup/iters/trials of this run (vocab.run_phase)
     pad_multiple: int
-    seed: int                       # the run's routing seed (vocab.run_seed: validate = held out)
+    seed: int                       # the routing seed: a held-out seed on held-out runs
     cell_dir: Path
     device_memory_bytes: int | None = None
     paths: dict[str, str] = field(default_factory=dict)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)   # nodes, gpus_per_node (cluster)
     model_seed: int | None = None   # the campaign seed: the emulated model's router (reference)
+    timed: bool = False             # take timing trials: warmup + iters x trials, timing line
+    record_routing: bool = False    # the campaign wants this run's routing recorded
+
+    @property
+    def iterations(self) -> int:
+        """Iterations this run makes: warmup + iters, times trials when timed."""
+        return phase_iterations(self.phase, self.timed)
 
     @classmethod
     def for_cell(cls, runbook: Runbook, cell: Cell, cell_dir: Path) -> RunRequest:
+        """The request of one planned cell: the purpose's decisions, taken here."""
+        purpose = cell.purpose
         return cls(cell=cell, model=runbook.model(cell.model), shape=runbook.shape,
-                   backend=runbook.backend(cell.backend), phase=run_phase(runbook, cell.purpose),
+                   backend=runbook.backend(cell.backend), phase=run_phase(runbook, purpose),
                    pad_multiple=runbook.capacity.pad_multiple,
-                   seed=run_seed(runbook, cell.purpose), cell_dir=cell_dir,
+                   seed=run_seed(runbook, purpose), cell_dir=cell_dir,
                    device_memory_bytes=runbook.device_memory_bytes,
-                   paths=dict(runbook.paths), slurm=runbook.slurm, model_seed=runbook.seed)
+                   paths=dict(runbook.paths), slurm=runbook.slurm, model_seed=runbook.seed,
+                   timed=run_timed(purpose), record_routing=run_records_routing(purpose))
 
 
 class Backend(ABC):

@@ -5,7 +5,8 @@ the only place a backend's module name appears in the harness; everything else r
 backend through the `Backend` contract (harness/api/backend.py). Each backend module exposes
 `make_backend(config) -> Backend` and `OPTIONS`, the dataclass of its runbook `options:`
 (and optionally `MODULES`, the names `module:` may take). Enforced by the import-linter
-contracts in pyproject.toml and tests/unit/test_conventions.py.
+contracts in pyproject.toml (tests/unit/test_layering.py) and, backend by backend, by
+tests/unit/test_backend_contract.py. How to add a backend: backends/README.md.
 """
 
 from __future__ import annotations

@@ -109,7 +109,7 @@ def _backends(doc: _Doc, data: dict) -> tuple[BackendConfig, ...]:
         fields = _fields_from(doc, BackendConfig, entry, where)
         _require(doc, entry, ("name", "kind"), where)
         if fields["kind"] not in BACKEND_KINDS:
-            raise doc.error(where + ("kind",), "must be reference or cluster or megatron-core")
+            raise doc.error(where + ("kind",), "must be " + " or ".join(BACKEND_KINDS))
         fields.setdefault("module", fields["name"])
         if any(b.name.lower() == fields["name"].lower() for b in out):
             raise doc.error(where + ("name",), f"backend {fields['name']!r} listed twice")

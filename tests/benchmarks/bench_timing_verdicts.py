@@ -45,7 +45,7 @@ MAX_CV = 0.5
 EXTRA = 3
 SHAPE = ["--ep", "2", "--ranks", "2", "--layers", "2", "--hidden", "256", "--experts", "16",
          "--topk", "4", "--expert-ffn", "24", "--seq", "512", "--capacity", "2.00",
-         "--purpose", "time", "--warmup", "2", "--iters", "8", "--trials", "6"]
+         "--timed", "--warmup", "2", "--iters", "8", "--trials", "6"]
 PHASES = ("dispatch", "combine")
 
 

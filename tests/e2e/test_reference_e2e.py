@@ -187,7 +187,7 @@ def test_bad_trace_is_bad_input(tmp_path):
 def test_timing_line(tmp_path):
     from harness.api.backend import TIMING_TAG, Backend
 
-    rc, text = standalone(tmp_path, [*flags(2, "2.00", "ultraep", purpose="time", trials=2),
+    rc, text = standalone(tmp_path, [*flags(2, "2.00", "ultraep", trials=2), "--timed",
                                      "--spawn", "exec"])       # one interpreter per rank
     assert rc == 0, text
     assert text.count(TIMING_TAG) == 1
@@ -246,8 +246,8 @@ def test_extra_dispatch_passes_change_the_time_not_the_rows(tmp_path):
 
     out = {}
     for extra in (0, 2):
-        rc, text = standalone(tmp_path / str(extra), [*flags(2, "1.25", "echo", purpose="time",
-                                                             trials=2),
+        rc, text = standalone(tmp_path / str(extra), [*flags(2, "1.25", "echo", trials=2),
+                                                      "--timed",
                                                       "--extra-dispatch-passes", str(extra)])
         assert rc == 0, text
         out[extra] = (dispatch_rows(text), Backend.parse_timing(None, text.splitlines()))

@@ -27,13 +27,11 @@ def main() -> int:
     budget = int(Decimal(args.capacity) * n)
     ranks = args.ranks or args.ep
     layers = args.layers - args.first_dense_layers
-    total = args.warmup + args.iters * (args.trials if args.purpose == "time" else 1)
-    if args.purpose == "canary":
-        total = 1
+    total = args.warmup + args.iters * (args.trials if args.timed else 1)
     out = []
     for r in range(ranks):
         out.append(f"[EPCAP_REFERENCE] backend=reference personality={args.personality} "
-                   f"rank={r} world={ranks} model={args.model} purpose={args.purpose} "
+                   f"rank={r} world={ranks} model={args.model} timed={int(args.timed)} "
                    f"capacity={args.capacity} ep={args.ep}")
     if "--fake-fail" in extra:
         out.append("Traceback (most recent call last):")
@@ -50,7 +48,7 @@ def main() -> int:
                 act = min(budget, n + 100 + r + layer)
                 out.append(f"[MOE_DROP_DEBUG][dispatch] iter={it} layer={layer} rank={r} "
                            f"expected_recv={n} actual_valid_recv={act} budget={budget}")
-    if args.purpose == "time":
+    if args.timed:
         timing = {"trials": args.trials, "iters": args.iters, "samples_per_trial": 4,
                   "dispatch_ms_median": 1.0, "dispatch_ms_p10": 0.9, "dispatch_ms_p90": 1.1,
                   "combine_ms_median": 0.5, "combine_ms_p10": 0.4, "combine_ms_p90": 0.6,

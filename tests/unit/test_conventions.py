@@ -17,8 +17,6 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("harness", "backends")
 
@@ -178,13 +176,6 @@ def literal_128(path: str, text: str) -> list[tuple[int, str]]:
 
 # ---- d. private names -----------------------------------------------------------------------
 
-# TEMPORARY: private names imported across modules in rooms another branch is reorganising
-# (report, results, campaign, backends). Delete each entry when that branch lands; the test
-# fails on an entry that no longer occurs, so this list can only shrink.
-PRIVATE_IMPORTS_PENDING = {
-    ("backends/megatron_core/worker.py", "backends.reference.__main__._rank_vars"),
-    ("backends/megatron_core/worker.py", "backends.reference.__main__._wait_pids"),
-}
 
 
 def is_private(name: str) -> bool:
@@ -269,17 +260,11 @@ def test_c_pad_multiple_has_one_home():
 
 
 def test_d_no_private_name_imported_from_another_module():
-    found = [(p, line, what) for p, text in sources()
-             for line, what in private_imports(p, text) if (p, what) not in PRIVATE_IMPORTS_PENDING]
+    found = [(p, line, what) for p, text in sources() for line, what in private_imports(p, text)]
     assert not found, ("make the name public in the module that owns it, or move it there:\n"
                        + report(found))
-    seen = {(p, what) for p, text in sources() for _, what in private_imports(p, text)}
-    assert PRIVATE_IMPORTS_PENDING <= seen, ("fixed: delete from PRIVATE_IMPORTS_PENDING",
-                                             sorted(PRIVATE_IMPORTS_PENDING - seen))
 
 
-@pytest.mark.xfail(strict=True, reason="backends still branch on purposes; fixed on branch "
-                                        "backends")
 def test_e_no_purpose_in_backends():
     found = [(p, line, what) for p, text in sources() if p.startswith("backends/")
              for line, what in purpose_uses(p, text)]

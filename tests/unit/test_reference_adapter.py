@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from backends.reference.__main__ import rank_env
+from backends.ranks import rank_env
 from backends.reference.options import build_parser
 from harness.api.backend import RunRequest
 from harness.api.registry import load_backend
@@ -20,16 +20,17 @@ MODEL = ModelSpec(name="TINY", hf_name="x/y", layers=3, hidden=64, experts=16, t
                   routing_sigma=1.5)
 
 
-def _req(purpose="measure", mem=1 << 30, backend="ultraep"):
-    return RunRequest(cell=Cell("c", "TINY", backend, purpose, "1.25"), model=MODEL,
+def _req(timed=False, record_routing=False, mem=1 << 30, backend="ultraep"):
+    return RunRequest(cell=Cell("c", "TINY", backend, "measure", "1.25"), model=MODEL,
                       shape=Shape(seq=128, micro_batch=2, global_batch=8, ep=4),
                       backend=BackendConfig(backend, "reference", backend),
                       phase=PhaseConfig(warmup=1, iters=3, trials=2), pad_multiple=128,
-                      seed=99, cell_dir=Path("/tmp/cell"), device_memory_bytes=mem)
+                      seed=99, cell_dir=Path("/tmp/cell"), device_memory_bytes=mem,
+                      timed=timed, record_routing=record_routing)
 
 
 def test_command_round_trips_through_the_worker_parser():
-    req = _req(purpose="time")
+    req = _req(timed=True)
     spec = load_backend(req.backend).command(req)
     assert spec.argv[:3] == [sys.executable, "-m", "backends.reference"]
     assert spec.ntasks == 4 and spec.env["OMP_NUM_THREADS"] == "1"
@@ -38,7 +39,9 @@ def test_command_round_trips_through_the_worker_parser():
         ("TINY", 3, 1, 64, 16, 4)
     assert (a.expert_ffn, a.shared_ffn, a.router_dtype, a.routing_sigma) == (32, 48, "bf16", 1.5)
     assert (a.seq, a.micro_batch, a.ep, a.capacity, a.personality) == (128, 2, 4, "1.25", "ultraep")
-    assert (a.warmup, a.iters, a.trials, a.purpose, a.seed) == (1, 3, 2, "time", 99)
+    assert (a.warmup, a.iters, a.trials, a.timed, a.seed) == (1, 3, 2, True, 99)
+    assert build_parser().parse_args(load_backend(req.backend).command(_req()).argv[3:]).timed \
+        is False
     assert (a.device_memory_bytes, a.pad_multiple, a.ranks) == (1 << 30, 128, None)
 
 
@@ -95,15 +98,15 @@ def test_extra_dispatch_passes_option_is_off_by_default_and_passed_when_set():
     assert a.extra_dispatch_passes == 2
 
 
-def test_measure_cells_record_their_routing_for_the_forecast():
+def test_runs_asked_for_their_routing_record_it_for_the_forecast():
     cfg = BackendConfig("echo", "reference", "echo")
-    argv = load_backend(cfg).command(_req()).argv
+    argv = load_backend(cfg).command(_req(record_routing=True)).argv
     assert argv[argv.index("--record-trace") + 1] == str(Path("/tmp/cell/routing_trace.jsonl"))
-    assert "--record-trace" not in load_backend(cfg).command(_req("validate")).argv
+    assert "--record-trace" not in load_backend(cfg).command(_req()).argv
     off = BackendConfig("echo", "reference", "echo", options={"record_routing": False})
-    assert "--record-trace" not in load_backend(off).command(_req()).argv
+    assert "--record-trace" not in load_backend(off).command(_req(record_routing=True)).argv
     mine = BackendConfig("echo", "reference", "echo", options={"record_trace": "/x.jsonl"})
-    argv = load_backend(mine).command(_req()).argv
+    argv = load_backend(mine).command(_req(record_routing=True)).argv
     assert argv.count("--record-trace") == 1 and "/x.jsonl" in argv
 
 
