@@ -20,8 +20,8 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
-from harness.results.tables import open_atomic  # noqa: E402
-from harness.vocab import Status  # noqa: E402
+from harness.io.atomic import open_atomic  # noqa: E402
+from harness.vocab import DEFAULT_PAD_MULTIPLE, Status  # noqa: E402
 
 DPI = 110
 GRID_MAX_LINES = 60     # denser grids are drawn only next to each point
@@ -116,7 +116,7 @@ def _model_panels(points: list, colors: dict[str, str] | None, width: float, hei
     return fig, list(zip(axes, groups.items(), strict=True)), colors
 
 
-def plot_capacity(points: list[CapPoint], path: Path, pad: int = 128,
+def plot_capacity(points: list[CapPoint], path: Path, pad: int = DEFAULT_PAD_MULTIPLE,
                   colors: dict[str, str] | None = None) -> Figure:
     """Figure 1: required vs selected capacity per model and backend on the executable grid."""
     fig, panels, colors = _model_panels(points, colors, 3.6, 4.6)

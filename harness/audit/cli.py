@@ -8,8 +8,8 @@ from pathlib import Path
 
 from harness.audit.engine import AuditResult, audit_target
 from harness.audit.errata import parse_git_repos
-from harness.audit.model import DEFAULT_PAD_MULTIPLE
 from harness.results.tables import write_table_atomic
+from harness.vocab import DEFAULT_PAD_MULTIPLE
 
 AUDIT_COLUMNS = ("path", "verdict", "reasons", "ignored_cells", "why", "notes")
 

@@ -16,13 +16,14 @@ from pathlib import Path
 
 from harness.audit.errata import Errata, GitClones, check_predates, load_errata
 from harness.audit.load import load_upload
-from harness.audit.model import DEFAULT_PAD_MULTIPLE, FAIL, UNKNOWN, Check, Upload
+from harness.audit.model import FAIL, UNKNOWN, Check, Upload
 from harness.audit.readers import find_uploads
 from harness.audit.rules.selection import check_nothing_to_judge, held_out_notes
 from harness.audit.rules.table import RULES, apply_rule, check_missing_provenance
 from harness.audit.vocab import NOTHING_TO_JUDGE, UPLOAD_MARKERS, VERDICTS
 from harness.errors import BadInput
-from harness.results.tables import ATTEMPTS_TSV, SELECTION_TSV
+from harness.results.layout import ATTEMPTS_TSV, SELECTION_TSV
+from harness.vocab import DEFAULT_PAD_MULTIPLE
 
 HF_TARGET = re.compile(r"hf://datasets/(?P<org>[A-Za-z0-9][\w.-]*)/(?P<name>[A-Za-z0-9][\w.-]*)"
                        r"(?:@(?P<rev>[^\s@]+))?")

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
+from harness.vocab import DEFAULT_PAD_MULTIPLE
+
 PASS, FAIL, UNKNOWN, NOT_APPLICABLE = "pass", "fail", "unknown", "n/a"
-DEFAULT_PAD_MULTIPLE = 128
 
 
 def norm(text: str | None) -> str:

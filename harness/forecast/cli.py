@@ -22,6 +22,7 @@ from harness.forecast.core import (
 )
 from harness.loadmodel import planners
 from harness.loadmodel import traces as trace_reader
+from harness.vocab import DEFAULT_PAD_MULTIPLE
 
 ZOO = Path(__file__).resolve().parents[2] / "runbooks" / "models.yaml"
 BYTES_PER_ELEMENT = 2          # bf16 hidden states, as the reference memory model counts them
@@ -132,8 +133,9 @@ def load_routing(traces: tuple[str, ...], experts: int | None, topk: int | None,
 
 
 def forecast_rows(traces, model=None, experts=None, ep=None, micro_batch=None,
-                  placement="contiguous", personality="raw", pad_multiple=128, grid="exact",
-                  unit="slots", seq=None, zoo: Path = ZOO) -> list[dict]:
+                  placement="contiguous", personality="raw",
+                  pad_multiple=DEFAULT_PAD_MULTIPLE, grid="exact", unit="slots", seq=None,
+                  zoo: Path = ZOO) -> list[dict]:
     """All rows of one `epcap forecast` call (the CLI options, as values)."""
     if pad_multiple <= 0:
         raise BadInput(f"must be positive, got {pad_multiple}", field="--pad-multiple")
@@ -151,7 +153,7 @@ def forecast_rows(traces, model=None, experts=None, ep=None, micro_batch=None,
 
 
 def rows_for(routing: Routing, eps: list[int], where: dict, mbs: list, placements: list[str],
-             personalities: list[str], units: list[str], pad_multiple: int = 128,
+             personalities: list[str], units: list[str], pad_multiple: int = DEFAULT_PAD_MULTIPLE,
              decimals: int | None = None, model: str | None = None,
              hidden: int | None = None, options: dict | None = None) -> list[dict]:
     """Forecast rows for every (personality, unit, placement, EP size, micro-batch)."""
@@ -209,7 +211,7 @@ def json_row(row: dict) -> dict:
 def cli_forecast(traces: tuple[str, ...], model: str | None = None, experts: int | None = None,
                  ep: str | None = None, micro_batch: str | None = None,
                  placement: str = "contiguous", personality: str = "raw",
-                 pad_multiple: int = 128, grid: str = "exact", unit: str = "slots",
+                 pad_multiple: int = DEFAULT_PAD_MULTIPLE, grid: str = "exact", unit: str = "slots",
                  out: str | None = None, as_json: bool = False, seq: int | None = None) -> int:
     """Forecast; with --out write forecast.tsv and forecast.png; --json prints one document."""
     rows = forecast_rows(traces, model, experts, ep, micro_batch, placement, personality,

@@ -18,6 +18,7 @@ import numpy as np
 
 from harness.errors import BadInput
 from harness.grid import capacity as cap
+from harness.vocab import DEFAULT_PAD_MULTIPLE
 
 COLUMNS = ("source", "model", "ep", "micro_batch", "placement", "personality", "unit", "steps",
            "uniform_tokens", "peak_demand", "required_capacity", "selected_capacity",
@@ -142,7 +143,7 @@ class Forecaster:
                 peaks[step] = max(peaks.get(step, 0), int(np.max(load)))
         return peaks
 
-    def row(self, s: Setting, home: np.ndarray, planner, pad_multiple: int = 128,
+    def row(self, s: Setting, home: np.ndarray, planner, pad_multiple: int = DEFAULT_PAD_MULTIPLE,
             decimals: int | None = None, model: str | None = None, hidden: int | None = None,
             bytes_per_element: int = 2) -> dict:
         """One forecast.tsv row (SPEC section 4)."""

@@ -8,12 +8,13 @@ from pathlib import Path
 
 from harness.forecast.core import COLUMNS
 from harness.results.tables import write_table_atomic
+from harness.vocab import DEFAULT_PAD_MULTIPLE
 
 FORECAST_TSV = "forecast.tsv"
 FORECAST_PNG = "forecast.png"
 
 
-def write_outputs(out: Path, rows: list[dict], pad_multiple: int = 128) -> None:
+def write_outputs(out: Path, rows: list[dict], pad_multiple: int = DEFAULT_PAD_MULTIPLE) -> None:
     """forecast.tsv and forecast.png in `out` (atomic writes)."""
     out.mkdir(parents=True, exist_ok=True)
     write_table_atomic(out / FORECAST_TSV, COLUMNS, rows)
@@ -25,7 +26,7 @@ def _label(row: dict) -> str:
     return f"{row['personality']} {row['placement']}{mb} {row['unit']}"
 
 
-def plot_forecast(rows: list[dict], path: Path, pad_multiple: int = 128) -> None:
+def plot_forecast(rows: list[dict], path: Path, pad_multiple: int = DEFAULT_PAD_MULTIPLE) -> None:
     """Required (open) and selected (filled) capacity against EP size; one panel per model."""
     from matplotlib.figure import Figure
 

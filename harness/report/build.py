@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from harness.errors import BadInput
+from harness.io.atomic import write_text_atomic
 from harness.io.redact import redact_text
 from harness.report.balance import balance_lines
 from harness.report.demand import (
@@ -43,10 +44,7 @@ from harness.report.sections import (
     section_selection,
     section_timing,
 )
-from harness.results.tables import (
-    read_campaign_facts,
-    write_text_atomic,
-)
+from harness.results.facts import read_facts
 
 
 def load_context(results_dir: Path, out: Path) -> Context:
@@ -62,7 +60,7 @@ def load_context(results_dir: Path, out: Path) -> Context:
     timing = read_tsv(results_dir / TIMING, NEED_TIMING)
     pairs = pair_order([selection, timing, attempts])
     comparison = read_tsv(results_dir / COMPARISON, NEED_COMPARISON)
-    max_cv = read_campaign_facts(results_dir).get("max_cv")
+    max_cv = read_facts(results_dir).max_cv
     return Context(results_dir, out, attempts, selection, timing, pairs,
                    not_fitting(attempts, timing), read_pad_multiple(results_dir),
                    read_baseline(results_dir, timing), comparison,

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from harness.errors import BadInput
+from harness.io.atomic import open_atomic
 from harness.report.inputs import (
     DEMAND_COLUMNS,
     DEMAND_PURPOSES,
@@ -16,10 +17,7 @@ from harness.report.inputs import (
 )
 from harness.report.sections import _timing_points
 from harness.results.layout import Cell, parse_cell_name
-from harness.results.tables import (
-    Table,
-    open_atomic,
-)
+from harness.results.tables import Table
 from harness.telemetry.summary import rows_table
 from harness.vocab import Purpose
 

@@ -31,7 +31,8 @@ def _measure_traces(results_dir: Path) -> dict[tuple[str, str], Path]:
 
 def _measured_peaks(results_dir: Path) -> dict[str, str]:
     """peak_actual_valid_recv of each attempt row, by cell directory name."""
-    from harness.results.tables import ATTEMPTS_TSV, read_rows
+    from harness.results.layout import ATTEMPTS_TSV
+    from harness.results.tables import read_rows
 
     path = results_dir / ATTEMPTS_TSV
     rows = read_rows(path) if path.exists() else []

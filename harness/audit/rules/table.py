@@ -44,7 +44,7 @@ from harness.audit.vocab import (
     UNVALIDATED,
     VALIDATED_SATURATED,
 )
-from harness.results.tables import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
+from harness.results.layout import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
 
 ATTEMPT_FACTS = ("model", "backend", "capacity", "uniform_tokens", "budget_tokens",
                  "peak_actual_valid_recv", "required_capacity", "cell_dir")
