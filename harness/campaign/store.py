@@ -105,8 +105,8 @@ def runbook_fingerprint(rb: Runbook) -> dict:
 
 def check_fingerprint(root: Path, rb: Runbook) -> None:
     """BadInput when the runbook or zoo changed since this campaign directory started."""
-    first = next((e for e in read_events(root / EVENTS_JSONL) if e["ev"] == Event.CAMPAIGN_START),
-                 None)
+    first = next((e for e in read_events(root / EVENTS_JSONL)
+                  if e["ev"] == Event.CAMPAIGN_START), None)
     if first is None:
         return
     for key, value in runbook_fingerprint(rb).items():
