@@ -21,7 +21,7 @@ from harness.audit.readers import (
     runbook_tags,
 )
 from harness.audit.vocab import IGNORED_TAG, TABLES, ignored_name, is_ignored_row
-from harness.results.layout import PROVENANCE_TXT
+from harness.results.layout import CELL_JSON, PROVENANCE_TXT
 
 
 class Coverage:
@@ -71,7 +71,7 @@ def load_cell(root: Path, folder: Path, path: Path, coverage: Coverage,
     """One cell directory: its covering provenance, cell.json and logs."""
     cell = Cell(path.name, path.relative_to(folder).as_posix())
     cell.provenance, cell.provenance_at, _ = coverage.nearest(path)
-    cell.cell_json, cell.cell_json_problem = read_json(root, path / "cell.json")
+    cell.cell_json, cell.cell_json_problem = read_json(root, path / CELL_JSON)
     backend = ""
     if isinstance((cell.cell_json or {}).get("cell"), dict):
         backend = norm(str(cell.cell_json["cell"].get("backend") or ""))

@@ -20,6 +20,7 @@ import yaml
 from harness.audit.model import LogFacts, Row, Table, norm
 from harness.errors import EpcapError
 from harness.results import tables as results
+from harness.results.layout import RUNBOOK_YAML
 from harness.results.provenance import parse_provenance
 
 TSV_CAP_BYTES = 64 << 20
@@ -106,7 +107,7 @@ def read_json(root: Path, path: Path) -> tuple[dict | None, str | None]:
 
 def read_runbook(root: Path, folder: Path) -> dict:
     """The upload's runbook.yaml (safe YAML), {} when absent or unreadable."""
-    data, _ = safe_read(root, folder / "runbook.yaml", SMALL_CAP_BYTES)
+    data, _ = safe_read(root, folder / RUNBOOK_YAML, SMALL_CAP_BYTES)
     try:
         book = yaml.safe_load(data) if data is not None else None
     except (yaml.YAMLError, RecursionError, ValueError):
