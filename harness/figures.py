@@ -20,7 +20,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
-from harness.results.tables import open_atomic  # noqa: E402
+from harness.io.atomic import open_atomic  # noqa: E402
 from harness.vocab import DEFAULT_PAD_MULTIPLE, Status  # noqa: E402
 
 DPI = 110

@@ -19,11 +19,18 @@ from urllib.parse import urlsplit
 from harness.audit import AuditResult, audit_target
 from harness.errors import BadInput
 from harness.io.redact import find_secrets, redact_text
+from harness.results.layout import (
+    ATTEMPTS_TSV,
+    PROVENANCE_TXT,
+    RUNBOOK_YAML,
+    SELECTION_TSV,
+    TIMING_TSV,
+)
 from harness.results.provenance import secret_values
-from harness.results.tables import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV, read_rows
+from harness.results.tables import read_rows
 
 REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
-DIGESTED = (ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV, "provenance.txt", "runbook.yaml")
+DIGESTED = (ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV, PROVENANCE_TXT, RUNBOOK_YAML)
 SCAN_BLOCK = 1 << 20
 TOKEN_OVERLAP = 256             # a token shape split across two blocks is still found
 

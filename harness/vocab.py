@@ -69,6 +69,10 @@ class Verdict(StrEnum):
 # The A/A control arm of a timing baseline is named `<baseline>~control`.
 CONTROL_SUFFIX = "~control"
 
+# P of docs/spec.md: budgets are padded to a multiple of it unless the runbook says otherwise
+# (capacity.pad_multiple); also the value for results that do not record theirs.
+DEFAULT_PAD_MULTIPLE = 128
+
 
 class Purpose(StrEnum):
     """Why a cell runs (capacity_attempts.tsv `purpose`, the cell name's third part)."""

@@ -22,7 +22,7 @@ from harness.audit.rules import RULES, apply_rule, check_missing_provenance
 from harness.audit.rules.selection import check_nothing_to_judge, held_out_notes
 from harness.audit.vocab import NOTHING_TO_JUDGE, UPLOAD_MARKERS, VERDICTS
 from harness.errors import BadInput
-from harness.results.tables import ATTEMPTS_TSV, SELECTION_TSV
+from harness.results.layout import ATTEMPTS_TSV, SELECTION_TSV
 from harness.vocab import DEFAULT_PAD_MULTIPLE
 
 HF_TARGET = re.compile(r"hf://datasets/(?P<org>[A-Za-z0-9][\w.-]*)/(?P<name>[A-Za-z0-9][\w.-]*)"

@@ -21,8 +21,7 @@ from harness.audit.readers import (
     runbook_tags,
 )
 from harness.audit.vocab import IGNORED_TAG, TABLES, ignored_name, is_ignored_row
-
-PROVENANCE = "provenance.txt"
+from harness.results.layout import CELL_JSON, PROVENANCE_TXT
 
 
 class Coverage:
@@ -35,7 +34,7 @@ class Coverage:
     def fields_at(self, directory: Path) -> tuple[dict | None, str | None]:
         """(fields, problem) of directory/provenance.txt itself."""
         if directory not in self._read:
-            self._read[directory] = read_fields(self.root, directory / PROVENANCE)
+            self._read[directory] = read_fields(self.root, directory / PROVENANCE_TXT)
         return self._read[directory]
 
     def nearest(self, directory: Path) -> tuple[dict | None, str | None, str | None]:
@@ -45,7 +44,8 @@ class Coverage:
         while True:
             fields, problem = self.fields_at(current)
             if fields is not None:
-                return fields, (current / PROVENANCE).relative_to(self.folder).as_posix(), None
+                where = (current / PROVENANCE_TXT).relative_to(self.folder).as_posix()
+                return fields, where, None
             if current == directory and problem != "no provenance.txt":
                 own_problem = problem               # present but unreadable: say so
             if current == self.folder or self.folder not in current.parents:
@@ -71,7 +71,7 @@ def load_cell(root: Path, folder: Path, path: Path, coverage: Coverage,
     """One cell directory: its covering provenance, cell.json and logs."""
     cell = Cell(path.name, path.relative_to(folder).as_posix())
     cell.provenance, cell.provenance_at, _ = coverage.nearest(path)
-    cell.cell_json, cell.cell_json_problem = read_json(root, path / "cell.json")
+    cell.cell_json, cell.cell_json_problem = read_json(root, path / CELL_JSON)
     backend = ""
     if isinstance((cell.cell_json or {}).get("cell"), dict):
         backend = norm(str(cell.cell_json["cell"].get("backend") or ""))

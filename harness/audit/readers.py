@@ -19,6 +19,7 @@ from harness.audit.model import LogFacts, Row, Table, norm
 from harness.errors import BadInput, EpcapError
 from harness.io.yamldoc import Doc
 from harness.results import tables as results
+from harness.results.layout import RUNBOOK_YAML
 from harness.results.provenance import parse_provenance
 
 TSV_CAP_BYTES = 64 << 20
@@ -106,9 +107,9 @@ def read_json(root: Path, path: Path) -> tuple[dict | None, str | None]:
 def read_runbook(root: Path, folder: Path) -> dict:
     """The upload's runbook.yaml (the bounded YAML reader, nothing quoted from it), {} when
     absent or unreadable."""
-    data, _ = safe_read(root, folder / "runbook.yaml", SMALL_CAP_BYTES)
+    data, _ = safe_read(root, folder / RUNBOOK_YAML, SMALL_CAP_BYTES)
     try:
-        book = Doc(folder / "runbook.yaml", data.decode("utf-8"), quote=False).data \
+        book = Doc(folder / RUNBOOK_YAML, data.decode("utf-8"), quote=False).data \
             if data is not None else None
     except (BadInput, UnicodeDecodeError):
         return {}

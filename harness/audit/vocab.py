@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from harness.audit.model import Row, cell_name
-from harness.results.tables import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
+from harness.results.layout import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
 from harness.vocab import Purpose, Status
 
 NATURAL = "natural-selection"

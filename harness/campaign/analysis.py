@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from harness.api.backend import Backend, RunRequest
 from harness.api.launcher import JobResult
 from harness.campaign.decisions import Outcome
 from harness.grid import capacity as cap
 from harness.results.layout import Cell
+from harness.results.rows import AttemptRow
 from harness.taxonomy.judge import iter_log_lines, judge_run
 from harness.telemetry.steps import step_peaks
 from harness.telemetry.summary import LogSummary, summarize
@@ -61,22 +61,22 @@ def analyse(req: RunRequest, backend: Backend, result: JobResult, cell_dir: Path
 
 
 def attempt_row(cell: Cell, n: int, impl: str, result: JobResult, summary: LogSummary | None,
-                status: str, failure: dict, started_utc: str) -> dict[str, Any]:
+                status: str, failure: dict, started_utc: str) -> AttemptRow:
     """The capacity_attempts.tsv row of one run (docs/spec.md: TSV columns)."""
     measured = summary is not None and summary.rows > 0 and status not in FAILURE_CLASSES
-    return {
-        "campaign": cell.campaign, "model": cell.model, "backend": cell.backend,
-        "purpose": cell.purpose, "attempt": cell.attempt, "capacity": cell.capacity,
-        "capacity_tag": cap.capacity_tag(cell.capacity), "uniform_tokens": n,
-        "budget_tokens": cap.budget_tokens(cell.capacity, n), "status": status,
-        "rows": summary.rows if summary else 0,
-        "malformed_rows": summary.malformed_rows if summary else 0,
-        "saturated_rows": summary.saturated_rows if summary else 0,
-        "peak_actual_valid_recv": summary.peak_actual_valid_recv if measured else None,
-        "required_capacity": summary.required_capacity if measured else None,
-        "cell_dir": f"cells/{cell.name}", "started_utc": started_utc,
-        "finished_utc": utc_now(), "wall_s": result.wall_s,
-        "backend_impl": impl,
-        "exit_code": result.exit_code,
-        "failure_line": failure.get("line") if failure.get("status") else None,
-    }
+    return AttemptRow(
+        campaign=cell.campaign, model=cell.model, backend=cell.backend,
+        purpose=cell.purpose, attempt=cell.attempt, capacity=cell.capacity,
+        capacity_tag=cap.capacity_tag(cell.capacity), uniform_tokens=n,
+        budget_tokens=cap.budget_tokens(cell.capacity, n), status=status,
+        rows=summary.rows if summary else 0,
+        malformed_rows=summary.malformed_rows if summary else 0,
+        saturated_rows=summary.saturated_rows if summary else 0,
+        peak_actual_valid_recv=summary.peak_actual_valid_recv if measured else None,
+        required_capacity=summary.required_capacity if measured else None,
+        cell_dir=f"cells/{cell.name}", started_utc=started_utc,
+        finished_utc=utc_now(), wall_s=result.wall_s,
+        backend_impl=impl,
+        exit_code=result.exit_code,
+        failure_line=failure.get("line") if failure.get("status") else None,
+    )

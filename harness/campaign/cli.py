@@ -21,16 +21,19 @@ from harness.health import probe
 from harness.io.lock import CampaignLock
 from harness.io.redact import redact_text
 from harness.launch import make_launcher
-from harness.results.event_types import (
+from harness.results.events import (
     CampaignDone,
     CampaignStart,
     Checkpoint,
+    EventLog,
     Health,
     ReportBuilt,
     RunStart,
     StageDone,
+    campaign_stats,
 )
-from harness.results.events import EVENTS, EventLog, campaign_stats
+from harness.results.facts import write_facts
+from harness.results.layout import EVENTS_JSONL, PROVENANCE_TXT
 from harness.results.provenance import capture_provenance, write_provenance
 from harness.runbook.load import load_runbook
 from harness.runbook.model import Runbook
@@ -123,7 +126,7 @@ def run_campaign(rb: Runbook, root: Path, launch: Launcher, stages: tuple[str, .
                  until: str | None, command_line: list[str]) -> int:
     """Create or resume `root` and drive the pipelines to the end (or the stop stage)."""
     view = ProgressView()
-    new = not (root / EVENTS).exists()
+    new = not (root / EVENTS_JSONL).exists()
     ctx = Context(rb, stages, until)
     camp = Campaign(rb, root, launch, ctx, view, command_line)
     store.check_replay_inputs(rb, camp.ctx, root, camp.finished)   # before anything is written
@@ -164,9 +167,9 @@ def drive(camp: Campaign, rb: Runbook, root: Path, view: ProgressView, new: bool
     if camp.ctx.stage_mode(Stage.PREFLIGHT) == StageMode.RUN:
         health_gate(view, camp.log)
     camp.provenance = capture_provenance(camp.command_line, dict(rb.repositories), rb.path)
-    if new or not (root / "provenance.txt").exists():
-        write_provenance(root / "provenance.txt", camp.provenance)
-    store.write_campaign_facts(root, store.campaign_facts(
+    if new or not (root / PROVENANCE_TXT).exists():
+        write_provenance(root / PROVENANCE_TXT, camp.provenance)
+    write_facts(root, store.campaign_facts(
         rb, {b.name: camp.backend(b.name).implementation() for b in rb.backends}))
     left = camp.runs_left()
     word = "resuming" if not new else "starting"
@@ -214,8 +217,8 @@ def print_summary(root: Path, view: ProgressView, this_run_s: float) -> None:
 def cli_status(results_dir: str) -> int:
     """`epcap status`: stage, runs done / left, failures by class, ETA."""
     root = Path(results_dir)
-    if not (root / EVENTS).is_file():
-        raise BadInput("not a campaign directory (no events.jsonl)", path=str(root))
+    if not (root / EVENTS_JSONL).is_file():
+        raise BadInput(f"not a campaign directory (no {EVENTS_JSONL})", path=str(root))
     stats = campaign_stats(root)
     print(f"campaign: {root}")
     print(f"stage: {stats['stage']}")

@@ -25,7 +25,7 @@ from harness.grid import capacity as cap
 from harness.grid import selection
 from harness.grid.heldout import TARGET_PEAK, risk_columns, select_budget
 from harness.results.layout import Cell
-from harness.results.tables import SELECTION_COLUMNS, TIMING_COLUMNS
+from harness.results.rows import AttemptRow, ComparisonRow, SelectionRow, TimingRow
 from harness.runbook.model import Runbook
 from harness.telemetry.steps import StepPeaks
 from harness.timing import verdicts
@@ -50,7 +50,7 @@ class Outcome:
     status: str
     summary: Any                     # telemetry.LogSummary, or None (no logs)
     timing: dict | None
-    row: dict
+    row: AttemptRow                  # its capacity_attempts.tsv row
     failure: dict
     steps: StepPeaks | None = None   # per-step peaks of a measure/validate run (harness.telemetry.steps)
 
@@ -62,9 +62,9 @@ class Context:
         self.runbook = runbook
         self.stages = stages
         self.until = until
-        self.selection: dict[tuple[str, str], dict] = {}
-        self.timing: dict[tuple[str, str], dict] = {}
-        self.comparison: dict[str, list[dict]] = {}       # model -> comparison.tsv rows
+        self.selection: dict[tuple[str, str], SelectionRow] = {}
+        self.timing: dict[tuple[str, str], TimingRow] = {}
+        self.comparison: dict[str, list[ComparisonRow]] = {}      # by model
         self.skipped: set[tuple[str, str, str]] = set()
         self.dirty = False
 
@@ -75,17 +75,15 @@ class Context:
     def n_of(self, model: str) -> int:
         return self.runbook.shape.uniform_tokens(self.runbook.model(model).topk)
 
-    def set_selection(self, model: str, backend: str, row: dict) -> None:
+    def set_selection(self, model: str, backend: str, row: SelectionRow) -> None:
         self.selection[(model, backend)] = row
         self.dirty = True
 
 
-def selection_row(ctx: Context, model: str, backend: str, **values) -> dict:
-    base = {c: None for c in SELECTION_COLUMNS}
-    base.update(campaign=ctx.runbook.campaign, model=model, backend=backend,
-                uniform_tokens=ctx.n_of(model))
-    base.update(values)
-    return base
+def selection_row(ctx: Context, model: str, backend: str, **values) -> SelectionRow:
+    """A capacity_selection.tsv row of this campaign's (model, backend) with `values`."""
+    return SelectionRow(campaign=ctx.runbook.campaign, model=model, backend=backend,
+                        uniform_tokens=ctx.n_of(model), **values)
 
 
 def validation_ok(summary: Any) -> bool:
@@ -158,19 +156,20 @@ def validate_step(ctx: Context, model: str, backend: str, state: dict
     """Validate at the selection; on drops step up one rung (bounded), recording each try."""
     rb = ctx.runbook
     n, pad = ctx.n_of(model), rb.capacity.pad_multiple
-    row = state["row"]
-    capacity = row["selected_capacity"]
+    row: SelectionRow = state["row"]
+    capacity = row.selected_capacity
     held_out = held_out_routing(rb, backend)
     for step in range(rb.capacity.max_validate_steps + 1):
         out = yield Request(model, backend, Purpose.VALIDATE, capacity)
         accepted = out.status == Status.OK and validation_ok(out.summary)
         budget = cap.budget_tokens(capacity, n)
-        row = {**row, "selected_capacity": capacity, "selected_budget_tokens": budget,
-               "over_provision": (cap.over_provision(budget, row["peak_actual_valid_recv"])
-                                  if row["peak_actual_valid_recv"] else None),
-               "validated": accepted, "validate_attempts": step + 1,
-               **risk_columns(budget, rb.validate.seed, held_out, state["outcome"].steps,
-                              out.steps, accepted)}
+        row = dataclasses.replace(
+            row, selected_capacity=capacity, selected_budget_tokens=budget,
+            over_provision=(cap.over_provision(budget, row.peak_actual_valid_recv)
+                            if row.peak_actual_valid_recv else None),
+            validated=accepted, validate_attempts=step + 1,
+            **risk_columns(budget, rb.validate.seed, held_out, state["outcome"].steps,
+                           out.steps, accepted))
         ctx.set_selection(model, backend, row)
         if accepted or out.status != Status.DROPS or step == rb.capacity.max_validate_steps:
             break
@@ -191,9 +190,9 @@ def time_step(ctx: Context, model: str) -> Pipe:
     at max(selected capacity) over the select backends, in timing.launches rounds of rotated
     order; then the model's comparison rows (docs/timing-verdicts.md)."""
     rb = ctx.runbook
-    chosen = {b.name: ctx.selection[(model, b.name)]["selected_capacity"]
-              for b in rb.backends
-              if b.select and ctx.selection.get((model, b.name), {}).get("selected_capacity")}
+    picked = {b.name: ctx.selection.get((model, b.name)) for b in rb.backends if b.select}
+    chosen = {name: row.selected_capacity for name, row in picked.items()
+              if row is not None and row.selected_capacity}
     baseline, arms = timed_arms(rb)
     if not chosen or baseline is None:
         ctx.skipped.update((model, arm, Purpose.TIME) for arm in arms)
@@ -201,8 +200,8 @@ def time_step(ctx: Context, model: str) -> Pipe:
     tcap = selection.timing_capacity(chosen)
     for b in rb.backends:
         if b.select and (model, b.name) in ctx.selection:
-            ctx.set_selection(model, b.name, {**ctx.selection[(model, b.name)],
-                                              "timing_capacity": tcap})
+            ctx.set_selection(model, b.name, dataclasses.replace(
+                ctx.selection[(model, b.name)], timing_capacity=tcap))
     usable: dict[str, list[dict | None]] = {arm: [None] * rb.timing.launches for arm in arms}
     outs: dict[str, list[Outcome]] = {arm: [] for arm in arms}
     for i, arm in time_schedule(rb):
@@ -215,26 +214,23 @@ def time_step(ctx: Context, model: str) -> Pipe:
             usable[arm][i] = out.timing
         ctx.timing[(model, arm)] = timing_row(ctx.n_of(model), outs[arm])
         ctx.dirty = True
-    why = {arm: f"no usable launch (timing status {ctx.timing[(model, arm)]['status']})"
+    why = {arm: f"no usable launch (timing status {ctx.timing[(model, arm)].status})"
            for arm in arms if not any(usable[arm])}
-    ctx.comparison[model] = verdicts.comparison_rows(rb.campaign, model, usable, baseline,
-                                                     rb.timing.max_cv, why)
+    ctx.comparison[model] = [ComparisonRow(**r) for r in verdicts.comparison_rows(
+        rb.campaign, model, usable, baseline, rb.timing.max_cv, why)]
     ctx.dirty = True
 
 
-def timing_row(n: int, outs: list[Outcome]) -> dict:
+def timing_row(n: int, outs: list[Outcome]) -> TimingRow:
     """An arm's timing.tsv row over its launches; figures only from the runs' [EPCAP_TIMING]
     lines (verdicts.aggregate), else empty. status: the first launch status that is not ok."""
     cell = outs[0].cell
-    row = {c: None for c in TIMING_COLUMNS}
     status = next((o.status for o in outs if o.status != Status.OK), Status.OK)
-    row.update(campaign=cell.campaign, model=cell.model, backend=cell.backend,
-               timing_capacity=cell.capacity, budget_tokens=cap.budget_tokens(cell.capacity, n),
-               status=status, cell_dir=outs[0].row.get("cell_dir"))
     timings = [o.timing for o in outs if o.timing and o.status in TIMED_OK]
-    agg = verdicts.aggregate(timings)
-    row.update({k: v for k, v in agg.items() if k in TIMING_COLUMNS})
-    return row
+    return TimingRow(campaign=cell.campaign, model=cell.model, backend=cell.backend,
+                     timing_capacity=cell.capacity,
+                     budget_tokens=cap.budget_tokens(cell.capacity, n), status=status,
+                     cell_dir=outs[0].row.cell_dir, **verdicts.aggregate(timings))
 
 
 PAIR_STEPS: dict[str, PairStep] = {Stage.MEASURE: measure_step, Stage.SELECT: select_step,

@@ -18,21 +18,33 @@ from harness.campaign.progress import EtaEstimator, ProgressView, fmt_s, model_s
 from harness.campaign.stages import STAGE_OF_PURPOSE, plan_cells
 from harness.errors import BadInput, CampaignStopped, Findings
 from harness.grid import capacity as cap
+from harness.io.atomic import write_text_atomic
 from harness.io.redact import redact_text
 from harness.launch import make_launcher
-from harness.results.event_types import (
+from harness.results.events import (
     CellAbandoned,
     CellFinish,
     CellRef,
     CellStart,
     CellSubmit,
+    EventLog,
     Stopped,
     parse_event,
+    read_events,
 )
-from harness.results.events import EVENTS, EventLog, read_events
-from harness.results.layout import Cell, PlannedCell, canary_model, cell_dir
+from harness.results.layout import (
+    ATTEMPTS_TSV,
+    EVENTS_JSONL,
+    PROVENANCE_TXT,
+    STOPPED_TXT,
+    Cell,
+    PlannedCell,
+    canary_model,
+    cell_dir,
+)
 from harness.results.provenance import write_provenance
-from harness.results.tables import ATTEMPT_COLUMNS, ATTEMPTS_TSV, append_row, write_text_atomic
+from harness.results.rows import ATTEMPT_COLUMNS
+from harness.results.tables import append_row
 from harness.runbook.model import Runbook
 from harness.vocab import BUG_CLASSES, CANARY_OK, Purpose, Stage, StageMode, Status
 
@@ -69,7 +81,7 @@ class Campaign:
         self.ctx = ctx
         self.view = view
         self.command_line = command_line
-        self.log = EventLog(root / EVENTS)
+        self.log = EventLog(root / EVENTS_JSONL)
         self.finished: dict[tuple, list[CellFinish]] = {}
         self.cursor: dict[tuple, int] = {}
         self.attempts: dict[tuple, int] = {}
@@ -79,7 +91,7 @@ class Campaign:
         self.backends: dict[str, Backend] = {}
         self.provenance: dict[str, str] = {}
         self.active: list[Active] = []
-        self._index_events(read_events(root / EVENTS, strict=True))
+        self._index_events(read_events(root / EVENTS_JSONL, strict=True))
 
     # -- state from events ---------------------------------------------------------------
     def _index_events(self, events: list[dict]) -> None:
@@ -170,7 +182,7 @@ class Campaign:
         fields.update({"cell": cell.name, "cell.env_keys": " ".join(sorted(spec.env)),
                        "cell.started_utc": utc_now()})
         fields["cell.argv"] = shlex.join(store.redacted(spec.argv))
-        write_provenance(cdir / "provenance.txt", fields)
+        write_provenance(cdir / PROVENANCE_TXT, fields)
 
     def finish(self, act: Active, result: JobResult) -> Outcome:
         """Classify, summarize, record (cell.json, event, TSV row) and feed the ETA."""
@@ -187,9 +199,9 @@ class Campaign:
                                         "detail": result.detail, "wall_s": result.wall_s})
         left = self.runs_left(exclude=act.cell)
         eta = self.eta(left)
-        record = CellFinish(**CellRef.fields_of(act.cell), status=out.status, row=out.row,
-                            summary=summary, timing=out.timing, failure=out.failure,
-                            wall_s=result.wall_s,
+        record = CellFinish(**CellRef.fields_of(act.cell), status=out.status,
+                            row=out.row.as_dict(), summary=summary, timing=out.timing,
+                            failure=out.failure, wall_s=result.wall_s,
                             steps=out.steps.to_dict() if out.steps is not None else None,
                             span_s=round(span, 3), runs_left=len(left),
                             eta_s=None if eta is None else round(eta, 3),
@@ -241,7 +253,7 @@ class Campaign:
 
     def report_cell(self, out: Outcome, left: int, eta: float | None) -> None:
         extra = f"  {out.failure.get('line')}" if out.failure.get("line") else ""
-        self.view.line(f"  {out.cell.name}: {out.status} ({out.row.get('wall_s')} s); "
+        self.view.line(f"  {out.cell.name}: {out.status} ({out.row.wall_s} s); "
                        f"{left} runs left, ETA {fmt_s(eta)}{extra}")
         stage = STAGE_OF_PURPOSE[out.cell.purpose]
         stage_all = [p for p in self.planned_keys() if p.stage == stage]
@@ -343,7 +355,7 @@ class Campaign:
                                        line=fail.get("line"),
                                        stage=STAGE_OF_PURPOSE[out.cell.purpose]))
         msg = redact_text(msg)
-        write_text_atomic(self.root / "STOPPED.txt", msg + "\n")
+        write_text_atomic(self.root / STOPPED_TXT, msg + "\n")
         raise CampaignStopped(msg)
 
     def cancel_active(self, reason: str) -> None:

@@ -37,7 +37,7 @@ def print_dry_run(rb: Runbook, root: Path, launcher_name: str) -> int:
     print(f"campaign {rb.campaign}: runbook {rb.path}; results {root}; launcher {launcher_name}")
     print(f"shape: seq {rb.shape.seq} x micro_batch {rb.shape.micro_batch}, ep {rb.shape.ep}; "
           f"pad_multiple {rb.capacity.pad_multiple}; grid "
-          f"{'exact' if rb.capacity.decimals is None else f'decimals-{rb.capacity.decimals}'}")
+          f"{rb.capacity.grid}")
     backends = {b.name: load_backend(b) for b in rb.backends}
     attempts: dict[tuple, int] = {}
     for p in cells:

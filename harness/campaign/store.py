@@ -20,25 +20,34 @@ from harness.api.backend import LaunchSpec
 from harness.campaign.decisions import Outcome
 from harness.campaign.stages import plan_cells, timed_arms
 from harness.errors import BadInput
+from harness.io.atomic import write_text_atomic
 from harness.io.lock import LOCK_NAME
 from harness.io.redact import redact_obj, redact_text
-from harness.results.event_types import CellAbandoned, CellFinish, CellSubmit, parse_event
-from harness.results.events import EVENTS, read_events
-from harness.results.layout import Cell, cell_dir
-from harness.results.provenance import redact_argv, secret_values
-from harness.results.tables import (
-    ATTEMPT_COLUMNS,
+from harness.results.events import CellAbandoned, CellFinish, CellSubmit, parse_event, read_events
+from harness.results.facts import CampaignFacts
+from harness.results.layout import (
     ATTEMPTS_TSV,
-    CAMPAIGN_JSON,
-    COMPARISON_COLUMNS,
+    CELL_JSON,
     COMPARISON_TSV,
-    SELECTION_COLUMNS,
+    EVENTS_JSONL,
+    RUNBOOK_YAML,
     SELECTION_TSV,
-    TIMING_COLUMNS,
     TIMING_TSV,
-    write_table_atomic,
-    write_text_atomic,
+    Cell,
+    cell_dir,
 )
+from harness.results.provenance import redact_argv, secret_values
+from harness.results.rows import (
+    ATTEMPT_COLUMNS,
+    COMPARISON_COLUMNS,
+    SELECTION_COLUMNS,
+    TIMING_COLUMNS,
+    AttemptRow,
+    ComparisonRow,
+    SelectionRow,
+    TimingRow,
+)
+from harness.results.tables import write_table_atomic
 from harness.runbook.model import Runbook
 from harness.telemetry.steps import StepPeaks
 from harness.telemetry.summary import LogSummary
@@ -96,8 +105,8 @@ def runbook_fingerprint(rb: Runbook) -> dict:
 
 def check_fingerprint(root: Path, rb: Runbook) -> None:
     """BadInput when the runbook or zoo changed since this campaign directory started."""
-    first = next((e for e in read_events(root / EVENTS) if e["ev"] == Event.CAMPAIGN_START),
-                 None)
+    first = next((e for e in read_events(root / EVENTS_JSONL)
+                  if e["ev"] == Event.CAMPAIGN_START), None)
     if first is None:
         return
     for key, value in runbook_fingerprint(rb).items():
@@ -111,7 +120,7 @@ def check_fingerprint(root: Path, rb: Runbook) -> None:
 def freeze_runbook(root: Path, rb: Runbook) -> None:
     """runbook.yaml (and its zoo, when it sits next to it) copied as run, secrets redacted;
     a zoo whose file name holds a secret is not copied (the name would leak it)."""
-    write_text_atomic(root / "runbook.yaml", redact_text(rb.path.read_text(encoding="utf-8")))
+    write_text_atomic(root / RUNBOOK_YAML, redact_text(rb.path.read_text(encoding="utf-8")))
     zoo = zoo_path(rb)
     if zoo is not None and zoo.is_file():
         rel = os.path.relpath(zoo, rb.path.parent)
@@ -126,36 +135,32 @@ def freeze_runbook(root: Path, rb: Runbook) -> None:
 def check_event_log(root: Path, campaign: str) -> None:
     """Refuse a campaign directory that holds results but lost its events.jsonl: resuming
     would rebuild the tables short and overwrite the cells' logs."""
-    if (root / EVENTS).exists() or not root.is_dir():
+    if (root / EVENTS_JSONL).exists() or not root.is_dir():
         return
     held = sorted(p.name for p in root.iterdir() if p.name != LOCK_NAME)
     if held:
-        raise BadInput(f"holds results ({len(held)} entries) but no {EVENTS}; epcap will not "
-                       f"resume over them. Restore {EVENTS} from a backup to resume, or rerun "
-                       f"with --fresh to start a new directory next to it (results/{campaign}-N)"
-                       "; the old one is never written", path=str(root))
+        raise BadInput(f"holds results ({len(held)} entries) but no {EVENTS_JSONL}; epcap "
+                       f"will not resume over them. Restore {EVENTS_JSONL} from a backup to "
+                       "resume, or rerun with --fresh to start a new directory next to it "
+                       f"(results/{campaign}-N); the old one is never written", path=str(root))
 
 
-def campaign_facts(rb: Runbook, implementations: dict[str, str]) -> dict[str, Any]:
+def campaign_facts(rb: Runbook, implementations: dict[str, str]) -> CampaignFacts:
     """campaign.json: the grid, shapes and backends as data for report and audit."""
-    return {
-        "campaign": rb.campaign, "pad_multiple": rb.capacity.pad_multiple,
-        "grid": "exact" if rb.capacity.decimals is None else f"decimals-{rb.capacity.decimals}",
-        "measure_capacity": rb.capacity.measure,
-        "shape": dataclasses.asdict(rb.shape),
-        "models": {m.name: {"topk": m.topk, "experts": m.experts, "moe_layers": m.moe_layers,
-                            "uniform_tokens": rb.shape.uniform_tokens(m.topk)}
-                   for m in rb.models},
-        "backends": [{"name": b.name, "selected": b.select, "timed": b.time,
-                      "implementation": implementations.get(b.name)} for b in rb.backends],
-        "baseline": rb.baseline,
-        "launches": rb.timing.launches,
-        "max_cv": rb.timing.max_cv,
-    }
-
-
-def write_campaign_facts(root: Path, facts: dict[str, Any]) -> None:
-    write_text_atomic(root / CAMPAIGN_JSON, json.dumps(facts, indent=1) + "\n")
+    return CampaignFacts(
+        campaign=rb.campaign, pad_multiple=rb.capacity.pad_multiple,
+        grid=str(rb.capacity.grid),
+        measure_capacity=rb.capacity.measure,
+        shape=dataclasses.asdict(rb.shape),
+        models={m.name: {"topk": m.topk, "experts": m.experts, "moe_layers": m.moe_layers,
+                         "uniform_tokens": rb.shape.uniform_tokens(m.topk)}
+                for m in rb.models},
+        backends=[{"name": b.name, "selected": b.select, "timed": b.time,
+                   "implementation": implementations.get(b.name)} for b in rb.backends],
+        baseline=rb.baseline,
+        launches=rb.timing.launches,
+        max_cv=rb.timing.max_cv,
+    )
 
 
 def jsonable(value: Any) -> Any:
@@ -174,13 +179,13 @@ def write_cell_json(cdir: Path, cell: Cell, spec: LaunchSpec, status: str, **ext
            "gpus_per_node": spec.gpus_per_node, "cwd": spec.cwd, "status": status}
     doc.update(extra)
     doc = redact_obj(jsonable(doc))
-    write_text_atomic(cdir / "cell.json", json.dumps(doc, indent=1) + "\n")
+    write_text_atomic(cdir / CELL_JSON, json.dumps(doc, indent=1) + "\n")
 
 
 def unfinished_starts(root: Path) -> list[CellSubmit]:
     """Cells submitted by an earlier driver that never finished nor were abandoned (the
     newest submit or start record of each)."""
-    records = [parse_event(e) for e in read_events(root / EVENTS)]
+    records = [parse_event(e) for e in read_events(root / EVENTS_JSONL)]
     closed = {r.cell for r in records if isinstance(r, (CellFinish, CellAbandoned))}
     latest: dict[str, CellSubmit] = {}
     for rec in records:
@@ -192,13 +197,14 @@ def unfinished_starts(root: Path) -> list[CellSubmit]:
 
 def write_attempts(root: Path) -> None:
     """Rebuild capacity_attempts.tsv from the cell_finish events (canaries are not rows)."""
-    rows = [e["row"] for e in read_events(root / EVENTS) if e["ev"] == Event.CELL_FINISH
-            and e.get("purpose") != Purpose.CANARY]
+    rows = [AttemptRow.from_record(e["row"]) for e in read_events(root / EVENTS_JSONL)
+            if e["ev"] == Event.CELL_FINISH and e.get("purpose") != Purpose.CANARY]
     write_table_atomic(root / ATTEMPTS_TSV, ATTEMPT_COLUMNS, rows)
 
 
-def write_derived(root: Path, rb: Runbook, selection: dict, timing: dict,
-                  comparison: dict | None = None) -> None:
+def write_derived(root: Path, rb: Runbook, selection: dict[tuple[str, str], SelectionRow],
+                  timing: dict[tuple[str, str], TimingRow],
+                  comparison: dict[str, list[ComparisonRow]] | None = None) -> None:
     """capacity_selection.tsv, timing.tsv and comparison.tsv, rows in runbook (model,
     backend) order, the A/A control arm after the backends."""
     _, arms = timed_arms(rb)
@@ -207,7 +213,7 @@ def write_derived(root: Path, rb: Runbook, selection: dict, timing: dict,
     order = {(m.name, name): (i, j) for i, m in enumerate(rb.models)
              for j, name in enumerate(names)}
 
-    def ordered(table: dict) -> list[dict]:
+    def ordered(table: dict) -> list:
         return [table[k] for k in sorted(table, key=lambda k: order.get(k, (999, 999)))]
 
     write_table_atomic(root / SELECTION_TSV, SELECTION_COLUMNS, ordered(selection))
@@ -227,8 +233,8 @@ def outcome_of(fin: CellFinish) -> Outcome:
     """The Outcome a cell_finish event recorded (its summary an object again)."""
     summary = LogSummary.from_dict(fin.summary) if fin.summary else None
     steps = StepPeaks.from_dict(fin.steps) if fin.steps else None
-    return Outcome(fin.to_cell(), fin.status, summary, fin.timing, fin.row or {},
-                   fin.failure or {}, steps)
+    return Outcome(fin.to_cell(), fin.status, summary, fin.timing,
+                   AttemptRow.from_record(fin.row or {}), fin.failure or {}, steps)
 
 
 def iterations_per_purpose(rb: Runbook) -> dict[str, int]:

@@ -27,6 +27,7 @@ from harness.api.backend import LaunchSpec
 from harness.api.launcher import JobHandle, JobResult, Launcher
 from harness.errors import EpcapError
 from harness.health import PRE_CELL_FAIL_EXIT
+from harness.io.atomic import write_text_atomic
 from harness.launch.slurm_script import (
     SCRIPT_NAME,
     batch_script,
@@ -36,7 +37,6 @@ from harness.launch.slurm_script import (
     script_meta,
 )
 from harness.launch.slurm_time import elapsed_seconds
-from harness.results.tables import write_text_atomic
 from harness.runbook.model import SlurmConfig
 from harness.vocab import LauncherState
 

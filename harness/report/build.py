@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.errors import BadInput
+from harness.io.atomic import write_text_atomic
 from harness.io.redact import redact_text
 from harness.report.demand import build_outputs
 from harness.report.inputs import (
@@ -40,10 +41,8 @@ from harness.report.sections import (
     timing,
     unavailable,
 )
-from harness.results.tables import (
-    read_campaign_facts,
-    write_text_atomic,
-)
+from harness.results.facts import read_facts
+from harness.results.layout import EVENTS_JSONL, PROVENANCE_TXT
 
 # The sections of report.md, in order; each is a module with render(ctx) -> lines.
 # `unavailable` lists what the others could not build, so it stays last.
@@ -55,7 +54,7 @@ def load_context(results_dir: Path, out: Path) -> Context:
     """Read the TSVs; refuse a directory that holds no campaign results at all."""
     if not results_dir.is_dir():
         raise BadInput("not a directory", path=str(results_dir))
-    known = [ATTEMPTS, SELECTION, TIMING, "events.jsonl", "provenance.txt"]
+    known = [ATTEMPTS, SELECTION, TIMING, EVENTS_JSONL, PROVENANCE_TXT]
     if not any((results_dir / k).exists() for k in known):
         raise BadInput(f"not a campaign results directory: none of {', '.join(known)}",
                        path=str(results_dir))
@@ -64,7 +63,7 @@ def load_context(results_dir: Path, out: Path) -> Context:
     timing = read_tsv(results_dir / TIMING, NEED_TIMING)
     pairs = pair_order([selection, timing, attempts])
     comparison = read_tsv(results_dir / COMPARISON, NEED_COMPARISON)
-    max_cv = read_campaign_facts(results_dir).get("max_cv")
+    max_cv = read_facts(results_dir).max_cv
     return Context(results_dir, out, attempts, selection, timing, pairs,
                    not_fitting(attempts, timing), read_pad_multiple(results_dir),
                    read_baseline(results_dir, timing), comparison,

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from harness.errors import BadInput
+from harness.io.atomic import open_atomic
 from harness.report.inputs import (
     DEMAND_COLUMNS,
     DEMAND_PURPOSES,
@@ -15,11 +16,8 @@ from harness.report.inputs import (
     cell_logs,
     num,
 )
-from harness.results.layout import Cell, parse_cell_name
-from harness.results.tables import (
-    Table,
-    open_atomic,
-)
+from harness.results.layout import CELL_JSON, Cell, parse_cell_name
+from harness.results.tables import Table
 from harness.telemetry.summary import rows_table
 from harness.vocab import TIMED_OK, Purpose, Status
 
@@ -182,7 +180,7 @@ def _launch_medians(ctx: Context, model: str, backend: str) -> tuple:
                 or r["status"] not in TIMED_OK:
             continue
         try:
-            doc = json.loads((ctx.results_dir / r["cell_dir"] / "cell.json").read_text())
+            doc = json.loads((ctx.results_dir / r["cell_dir"] / CELL_JSON).read_text())
         except (OSError, ValueError):
             continue
         timing = doc.get("timing") or {}

@@ -9,15 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import BadInput
-from harness.results.tables import (
-    ATTEMPTS_TSV,
-    COMPARISON_TSV,
-    SELECTION_TSV,
-    TIMING_TSV,
-    Table,
-    read_campaign_facts,
-    read_table,
-)
+from harness.results.facts import read_facts
+from harness.results.layout import ATTEMPTS_TSV, COMPARISON_TSV, SELECTION_TSV, TIMING_TSV
+from harness.results.tables import Table, read_table
 from harness.vocab import DEFAULT_PAD_MULTIPLE, Purpose, Status
 
 ATTEMPTS, SELECTION, TIMING = ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
@@ -66,7 +60,7 @@ def num(table: Table, i: int, column: str) -> float | None:
 
 def read_pad_multiple(results_dir: Path) -> tuple[int, str]:
     """(P, where from): the pad multiple the campaign recorded in campaign.json, else 128."""
-    pad = read_campaign_facts(results_dir).get("pad_multiple")
+    pad = read_facts(results_dir).pad_multiple
     if isinstance(pad, int) and not isinstance(pad, bool) and pad > 0:
         return pad, "campaign.json pad_multiple"
     return DEFAULT_PAD_MULTIPLE, "default (campaign.json does not record pad_multiple)"
@@ -75,7 +69,7 @@ def read_pad_multiple(results_dir: Path) -> tuple[int, str]:
 def read_baseline(results_dir: Path, timing: Table | None) -> str | None:
     """The backend timings are compared with: recorded in campaign.json, else the first
     backend of timing.tsv (the runbook's first timed backend)."""
-    recorded = read_campaign_facts(results_dir).get("baseline")
+    recorded = read_facts(results_dir).baseline
     if isinstance(recorded, str) and recorded:
         return recorded
     return timing.rows[0]["backend"] if timing is not None and timing.rows else None

@@ -1,4 +1,5 @@
-"""Cells: one run's identity, its directory name and the inverse parser (docs/spec.md: results).
+"""The names in a results directory (docs/spec.md: results layout): its files, and cells
+(one run's identity, its directory name and the inverse parser).
 
 The order of the runs is the stage table's (harness.campaign.stages).
 """
@@ -11,6 +12,18 @@ from pathlib import Path
 
 from harness.grid.capacity import capacity_tag
 from harness.vocab import Purpose
+
+# the files of results/<campaign>/
+ATTEMPTS_TSV = "capacity_attempts.tsv"
+SELECTION_TSV = "capacity_selection.tsv"
+TIMING_TSV = "timing.tsv"
+COMPARISON_TSV = "comparison.tsv"
+CAMPAIGN_JSON = "campaign.json"      # the grid, shapes and backends of a campaign, as data
+PROVENANCE_TXT = "provenance.txt"    # the campaign's, and each cell's
+EVENTS_JSONL = "events.jsonl"
+RUNBOOK_YAML = "runbook.yaml"        # the frozen copy of the runbook as run
+STOPPED_TXT = "STOPPED.txt"          # why a campaign stopped (a bug-class failure)
+CELL_JSON = "cell.json"              # in each cell directory
 
 PURPOSES = Purpose.values()
 # where a cluster measure cell's Megatron router trace goes (its --moe-routing-trace-path)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from harness import __version__
 from harness.errors import BadInput
+from harness.io.atomic import write_text_atomic
 from harness.io.redact import (  # noqa: F401  (re-exported: provenance is where callers look)
     REDACTED,
     is_secret_name,
@@ -33,7 +34,6 @@ from harness.io.redact import (  # noqa: F401  (re-exported: provenance is where
     scrub,
     secret_values,
 )
-from harness.results.tables import write_text_atomic
 
 READ_CAP_BYTES = 1 << 20     # provenance.txt of an upload is untrusted: read at most 1 MiB
 GIT_TIMEOUT_S = 10.0

@@ -1,58 +1,24 @@
-"""The results-directory model (docs/spec.md: results layout): TSV schemas, the one TSV
-reader (strict for our own results, lenient and bounded for untrusted uploads) and the one
-atomic writer (fsynced appends and temp-file replaces)."""
+"""The TSVs of a results directory (docs/spec.md: results layout): how a cell prints, the
+fsynced append and the atomic rewrite, and the one TSV reader (strict for our own results,
+lenient and bounded for untrusted uploads). Their columns are the rows'
+(harness.results.rows); their file names are harness.results.layout's.
+"""
 
 from __future__ import annotations
 
-import json
 import os
-import tempfile
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import Any
 
 from harness.errors import BadInput
+from harness.io.atomic import write_text_atomic
 from harness.io.redact import redact_text
 from harness.io.safeio import TABLE_MAX_BYTES, read_bytes
+from harness.results.rows import Row
 
-ATTEMPT_COLUMNS = (
-    "campaign", "model", "backend", "purpose", "attempt", "capacity", "capacity_tag",
-    "uniform_tokens", "budget_tokens", "status", "rows", "malformed_rows", "saturated_rows",
-    "peak_actual_valid_recv", "required_capacity", "cell_dir", "started_utc", "finished_utc",
-    "wall_s",
-    # appended (not in docs/spec.md: results layout list; SPEC allows more columns at the end)
-    "backend_impl", "exit_code", "failure_line",
-)
-SELECTION_COLUMNS = (
-    "campaign", "model", "backend", "required_capacity", "peak_actual_valid_recv",
-    "uniform_tokens", "measured_at_capacity", "selected_capacity", "selected_budget_tokens",
-    "over_provision", "validated", "validate_attempts", "timing_capacity",
-    # held-out validation and drop risk (docs/drop-risk.md)
-    "validate_seed", "validate_steps", "validate_peak", "headroom", "drop_risk_95",
-    "predicted_drop_risk", "predicted_drop_risk_hi", "held_out",
-)
-TIMING_COLUMNS = (
-    "campaign", "model", "backend", "timing_capacity", "budget_tokens", "status", "trials",
-    "iters", "dispatch_ms_median", "dispatch_ms_p90", "combine_ms_median", "combine_ms_p90",
-    "step_cv", "noise_floor_pct", "algbw_gbps", "peak_mem_bytes", "cell_dir", "launches",
-    # appended
-    "dispatch_ms_p10", "combine_ms_p10", "timer", "backend_impl",
-)
-COMPARISON_COLUMNS = (
-    "campaign", "model", "backend", "baseline", "phase", "launches", "ratio_median", "ci_low",
-    "ci_high", "cv_backend", "cv_baseline", "verdict",
-    # appended
-    "reason",
-)
-
-ATTEMPTS_TSV = "capacity_attempts.tsv"
-SELECTION_TSV = "capacity_selection.tsv"
-TIMING_TSV = "timing.tsv"
-COMPARISON_TSV = "comparison.tsv"
-CAMPAIGN_JSON = "campaign.json"      # the grid, shapes and backends of a campaign, as data
-PROVENANCE_TXT = "provenance.txt"
+RowLike = Row | Mapping[str, Any]       # a typed row, or a dict (audit, forecast, tests)
 
 
 def cell_text(value) -> str:
@@ -67,12 +33,14 @@ def cell_text(value) -> str:
     return text.replace("\t", " ").replace("\r", " ").replace("\n", " ")
 
 
-def format_row(columns: Iterable[str], row: dict) -> str:
-    """A row as one tab-separated line (with the trailing newline)."""
-    return "\t".join(cell_text(row.get(c)) for c in columns) + "\n"
+def format_row(columns: Iterable[str], row: RowLike) -> str:
+    """A row as one tab-separated line (with the trailing newline); a column the row lacks
+    is an empty cell."""
+    values = row.as_dict() if isinstance(row, Row) else row
+    return "\t".join(cell_text(values.get(c)) for c in columns) + "\n"
 
 
-def append_row(path: Path, columns: Iterable[str], row: dict) -> None:
+def append_row(path: Path, columns: Iterable[str], row: RowLike) -> None:
     """Append one row with a single fsynced write; writes the header when creating the file."""
     columns = tuple(columns)
     path = Path(path)
@@ -163,49 +131,8 @@ def read_rows(path: Path) -> list[dict]:
     return read_table(path).rows
 
 
-@contextmanager
-def open_atomic(path: Path, mode: str = "wb") -> Iterator[IO]:
-    """A file that appears at `path` only complete: a unique temp file in the same folder,
-    fsynced and renamed over `path` when the block ends; removed if the block fails."""
-    path = Path(path)
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    text = "b" not in mode
-    try:
-        with os.fdopen(handle, "w" if text else "wb", **(
-                {"encoding": "utf-8", "newline": "\n"} if text else {})) as fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write `data` atomically (open_atomic)."""
-    with open_atomic(path, "wb") as fh:
-        fh.write(data)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write UTF-8 text atomically (newlines kept as written)."""
-    write_bytes_atomic(path, text.encode("utf-8"))
-
-
-def write_table_atomic(path: Path, columns: Iterable[str], rows: Iterable[dict]) -> None:
+def write_table_atomic(path: Path, columns: Iterable[str], rows: Iterable[RowLike]) -> None:
     """Replace a whole TSV atomically (header + rows)."""
     columns = tuple(columns)
     text = "\t".join(columns) + "\n" + "".join(format_row(columns, r) for r in rows)
     write_text_atomic(path, text)
-
-
-def read_campaign_facts(results_dir: Path) -> dict:
-    """campaign.json (pad multiple, grid, shapes, backends, baseline) as written by the
-    campaign; {} when absent or not a JSON object (results from before it existed)."""
-    path = Path(results_dir) / CAMPAIGN_JSON
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 from harness.errors import BadInput
+from harness.results.layout import CELL_JSON
 from harness.taxonomy.judge import LAUNCHER_STATES, judge_run
 
 LOG_SUFFIXES = (".log", ".out", ".err")
@@ -29,7 +30,7 @@ def cell_logs(cell_dir: Path) -> list[Path]:
 
 def read_cell_json(cell_dir: Path) -> dict:
     """cell.json of a cell directory ({} when absent); malformed is BadInput."""
-    path = cell_dir / "cell.json"
+    path = cell_dir / CELL_JSON
     if not path.is_file():
         return {}
     if path.stat().st_size > CELL_JSON_MAX:
@@ -77,12 +78,12 @@ def classify_cell(cell_dir: Path, runbook=None, backend: str | None = None,
     if state not in LAUNCHER_STATES:
         raise BadInput(f"launcher state {state!r}: pass --state "
                        f"({'|'.join(LAUNCHER_STATES)}) or a cell.json with launcher.state",
-                       path=str(cell_dir / "cell.json"), field="launcher.state")
+                       path=str(cell_dir / CELL_JSON), field="launcher.state")
     if exit_code is None:
         exit_code = launcher.get("exit_code")
     if exit_code is not None and not isinstance(exit_code, int):
         raise BadInput(f"exit code {exit_code!r} is not an integer",
-                       path=str(cell_dir / "cell.json"), field="launcher.exit_code")
+                       path=str(cell_dir / CELL_JSON), field="launcher.exit_code")
     patterns, library, tags = _backend_patterns(backend or cell.get("backend"), runbook)
     verdict = judge_run(exit_code, state, cell_logs(cell_dir), patterns,
                         purpose=cell.get("purpose"), library=library, tags=tags)

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from harness.results.events import read_events
-from harness.results.tables import SELECTION_COLUMNS, read_rows
+from harness.results.rows import SELECTION_COLUMNS
+from harness.results.tables import read_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 REDUCED = ROOT / "tests" / "fixtures" / "runbooks" / "reduced.yaml"

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from harness.audit import audit_target, load_errata, parse_hf_target, readers
 from harness.cli import main
 from harness.errors import BadInput
-from harness.results.tables import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
+from harness.results.layout import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
 
 CORPUS_PY = Path(__file__).resolve().parents[1] / "fixtures" / "uploads" / "corpus.py"
 _spec = importlib.util.spec_from_file_location("upload_corpus", CORPUS_PY)

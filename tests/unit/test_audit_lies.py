@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.audit import audit_target, readers
-from harness.results.tables import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
+from harness.results.layout import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
 
 CORPUS_PY = Path(__file__).resolve().parents[1] / "fixtures" / "uploads" / "corpus.py"
 _spec = importlib.util.spec_from_file_location("upload_corpus_lies", CORPUS_PY)

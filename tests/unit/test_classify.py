@@ -141,13 +141,13 @@ def test_campaign_analysis_records_the_richer_outcome(tmp_path):
         assert out.status == want
         assert out.failure["stated_demand"] == 70211 and out.failure["first_failed_rank"] == "5"
         assert "actual recv tokens 70211" in out.failure["line"]
-        assert out.row["failure_line"] == out.failure["line"]
+        assert out.row.failure_line == out.failure["line"]
     # the re-measure after an overflow report covers the stated demand, not only the rows
     assert lower_bound_peak(out) == max(out.summary.peak_actual_valid_recv, 70211)
-    demand_only = Outcome(cell, "lower_bound", None, None, {}, {"stated_demand": 70211})
+    demand_only = Outcome(cell, "lower_bound", None, None, out.row, {"stated_demand": 70211})
     assert lower_bound_peak(demand_only) == 70211
     n = rb.shape.uniform_tokens(rb.models[0].topk)
     again = selection.remeasure_capacity("2.00", n, rb.capacity.pad_multiple,
                                          lower_bound_peak(demand_only))
     assert cap.budget_tokens(again, n) >= 70211
-    assert lower_bound_peak(Outcome(cell, "lower_bound", None, None, {}, {})) == 0
+    assert lower_bound_peak(Outcome(cell, "lower_bound", None, None, out.row, {})) == 0

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from harness.results import event_types as et
+from harness.results import events as et
 from harness.results.events import EventLog, read_events
 from harness.results.layout import Cell
 from harness.vocab import Event

@@ -7,7 +7,9 @@ from pathlib import Path
 from backends.reference.routing import route
 from harness.loadmodel.trace_io import write_epcap
 from harness.report.sections.forecast import campaign_forecast
-from harness.results.tables import ATTEMPT_COLUMNS, ATTEMPTS_TSV, write_table_atomic
+from harness.results.layout import ATTEMPTS_TSV
+from harness.results.rows import ATTEMPT_COLUMNS
+from harness.results.tables import write_table_atomic
 
 
 def _cell(root: Path, name: str, seed: int = 1) -> Path:

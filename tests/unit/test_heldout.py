@@ -129,6 +129,7 @@ def test_select_stage_uses_the_runbook_target():
 
     from harness.campaign.decisions import Context, Outcome, select_step
     from harness.results.layout import Cell
+    from harness.results.rows import AttemptRow, SelectionRow
     from harness.runbook.load import load_runbook
     from harness.telemetry.summary import LogSummary
 
@@ -138,18 +139,19 @@ def test_select_stage_uses_the_runbook_target():
     summary = LogSummary(rows=40, expected_recv=N, peak_actual_valid_recv=peak,
                          required_capacity=peak / N, lower_bound=False)
 
-    def selected(target) -> dict:
+    def selected(target) -> SelectionRow:
         rb = dataclasses.replace(base, capacity=dataclasses.replace(base.capacity,
                                                                     target=target))
         ctx = Context(rb, (), None)
         cell = Cell(rb.campaign, "QWEN3_30B", "echo", "measure", "2.00")
-        state = {"outcome": Outcome(cell, "ok", summary, None, {}, {}, measured),
+        row = AttemptRow(campaign=rb.campaign, model=cell.model, backend=cell.backend)
+        state = {"outcome": Outcome(cell, "ok", summary, None, row, {}, measured),
                  "capacity": "2.00"}
         select_step(ctx, "QWEN3_30B", "echo", state)
         return state["row"]
 
-    assert selected("peak")["selected_budget_tokens"] == -(-peak // PAD) * PAD
-    tight = selected(1e-6)["selected_budget_tokens"]
+    assert selected("peak").selected_budget_tokens == -(-peak // PAD) * PAD
+    tight = selected(1e-6).selected_budget_tokens
     assert tight > -(-peak // PAD) * PAD
     assert tight == select_budget(1e-6, peak, N, PAD, None, measured).budget
 

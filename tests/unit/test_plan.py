@@ -10,6 +10,7 @@ from harness.campaign.decisions import Context, Outcome, model_pipeline
 from harness.campaign.stages import plan_cells
 from harness.grid.capacity import budget_tokens, is_executable
 from harness.results.layout import Cell, canary_model, cell_dir
+from harness.results.rows import AttemptRow
 from harness.runbook.load import load_runbook
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +45,8 @@ def summary(peak, budget, saturated=0, rows=8):
 def outcome(req, status, summ=None):
     cell = Cell(RB.campaign, req.model, req.backend, req.purpose, req.capacity, 1)
     return Outcome(cell, status, summ, {"trials": 1} if req.purpose == "time" else None,
-                   {"cell_dir": "x"}, {})
+                   AttemptRow(campaign=RB.campaign, model=req.model, backend=req.backend,
+                              cell_dir="x"), {})
 
 
 def drive(ctx, script):
@@ -95,11 +97,11 @@ def test_select_validate_time_at_the_max_of_echo_and_ultraep():
     assert [r.backend for r in reqs if r.purpose == "time"] == [
         "echo", "ultraep", "moonep", "ultraep", "moonep", "echo"]      # 2 rotated rounds
     echo = ctx.selection[(M, "echo")]
-    assert echo["selected_capacity"] == "1.25" and echo["selected_budget_tokens"] == 1280
-    assert echo["validated"] is True and echo["validate_attempts"] == 1
-    assert echo["timing_capacity"] == "1.375" and echo["measured_at_capacity"] == "2.00"
-    assert echo["over_provision"] == pytest.approx(1280 / 1173)
-    assert ctx.timing[(M, "moonep")]["timing_capacity"] == "1.375"
+    assert echo.selected_capacity == "1.25" and echo.selected_budget_tokens == 1280
+    assert echo.validated is True and echo.validate_attempts == 1
+    assert echo.timing_capacity == "1.375" and echo.measured_at_capacity == "2.00"
+    assert echo.over_provision == pytest.approx(1280 / 1173)
+    assert ctx.timing[(M, "moonep")].timing_capacity == "1.375"
 
 
 def test_drops_step_up_one_rung_each_time():
@@ -116,8 +118,8 @@ def test_drops_step_up_one_rung_each_time():
     assert [budget_tokens(c, N) for c in steps] == [1280, 1408, 1536]     # +P each time
     assert all(is_executable(c, N) for c in steps)
     row = ctx.selection[(M, "echo")]
-    assert row["validated"] is True and row["validate_attempts"] == 3
-    assert row["selected_capacity"] == steps[-1]
+    assert row.validated is True and row.validate_attempts == 3
+    assert row.selected_capacity == steps[-1]
     assert caps(reqs, "time") == [steps[-1]] * 6
 
 
@@ -127,8 +129,8 @@ def test_step_ups_are_bounded_and_leave_validated_false():
                              lambda req: "drops" if req.backend == "echo" else "ok"))
     assert len(caps(reqs, "validate", "echo")) == RB.capacity.max_validate_steps + 1
     row = ctx.selection[(M, "echo")]
-    assert row["validated"] is False
-    assert row["validate_attempts"] == RB.capacity.max_validate_steps + 1
+    assert row.validated is False
+    assert row.validate_attempts == RB.capacity.max_validate_steps + 1
 
 
 def test_lower_bound_is_remeasured_at_a_larger_capacity():
@@ -138,9 +140,9 @@ def test_lower_bound_is_remeasured_at_a_larger_capacity():
     assert measured[0] == "2.00" and len(measured) == 2
     assert budget_tokens(measured[1], N) > 2500 and is_executable(measured[1], N)
     row = ctx.selection[(M, "echo")]
-    assert row["measured_at_capacity"] == measured[1]
-    assert row["peak_actual_valid_recv"] == 2500
-    assert budget_tokens(row["selected_capacity"], N) == 2560        # ceil(2500/128) x 128
+    assert row.measured_at_capacity == measured[1]
+    assert row.peak_actual_valid_recv == 2500
+    assert budget_tokens(row.selected_capacity, N) == 2560        # ceil(2500/128) x 128
 
 
 def test_persistent_lower_bound_gives_no_selection():
@@ -148,7 +150,7 @@ def test_persistent_lower_bound_gives_no_selection():
     reqs = drive(ctx, simple({"echo": 10**9, "ultraep": 1173}))
     assert len(caps(reqs, "measure", "echo")) == RB.capacity.max_remeasure + 1
     assert caps(reqs, "validate", "echo") == []
-    assert ctx.selection[(M, "echo")]["selected_capacity"] is None
+    assert ctx.selection[(M, "echo")].selected_capacity is None
     assert caps(reqs, "time") == ["1.25"] * 6                        # ultraep's selection
 
 
@@ -158,8 +160,8 @@ def test_does_not_fit_at_measure_is_recorded_and_timing_uses_the_rest():
                              measure_status={"ultraep": "does_not_fit"}))
     assert caps(reqs, "validate", "ultraep") == []
     row = ctx.selection[(M, "ultraep")]
-    assert row["selected_capacity"] is None and row["validated"] is False
-    assert row["validate_attempts"] == 0 and row["measured_at_capacity"] == "2.00"
+    assert row.selected_capacity is None and row.validated is False
+    assert row.validate_attempts == 0 and row.measured_at_capacity == "2.00"
     assert caps(reqs, "time") == ["1.25"] * 6
 
 

@@ -12,7 +12,7 @@ import pytest
 from harness import publish
 from harness.errors import BadInput
 from harness.publish import cli_publish, glob_escape
-from harness.results.tables import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
+from harness.results.layout import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
 
 CORPUS_PY = Path(__file__).resolve().parents[1] / "fixtures" / "uploads" / "corpus.py"
 _spec = importlib.util.spec_from_file_location("upload_corpus", CORPUS_PY)

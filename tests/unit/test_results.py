@@ -1,18 +1,29 @@
-"""TSV schemas and writes; the events log (torn tails) and campaign statistics."""
+"""TSV rows and writes; campaign.json; the events log (torn tails) and campaign statistics."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import FrozenInstanceError, replace
 from pathlib import Path
 
+import pytest
+
 from harness.results.events import EventLog, campaign_stats, eta_error_at, read_events, repair_tail
-from harness.results.tables import (
+from harness.results.facts import CampaignFacts, read_facts, write_facts
+from harness.results.layout import CAMPAIGN_JSON
+from harness.results.rows import (
     ATTEMPT_COLUMNS,
     COMPARISON_COLUMNS,
     SELECTION_COLUMNS,
     TIMING_COLUMNS,
+    AttemptRow,
+    SelectionRow,
+    TimingRow,
+)
+from harness.results.tables import (
     append_row,
     cell_text,
+    format_row,
     read_rows,
     write_table_atomic,
 )
@@ -32,15 +43,60 @@ SPEC_COMPARISON = ("campaign model backend baseline phase launches ratio_median 
                    "cv_backend cv_baseline verdict").split()
 
 
-def test_columns_follow_spec_order_extras_at_end():
-    assert list(ATTEMPT_COLUMNS[:len(SPEC_ATTEMPTS)]) == SPEC_ATTEMPTS
-    assert ATTEMPT_COLUMNS[len(SPEC_ATTEMPTS):] == ("backend_impl", "exit_code", "failure_line")
-    assert list(SELECTION_COLUMNS) == SPEC_SELECTION
-    assert list(TIMING_COLUMNS[:len(SPEC_TIMING)]) == SPEC_TIMING
-    assert TIMING_COLUMNS[len(SPEC_TIMING):] == ("dispatch_ms_p10", "combine_ms_p10", "timer",
-                                                 "backend_impl")
-    assert list(COMPARISON_COLUMNS[:len(SPEC_COMPARISON)]) == SPEC_COMPARISON
-    assert COMPARISON_COLUMNS[len(SPEC_COMPARISON):] == ("reason",)
+@pytest.mark.parametrize("columns, spec", [(ATTEMPT_COLUMNS, SPEC_ATTEMPTS),
+                                           (SELECTION_COLUMNS, SPEC_SELECTION),
+                                           (TIMING_COLUMNS, SPEC_TIMING),
+                                           (COMPARISON_COLUMNS, SPEC_COMPARISON)])
+def test_columns_follow_spec_order_extras_at_end(columns, spec):
+    """The spec's columns first, in its order; appended ones after (the default campaign's
+    golden, tests/e2e/test_default_campaign.py, pins every header as written)."""
+    assert list(columns[:len(spec)]) == spec
+    assert len(set(columns)) == len(columns)
+
+
+def test_a_misspelt_column_fails_at_once():
+    row = SelectionRow(campaign="c", model="M", backend="echo")
+    with pytest.raises(TypeError, match="selected_capacty"):
+        SelectionRow(campaign="c", model="M", backend="echo", selected_capacty="1.25")
+    with pytest.raises(TypeError, match="selected_capacty"):
+        replace(row, selected_capacty="1.25")
+    with pytest.raises(TypeError):
+        SelectionRow("c", "M", "echo")                              # keyword-only
+    with pytest.raises(FrozenInstanceError):
+        row.selected_capacity = "1.25"                              # a change is replace()
+    assert replace(row, selected_capacity="1.25").selected_capacity == "1.25"
+
+
+def test_a_row_prints_as_its_columns(tmp_path):
+    row = TimingRow(campaign="c", model="M", backend="echo", trials=3, step_cv=0.0123456789,
+                    timer="perf_counter", launches=0)
+    assert format_row(TIMING_COLUMNS, row) == format_row(TIMING_COLUMNS, row.as_dict())
+    write_table_atomic(tmp_path / "t.tsv", TIMING_COLUMNS, [row])
+    (back,) = read_rows(tmp_path / "t.tsv")
+    assert tuple(back) == TIMING_COLUMNS
+    assert (back["trials"], back["step_cv"], back["launches"], back["status"]) == (
+        "3", "0.012346", "0", "")
+    # a recorded row (events.jsonl) reads back whatever version wrote it
+    old = AttemptRow.from_record({"campaign": "c", "model": "M", "backend": "b", "wall_s": 1.5,
+                                  "from_a_newer_version": 1})
+    assert old.wall_s == 1.5 and old.failure_line is None
+    assert list(old.as_dict()) == list(ATTEMPT_COLUMNS)
+
+
+def test_campaign_facts_round_trip(tmp_path):
+    facts = CampaignFacts(campaign="c", pad_multiple=64, grid="decimals-2",
+                          measure_capacity="2.00", shape={"seq": 8}, models={"M": {"topk": 8}},
+                          backends=[{"name": "echo"}], baseline="echo", launches=3, max_cv=0.1)
+    write_facts(tmp_path, facts)
+    data = json.loads((tmp_path / CAMPAIGN_JSON).read_text())
+    assert list(data) == ["campaign", "pad_multiple", "grid", "measure_capacity", "shape",
+                          "models", "backends", "baseline", "launches", "max_cv"]
+    assert (tmp_path / CAMPAIGN_JSON).read_text() == json.dumps(data, indent=1) + "\n"
+    assert read_facts(tmp_path) == facts
+    (tmp_path / CAMPAIGN_JSON).write_text('{"pad_multiple": 256, "from_a_newer_version": 1}')
+    assert read_facts(tmp_path) == CampaignFacts(pad_multiple=256)
+    (tmp_path / CAMPAIGN_JSON).write_text("[1]")
+    assert read_facts(tmp_path) == CampaignFacts() == read_facts(tmp_path / "absent")
 
 
 def test_cell_text():

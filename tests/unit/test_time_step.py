@@ -6,6 +6,7 @@ from pathlib import Path
 
 from harness.campaign.decisions import Context, Outcome, time_step
 from harness.results.layout import Cell
+from harness.results.rows import AttemptRow, SelectionRow
 from harness.runbook.load import load_runbook
 
 RUNBOOK = Path(__file__).resolve().parents[2] / "runbooks" / "local-cpu.yaml"
@@ -23,7 +24,8 @@ def drive(times: dict, dnf: set = frozenset()) -> tuple[Context, list[str]]:
     rb = load_runbook(RUNBOOK)
     ctx = Context(rb, (), None)
     for b in ("echo", "ultraep"):
-        ctx.selection[("QWEN3_30B", b)] = {"selected_capacity": "1.3125"}
+        ctx.selection[("QWEN3_30B", b)] = SelectionRow(
+            campaign=rb.campaign, model="QWEN3_30B", backend=b, selected_capacity="1.3125")
     pipe = time_step(ctx, "QWEN3_30B")
     asked, rounds = [], {}
     out = None
@@ -34,11 +36,12 @@ def drive(times: dict, dnf: set = frozenset()) -> tuple[Context, list[str]]:
             i = rounds.get(req.backend, 0)
             rounds[req.backend] = i + 1
             cell = Cell(rb.campaign, req.model, req.backend, req.purpose, req.capacity, i + 1)
+            row = AttemptRow(campaign=rb.campaign, model=req.model, backend=req.backend,
+                             cell_dir=f"cells/{cell.name}")
             if req.backend in dnf:
-                out = Outcome(cell, "does_not_fit", None, None, {"cell_dir": "c"}, {})
+                out = Outcome(cell, "does_not_fit", None, None, row, {})
             else:
-                out = Outcome(cell, "ok", None, timing(*times[req.backend][i]),
-                              {"cell_dir": f"cells/{cell.name}"}, {})
+                out = Outcome(cell, "ok", None, timing(*times[req.backend][i]), row, {})
     except StopIteration:
         pass
     return ctx, asked
@@ -52,12 +55,12 @@ def test_rounds_are_rotated_and_every_launch_counts():
                         "moonep": [(3.0, 2.0)] * 3, "echo~control": same})
     assert asked == ["echo", "ultraep", "moonep", "echo~control", "ultraep", "moonep",
                      "echo~control", "echo", "moonep", "echo~control", "echo", "ultraep"]
-    rows = {(r["backend"], r["phase"]): r for r in ctx.comparison["QWEN3_30B"]}
-    assert rows[("ultraep", "dispatch")]["launches"] == 3
-    assert rows[("ultraep", "dispatch")]["verdict"] != "slower", rows[("ultraep", "dispatch")]
-    assert rows[("moonep", "dispatch")]["verdict"] == "slower"
-    assert rows[("echo~control", "dispatch")]["verdict"] == "indistinguishable"
-    assert ctx.timing[("QWEN3_30B", "moonep")]["launches"] == 3
+    rows = {(r.backend, r.phase): r for r in ctx.comparison["QWEN3_30B"]}
+    assert rows[("ultraep", "dispatch")].launches == 3
+    assert rows[("ultraep", "dispatch")].verdict != "slower", rows[("ultraep", "dispatch")]
+    assert rows[("moonep", "dispatch")].verdict == "slower"
+    assert rows[("echo~control", "dispatch")].verdict == "indistinguishable"
+    assert ctx.timing[("QWEN3_30B", "moonep")].launches == 3
 
 
 def test_a_does_not_fit_arm_is_launched_once_and_has_no_verdict():
@@ -66,6 +69,6 @@ def test_a_does_not_fit_arm_is_launched_once_and_has_no_verdict():
     assert asked.count("moonep") == 1 and asked.count("echo") == 3
     assert ("QWEN3_30B", "moonep", "time") in ctx.skipped
     row = ctx.timing[("QWEN3_30B", "moonep")]
-    assert row["status"] == "does_not_fit" and row["launches"] == 0
-    moon = [r for r in ctx.comparison["QWEN3_30B"] if r["backend"] == "moonep"]
-    assert [r["verdict"] for r in moon] == [None, None] and "does_not_fit" in moon[0]["reason"]
+    assert row.status == "does_not_fit" and row.launches == 0
+    moon = [r for r in ctx.comparison["QWEN3_30B"] if r.backend == "moonep"]
+    assert [r.verdict for r in moon] == [None, None] and "does_not_fit" in moon[0].reason

@@ -113,5 +113,5 @@ def test_report_lines_banner_table_and_cells():
 
 
 def test_row_keys_are_the_comparison_columns():
-    from harness.results.tables import COMPARISON_COLUMNS
+    from harness.results.rows import COMPARISON_COLUMNS
     assert verdicts.ROW_KEYS == COMPARISON_COLUMNS

@@ -39,7 +39,7 @@ from harness.audit.vocab import (
 )
 from harness.errors import EpcapError
 from harness.grid.capacity import is_executable
-from harness.results.tables import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
+from harness.results.layout import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
 
 
 def is_echo(row: Row) -> bool:

@@ -28,8 +28,7 @@ from harness.audit.model import (
 from harness.audit.rules.basic import find_uniform_tokens
 from harness.audit.rules.selection import drop_risk_consistency, selection_consistency
 from harness.audit.vocab import CELL_TAG, INCONSISTENT, MISSING_CELL
-from harness.results.layout import parse_cell_name
-from harness.results.tables import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
+from harness.results.layout import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV, parse_cell_name
 
 
 def requirement_problem(row: Row, peak_col: str = "peak_actual_valid_recv",

@@ -41,7 +41,7 @@ from harness.audit.vocab import (
     UNVALIDATED,
     VALIDATED_SATURATED,
 )
-from harness.results.tables import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
+from harness.results.layout import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
 
 PAIR_COLUMNS = ("model", "backend", "purpose", "capacity")
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from harness.forecast.outputs import FORECAST_PNG, FORECAST_TSV, routing_header, write_outputs
 from harness.report.inputs import Context, md_table
+from harness.results.layout import RUNBOOK_YAML
 from harness.vocab import DEFAULT_PAD_MULTIPLE
 
 
@@ -33,7 +34,8 @@ def _measure_traces(results_dir: Path) -> dict[tuple[str, str], Path]:
 
 def _measured_peaks(results_dir: Path) -> dict[str, str]:
     """peak_actual_valid_recv of each attempt row, by cell directory name."""
-    from harness.results.tables import ATTEMPTS_TSV, read_rows
+    from harness.results.layout import ATTEMPTS_TSV
+    from harness.results.tables import read_rows
 
     path = results_dir / ATTEMPTS_TSV
     rows = read_rows(path) if path.exists() else []
@@ -100,7 +102,7 @@ def _cluster_header(results_dir: Path, model: str, backend: str) -> dict:
     from harness.loadmodel.planners import PERSONALITIES
     from harness.runbook.load import load_runbook
 
-    rb = load_runbook(results_dir / "runbook.yaml")
+    rb = load_runbook(results_dir / RUNBOOK_YAML)
     spec, cfg = rb.model(model), rb.backend(backend)
     name = cfg.module if cfg.module in PERSONALITIES else "raw"
     return {"experts": spec.experts, "hidden": spec.hidden, "personality": name}

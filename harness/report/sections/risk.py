@@ -19,6 +19,7 @@ from harness.grid.heldout import TARGET_PEAK, parse_target, select_budget
 from harness.grid.risk import no_fit_reason, percent
 from harness.io.yamldoc import read_doc
 from harness.report.inputs import Context
+from harness.results.layout import RUNBOOK_YAML
 from harness.telemetry.steps import StepPeaks, step_peaks
 from harness.vocab import DEFAULT_PAD_MULTIPLE, Purpose, Status
 
@@ -47,7 +48,7 @@ def _float(text: str) -> float | None:
 
 def _frozen_capacity(results_dir: Path) -> dict:
     """The `capacity:` mapping of the frozen runbook.yaml ({} when absent or unreadable)."""
-    path = results_dir / "runbook.yaml"
+    path = results_dir / RUNBOOK_YAML
     if not path.is_file():
         return {}
     try:

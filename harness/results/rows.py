@@ -1,0 +1,150 @@
+"""The rows of the campaign's TSVs as frozen, keyword-only dataclasses (docs/spec.md: results
+layout).
+
+A table's columns are its row's fields, in order: to add a column, add a field (after the
+ones the spec lists; more columns may only be appended) and set it where the row is built.
+A row is built with its fields by name and changed with `dataclasses.replace`, so a
+misspelt column is a TypeError at once instead of an empty cell. An unset field is the
+empty cell (None); how a value prints is `harness.results.tables.cell_text`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+R = TypeVar("R", bound="Row")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    """Base of the rows: the columns, the row as a dict, and the row read back from a record."""
+
+    @classmethod
+    def columns(cls) -> tuple[str, ...]:
+        """The TSV header: the field names, in order."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    def as_dict(self) -> dict[str, Any]:
+        """{column: value} in column order (what events.jsonl records of an attempts row)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_record(cls: type[R], data: Mapping[str, Any]) -> R:
+        """A row as recorded earlier (events.jsonl): its known columns, the others empty, so
+        a record from an older or newer version still reads."""
+        return cls(**{c: data.get(c) for c in cls.columns()})
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttemptRow(Row):
+    """capacity_attempts.tsv: one row per run (harness.campaign.analysis.attempt_row)."""
+
+    campaign: str
+    model: str
+    backend: str
+    purpose: str | None = None
+    attempt: int | None = None
+    capacity: str | None = None
+    capacity_tag: str | None = None
+    uniform_tokens: int | None = None
+    budget_tokens: int | None = None
+    status: str | None = None
+    rows: int | None = None
+    malformed_rows: int | None = None
+    saturated_rows: int | None = None
+    peak_actual_valid_recv: int | None = None
+    required_capacity: str | None = None
+    cell_dir: str | None = None
+    started_utc: str | None = None
+    finished_utc: str | None = None
+    wall_s: float | None = None
+    # appended (not in docs/spec.md: results layout list; SPEC allows more columns at the end)
+    backend_impl: str | None = None
+    exit_code: int | None = None
+    failure_line: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SelectionRow(Row):
+    """capacity_selection.tsv: one row per (model, backend) selected."""
+
+    campaign: str
+    model: str
+    backend: str
+    required_capacity: str | None = None
+    peak_actual_valid_recv: int | None = None
+    uniform_tokens: int | None = None
+    measured_at_capacity: str | None = None
+    selected_capacity: str | None = None
+    selected_budget_tokens: int | None = None
+    over_provision: float | None = None
+    validated: bool | None = None
+    validate_attempts: int | None = None
+    timing_capacity: str | None = None
+    # held-out validation and drop risk (docs/drop-risk.md; harness.grid.heldout.risk_columns)
+    validate_seed: int | None = None
+    validate_steps: int | None = None
+    validate_peak: int | None = None
+    headroom: float | None = None            # selected budget / validate_peak
+    drop_risk_95: str | None = None
+    predicted_drop_risk: str | None = None
+    predicted_drop_risk_hi: str | None = None
+    held_out: bool | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimingRow(Row):
+    """timing.tsv: one row per (model, timed arm), over its launches."""
+
+    campaign: str
+    model: str
+    backend: str
+    timing_capacity: str | None = None
+    budget_tokens: int | None = None
+    status: str | None = None
+    trials: int | None = None
+    iters: int | None = None
+    dispatch_ms_median: float | None = None
+    dispatch_ms_p90: float | None = None
+    combine_ms_median: float | None = None
+    combine_ms_p90: float | None = None
+    step_cv: float | None = None
+    noise_floor_pct: float | None = None
+    algbw_gbps: float | None = None
+    peak_mem_bytes: int | None = None
+    cell_dir: str | None = None
+    launches: int | None = None
+    # appended
+    dispatch_ms_p10: float | None = None
+    combine_ms_p10: float | None = None
+    timer: str | None = None
+    backend_impl: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComparisonRow(Row):
+    """comparison.tsv: one row per (model, arm other than the baseline, phase)."""
+
+    campaign: str
+    model: str
+    backend: str
+    baseline: str | None = None
+    phase: str | None = None                 # dispatch | combine
+    launches: int | None = None
+    ratio_median: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    cv_backend: float | None = None
+    cv_baseline: float | None = None
+    verdict: str | None = None
+    # appended
+    reason: str | None = None
+
+
+ATTEMPT_COLUMNS = AttemptRow.columns()
+SELECTION_COLUMNS = SelectionRow.columns()
+TIMING_COLUMNS = TimingRow.columns()
+COMPARISON_COLUMNS = ComparisonRow.columns()
