@@ -12,7 +12,9 @@ import dataclasses
 from enum import Enum
 from typing import Any
 
-DEFAULT_PAD_MULTIPLE = 128    # docs/spec.md P: a budget must be a multiple of it (the default)
+# P of docs/spec.md: budgets are padded to a multiple of it unless the runbook says otherwise
+# (capacity.pad_multiple); also the value for results that do not record theirs.
+DEFAULT_PAD_MULTIPLE = 128
 
 
 class StrEnum(str, Enum):
@@ -68,10 +70,6 @@ class Verdict(StrEnum):
 
 # The A/A control arm of a timing baseline is named `<baseline>~control`.
 CONTROL_SUFFIX = "~control"
-
-# P of docs/spec.md: budgets are padded to a multiple of it unless the runbook says otherwise
-# (capacity.pad_multiple); also the value for results that do not record theirs.
-DEFAULT_PAD_MULTIPLE = 128
 
 
 class Purpose(StrEnum):
