@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`make mutation`: run mutmut 3.x on the capacity core and print the mutation score.
 
-Mutates harness/grid/capacity.py, telemetry.py, telemetry_lines.py and selection.py (pyproject
+Mutates harness/grid/capacity.py, harness/grid/selection.py, harness/telemetry/summary.py and
+harness/telemetry/lines.py (pyproject
 `[tool.mutmut]`), runs their fast unit tests per mutant, then prints killed / total and the
 percentage, and the surviving mutants. A timed-out mutant counts as killed (the tests did not pass), as in
 mutmut's own badge; skipped mutants are left out of the total. Exit 1 below the threshold

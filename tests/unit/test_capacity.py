@@ -57,7 +57,7 @@ def test_grid_parses_both_spellings_and_prints_the_runbooks(text, decimals, cano
 
 
 @pytest.mark.parametrize("text", ["", "fine", "decimals", "decimals-", "decimals-13",
-                                  "decimals-100", "decimals--1", "decimals 2", "Exact", 2,
+                                  "decimals-100", "decimals-012", "decimals--1", "decimals 2", "Exact", 2,
                                   None, "decimals-\u0662"])
 def test_grid_refuses_anything_else(text):
     with pytest.raises(ValueError, match="not a grid"):

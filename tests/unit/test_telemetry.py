@@ -702,3 +702,22 @@ def test_summary_round_trips_through_its_dict(tmp_path):
     back = tm.LogSummary.from_dict({**summary.to_dict(), "unknown_key": 1})
     assert back == summary and back.rows == 8
     assert tm.LogSummary.from_dict({"rows": 3}) == tm.LogSummary(rows=3)
+
+
+def test_the_fast_pattern_refuses_a_row_whose_field_repeats_after_the_six():
+    """The pure-Python fast path may take a row whole only when no field repeats later on the
+    line; otherwise the row goes to the slow path, which calls it malformed."""
+    from harness.telemetry.lines import make_tags
+
+    fast = make_tags().fast
+    assert fast.search(row(0, 1, 0, 1000).encode())
+    for key in ("iter", "layer", "rank", "expected_recv", "actual_valid_recv", "budget"):
+        assert fast.search(row(0, 1, 0, 1000, extra=f" {key}=9").encode()) is None, key
+
+
+def test_a_non_integer_value_is_quoted_to_forty_characters(tmp_path):
+    value = "x" * 60
+    path = write(tmp_path, row(0, 1, 0, 1000).replace("actual_valid_recv=1000",
+                                                      f"actual_valid_recv={value}"))
+    s = summarize(path)
+    assert s.malformed == [f"{path}:1: non-integer value actual_valid_recv={'x' * 40!r}"]
