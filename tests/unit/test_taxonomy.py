@@ -236,9 +236,25 @@ def test_highest_class_present_wins_at_its_first_line(kinds):
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.sampled_from(list(POOL)), max_size=12))
 def test_signatures_before_the_last_progress_never_decide(kinds):
-    pool = [POOL[k] for k in kinds] + ["[rank0]: iteration 99/ 99 |"]
+    """Per rank (issue 24): each rank that printed a signature then iterates on."""
+    pool = [POOL[k] for k in kinds] + [f"[rank{r}]: iteration 99/ 99 |" for r in (0, 1, 2)]
     out = classify(1, "failed", lines(*pool), patterns_of("ultraep"), 0)
     assert out.status == "crash" and out.warnings_total == sum(k is not None for k in kinds)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(list(POOL)), max_size=12), st.integers(3, 9))
+def test_progress_of_another_rank_never_rescues(kinds, other):
+    """Issue 24: rows and iteration lines of a rank that printed no signature leave every
+    signature fatal (the old per-file model counted them as survival)."""
+    pool = [POOL[k] for k in kinds] + [f"[rank{other}]: iteration 99/ 99 |",
+                                       *(f"[rank{other}]: [MOE_DROP_DEBUG][dispatch] iter={i} "
+                                         f"layer=0 rank={other} expected_recv=8 "
+                                         f"actual_valid_recv=8 budget=16" for i in range(3))]
+    out = classify(1, "failed", lines(*pool), patterns_of("ultraep"), 0)
+    present = [c for c in CLASS_ORDER if c in kinds]
+    assert out.warnings_total == 0
+    assert out.status == (present[0] if present else "crash")
 
 
 def test_survived_oom_then_infiniband_failure_is_infra_not_does_not_fit():
