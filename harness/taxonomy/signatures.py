@@ -24,6 +24,8 @@ TABLE_PATH = Path(__file__).with_name("signatures.yaml")
 OVERFLOW = "overflow"
 SIGNATURE_CLASSES = (OVERFLOW, Status.BADFLAG, Status.ASSERT, Status.DOES_NOT_FIT,
                      Status.CRASH, Status.INFRA, Status.TIMEOUT)
+# A family member that is no signature of its own (a wrapper whose carried message decides).
+NO_CLASS = "none"
 # One line matching several signatures takes the first of these: the most specific statement
 # wins (an allocation failure reported through an assertion macro is does_not_fit; a flag
 # validation frame or an overflow trap beats the assert that carries it).
@@ -54,6 +56,7 @@ class Signature:
     libraries: tuple[str, ...] = ()  # dispatch libraries that print it; () = every run
     table: bool = False             # from signatures.yaml (not a backend's / runbook's regex)
     member: str | None = None       # family member it was built from (e.g. cudaErrorIllegalAddress)
+    gate: re.Pattern | None = None  # a family's cheap pre-filter every member's line matches
 
 
 @dataclass(frozen=True)
@@ -107,10 +110,15 @@ def family_signatures(fam: dict, where: str = str(TABLE_PATH)
     member's row; a member without a class, or an unknown one, is BadInput."""
     fid = str(fam.get("id"))
     formats = list(fam.get("formats") or ["{text}"])
+    gate = _compile(fam["gate"], f"families.{fid}.gate") if fam.get("gate") else None
     libs = tuple(fam.get("libraries") or ())
     out = []
     for i, member in enumerate(fam.get("members") or []):
         field = f"families.{fid}.members[{i}]"
+        if member.get("class") == NO_CLASS:
+            if not member.get("why"):
+                raise BadInput("a member without a class must say why", field=field)
+            continue
         if member.get("class") not in SIGNATURE_CLASSES:
             raise BadInput(f"unknown signature class {member.get('class')!r} in {where}",
                            field=field)
@@ -125,7 +133,7 @@ def family_signatures(fam: dict, where: str = str(TABLE_PATH)
             raise BadInput("family member without text", field=field)
         regex = _compile("|".join(f"(?:{a})" for a in dict.fromkeys(alts)), field)
         out.append(Signature(member["class"], regex, fid, bool(member.get("fallout", False)),
-                             None, libs, table=True, member=str(member.get("name"))))
+                             None, libs, table=True, member=str(member.get("name")), gate=gate))
     src = {k: fam.get(k) for k in ("id", "repo", "file", "commit")}
     return out, src
 
@@ -160,16 +168,22 @@ class Matcher:
         # stable sort: within a class non-fallout first, then table order
         self.ordered = sorted(sigs, key=lambda s: (rank[s.cls], s.fallout, not s.table))
         self.wrappers = [s for s in sigs if s.table and s.fallout]
-        alts = "|".join(f"(?:{_groupless(s.regex.pattern)})" for s in sigs)
-        self.any = re.compile(alts) if sigs else None
+        plain = [s for s in sigs if s.gate is None]
+        alts = "|".join(f"(?:{_groupless(s.regex.pattern)})" for s in plain)
+        self.any = re.compile(alts) if plain else None
+        self.gates = tuple(dict.fromkeys(s.gate for s in sigs if s.gate is not None))
 
     def match(self, text: str) -> tuple[Signature, re.Match] | None:
         """The line's signature (first in LINE_ORDER, non-fallout first, table first). A
         backend's or runbook's regex never strips the table's fallout mark: when it decides
-        a line a fallout signature of the table also matches, the line stays fallout."""
-        if self.any is None or not self.any.search(text):
+        a line a fallout signature of the table also matches, the line stays fallout.
+        Pre-filter: one combined regex of the plain signatures, and each family's gate."""
+        open_gates = {g for g in self.gates if g.search(text)}
+        if not open_gates and (self.any is None or not self.any.search(text)):
             return None
         for sig in self.ordered:
+            if sig.gate is not None and sig.gate not in open_gates:
+                continue
             found = sig.regex.search(text)
             if found:
                 if not sig.table and not sig.fallout and any(
