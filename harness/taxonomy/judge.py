@@ -31,6 +31,7 @@ from harness.results.layout import CELL_JSON
 from harness.taxonomy.signatures import (
     NO_LAYOUT,
     OVERFLOW,
+    SRUN_LABEL,
     TORCHRUN,
     Layout,
     Matcher,
@@ -184,12 +185,16 @@ class _Scan:
 
     def _hit(self, found, text: str, rows, path: str, line_no: int, index: int) -> None:
         sig, match = found
-        spliced = [r for r in rows if r.start < match.start()]
-        if spliced:                      # the signature follows a row: its own prefix, if any
-            tail = text[spliced[-1].start:match.start()]
-            pre = list(TORCHRUN.finditer(tail))
-            who, rule = (attribute(tail[pre[-1].start():], path, self.layout) if pre
-                         else attribute(text[:spliced[0].start], path, self.layout))
+        # the printer is the torchrun prefix nearest before the message: on a physical line
+        # two processes wrote into, the line's first prefix may be the other one's
+        label = SRUN_LABEL.match(text)
+        head = TORCHRUN.search(text, 0, 64 + (label.end() if label else 0))
+        pre = [m for m in TORCHRUN.finditer(text, 0, match.start())
+               if head is None or m.start() > head.start()]
+        if pre:
+            lead = label.group(0) if label else ""
+            who, rule = attribute(lead + text[pre[-1].start():], path, self.layout)
+            rule = "spliced line: the prefix nearest before the message; " + rule
         else:
             who, rule = attribute(text, path, self.layout)
         key = who if who is not None else f"file:{path}"

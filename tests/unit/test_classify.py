@@ -57,7 +57,8 @@ def test_every_source_names_repository_file_commit():
         for src in case["sources"]:
             assert src["id"] in known and src["repo"] and src["file"], (case["name"], src)
             if src["repo"] != "epcap":
-                assert len(src["commit"]) == 40, (case["name"], src)
+                want = 64 if src["repo"].startswith("pypi:") else 40
+                assert len(src["commit"]) == want, (case["name"], src)
     for src in load_table().sources:
         # a git commit, or for a binary package (pypi:name==version) the wheel's sha256
         want = 64 if src["repo"].startswith("pypi:") else 40
@@ -78,6 +79,19 @@ def test_cli_classifies_case_as_documented(case, cli_doc):
         (w["file"], w["line_no"]) for w in case["warnings"]]
     assert got["first_failed_rank"] == case["first_failed_rank"]
     assert got["stated_demand"] == case["stated_demand"]
+    if case.get("attributed"):
+        assert got["deciding"]["attributed_by"] == case["attributed"], got["deciding"]
+
+
+def test_issue24_cases_cover_every_flaw():
+    """At least 30 multi-rank cases for issue 24, each flaw shown, ECHO/UltraEP/MoonEP."""
+    new = [c for c in CASES if c.get("issue")]
+    assert len(new) >= 30
+    assert {c["issue"] for c in new} == {"survival", "spliced", "fallout", "wrapper", "ranks",
+                                         "family"}
+    backends = {json.loads((CORPUS / c["name"] / "cell.json").read_text())["cell"]["backend"]
+                for c in new}
+    assert backends >= {"echo", "ultraep", "moonep"}
 
 
 def test_false_does_not_fit_is_infra():
