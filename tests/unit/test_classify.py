@@ -167,3 +167,35 @@ def test_campaign_analysis_records_the_richer_outcome(tmp_path):
                                          lower_bound_peak(demand_only))
     assert cap.budget_tokens(again, n) >= 70211
     assert lower_bound_peak(Outcome(cell, "lower_bound", None, None, out.row, {})) == 0
+
+
+@pytest.mark.parametrize("name", ["time_limit_teardown_echo", "slurm_node_file_assert_global_rank"])
+def test_campaign_and_classify_read_the_same_files(tmp_path, name):
+    """Issue 24: the campaign's analysis (given only the launcher's rank<T>.log paths) and
+    `epcap classify` read the same files (slurm-*.out too) with the same rank map, so they
+    agree on the class, the deciding line and the first failed rank."""
+    import shutil
+
+    from harness.api.backend import RunRequest
+    from harness.api.launcher import JobResult
+    from harness.api.registry import load_backend
+    from harness.campaign.analysis import analyse
+    from harness.results.layout import Cell
+    from harness.runbook.load import load_runbook
+
+    rb = load_runbook(ROOT / "tests" / "fixtures" / "runbooks" / "reduced.yaml")
+    cell = Cell(rb.campaign, rb.models[0].name, rb.backends[0].name, "validate", "2.00", 1)
+    cdir = tmp_path / name
+    shutil.copytree(CORPUS / name, cdir)
+    doc = json.loads((cdir / "cell.json").read_text())
+    req = RunRequest.for_cell(rb, cell, cdir)
+    backend = load_backend(rb.backend(cell.backend))
+    launcher = JobResult(doc["launcher"]["state"], doc["launcher"]["exit_code"],
+                         sorted(cdir.glob("rank*.log")))
+    out = analyse(req, backend, launcher, cdir, "2026-12-01T07:00:00Z")
+    cli = classify_cell(cdir, backend=rb.backends[0].name)
+    case = next(c for c in CASES if c["name"] == name)
+    assert out.status == cli["status"] == case["status"]
+    assert out.failure["path"] == cli["line"]["path"]
+    assert Path(out.failure["path"]).name == case["decides"]["file"]
+    assert out.failure["first_failed_rank"] == cli["first_failed_rank"] == case["first_failed_rank"]

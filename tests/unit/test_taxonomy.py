@@ -267,3 +267,36 @@ def test_survived_oom_then_infiniband_failure_is_infra_not_does_not_fit():
     out = classify_logs(1, "failed", logs, patterns_of("echo"), summarize(logs).rows)
     assert out.status == "infra", out.reason
     assert out.path.endswith("rank0.log") and "NET/IB" in out.line
+
+
+ROW_TEXT = st.sampled_from([
+    "[MOE_DROP_DEBUG][dispatch] iter=4 layer=0 rank=1 expected_recv=8 actual_valid_recv=9 budget=16",
+    "[MOE_DROP_DEBUG][dispatch] iter=4 layer=0 ra",
+    "[MOE_DROP_DEBUG][dispatch] layer=1 rank=1 iter=5 expected_recv=8 actual_valid_recv=9 budget=16",
+    "[MOE_DROP_DEBUG][setup_metadata] iter=0 layer=0 rank=1 budget=16",
+    "[MOE_DROP_DEBUG][dispatch] iter=4 layer=0 rank=1 expected_recv=0 actual_valid_recv=9 budget=16"])
+SIG_TEXT = st.sampled_from([
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    "RuntimeError: CUDA error: an illegal memory access was encountered", "plain words"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["", "[rank0]: ", "[default1]: "]),
+                          st.lists(st.one_of(ROW_TEXT, SIG_TEXT), min_size=1, max_size=4)),
+                min_size=1, max_size=8))
+def test_one_line_reader_telemetry_and_taxonomy_agree(tmp_path_factory, lines_spec):
+    """Issue 24: a physical line may hold rows and a signature (spliced by concurrent
+    writers). The taxonomy counts as malformed exactly the rows `epcap parse` counts
+    malformed, and a signature on a row line is still seen."""
+    from harness.taxonomy.judge import _Scan
+    from harness.taxonomy.signatures import Matcher, load_table
+    texts = [pre + "".join(parts) for pre, parts in lines_spec]
+    path = tmp_path_factory.mktemp("spliced") / "rank0.log"
+    path.write_text("".join(t + "\n" for t in texts))
+    summary = summarize([path])
+    scan = _Scan(Matcher(load_table().signatures), load_table().progress)
+    for path_s, no, text in iter_log_lines([path]):
+        scan.feed(path_s, no, text)
+    assert scan.malformed_rows == summary.malformed_rows
+    sigs = sum(1 for t in texts if "Error" in t)
+    assert len(scan.finish()) + scan.warnings_total == sigs
