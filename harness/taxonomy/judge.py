@@ -69,7 +69,7 @@ class Hit:
     line_no: int
     text: str
     rank: str | None
-    context: dict           # progress kind -> highest iteration in this file before the line
+    context: dict           # progress kind -> highest iteration its rank had shown before it
     file_index: int
     ts: tuple | None = None
     demand: int | None = None
@@ -211,11 +211,32 @@ class _Scan:
 
     def _progress(self, who: str, kind: int, n: int) -> None:
         seen = self.last_iter.setdefault(who, {})
-        if n > seen.get(kind, -1):
-            seen[kind] = n
-            kept = self.pending.get(who)
-            while kept and kept[0].context.get(kind, -1) < n:
-                self._warn(kept.pop(0))
+        seen[kind] = max(n, seen.get(kind, -1))
+        kept = self.pending.get(who)
+        while kept:
+            self._warn(kept.pop(0))
+
+    def feed_rows(self, path: str, stretch: bytes) -> None:
+        """A stretch of canonical dispatch rows (ROW_LINE, read by `iter_log_events`):
+        well-formed progress, so only a rank with a pending signature needs looking for
+        (its `rank=` field, confirmed by the line reader's own attribution)."""
+        for who, kept in list(self.pending.items()):
+            if not kept or not who.isdigit():
+                continue
+            needle = f" rank={who} ".encode()
+            at = stretch.find(needle)
+            while at >= 0:
+                start = stretch.rfind(b"\n", 0, at) + 1
+                end = stretch.find(b"\n", at)
+                text = clean(stretch[start:end if end >= 0 else len(stretch)].decode(
+                    "utf-8", "replace"))
+                rows = line_rows(text, self.dispatch, self.setup)
+                if any(r.values is not None and self._row_who(text, r, path) == who
+                       for r in rows):
+                    self._progress(who, self.row_kind, max(
+                        r.values[0] for r in rows if r.values is not None))
+                    break
+                at = stretch.find(needle, at + 1)
 
     def _warn(self, hit: Hit) -> None:
         self.warnings_total += 1
@@ -268,8 +289,13 @@ def classify(exit_code: int | None, launcher_state: str, lines: Iterable[tuple],
     table = table or load_table()
     scan = _Scan(Matcher(run_signatures(patterns, library, table)), table.progress, layout,
                  tags)
-    for path, line_no, text in lines:
-        scan.feed(str(path), line_no, text)
+    for event in lines:           # (path, line_no, text) or iter_log_events' 4-tuples
+        if len(event) == 3:
+            scan.feed(str(event[0]), event[1], event[2])
+        elif event[0] == "rows":
+            scan.feed_rows(event[1], event[3])
+        else:
+            scan.feed(event[1], event[2], event[3])
     fatal = scan.finish()
     ranks = per_rank(fatal)
     demand = scan.demand.demand if scan.demand else None
@@ -323,6 +349,72 @@ def iter_log_lines(paths: Iterable[Path]) -> Iterator[tuple[str, int, str]]:
                 yield str(path), line_no, raw.decode("utf-8", "replace").rstrip("\r\n")
 
 
+BLOCK_BYTES = 4 << 20      # bytes read per block (bounded memory)
+_PREFIX = rb"(?:\d+: )?(?:\[(?:rank|default)\d+\]: ?)?"
+
+
+def row_line(dispatch: str = DISPATCH_TAG) -> re.Pattern:
+    """A canonical dispatch-row line: launcher prefixes, the tag, the six fields in order
+    with well-formed values, then only numeric key=value tokens. Such a line is progress
+    and nothing else (no signature can hide in it); any other line is read in full."""
+    ints = rb" iter=\d{1,18} layer=\d{1,18} rank=\d{1,18} expected_recv=[1-9]\d{0,17}" \
+           rb" actual_valid_recv=\d{1,18} budget=\d{1,18}"
+    dup = rb"(?:iter|layer|rank|expected_recv|actual_valid_recv|budget)="
+    tail = rb"(?: (?!" + dup + rb")[A-Za-z_]\w*=-?\d+(?:\.\d+)?)*[ \t]*\r?$"
+    return re.compile(rb"(?m)^" + _PREFIX + re.escape(dispatch.encode()) + ints + tail)
+
+
+def iter_log_events(paths: Iterable[Path], dispatch: str = DISPATCH_TAG
+                    ) -> Iterator[tuple[str, str, int, object]]:
+    """The logs as ("line", path, line_no, text) for every line that is not a canonical
+    dispatch row, and ("rows", path, 0, bytes) for each stretch of canonical rows between
+    them, in file order; read in blocks of whole lines, so memory stays bounded and the
+    bulk of a large log (its rows) is never split into Python strings."""
+    rows_re = row_line(dispatch)
+    for path in paths:
+        name = str(path)
+        line_no = 0
+        with open(path, "rb") as handle:
+            carry = b""
+            while True:
+                data = handle.read(BLOCK_BYTES)
+                block = carry + data
+                if not data:
+                    if block:           # a last line without newline
+                        yield from _block_events(name, block + b"\n", line_no, rows_re)
+                    break
+                cut = block.rfind(b"\n") + 1
+                if cut == 0:
+                    carry = block
+                    continue
+                carry = block[cut:]
+                yield from _block_events(name, block[:cut], line_no, rows_re)
+                line_no += block.count(b"\n", 0, cut)
+
+
+def _block_events(name: str, block: bytes, line_no: int, rows_re: re.Pattern):
+    """The events of one block of whole lines (see iter_log_events)."""
+    pos, stretch = 0, None
+    for found in rows_re.finditer(block):
+        start = found.start()
+        if start > pos:                          # lines that are not canonical rows
+            if stretch is not None:
+                yield "rows", name, 0, block[stretch:pos]
+            for raw in block[pos:start].split(b"\n")[:-1]:
+                line_no += 1
+                yield "line", name, line_no, raw.decode("utf-8", "replace").rstrip("\r\n")
+            stretch = start
+        elif stretch is None:
+            stretch = start
+        pos = found.end() + 1
+        line_no += 1
+    if stretch is not None:
+        yield "rows", name, 0, block[stretch:pos]
+    for raw in block[pos:].split(b"\n")[:-1]:
+        line_no += 1
+        yield "line", name, line_no, raw.decode("utf-8", "replace").rstrip("\r\n")
+
+
 LOG_SUFFIXES = (".log", ".out", ".err")
 CELL_JSON_MAX = 1 << 20
 
@@ -368,7 +460,9 @@ def classify_logs(exit_code: int | None, launcher_state: str, log_paths: Iterabl
                   patterns: dict[str, Iterable[str]] | None, rows: int, **kw) -> Outcome:
     """`classify` over log files (missing files are skipped: a run may die before writing)."""
     existing = [Path(p) for p in log_paths if Path(p).is_file()]
-    return classify(exit_code, launcher_state, iter_log_lines(existing), patterns, rows, **kw)
+    tags = kw.get("tags") or {}
+    events = iter_log_events(existing, tags.get("dispatch", DISPATCH_TAG))
+    return classify(exit_code, launcher_state, events, patterns, rows, **kw)
 
 
 @dataclass(frozen=True)
