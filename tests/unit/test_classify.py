@@ -199,3 +199,16 @@ def test_campaign_and_classify_read_the_same_files(tmp_path, name):
     assert out.failure["path"] == cli["line"]["path"]
     assert Path(out.failure["path"]).name == case["decides"]["file"]
     assert out.failure["first_failed_rank"] == cli["first_failed_rank"] == case["first_failed_rank"]
+
+
+def test_cli_prints_the_deciding_rank_its_rule_and_source(capsys):
+    """Issue 24: for the deciding line, its rank, how the rank was attributed, and its
+    source (repository, file, commit, and the family member)."""
+    assert cli_classify((str(CORPUS / "slurm_node_file_assert_global_rank"),
+                         str(CORPUS / "watchdog_carries_cuda_fault_echo"))) == 0
+    text = capsys.readouterr().out
+    assert "deciding rank: 6 (launcher map: rank1.log is node 1 x 4 ranks per node" in text
+    assert ("source: pytorch-c10-exception (pytorch/pytorch c10/util/Exception.h @ "
+            "0109fc4eac46a2f56a2197a9f757ed42d5a817aa)") in text
+    assert "deciding rank: 3 (torchrun [rankN]: prefix (global rank))" in text
+    assert "source: cuda-runtime-errors cudaErrorIllegalAddress (pypi:nvidia-cuda-runtime" in text
