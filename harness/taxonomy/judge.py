@@ -219,8 +219,10 @@ class _Scan:
     def feed_rows(self, path: str, stretch: bytes) -> None:
         """A stretch of canonical dispatch rows (ROW_LINE, read by `iter_log_events`):
         well-formed progress, so only a rank with a pending signature needs looking for
-        (its `rank=` field, confirmed by the line reader's own attribution)."""
-        for who, kept in list(self.pending.items()):
+        (its `rank=` field, confirmed by the line reader's own attribution); ranks are
+        rescued in the order their rows appear, as the line reader would."""
+        found = []
+        for who, kept in self.pending.items():
             if not kept or not who.isdigit():
                 continue
             needle = f" rank={who} ".encode()
@@ -230,13 +232,14 @@ class _Scan:
                 end = stretch.find(b"\n", at)
                 text = clean(stretch[start:end if end >= 0 else len(stretch)].decode(
                     "utf-8", "replace"))
-                rows = line_rows(text, self.dispatch, self.setup)
-                if any(r.values is not None and self._row_who(text, r, path) == who
-                       for r in rows):
-                    self._progress(who, self.row_kind, max(
-                        r.values[0] for r in rows if r.values is not None))
+                rows = [r for r in line_rows(text, self.dispatch, self.setup)
+                        if r.values is not None and self._row_who(text, r, path) == who]
+                if rows:
+                    found.append((start, who, max(r.values[0] for r in rows)))
                     break
                 at = stretch.find(needle, at + 1)
+        for _, who, n in sorted(found):
+            self._progress(who, self.row_kind, n)
 
     def _warn(self, hit: Hit) -> None:
         self.warnings_total += 1
