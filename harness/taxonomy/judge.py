@@ -367,13 +367,19 @@ def row_line(dispatch: str = DISPATCH_TAG) -> re.Pattern:
     return re.compile(rb"(?m)^" + _PREFIX + re.escape(dispatch.encode()) + ints + tail)
 
 
+def row_runs(dispatch: str = DISPATCH_TAG) -> re.Pattern:
+    """One or more consecutive ROW_LINEs with their newlines: one match per stretch."""
+    body = row_line(dispatch).pattern[len(rb"(?m)^"):]
+    return re.compile(rb"(?m)(?:^" + body + rb"\n)+")
+
+
 def iter_log_events(paths: Iterable[Path], dispatch: str = DISPATCH_TAG
                     ) -> Iterator[tuple[str, str, int, object]]:
     """The logs as ("line", path, line_no, text) for every line that is not a canonical
     dispatch row, and ("rows", path, 0, bytes) for each stretch of canonical rows between
     them, in file order; read in blocks of whole lines, so memory stays bounded and the
     bulk of a large log (its rows) is never split into Python strings."""
-    rows_re = row_line(dispatch)
+    rows_re = row_runs(dispatch)
     for path in paths:
         name = str(path)
         line_no = 0
@@ -397,22 +403,15 @@ def iter_log_events(paths: Iterable[Path], dispatch: str = DISPATCH_TAG
 
 def _block_events(name: str, block: bytes, line_no: int, rows_re: re.Pattern):
     """The events of one block of whole lines (see iter_log_events)."""
-    pos, stretch = 0, None
+    pos = 0
     for found in rows_re.finditer(block):
-        start = found.start()
-        if start > pos:                          # lines that are not canonical rows
-            if stretch is not None:
-                yield "rows", name, 0, block[stretch:pos]
-            for raw in block[pos:start].split(b"\n")[:-1]:
-                line_no += 1
-                yield "line", name, line_no, raw.decode("utf-8", "replace").rstrip("\r\n")
-            stretch = start
-        elif stretch is None:
-            stretch = start
-        pos = found.end() + 1
-        line_no += 1
-    if stretch is not None:
-        yield "rows", name, 0, block[stretch:pos]
+        start, end = found.span()
+        for raw in block[pos:start].split(b"\n")[:-1]:   # lines that are not canonical rows
+            line_no += 1
+            yield "line", name, line_no, raw.decode("utf-8", "replace").rstrip("\r\n")
+        yield "rows", name, 0, block[start:end]
+        line_no += block.count(b"\n", start, end)
+        pos = end
     for raw in block[pos:].split(b"\n")[:-1]:
         line_no += 1
         yield "line", name, line_no, raw.decode("utf-8", "replace").rstrip("\r\n")
