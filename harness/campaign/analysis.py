@@ -19,7 +19,7 @@ from harness.campaign.decisions import Outcome
 from harness.grid import capacity as cap
 from harness.results.layout import Cell
 from harness.results.rows import AttemptRow
-from harness.taxonomy.judge import iter_log_lines, judge_run
+from harness.taxonomy.judge import cell_layout, cell_logs, iter_log_lines, judge_run
 from harness.telemetry.steps import step_peaks
 from harness.telemetry.summary import LogSummary, summarize
 from harness.vocab import FAILURE_CLASSES, TIMED_OK, Purpose, Status
@@ -39,9 +39,11 @@ def analyse(req: RunRequest, backend: Backend, result: JobResult, cell_dir: Path
             if Path(p).is_file()]
     summary = summarize(logs, tags=backend.telemetry_tags(),
                         **backend.expected_log_shape(req)) if logs else None
-    verdict = judge_run(result.exit_code, result.state, logs, backend.failure_patterns(),
-                        purpose=cell.purpose, library=getattr(backend, "library", None),
-                        summary=summary)
+    # the taxonomy reads the cell's logs as `epcap classify` does (slurm-*.out included)
+    verdict = judge_run(result.exit_code, result.state, cell_logs(cell_dir, logs),
+                        backend.failure_patterns(), purpose=cell.purpose,
+                        library=getattr(backend, "library", None), summary=summary,
+                        tags=backend.telemetry_tags(), layout=cell_layout(cell_dir))
     failure = verdict.outcome.to_dict()
     status = verdict.status
     timing = None

@@ -9,40 +9,17 @@ signatures the run survived, so a user can ask why a cluster cell failed.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 from harness.errors import BadInput
 from harness.results.layout import CELL_JSON
-from harness.taxonomy.judge import LAUNCHER_STATES, judge_run
-
-LOG_SUFFIXES = (".log", ".out", ".err")
-CELL_JSON_MAX = 1 << 20
-
-
-def cell_logs(cell_dir: Path) -> list[Path]:
-    """The log files of a cell directory, rank order (rank2 before rank10)."""
-    def natural(p: Path):
-        return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name)]
-    return sorted((p for p in cell_dir.iterdir()
-                   if p.is_file() and p.suffix in LOG_SUFFIXES), key=natural)
-
-
-def read_cell_json(cell_dir: Path) -> dict:
-    """cell.json of a cell directory ({} when absent); malformed is BadInput."""
-    path = cell_dir / CELL_JSON
-    if not path.is_file():
-        return {}
-    if path.stat().st_size > CELL_JSON_MAX:
-        raise BadInput("cell.json larger than 1 MiB", path=str(path))
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        line = getattr(exc, "lineno", None)
-        raise BadInput(f"not JSON: {exc}", path=str(path), line=line) from exc
-    if not isinstance(doc, dict):
-        raise BadInput("not a JSON object", path=str(path), line=1)
-    return doc
+from harness.taxonomy.judge import (  # noqa: F401 - cell_logs/read_cell_json re-exported
+    LAUNCHER_STATES,
+    cell_logs,
+    judge_run,
+    read_cell_json,
+)
+from harness.taxonomy.signatures import layout_of, load_table
 
 
 def _backend_patterns(name: str | None, runbook) -> tuple[dict | None, str | None, dict | None]:
@@ -86,8 +63,16 @@ def classify_cell(cell_dir: Path, runbook=None, backend: str | None = None,
                        path=str(cell_dir / CELL_JSON), field="launcher.exit_code")
     patterns, library, tags = _backend_patterns(backend or cell.get("backend"), runbook)
     verdict = judge_run(exit_code, state, cell_logs(cell_dir), patterns,
-                        purpose=cell.get("purpose"), library=library, tags=tags)
+                        purpose=cell.get("purpose"), library=library, tags=tags,
+                        layout=layout_of(doc))
     out = verdict.outcome
+    deciding = None
+    if out.deciding:
+        src = next((s for s in load_table().sources if s["id"] == out.deciding["source"]),
+                   {"id": out.deciding["source"], "repo": None, "file": None, "commit": None})
+        deciding = {"rank": out.deciding["rank"], "attributed_by": out.deciding["attributed_by"],
+                    "source": dict(src), "member": out.deciding["member"],
+                    "fallout": out.deciding["fallout"]}
 
     def line(d: dict) -> dict:
         return {"path": d["path"], "line_no": d["line_no"], "text": d["text"],
@@ -95,6 +80,7 @@ def classify_cell(cell_dir: Path, runbook=None, backend: str | None = None,
     return {"path": str(cell_dir), "status": verdict.status,
             "line": (None if out.path is None else
                      {"path": out.path, "line_no": out.line_no, "text": out.line}),
+            "deciding": deciding, "layout": layout_of(doc).rule,
             "first_failed_rank": out.first_failed_rank,
             "warnings": [line(w) for w in out.warnings],
             "warnings_total": out.warnings_total, "stated_demand": out.stated_demand,
@@ -119,6 +105,12 @@ def cli_classify(cell_dirs: tuple[str, ...], runbook: str | None = None,
         if c["line"]:
             print(f"  deciding line: {c['line']['path']}:{c['line']['line_no']}: "
                   f"{c['line']['text']}")
+        if c["deciding"]:
+            d, src = c["deciding"], c["deciding"]["source"]
+            print(f"  deciding rank: {d['rank']} ({d['attributed_by']})")
+            print(f"  source: {src['id']}" + (f" {d['member']}" if d["member"] else "")
+                  + (f" ({src['repo']} {src['file']} @ {src['commit']})" if src["repo"]
+                     else ""))
         if c["first_failed_rank"] is not None:
             print(f"  first failed rank: {c['first_failed_rank']}")
         if c["stated_demand"] is not None:

@@ -20,29 +20,38 @@ order are in docs/taxonomy.md; in short:
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import BadInput
+from harness.results.layout import CELL_JSON
 from harness.taxonomy.signatures import (
+    NO_LAYOUT,
     OVERFLOW,
+    SRUN_LABEL,
+    TORCHRUN,
+    Layout,
     Matcher,
     Signature,
     Table,
+    attribute,
     clean,
     from_patterns,
     iteration_of,
+    layout_of,
     load_table,
-    rank_of,
     timestamp_of,
 )
+from harness.telemetry.lines import DISPATCH_TAG, SETUP_TAG, line_rows
 from harness.telemetry.summary import LogSummary, summarize
 from harness.vocab import BUG_CLASSES, FAILURE_CLASSES, LauncherState, Purpose, Status
 
 # The run's class: the first of these among the ranks' fatal signatures (docs/taxonomy.md).
-RUN_ORDER = (OVERFLOW, Status.BADFLAG, Status.ASSERT, Status.DOES_NOT_FIT, Status.INFRA,
-             Status.TIMEOUT)
+RUN_ORDER = (OVERFLOW, Status.BADFLAG, Status.ASSERT, Status.DOES_NOT_FIT, Status.CRASH,
+             Status.INFRA, Status.TIMEOUT)
 CLASS_ORDER = RUN_ORDER
 STATUSES = FAILURE_CLASSES
 LAUNCHER_STATES = LauncherState.values()
@@ -60,10 +69,11 @@ class Hit:
     line_no: int
     text: str
     rank: str | None
-    context: dict           # progress kind -> highest iteration in this file before the line
+    context: dict           # progress kind -> highest iteration its rank had shown before it
     file_index: int
     ts: tuple | None = None
     demand: int | None = None
+    rule: str = ""          # how the rank was attributed (signatures.attribute)
 
     def key(self) -> tuple:
         """Time order: timestamp when present, else file order then line."""
@@ -71,7 +81,8 @@ class Hit:
 
     def to_dict(self) -> dict:
         return {"path": self.path, "line_no": self.line_no, "text": self.text,
-                "class": self.sig.cls, "rank": self.rank, "source": self.sig.source,
+                "class": self.sig.cls, "rank": self.rank, "attributed_by": self.rule,
+                "source": self.sig.source, "member": self.sig.member,
                 "fallout": self.sig.fallout}
 
 
@@ -89,10 +100,11 @@ class Outcome:
     warnings_total: int = 0
     stated_demand: int | None = None    # tokens per rank an overflow report named
     ranks: dict = field(default_factory=dict)  # rank -> its fatal signature (dict)
+    deciding: dict | None = None    # the deciding line's Hit.to_dict (rank, rule, source)
 
     def to_dict(self) -> dict:
         return {"status": self.status, "path": self.path, "line_no": self.line_no,
-                "line": self.line, "reason": self.reason,
+                "line": self.line, "reason": self.reason, "deciding": self.deciding,
                 "first_failed_rank": self.first_failed_rank,
                 "warnings": list(self.warnings), "warnings_total": self.warnings_total,
                 "stated_demand": self.stated_demand, "ranks": dict(self.ranks)}
@@ -111,52 +123,123 @@ def run_signatures(patterns: dict | None, library: str | None = None,
 
 
 class _Scan:
-    """One pass over the lines: survived signatures out, fatal candidates kept per file.
+    """One pass over the lines: survived signatures out, fatal candidates kept per rank.
 
-    Progress is counted per kind (Megatron's 1-based iteration line, the 0-based dispatch
-    rows) and compared only like with like, so numbering never fakes an iteration."""
+    Every line is attributed to the rank that printed it (signatures.attribute). A signature
+    is survived only when the SAME rank later shows progress of the same kind (Megatron's
+    1-based iteration line, the 0-based dispatch rows, compared only like with like); rows
+    of other ranks never rescue it. A physical line may carry telemetry rows and a
+    signature (a traceback spliced with another rank's row): the rows are read by the
+    telemetry parser's own rule (lines.line_rows) and the signature by the matcher."""
 
-    def __init__(self, matcher: Matcher, progress) -> None:
-        self.matcher, self.progress = matcher, progress
+    def __init__(self, matcher: Matcher, progress, layout: Layout = NO_LAYOUT,
+                 tags: dict | None = None) -> None:
+        self.matcher, self.layout = matcher, layout
+        self.megatron = tuple(p for p in progress if p[0] != DISPATCH_TAG)
+        self.row_kind = len(self.megatron)           # the dispatch rows' progress kind
+        tags = tags or {}
+        self.dispatch = tags.get("dispatch", DISPATCH_TAG)
+        self.setup = tags.get("setup", SETUP_TAG)
         self.files: dict[str, int] = {}
         self.last_iter: dict[str, dict[int, int]] = {}
-        self.max_iter: dict[int, int] = {}
         self.pending: dict[str, list[Hit]] = {}
         self.warnings: list[Hit] = []
         self.warnings_total = 0
+        self.malformed_rows = 0
         self.demand: Hit | None = None     # the overflow report that decides drops
 
     def feed(self, path: str, line_no: int, raw: str) -> None:
         text = clean(raw)
         index = self.files.setdefault(path, len(self.files))
-        step = iteration_of(text, self.progress)
-        if step is not None:
-            kind, n = step
-            seen = self.last_iter.setdefault(path, {})
-            if n > seen.get(kind, -1):
-                seen[kind] = n
-                self.max_iter[kind] = max(self.max_iter.get(kind, -1), n)
-                self._survive(path, kind, n)
-            return
+        rows = line_rows(text, self.dispatch, self.setup)
         found = self.matcher.match(text)
-        if not found:
-            return
+        if found:
+            self._hit(found, text, rows, path, line_no, index)
+        for row in rows:
+            if row.setup:
+                continue
+            if row.values is None:
+                self.malformed_rows += 1
+                continue
+            who = self._row_who(text, row, path)
+            self._progress(who, self.row_kind, row.values[0])
+        if not rows:
+            step = iteration_of(text, self.megatron)
+            if step is not None:
+                who, _ = attribute(text, path, self.layout)
+                self._progress(who if who is not None else f"file:{path}", *step)
+
+    def _row_who(self, text: str, row, path: str) -> str:
+        """A row's rank: the line's own prefixes when the row opens the line, else the
+        torchrun prefix right before its tag, else its own rank= field."""
+        if row.start <= 64 and not text[:row.start].count("[MOE_DROP_DEBUG]"):
+            who, _ = attribute(text[:row.start] + text[row.start:row.end], path, self.layout)
+            if who is not None:
+                return who
+        pre = list(TORCHRUN.finditer(text, max(0, row.start - 24), row.start))
+        if pre and pre[-1].end() >= row.start - 1:
+            who, _ = attribute(text[pre[-1].start():row.end], path, self.layout)
+            if who is not None:
+                return who
+        return str(row.values[2])
+
+    def _hit(self, found, text: str, rows, path: str, line_no: int, index: int) -> None:
         sig, match = found
-        hit = Hit(sig, path, line_no, text.strip(), rank_of(text, path),
-                  dict(self.last_iter.get(path, {})), index, timestamp_of(text))
+        # the printer is the torchrun prefix nearest before the message: on a physical line
+        # two processes wrote into, the line's first prefix may be the other one's
+        label = SRUN_LABEL.match(text)
+        head = TORCHRUN.search(text, 0, 64 + (label.end() if label else 0))
+        pre = [m for m in TORCHRUN.finditer(text, 0, match.start())
+               if head is None or m.start() > head.start()]
+        if pre:
+            lead = label.group(0) if label else ""
+            who, rule = attribute(lead + text[pre[-1].start():], path, self.layout)
+            rule = "spliced line: the prefix nearest before the message; " + rule
+        else:
+            who, rule = attribute(text, path, self.layout)
+        key = who if who is not None else f"file:{path}"
+        hit = Hit(sig, path, line_no, text.strip(), who,
+                  dict(self.last_iter.get(key, {})), index, timestamp_of(text), rule=rule)
         if sig.cls == OVERFLOW:
             if sig.demand and match.groupdict().get(sig.demand):
                 hit.demand = int(match.group(sig.demand))
             if self.demand is None or (hit.demand or -1) > (self.demand.demand or -1):
                 self.demand = hit           # the overflow report with the largest demand
-        kept = self.pending.setdefault(path, [])
+        kept = self.pending.setdefault(key, [])
         if len(kept) < MAX_PENDING:
             kept.append(hit)
 
-    def _survive(self, path: str, kind: int, n: int) -> None:
-        kept = self.pending.get(path)
-        while kept and kept[0].context.get(kind, -1) < n:
+    def _progress(self, who: str, kind: int, n: int) -> None:
+        seen = self.last_iter.setdefault(who, {})
+        seen[kind] = max(n, seen.get(kind, -1))
+        kept = self.pending.get(who)
+        while kept:
             self._warn(kept.pop(0))
+
+    def feed_rows(self, path: str, stretch: bytes) -> None:
+        """A stretch of canonical dispatch rows (ROW_LINE, read by `iter_log_events`):
+        well-formed progress, so only a rank with a pending signature needs looking for
+        (its `rank=` field, confirmed by the line reader's own attribution); ranks are
+        rescued in the order their rows appear, as the line reader would."""
+        found = []
+        for who, kept in self.pending.items():
+            if not kept or not who.isdigit():
+                continue
+            needle = f" rank={who} ".encode()
+            at = stretch.find(needle)
+            while at >= 0:
+                start = stretch.rfind(b"\n", 0, at) + 1
+                end = stretch.find(b"\n", at)
+                text = clean(stretch[start:end if end >= 0 else len(stretch)].decode(
+                    "utf-8", "replace"))
+                rows = [r for r in line_rows(text, self.dispatch, self.setup)
+                        if r.values is not None and self._row_who(text, r, path) == who]
+                if rows:
+                    found.append((start, who, max(r.values[0] for r in rows)))
+                    break
+                at = stretch.find(needle, at + 1)
+        for _, who, n in sorted(found):
+            self._progress(who, self.row_kind, n)
 
     def _warn(self, hit: Hit) -> None:
         self.warnings_total += 1
@@ -164,17 +247,8 @@ class _Scan:
             self.warnings.append(hit)
 
     def finish(self) -> list[Hit]:
-        """Fatal candidates; a file with progress lines survived what the run outran in a
-        kind of progress that file reports too."""
-        fatal = []
-        for path, hits in self.pending.items():
-            kinds = self.last_iter.get(path, {})
-            for hit in hits:
-                if any(self.max_iter[k] > hit.context.get(k, -1) for k in kinds):
-                    self._warn(hit)
-                else:
-                    fatal.append(hit)
-        return fatal
+        """Fatal candidates: the signatures no later progress of their own rank followed."""
+        return [hit for hits in self.pending.values() for hit in hits]
 
 
 def per_rank(fatal: list[Hit]) -> dict[str, Hit]:
@@ -182,7 +256,7 @@ def per_rank(fatal: list[Hit]) -> dict[str, Hit]:
     last progress, a non-fallout one before a fallout one, then the earliest."""
     out: dict[str, Hit] = {}
     for hit in sorted(fatal, key=lambda h: (h.file_index, h.line_no)):
-        who = hit.rank if hit.rank is not None else hit.path
+        who = hit.rank if hit.rank is not None else f"file:{hit.path}"
         best = out.get(who)
         if best is None or _rank_key(hit) < _rank_key(best):
             out[who] = hit
@@ -210,14 +284,21 @@ def decide(ranks: dict[str, Hit], allow_fallout: bool = True) -> tuple[Hit | Non
 
 def classify(exit_code: int | None, launcher_state: str, lines: Iterable[tuple],
              patterns: dict[str, Iterable[str]] | None, rows: int, *,
-             library: str | None = None, table: Table | None = None) -> Outcome:
+             library: str | None = None, table: Table | None = None,
+             layout: Layout = NO_LAYOUT, tags: dict | None = None) -> Outcome:
     """The taxonomy class of one run (see the module docstring and docs/taxonomy.md)."""
     if launcher_state not in LAUNCHER_STATES:
         raise BadInput(f"unknown launcher state {launcher_state!r}", field="launcher_state")
     table = table or load_table()
-    scan = _Scan(Matcher(run_signatures(patterns, library, table)), table.progress)
-    for path, line_no, text in lines:
-        scan.feed(str(path), line_no, text)
+    scan = _Scan(Matcher(run_signatures(patterns, library, table)), table.progress, layout,
+                 tags)
+    for event in lines:           # (path, line_no, text) or iter_log_events' 4-tuples
+        if len(event) == 3:
+            scan.feed(str(event[0]), event[1], event[2])
+        elif event[0] == "rows":
+            scan.feed_rows(event[1], event[3])
+        else:
+            scan.feed(event[1], event[2], event[3])
     fatal = scan.finish()
     ranks = per_rank(fatal)
     demand = scan.demand.demand if scan.demand else None
@@ -237,7 +318,7 @@ def classify(exit_code: int | None, launcher_state: str, lines: Iterable[tuple],
             common["warnings"] = tuple(w for w in common["warnings"]
                                        if (w["path"], w["line_no"]) != (hit.path, hit.line_no))
             common["warnings_total"] -= 1
-            return Outcome(Status.DROPS, hit.path, hit.line_no, hit.text,
+            return Outcome(Status.DROPS, hit.path, hit.line_no, hit.text, deciding=hit.to_dict(),
                            reason=f"clean exit, but an overflow report ({hit.sig.source}) at "
                                   f"{hit.path}:{hit.line_no} stated a receive demand of "
                                   f"{demand}", first_failed_rank=hit.rank, **common)
@@ -247,7 +328,7 @@ def classify(exit_code: int | None, launcher_state: str, lines: Iterable[tuple],
         cls_name = Status.DROPS if deciding.sig.cls == OVERFLOW else Status(deciding.sig.cls)
         where = f"{deciding.path}:{deciding.line_no}"
         return Outcome(cls_name, deciding.path, deciding.line_no, deciding.text,
-                       reason=f"{deciding.sig.cls} signature ({deciding.sig.source}) at "
+                       deciding=deciding.to_dict(), reason=f"{deciding.sig.cls} signature ({deciding.sig.source}) at "
                               f"{where}, rank {deciding.rank}; {said}",
                        first_failed_rank=first, **common)
     if launcher_state == LauncherState.TIMEOUT:
@@ -271,11 +352,119 @@ def iter_log_lines(paths: Iterable[Path]) -> Iterator[tuple[str, int, str]]:
                 yield str(path), line_no, raw.decode("utf-8", "replace").rstrip("\r\n")
 
 
+BLOCK_BYTES = 4 << 20      # bytes read per block (bounded memory)
+_PREFIX = rb"(?:\d+: )?(?:\[(?:rank|default)\d+\]: ?)?"
+
+
+def row_line(dispatch: str = DISPATCH_TAG) -> re.Pattern:
+    """A canonical dispatch-row line: launcher prefixes, the tag, the six fields in order
+    with well-formed values, then only numeric key=value tokens. Such a line is progress
+    and nothing else (no signature can hide in it); any other line is read in full."""
+    ints = rb" iter=\d{1,18} layer=\d{1,18} rank=\d{1,18} expected_recv=[1-9]\d{0,17}" \
+           rb" actual_valid_recv=\d{1,18} budget=\d{1,18}"
+    dup = rb"(?:iter|layer|rank|expected_recv|actual_valid_recv|budget)="
+    tail = rb"(?: (?!" + dup + rb")[A-Za-z_]\w*=-?\d+(?:\.\d+)?)*[ \t]*\r?$"
+    return re.compile(rb"(?m)^" + _PREFIX + re.escape(dispatch.encode()) + ints + tail)
+
+
+def row_runs(dispatch: str = DISPATCH_TAG) -> re.Pattern:
+    """One or more consecutive ROW_LINEs with their newlines: one match per stretch."""
+    body = row_line(dispatch).pattern[len(rb"(?m)^"):]
+    return re.compile(rb"(?m)(?:^" + body + rb"\n)+")
+
+
+def iter_log_events(paths: Iterable[Path], dispatch: str = DISPATCH_TAG
+                    ) -> Iterator[tuple[str, str, int, object]]:
+    """The logs as ("line", path, line_no, text) for every line that is not a canonical
+    dispatch row, and ("rows", path, 0, bytes) for each stretch of canonical rows between
+    them, in file order; read in blocks of whole lines, so memory stays bounded and the
+    bulk of a large log (its rows) is never split into Python strings."""
+    rows_re = row_runs(dispatch)
+    for path in paths:
+        name = str(path)
+        line_no = 0
+        with open(path, "rb") as handle:
+            carry = b""
+            while True:
+                data = handle.read(BLOCK_BYTES)
+                block = carry + data
+                if not data:
+                    if block:           # a last line without newline
+                        yield from _block_events(name, block + b"\n", line_no, rows_re)
+                    break
+                cut = block.rfind(b"\n") + 1
+                if cut == 0:
+                    carry = block
+                    continue
+                carry = block[cut:]
+                yield from _block_events(name, block[:cut], line_no, rows_re)
+                line_no += block.count(b"\n", 0, cut)
+
+
+def _block_events(name: str, block: bytes, line_no: int, rows_re: re.Pattern):
+    """The events of one block of whole lines (see iter_log_events)."""
+    pos = 0
+    for found in rows_re.finditer(block):
+        start, end = found.span()
+        for raw in block[pos:start].split(b"\n")[:-1]:   # lines that are not canonical rows
+            line_no += 1
+            yield "line", name, line_no, raw.decode("utf-8", "replace").rstrip("\r\n")
+        yield "rows", name, 0, block[start:end]
+        line_no += block.count(b"\n", start, end)
+        pos = end
+    for raw in block[pos:].split(b"\n")[:-1]:
+        line_no += 1
+        yield "line", name, line_no, raw.decode("utf-8", "replace").rstrip("\r\n")
+
+
+LOG_SUFFIXES = (".log", ".out", ".err")
+CELL_JSON_MAX = 1 << 20
+
+
+def cell_logs(cell_dir: Path, launcher_logs: Iterable[Path] = ()) -> list[Path]:
+    """The logs the taxonomy reads for one cell, the same for the campaign and `epcap
+    classify`: every .log/.out/.err file of the cell directory (rank<R>.log, node<N>.log,
+    Slurm's slurm-<job>.out, health<N>.log) plus any log the launcher named elsewhere, in
+    natural name order (rank2 before rank10)."""
+    def natural(p: Path):
+        return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name)]
+    cell_dir = Path(cell_dir)
+    found = [p for p in cell_dir.iterdir() if p.is_file() and p.suffix in LOG_SUFFIXES] \
+        if cell_dir.is_dir() else []
+    extra = [Path(p) for p in launcher_logs
+             if Path(p).is_file() and Path(p).resolve().parent != cell_dir.resolve()]
+    return sorted(found, key=natural) + extra
+
+
+def read_cell_json(cell_dir: Path) -> dict:
+    """cell.json of a cell directory ({} when absent); malformed is BadInput."""
+    path = Path(cell_dir) / CELL_JSON
+    if not path.is_file():
+        return {}
+    if path.stat().st_size > CELL_JSON_MAX:
+        raise BadInput("cell.json larger than 1 MiB", path=str(path))
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        line = getattr(exc, "lineno", None)
+        raise BadInput(f"not JSON: {exc}", path=str(path), line=line) from exc
+    if not isinstance(doc, dict):
+        raise BadInput("not a JSON object", path=str(path), line=1)
+    return doc
+
+
+def cell_layout(cell_dir: Path) -> Layout:
+    """The log layout the cell's cell.json states (signatures.layout_of)."""
+    return layout_of(read_cell_json(cell_dir))
+
+
 def classify_logs(exit_code: int | None, launcher_state: str, log_paths: Iterable[Path],
                   patterns: dict[str, Iterable[str]] | None, rows: int, **kw) -> Outcome:
     """`classify` over log files (missing files are skipped: a run may die before writing)."""
     existing = [Path(p) for p in log_paths if Path(p).is_file()]
-    return classify(exit_code, launcher_state, iter_log_lines(existing), patterns, rows, **kw)
+    tags = kw.get("tags") or {}
+    events = iter_log_events(existing, tags.get("dispatch", DISPATCH_TAG))
+    return classify(exit_code, launcher_state, events, patterns, rows, **kw)
 
 
 @dataclass(frozen=True)
@@ -290,7 +479,8 @@ class Verdict:
 
 def judge_run(exit_code: int | None, state: str, logs: Iterable[Path], patterns: dict | None,
               purpose: str | None = None, library: str | None = None,
-              tags: dict | None = None, summary: LogSummary | None = None) -> Verdict:
+              tags: dict | None = None, summary: LogSummary | None = None,
+              layout: Layout = NO_LAYOUT) -> Verdict:
     """The status of one finished run, as the campaign and `epcap classify` both judge it:
     the taxonomy, then for a clean end the telemetry (saturated rows: lower_bound for a
     measure, drops otherwise). A measure whose overflow report said drops is a lower bound
@@ -299,7 +489,8 @@ def judge_run(exit_code: int | None, state: str, logs: Iterable[Path], patterns:
     if summary is None and logs:
         summary = summarize(logs, tags=tags)
     rows = summary.rows if summary else 0
-    out = classify_logs(exit_code, state, logs, patterns, rows, library=library)
+    out = classify_logs(exit_code, state, logs, patterns, rows, library=library,
+                        layout=layout, tags=tags)
     status = out.status
     if status is None:
         saturated = summary.saturated_rows > 0

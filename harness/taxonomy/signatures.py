@@ -7,6 +7,7 @@ timestamp, the iteration it reports, the signature it matches). See docs/taxonom
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Iterable
@@ -22,18 +23,22 @@ TABLE_PATH = Path(__file__).with_name("signatures.yaml")
 # run's status is then drops, SPEC section 1). The other kinds are the taxonomy's classes.
 OVERFLOW = "overflow"
 SIGNATURE_CLASSES = (OVERFLOW, Status.BADFLAG, Status.ASSERT, Status.DOES_NOT_FIT,
-                     Status.INFRA, Status.TIMEOUT)
+                     Status.CRASH, Status.INFRA, Status.TIMEOUT)
+# A family member that is no signature of its own (a wrapper whose carried message decides).
+NO_CLASS = "none"
 # One line matching several signatures takes the first of these: the most specific statement
 # wins (an allocation failure reported through an assertion macro is does_not_fit; a flag
 # validation frame or an overflow trap beats the assert that carries it).
-LINE_ORDER = (OVERFLOW, Status.DOES_NOT_FIT, Status.BADFLAG, Status.ASSERT, Status.INFRA,
-              Status.TIMEOUT)
+# A kernel fault (crash) named inside a network wrapper beats the wrapper (infra).
+LINE_ORDER = (OVERFLOW, Status.DOES_NOT_FIT, Status.BADFLAG, Status.ASSERT, Status.CRASH,
+              Status.INFRA, Status.TIMEOUT)
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 SRUN_LABEL = re.compile(r"^\s*(\d+):\s")
 TORCHRUN = re.compile(r"\[(rank|default)(\d+)\]:")
 ROW_RANK = re.compile(r"\[MOE_DROP_DEBUG\]\[\w+\].*?\brank=(\d+)")
 FILE_RANK = re.compile(r"rank[_-]?(\d+)")
+FILE_INDEX = re.compile(r"^(rank|node)[_-]?(\d+)\.")
 # glog (c10, torchrun: "E1201 07:31:50.123456") and ISO ("2026-12-01 07:31:50[.,]123").
 GLOG_TIME = re.compile(r"\b[EWIF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d(?:\.\d+)?)\b")
 ISO_TIME = re.compile(r"\b\d{4}-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d(?:[.,]\d+)?)")
@@ -49,6 +54,9 @@ class Signature:
     fallout: bool = False           # printed because another rank or the network failed
     demand: str | None = None       # overflow: the regex group holding the stated demand
     libraries: tuple[str, ...] = ()  # dispatch libraries that print it; () = every run
+    table: bool = False             # from signatures.yaml (not a backend's / runbook's regex)
+    member: str | None = None       # family member it was built from (e.g. cudaErrorIllegalAddress)
+    gate: re.Pattern | None = None  # a family's cheap pre-filter every member's line matches
 
 
 @dataclass(frozen=True)
@@ -85,10 +93,49 @@ def parse_table(doc: dict, where: str = str(TABLE_PATH)) -> Table:
                                field=field)
             sigs.append(Signature(entry["class"], _compile(entry["regex"], field),
                                   str(src.get("id")), bool(entry.get("fallout", False)),
-                                  entry.get("demand"), libs))
+                                  entry.get("demand"), libs, table=True))
+    for fam in doc.get("families") or []:
+        fam_sigs, fam_src = family_signatures(fam, where)
+        sigs.extend(fam_sigs)
+        sources.append(fam_src)
     progress = tuple((str(p.get("needle") or ""), _compile(p["regex"], f"progress.{p.get('id')}"))
                      for p in doc.get("progress") or [])
     return Table(tuple(sigs), progress, tuple(sources))
+
+
+def family_signatures(fam: dict, where: str = str(TABLE_PATH)
+                      ) -> tuple[list[Signature], dict]:
+    """The signatures of one enumerated family: every member's text in each of the family's
+    print formats (`{text}` is the member's message, `{name}` its enum name), classed by the
+    member's row; a member without a class, or an unknown one, is BadInput."""
+    fid = str(fam.get("id"))
+    formats = list(fam.get("formats") or ["{text}"])
+    gate = _compile(fam["gate"], f"families.{fid}.gate") if fam.get("gate") else None
+    libs = tuple(fam.get("libraries") or ())
+    out = []
+    for i, member in enumerate(fam.get("members") or []):
+        field = f"families.{fid}.members[{i}]"
+        if member.get("class") == NO_CLASS:
+            if not member.get("why"):
+                raise BadInput("a member without a class must say why", field=field)
+            continue
+        if member.get("class") not in SIGNATURE_CLASSES:
+            raise BadInput(f"unknown signature class {member.get('class')!r} in {where}",
+                           field=field)
+        texts = [member.get("text")] if isinstance(member.get("text"), str) else \
+            list(member.get("text") or [])
+        alts = []
+        for fmt in formats:
+            for text in texts:
+                alts.append(fmt.replace("{text}", re.escape(text))
+                            .replace("{name}", re.escape(str(member.get("name")))))
+        if not alts:
+            raise BadInput("family member without text", field=field)
+        regex = _compile("|".join(f"(?:{a})" for a in dict.fromkeys(alts)), field)
+        out.append(Signature(member["class"], regex, fid, bool(member.get("fallout", False)),
+                             None, libs, table=True, member=str(member.get("name")), gate=gate))
+    src = {k: fam.get(k) for k in ("id", "repo", "file", "commit")}
+    return out, src
 
 
 @functools.lru_cache(maxsize=4)
@@ -119,17 +166,29 @@ class Matcher:
         sigs = list(signatures)
         rank = {c: i for i, c in enumerate(LINE_ORDER)}
         # stable sort: within a class non-fallout first, then table order
-        self.ordered = sorted(sigs, key=lambda s: (rank[s.cls], s.fallout))
-        alts = "|".join(f"(?:{_groupless(s.regex.pattern)})" for s in sigs)
-        self.any = re.compile(alts) if sigs else None
+        self.ordered = sorted(sigs, key=lambda s: (rank[s.cls], s.fallout, not s.table))
+        self.wrappers = [s for s in sigs if s.table and s.fallout]
+        plain = [s for s in sigs if s.gate is None]
+        alts = "|".join(f"(?:{_groupless(s.regex.pattern)})" for s in plain)
+        self.any = re.compile(alts) if plain else None
+        self.gates = tuple(dict.fromkeys(s.gate for s in sigs if s.gate is not None))
 
     def match(self, text: str) -> tuple[Signature, re.Match] | None:
-        """The line's signature (first in LINE_ORDER, non-fallout first, table order)."""
-        if self.any is None or not self.any.search(text):
+        """The line's signature (first in LINE_ORDER, non-fallout first, table first). A
+        backend's or runbook's regex never strips the table's fallout mark: when it decides
+        a line a fallout signature of the table also matches, the line stays fallout.
+        Pre-filter: one combined regex of the plain signatures, and each family's gate."""
+        open_gates = {g for g in self.gates if g.search(text)}
+        if not open_gates and (self.any is None or not self.any.search(text)):
             return None
         for sig in self.ordered:
+            if sig.gate is not None and sig.gate not in open_gates:
+                continue
             found = sig.regex.search(text)
             if found:
+                if not sig.table and not sig.fallout and any(
+                        w.regex.search(text) for w in self.wrappers):
+                    sig = dataclasses.replace(sig, fallout=True)
                 return sig, found
         return None
 
@@ -150,23 +209,90 @@ def clean(text: str) -> str:
     return text.rstrip("\r\n")
 
 
-def rank_of(text: str, path: str) -> str | None:
-    """Who printed the line: torchrun `[rankN]:` (global), `[defaultN]:` (local; with an
-    `srun --label` task T it is `T:N`), an srun label alone, a telemetry row's `rank=`, or
-    the log file's name (`rank3.log`)."""
+@dataclass(frozen=True)
+class Layout:
+    """How the launcher named the log files of one cell (from its cell.json): `rank` (one
+    file per global rank, rank<R>.log), `node` (one file per node / srun task, rank<T>.log or
+    node<N>.log, holding `per_file` local ranks each) or `unknown`; `rule` says where it
+    came from."""
+
+    files: str = "unknown"
+    per_file: int = 0
+    rule: str = "no cell.json launch facts"
+
+
+NO_LAYOUT = Layout()
+
+
+def layout_of(doc: dict) -> Layout:
+    """The log layout a cell.json states: `log_layout` (rank|node) when the launcher wrote
+    one, else from ntasks / nodes / gpus_per_node (one task per node running several local
+    ranks -> node files; one task per rank -> rank files)."""
+    launcher = doc.get("launcher") if isinstance(doc.get("launcher"), dict) else {}
+    stated = launcher.get("log_layout") or doc.get("log_layout")
+    ints = {k: doc.get(k) for k in ("ntasks", "nodes", "gpus_per_node")}
+    ok = {k: v for k, v in ints.items() if isinstance(v, int) and not isinstance(v, bool)}
+    gpn = ok.get("gpus_per_node", 0)
+    if stated in ("rank", "node"):
+        return Layout(stated, gpn if stated == "node" else 1, f"cell.json log_layout={stated}")
+    ntasks, nodes = ok.get("ntasks"), ok.get("nodes")
+    if ntasks is None:
+        return Layout()
+    if nodes and gpn > 1 and ntasks == nodes:
+        return Layout("node", gpn, f"cell.json ntasks={ntasks} = nodes, {gpn} GPUs per node: "
+                                   "rank<T>.log is node T's file")
+    return Layout("rank", 1, f"cell.json ntasks={ntasks}: one task per rank, rank<R>.log "
+                             "is global rank R")
+
+
+def attribute(text: str, path: str, layout: Layout = NO_LAYOUT) -> tuple[str | None, str]:
+    """(who printed the line, the rule that said so). Global rank from torchrun `[rankN]:`;
+    torchrun `[defaultN]:` is local rank N of the node (an `srun --label` task T, a node
+    file) -> node x ranks per node + N; a task label alone under one task per rank; a
+    telemetry row's `rank=`; else the launcher's map of the file (rank<R>.log, node<N>.log).
+    A line only a node is known for (a launcher's own line) has no rank: None."""
     label = SRUN_LABEL.match(text)
     tr = TORCHRUN.search(text, 0, 64 + (label.end() if label else 0))
     if tr and tr.group(1) == "rank":
-        return tr.group(2)
-    if tr:
-        return f"{label.group(1)}:{tr.group(2)}" if label else tr.group(2)
+        return tr.group(2), "torchrun [rankN]: prefix (global rank)"
+    named = FILE_INDEX.match(Path(path).name)
+    node = None
     if label:
-        return label.group(1)
+        node, how = int(label.group(1)), "srun --label task"
+    elif named and (named.group(1) == "node" or layout.files == "node"):
+        node, how = int(named.group(2)), f"launcher map: {Path(path).name} is node {named.group(2)}"
+    if tr:
+        local = int(tr.group(2))
+        if node == 0:
+            return str(local), f"{how} 0: torchrun [defaultN]: local rank is the global rank"
+        if node is not None and layout.files == "node" and layout.per_file:
+            return (str(node * layout.per_file + local),
+                    f"{how} x {layout.per_file} ranks per node + torchrun [defaultN]: local rank")
+        if node is not None:
+            return f"{node}:{local}", f"{how}:torchrun local rank (no ranks-per-node known)"
+        return str(local), "torchrun [defaultN]: local rank (single node)"
+    if label:
+        if layout.files == "node":
+            return None, f"srun --label task {node}: node {node}, no rank (one task per node)"
+        return str(node), "srun --label task (one task per rank)"
     row = ROW_RANK.search(text)
     if row:
-        return row.group(1)
-    named = FILE_RANK.search(Path(path).name)
-    return named.group(1) if named else None
+        return row.group(1), "telemetry row rank= field"
+    if node is not None:
+        return None, f"{how}, no rank prefix: a node-level line"
+    if named and named.group(1) == "rank":
+        if layout.files == "rank":
+            return named.group(2), f"launcher map: {Path(path).name} is global rank {named.group(2)}"
+        return named.group(2), "file name rank<R>.log (no launcher map)"
+    found = FILE_RANK.search(Path(path).name)
+    if found:
+        return found.group(1), "file name (last fallback)"
+    return None, "no rank: a job-level line"
+
+
+def rank_of(text: str, path: str, layout: Layout = NO_LAYOUT) -> str | None:
+    """Who printed the line (see `attribute`), without the rule."""
+    return attribute(text, path, layout)[0]
 
 
 def timestamp_of(text: str) -> tuple | None:

@@ -6,6 +6,7 @@ Pure; harness.telemetry.summary streams files through it. numpy is imported on f
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from dataclasses import dataclass, field
@@ -168,6 +169,47 @@ def unterminated(text: bytes, line_no: int, tags: Tags, reason: str) -> Block:
     """A last line without newline, or an over-long line: each tag in it is malformed."""
     hits = len(tags.any.findall(text))
     return Block(rows=np.empty((0, 6), np.int64), line_nos=[], bad=[(line_no, reason)] * hits)
+
+
+@dataclass(frozen=True)
+class LineRow:
+    """One tagged segment of a physical line: its span, whether it is a setup row, and the
+    six dispatch values or why they are malformed (None for a setup row)."""
+
+    start: int
+    end: int
+    setup: bool
+    values: tuple[int, ...] | None
+    reason: str | None
+
+
+@functools.lru_cache(maxsize=8)
+def _tag_regex(dispatch: str, setup: str) -> re.Pattern:
+    both = sorted((dispatch, setup), reverse=True)   # an extension before the tag itself
+    return re.compile("|".join(map(re.escape, both)))
+
+
+def line_rows(line: str, dispatch: str = DISPATCH_TAG, setup: str = SETUP_TAG
+              ) -> list[LineRow]:
+    """The telemetry rows of one physical line by `slow_block`'s rule (a tag's segment runs
+    to the next tag or the end of the line; `row_fields` + `dispatch_values` judge it), so
+    the taxonomy and `epcap parse` agree on which rows are well-formed even when another
+    process's message was spliced into the line."""
+    if dispatch not in line and setup not in line:
+        return []
+    hits = list(_tag_regex(dispatch, setup).finditer(line))
+    out = []
+    for i, hit in enumerate(hits):
+        end = hits[i + 1].start() if i + 1 < len(hits) else len(line)
+        if hit.group() == setup:
+            out.append(LineRow(hit.start(), end, True, None, None))
+            continue
+        values = dispatch_values(row_fields(line[hit.end():end].encode("utf-8", "replace")))
+        if isinstance(values, str):
+            out.append(LineRow(hit.start(), end, False, None, values))
+        else:
+            out.append(LineRow(hit.start(), end, False, values, None))
+    return out
 
 
 def sorted_unique(values: np.ndarray) -> np.ndarray:

@@ -57,9 +57,12 @@ def test_every_source_names_repository_file_commit():
         for src in case["sources"]:
             assert src["id"] in known and src["repo"] and src["file"], (case["name"], src)
             if src["repo"] != "epcap":
-                assert len(src["commit"]) == 40, (case["name"], src)
+                want = 64 if src["repo"].startswith("pypi:") else 40
+                assert len(src["commit"]) == want, (case["name"], src)
     for src in load_table().sources:
-        assert src["repo"] and src["file"] and len(src["commit"]) == 40, src
+        # a git commit, or for a binary package (pypi:name==version) the wheel's sha256
+        want = 64 if src["repo"].startswith("pypi:") else 40
+        assert src["repo"] and src["file"] and len(src["commit"]) == want, src
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
@@ -76,6 +79,19 @@ def test_cli_classifies_case_as_documented(case, cli_doc):
         (w["file"], w["line_no"]) for w in case["warnings"]]
     assert got["first_failed_rank"] == case["first_failed_rank"]
     assert got["stated_demand"] == case["stated_demand"]
+    if case.get("attributed"):
+        assert got["deciding"]["attributed_by"] == case["attributed"], got["deciding"]
+
+
+def test_issue24_cases_cover_every_flaw():
+    """At least 30 multi-rank cases for issue 24, each flaw shown, ECHO/UltraEP/MoonEP."""
+    new = [c for c in CASES if c.get("issue")]
+    assert len(new) >= 30
+    assert {c["issue"] for c in new} == {"survival", "spliced", "fallout", "wrapper", "ranks",
+                                         "family"}
+    backends = {json.loads((CORPUS / c["name"] / "cell.json").read_text())["cell"]["backend"]
+                for c in new}
+    assert backends >= {"echo", "ultraep", "moonep"}
 
 
 def test_false_does_not_fit_is_infra():
@@ -151,3 +167,48 @@ def test_campaign_analysis_records_the_richer_outcome(tmp_path):
                                          lower_bound_peak(demand_only))
     assert cap.budget_tokens(again, n) >= 70211
     assert lower_bound_peak(Outcome(cell, "lower_bound", None, None, out.row, {})) == 0
+
+
+@pytest.mark.parametrize("name", ["time_limit_teardown_echo", "slurm_node_file_assert_global_rank"])
+def test_campaign_and_classify_read_the_same_files(tmp_path, name):
+    """Issue 24: the campaign's analysis (given only the launcher's rank<T>.log paths) and
+    `epcap classify` read the same files (slurm-*.out too) with the same rank map, so they
+    agree on the class, the deciding line and the first failed rank."""
+    import shutil
+
+    from harness.api.backend import RunRequest
+    from harness.api.launcher import JobResult
+    from harness.api.registry import load_backend
+    from harness.campaign.analysis import analyse
+    from harness.results.layout import Cell
+    from harness.runbook.load import load_runbook
+
+    rb = load_runbook(ROOT / "tests" / "fixtures" / "runbooks" / "reduced.yaml")
+    cell = Cell(rb.campaign, rb.models[0].name, rb.backends[0].name, "validate", "2.00", 1)
+    cdir = tmp_path / name
+    shutil.copytree(CORPUS / name, cdir)
+    doc = json.loads((cdir / "cell.json").read_text())
+    req = RunRequest.for_cell(rb, cell, cdir)
+    backend = load_backend(rb.backend(cell.backend))
+    launcher = JobResult(doc["launcher"]["state"], doc["launcher"]["exit_code"],
+                         sorted(cdir.glob("rank*.log")))
+    out = analyse(req, backend, launcher, cdir, "2026-12-01T07:00:00Z")
+    cli = classify_cell(cdir, backend=rb.backends[0].name)
+    case = next(c for c in CASES if c["name"] == name)
+    assert out.status == cli["status"] == case["status"]
+    assert out.failure["path"] == cli["line"]["path"]
+    assert Path(out.failure["path"]).name == case["decides"]["file"]
+    assert out.failure["first_failed_rank"] == cli["first_failed_rank"] == case["first_failed_rank"]
+
+
+def test_cli_prints_the_deciding_rank_its_rule_and_source(capsys):
+    """Issue 24: for the deciding line, its rank, how the rank was attributed, and its
+    source (repository, file, commit, and the family member)."""
+    assert cli_classify((str(CORPUS / "slurm_node_file_assert_global_rank"),
+                         str(CORPUS / "watchdog_carries_cuda_fault_echo"))) == 0
+    text = capsys.readouterr().out
+    assert "deciding rank: 6 (launcher map: rank1.log is node 1 x 4 ranks per node" in text
+    assert ("source: pytorch-c10-exception (pytorch/pytorch c10/util/Exception.h @ "
+            "0109fc4eac46a2f56a2197a9f757ed42d5a817aa)") in text
+    assert "deciding rank: 3 (torchrun [rankN]: prefix (global rank))" in text
+    assert "source: cuda-runtime-errors cudaErrorIllegalAddress (pypi:nvidia-cuda-runtime" in text

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import builtins
+import errno
+import json
+import os
+import re
+from pathlib import Path
+
 import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from harness.errors import BadInput
 from harness.taxonomy.signatures import (
     LINE_ORDER,
+    TABLE_PATH,
     Matcher,
     clean,
     from_patterns,
@@ -83,3 +94,157 @@ def test_bad_tables_and_patterns_are_bad_input():
     assert sig.demand == "demand" and sig.source == "runbook"
     (sig,) = from_patterns({"infra": ["(?i)fell off the bus"]})
     assert Matcher([sig]).match("GPU 3 FELL OFF THE BUS")
+
+
+# -- families enumerated from their source, member by member (issue 24) ---------------------
+
+FAMILY_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "classify" / "families"
+STORAGE_ERRNOS = ("ENOSPC", "EDQUOT", "EIO", "EROFS", "ESTALE", "EFBIG")
+
+
+def enumerated(family: str) -> dict[str, str]:
+    """name -> message of every member of a family, read from its source (not the table)."""
+    if family in ("cuda-runtime-errors", "nccl-result-codes"):
+        doc = json.loads((FAMILY_DIR / f"{family}.json").read_text(encoding="utf-8"))
+        return {m["name"]: m["text"] for m in doc["members"]}
+    if family == "storage-errno":
+        return {name: os.strerror(getattr(errno, name)) for name in STORAGE_ERRNOS}
+    if family == "python-top-level-exceptions":
+        return {n: n for n, v in vars(builtins).items() if isinstance(v, type)
+                and issubclass(v, BaseException) and not issubclass(v, Warning)}
+    raise AssertionError(f"no enumeration for family {family}")
+
+
+# The documented rules (signatures.yaml `rule`), restated here as the oracle the table's rows
+# are checked against: a member's row must carry the class its rule gives.
+CUDA_INFRA = {
+    "cudaErrorInitializationError", "cudaErrorStubLibrary", "cudaErrorInsufficientDriver",
+    "cudaErrorCallRequiresNewerDriver", "cudaErrorDevicesUnavailable", "cudaErrorNoDevice",
+    "cudaErrorInvalidDevice", "cudaErrorDeviceNotLicensed",
+    "cudaErrorSoftwareValidityNotEstablished", "cudaErrorStartupFailure",
+    "cudaErrorNoKernelImageForDevice", "cudaErrorECCUncorrectable", "cudaErrorDeviceAlreadyInUse",
+    "cudaErrorNvlinkUncorrectable", "cudaErrorContained", "cudaErrorJitCompilerNotFound",
+    "cudaErrorUnsupportedPtxVersion", "cudaErrorJitCompilationDisabled",
+    "cudaErrorOperatingSystem", "cudaErrorSystemNotReady", "cudaErrorSystemDriverMismatch",
+    "cudaErrorCompatNotSupportedOnDevice", "cudaErrorMpsConnectionFailed",
+    "cudaErrorMpsRpcFailure", "cudaErrorMpsServerNotReady", "cudaErrorMpsMaxClientsReached",
+    "cudaErrorMpsMaxConnectionsReached", "cudaErrorMpsClientTerminated",
+    "cudaErrorExternalDevice", "cudaErrorSharedObjectInitFailed",
+    "cudaErrorSharedObjectSymbolNotFound", "cudaErrorFileNotFound", "cudaErrorCudartUnloading"}
+PY_NONE = {"BaseException", "Exception", "BaseExceptionGroup", "ExceptionGroup", "RuntimeError",
+           "OSError", "EnvironmentError", "IOError", "SystemExit", "KeyboardInterrupt",
+           "GeneratorExit", "StopIteration", "StopAsyncIteration", "BlockingIOError",
+           "ChildProcessError", "InterruptedError", "ProcessLookupError"}
+PY_CONNECTION = {"ConnectionError", "BrokenPipeError", "ConnectionAbortedError",
+                 "ConnectionRefusedError", "ConnectionResetError", "TimeoutError"}
+NCCL_RULE = {"ncclSuccess": "none", "ncclInProgress": "none", "ncclSystemError": "infra",
+             "ncclRemoteError": "infra", "ncclUnhandledCudaError": "infra"}
+
+
+def rule_class(family: str, name: str) -> str:
+    """The class the family's documented rule gives a member."""
+    if family == "cuda-runtime-errors":
+        return {"cudaSuccess": "none", "cudaErrorApiFailureBase": "none",
+                "cudaErrorMemoryAllocation": "does_not_fit", "cudaErrorAssert": "assert"}.get(
+            name, "infra" if name in CUDA_INFRA else "crash")
+    if family == "nccl-result-codes":
+        return NCCL_RULE.get(name, "crash")
+    if family == "storage-errno":
+        return "infra"
+    return ("none" if name in PY_NONE else "assert" if name == "AssertionError"
+            else "does_not_fit" if name == "MemoryError"
+            else "infra" if name in PY_CONNECTION else "crash")
+
+
+def table_doc() -> dict:
+    return yaml.safe_load(TABLE_PATH.read_text(encoding="utf-8"))
+
+
+def coverage_problems(doc: dict) -> list[str]:
+    """What keeps the table from covering every enumerated family member by member: a
+    member without its row, a row whose text is not the source's, a line in each print
+    format that the matcher classes otherwise (or not at all), a gate the line misses."""
+    problems = []
+    table = parse_table(doc)
+    matcher = Matcher(table.signatures)
+    families = {f["id"]: f for f in doc.get("families") or []}
+    for fid in ("cuda-runtime-errors", "nccl-result-codes", "storage-errno",
+                "python-top-level-exceptions"):
+        fam = families.get(fid)
+        if fam is None:
+            problems.append(f"{fid}: family missing")
+            continue
+        rows = {m["name"]: m for m in fam["members"]}
+        for name, text in sorted(enumerated(fid).items()):
+            row = rows.get(name)
+            if row is None:
+                problems.append(f"{fid}: {name} has no row")
+                continue
+            if row["text"] != text:
+                problems.append(f"{fid}: {name} text {row['text']!r} is not {text!r}")
+            if row["class"] != rule_class(fid, name):
+                problems.append(f"{fid}: {name}: row class {row['class']} is not the rule's "
+                                f"{rule_class(fid, name)}")
+            if row["class"] == "none":
+                if not row.get("why"):
+                    problems.append(f"{fid}: {name} has no class and no why")
+                continue
+            for line in member_lines(fam, row):
+                got = matcher.match(line)
+                if got is None or got[0].cls != row["class"]:
+                    problems.append(f"{fid}: {name}: {line!r} -> {got and got[0].cls}")
+                if fam.get("gate") and not re.search(fam["gate"], line):
+                    problems.append(f"{fid}: {name}: gate misses {line!r}")
+        for name in sorted(set(rows) - set(enumerated(fid))):
+            problems.append(f"{fid}: {name} is not in the source")
+    return problems
+
+
+def member_lines(fam: dict, row: dict) -> list[str]:
+    """One realistic line per print format of a family member."""
+    fid, text, name = fam["id"], row["text"], row["name"]
+    if fid == "cuda-runtime-errors":
+        return [f"[rank3]: torch.AcceleratorError: CUDA error: {text}",
+                f"node003:2201:2209 [3] include/alloc.h:189 NCCL WARN Cuda failure {1} '{text}'",
+                f"[rank3]: CUDA error encountered at: file=a.cu, line=8, Reason={name}:{text}"]
+    if fid == "nccl-result-codes":
+        return [f"[rank1]: torch.distributed.DistBackendError: NCCL error in: /opt/pytorch/"
+                f"torch/csrc/distributed/c10d/NCCLUtils.cpp:77, {text}, NCCL version 2.27.3"]
+    if fid == "storage-errno":
+        return [f"[rank0]: OSError: [Errno 28] {text}: '/ckpt/iter_0000100/router.pt'"]
+    return [f"[rank2]: {name}: something went wrong", f"1: [default2]: {name}"]
+
+
+def test_every_family_is_covered_member_by_member():
+    assert coverage_problems(table_doc()) == []
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.data())
+def test_coverage_fails_when_a_member_row_is_removed(data):
+    """The coverage check is no tautology: drop any classed member's row (or change its
+    class) and it names that member."""
+    doc = table_doc()
+    fam = data.draw(st.sampled_from(doc["families"]))
+    i = data.draw(st.integers(0, len(fam["members"]) - 1))
+    member = fam["members"][i]
+    if data.draw(st.booleans()) or member["class"] == "none":
+        del fam["members"][i]
+        assert any(f": {member['name']} has no row" in p for p in coverage_problems(doc))
+    else:
+        member["class"] = "timeout" if member["class"] != "timeout" else "crash"
+        assert any(f": {member['name']}:" in p for p in coverage_problems(doc))
+
+
+def test_wrapper_carries_the_decision_and_backend_patterns_keep_fallout():
+    m = Matcher(load_table().signatures + from_patterns({"infra": [r"NCCL error"]}))
+    sig, _ = m.match("[rank3]:[E1201 07:50:01.1 ProcessGroupNCCL.cpp:1] [Rank 3] Watchdog caught "
+                     "collective operation timeout: CUDA error: an illegal memory access was "
+                     "encountered")
+    assert (sig.cls, sig.member, sig.fallout) == ("crash", "cudaErrorIllegalAddress", False)
+    sig, _ = m.match("[rank0]: torch.distributed.DistBackendError: NCCL error in: a.cpp:1, "
+                     "remote process exited or there was a network error, NCCL version 2.27.3")
+    assert (sig.cls, sig.fallout) == ("infra", True)
+    # a backend regex alone on a line no fallout signature matches stays non-fallout
+    sig, _ = m.match("[rank0]: NCCL error on a line of its own")
+    assert (sig.cls, sig.fallout, sig.source) == ("infra", False, "backend")

@@ -236,9 +236,25 @@ def test_highest_class_present_wins_at_its_first_line(kinds):
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.sampled_from(list(POOL)), max_size=12))
 def test_signatures_before_the_last_progress_never_decide(kinds):
-    pool = [POOL[k] for k in kinds] + ["[rank0]: iteration 99/ 99 |"]
+    """Per rank (issue 24): each rank that printed a signature then iterates on."""
+    pool = [POOL[k] for k in kinds] + [f"[rank{r}]: iteration 99/ 99 |" for r in (0, 1, 2)]
     out = classify(1, "failed", lines(*pool), patterns_of("ultraep"), 0)
     assert out.status == "crash" and out.warnings_total == sum(k is not None for k in kinds)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(list(POOL)), max_size=12), st.integers(3, 9))
+def test_progress_of_another_rank_never_rescues(kinds, other):
+    """Issue 24: rows and iteration lines of a rank that printed no signature leave every
+    signature fatal (the old per-file model counted them as survival)."""
+    pool = [POOL[k] for k in kinds] + [f"[rank{other}]: iteration 99/ 99 |",
+                                       *(f"[rank{other}]: [MOE_DROP_DEBUG][dispatch] iter={i} "
+                                         f"layer=0 rank={other} expected_recv=8 "
+                                         f"actual_valid_recv=8 budget=16" for i in range(3))]
+    out = classify(1, "failed", lines(*pool), patterns_of("ultraep"), 0)
+    present = [c for c in CLASS_ORDER if c in kinds]
+    assert out.warnings_total == 0
+    assert out.status == (present[0] if present else "crash")
 
 
 def test_survived_oom_then_infiniband_failure_is_infra_not_does_not_fit():
@@ -251,3 +267,67 @@ def test_survived_oom_then_infiniband_failure_is_infra_not_does_not_fit():
     out = classify_logs(1, "failed", logs, patterns_of("echo"), summarize(logs).rows)
     assert out.status == "infra", out.reason
     assert out.path.endswith("rank0.log") and "NET/IB" in out.line
+
+
+ROW_TEXT = st.sampled_from([
+    "[MOE_DROP_DEBUG][dispatch] iter=4 layer=0 rank=1 expected_recv=8 actual_valid_recv=9 budget=16",
+    "[MOE_DROP_DEBUG][dispatch] iter=4 layer=0 ra",
+    "[MOE_DROP_DEBUG][dispatch] layer=1 rank=1 iter=5 expected_recv=8 actual_valid_recv=9 budget=16",
+    "[MOE_DROP_DEBUG][setup_metadata] iter=0 layer=0 rank=1 budget=16",
+    "[MOE_DROP_DEBUG][dispatch] iter=4 layer=0 rank=1 expected_recv=0 actual_valid_recv=9 budget=16"])
+SIG_TEXT = st.sampled_from([
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    "RuntimeError: CUDA error: an illegal memory access was encountered", "plain words"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["", "[rank0]: ", "[default1]: "]),
+                          st.lists(st.one_of(ROW_TEXT, SIG_TEXT), min_size=1, max_size=4)),
+                min_size=1, max_size=8))
+def test_one_line_reader_telemetry_and_taxonomy_agree(tmp_path_factory, lines_spec):
+    """Issue 24: a physical line may hold rows and a signature (spliced by concurrent
+    writers). The taxonomy counts as malformed exactly the rows `epcap parse` counts
+    malformed, and a signature on a row line is still seen."""
+    from harness.taxonomy.judge import _Scan
+    from harness.taxonomy.signatures import Matcher, load_table
+    texts = [pre + "".join(parts) for pre, parts in lines_spec]
+    path = tmp_path_factory.mktemp("spliced") / "rank0.log"
+    path.write_text("".join(t + "\n" for t in texts))
+    summary = summarize([path])
+    scan = _Scan(Matcher(load_table().signatures), load_table().progress)
+    for path_s, no, text in iter_log_lines([path]):
+        scan.feed(path_s, no, text)
+    assert scan.malformed_rows == summary.malformed_rows
+    sigs = sum(1 for t in texts if "Error" in t)
+    assert len(scan.finish()) + scan.warnings_total == sigs
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["row", "row", "row", "oom", "iter",
+                                                              "noise", "fallout", "spliced"]),
+                          st.integers(0, 6)), max_size=40),
+       st.booleans())
+def test_block_reader_and_line_reader_classify_alike(tmp_path_factory, spec, crlf):
+    """`classify_logs` reads large logs in blocks, handing stretches of canonical rows over
+    whole (iter_log_events); it must decide exactly as the line-by-line reader does."""
+    from harness.taxonomy.judge import iter_log_events
+    make = {"row": lambda k, i: f"[rank{k}]: [MOE_DROP_DEBUG][dispatch] iter={i} layer=0 "
+                                f"rank={k} expected_recv=8 actual_valid_recv=9 budget=16",
+            "oom": lambda k, i: f"[rank{k}]: torch.OutOfMemoryError: CUDA out of memory. Tried "
+                                f"to allocate {i} GiB",
+            "iter": lambda k, i: f"[rank{k}]:  iteration {i + 1:8d}/     100 | lm loss: 1.0 |",
+            "noise": lambda k, i: f"[rank{k}]: loading checkpoint {i}",
+            "fallout": lambda k, i: f"[rank{k}]: {DIST_REMOTE_LINE}",
+            "spliced": lambda k, i: f"[rank{k}]: [MOE_DROP_DEBUG][dispatch] iter={i} layer=1 "
+                                    f"rank={k} expected_recv=8 actual_valid_recv=9 budget=16 "
+                                    f"RuntimeError: CUDA error: misaligned address"}
+    path = tmp_path_factory.mktemp("blocks") / "all.log"
+    end = "\r\n" if crlf else "\n"
+    path.write_bytes("".join(make[kind](k, i) + end for k, kind, i in spec).encode())
+    by_line = classify(1, "failed", iter_log_lines([path]), patterns_of("echo"), 0)
+    by_block = classify(1, "failed", iter_log_events([path]), patterns_of("echo"), 0)
+    assert by_block.to_dict() == by_line.to_dict()
+
+
+DIST_REMOTE_LINE = ("torch.distributed.DistBackendError: NCCL error in: a.cpp:1, remote process "
+                    "exited or there was a network error, NCCL version 2.27.3")
