@@ -10,6 +10,7 @@ from pathlib import Path
 
 from harness.api.registry import (
     BACKEND_KINDS,
+    CLUSTER_KIND,
     LAUNCHER_NAMES,
     module_name,
     module_problem,
@@ -30,6 +31,7 @@ from harness.runbook.checks import (
     canonical_capacity,
     check_capacities,
     check_model,
+    check_shape,
     check_timing,
     held_out_field,
 )
@@ -255,6 +257,7 @@ def load_runbook(path: str | Path) -> Runbook:
         raise doc.error(("limits", "run_timeout_s"), "must be positive")
     if runbook.limits.infra_retries < 0:
         raise doc.error(("limits", "infra_retries"), "must be >= 0")
+    check_shape(doc, runbook, CLUSTER_KIND)
     check_capacities(doc, runbook)
     check_timing(doc, runbook)
     return runbook
