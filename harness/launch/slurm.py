@@ -225,16 +225,21 @@ class SlurmLauncher(Launcher):
         """Write cell_dir/slurm.sbatch atomically; returns its path."""
         cell_dir = Path(cell_dir).resolve()
         cell_dir.mkdir(parents=True, exist_ok=True)
+        path = cell_dir / SCRIPT_NAME
+        write_text_atomic(path, self.script_text(cell_name, spec, cell_dir, timeout_s))
+        return path
+
+    def script_text(self, cell_name: str, spec: LaunchSpec, cell_dir: Path,
+                    timeout_s: float | None = None) -> str:
+        """The batch script of one cell (pure: the dry run shows it without writing the cell)."""
+        cell_dir = Path(cell_dir).resolve()
         name = job_name(self.campaign, cell_name, cell_dir)
         opts = sbatch_options(self.slurm, spec, name, cell_dir, self.where)
         gpus = spec.gpus_per_node or self.slurm.gpus_per_node
         meta = {"cell": cell_name, "job_name": name, "ntasks": spec.ntasks,
                 "ranks": spec.ntasks * ranks_per_task(spec, gpus), "timeout_s": timeout_s}
-        text = batch_script(opts, spec, cell_dir, self.python, gpus, meta=meta,
+        return batch_script(opts, spec, cell_dir, self.python, gpus, meta=meta,
                             container=container_launch(self.container, gpus))
-        path = cell_dir / SCRIPT_NAME
-        write_text_atomic(path, text)
-        return path
 
     def submit(self, cell_name: str, spec: LaunchSpec, cell_dir: Path,
                timeout_s: float) -> JobHandle:
