@@ -11,11 +11,17 @@ TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; torch/distributed/elastic/agent/server/
 local_elastic_agent.py: the `${rank}` macro is the global rank); such a line goes to
 rank<R>.log, and every line of the task also to node<T>.log (the merged node output). Lines
 without a task label (srun's own messages) go to stdout, the job's batch log.
+
+The local launcher starts one capture per rank (`--rank R`): the rank's output arrives on
+stdin (a pipe) or on a FIFO (`--fifo PATH`, for ranks forked by the fork server), and every
+line goes, redacted, to rank<R>.log. The capture is its own process, so a rank outlives a
+driver that dies (resume finds it) without losing its log.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
@@ -32,9 +38,13 @@ class Capture:
     """Open rank/node files on first use; write each redacted line and flush it (the driver
     reads log growth as progress)."""
 
-    def __init__(self, cell_dir: Path, ranks_per_task: int, secrets: list[str]):
+    def __init__(self, cell_dir: Path, ranks_per_task: int, secrets: list[str],
+                 rank: int | None = None):
         self.cell_dir, self.ranks_per_task, self.secrets = cell_dir, ranks_per_task, secrets
+        self.rank = rank                # set: every line is this rank's (local launcher)
         self.files: dict[str, BinaryIO] = {}
+        if rank is not None:            # a fresh log per attempt, present even when silent
+            self.files[f"rank{rank}.log"] = open(cell_dir / f"rank{rank}.log", "wb")  # noqa: SIM115
 
     def _write(self, name: str, data: bytes) -> None:
         handle = self.files.get(name)
@@ -50,6 +60,9 @@ class Capture:
     def line(self, raw: bytes, out: BinaryIO) -> None:
         """Route one line (with its newline, if it had one)."""
         line = self.redact(raw)
+        if self.rank is not None:
+            self._write(f"rank{self.rank}.log", line)
+            return
         label = LABEL_RE.match(line)
         if label is None or int(label.group(1)) > MAX_RANK:
             out.write(line)
@@ -69,9 +82,10 @@ class Capture:
             handle.close()
 
 
-def run(cell_dir: Path, ranks_per_task: int, source: BinaryIO, out: BinaryIO) -> int:
+def run(cell_dir: Path, ranks_per_task: int, source: BinaryIO, out: BinaryIO,
+        rank: int | None = None) -> int:
     """Copy `source` into the cell's logs line by line until EOF."""
-    cap = Capture(cell_dir, ranks_per_task, secret_values())
+    cap = Capture(cell_dir, ranks_per_task, secret_values(), rank)
     try:
         for raw in source:
             cap.line(raw, out)
@@ -85,8 +99,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.launch.capture")
     parser.add_argument("cell_dir", type=Path)
     parser.add_argument("--ranks-per-task", type=int, default=1)
+    parser.add_argument("--rank", type=int, default=None, help="every line is this rank's")
+    parser.add_argument("--fifo", type=Path, default=None,
+                        help="read this FIFO (removed once open) instead of stdin")
     args = parser.parse_args(argv)
-    return run(args.cell_dir, max(1, args.ranks_per_task), sys.stdin.buffer, sys.stdout.buffer)
+    if args.fifo is None:
+        return run(args.cell_dir, max(1, args.ranks_per_task), sys.stdin.buffer,
+                   sys.stdout.buffer, args.rank)
+    with open(args.fifo, "rb") as source:       # blocks until the rank opens it for writing
+        args.fifo.unlink(missing_ok=True)
+        try:
+            os.rmdir(args.fifo.parent)
+        except OSError:
+            pass
+        return run(args.cell_dir, 1, source, sys.stdout.buffer, args.rank)
 
 
 if __name__ == "__main__":
