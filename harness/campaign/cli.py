@@ -13,7 +13,7 @@ from harness.campaign import store
 from harness.campaign.decisions import Context, model_pipeline
 from harness.campaign.driver import Campaign, Replay
 from harness.campaign.dryrun import Selection, print_dry_run
-from harness.campaign.preflight import check_backend_commands, check_gpu_probe
+from harness.campaign.preflight import check_backend_commands, check_launcher_setup
 from harness.campaign.progress import ProgressView, fmt_s
 from harness.errors import BadInput, Findings, os_hint
 from harness.grid import capacity as cap
@@ -97,7 +97,7 @@ def cli_run(runbook: str | None = None, results: str | None = None,
     check_backend_commands(rb)
     launcher_name = launcher or rb.launcher
     if not dry_run:
-        check_gpu_probe(rb, launcher_name)
+        check_launcher_setup(rb, launcher_name)
     root_dir = Path(results or "results")
     stages = tuple(stages or ())
     if until is not None and stages:

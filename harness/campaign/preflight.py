@@ -58,6 +58,17 @@ GPU_PROBE_REMEDY = ("install the cluster extra in the Python that submits and ru
                     "nvidia-ml-py), or put NVIDIA's nvidia-smi on PATH")
 
 
+def check_launcher_setup(rb: Runbook, launcher_name: str) -> None:
+    """What the chosen launcher cannot honour is an error, not ignored: a `container:` with
+    the local launcher (`--launcher local` over a Slurm runbook)."""
+    if rb.container.enabled and launcher_name != "slurm":
+        raise BadInput(f"container engine {rb.container.engine} runs under the Slurm launcher "
+                       f"only; the {launcher_name} launcher would ignore it (use --launcher "
+                       f"slurm, or container.engine: none)", path=str(rb.path),
+                       field="container.engine")
+    check_gpu_probe(rb, launcher_name)
+
+
 def check_gpu_probe(rb: Runbook, launcher_name: str, tools: list[str] | None = None) -> None:
     """A runbook that asks for GPUs needs a GPU probe here (the node-side check runs this same
     Python): without NVML bindings or nvidia-smi every cell would end node_fail on a healthy

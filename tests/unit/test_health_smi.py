@@ -128,3 +128,12 @@ def test_preflight_with_no_probe_on_path(tmp_path, monkeypatch, no_nvml):
         check_gpu_probe(load_runbook(gpu_runbook(tmp_path)), "slurm")
     on_path(monkeypatch, fake_smi(tmp_path / "bin", EIGHT))
     assert health.probe_tools() == ["nvidia-smi"]
+
+
+def test_container_with_the_local_launcher_is_refused(tmp_path):
+    from harness.campaign.preflight import check_launcher_setup
+    rb = load_runbook(gpu_runbook(tmp_path))
+    assert rb.container.engine == "pyxis"
+    with pytest.raises(BadInput) as err:
+        check_launcher_setup(rb, "local")
+    assert err.value.field == "container.engine"
