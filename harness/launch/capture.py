@@ -9,7 +9,8 @@ every worker's stdout and stderr to its console with the worker's global rank in
 (pytorch/pytorch v2.13.0 torch/distributed/run.py `--tee` (env PET_TEE) and
 TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; torch/distributed/elastic/agent/server/
 local_elastic_agent.py: the `${rank}` macro is the global rank); such a line goes to
-rank<R>.log, and every line of the task also to node<T>.log (the merged node output). Lines
+rank<R>.log; the node's lines without a rank (torchrun's own) go to node<T>.log, so no line
+is in two files (the audit counts telemetry rows over every *.log of a cell). Lines
 without a task label (srun's own messages) go to stdout, the job's batch log.
 
 The local launcher starts one capture per rank (`--rank R`): the rank's output arrives on
@@ -72,10 +73,11 @@ class Capture:
         if self.ranks_per_task == 1:
             self._write(f"rank{task}.log", body)
             return
-        self._write(f"node{task}.log", body)
         rank = TORCHRUN_RANK_RE.match(body)
         if rank is not None and int(rank.group(1)) <= MAX_RANK:
             self._write(f"rank{int(rank.group(1))}.log", body)
+        else:                           # torchrun's own lines: no line is in two files
+            self._write(f"node{task}.log", body)
 
     def close(self) -> None:
         for handle in self.files.values():

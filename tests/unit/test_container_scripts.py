@@ -138,7 +138,8 @@ def test_capture_splits_torchrun_by_global_rank(tmp_path):
         f"rank{r}.log" for r in range(16))
     assert (tmp_path / "rank13.log").read_bytes() == \
         b"[rank13]:[MOE_DROP_DEBUG][dispatch] iter=0 rank=13\n"
-    assert b"agent line" in (tmp_path / "node0.log").read_bytes()
+    assert (tmp_path / "node0.log").read_bytes() == b"agent line without rank\n"
+    assert not (tmp_path / "node1.log").exists()           # every line of node 1 had a rank
     assert out == b"srun: error: task 1 exited\n"
 
 
