@@ -197,9 +197,10 @@ def _shape(doc: _Doc, data: dict) -> Shape:
     return Shape(**fields)
 
 
-def _container(doc: _Doc, data: dict, launcher: str) -> ContainerConfig:
+def _container(doc: _Doc, data: dict) -> ContainerConfig:
     """`container:` checked: a known engine, an image when one is used, mounts SRC:DST[:FLAGS]
-    without commas, the Slurm launcher (the local launcher runs no container)."""
+    without commas. The launcher is checked at preflight (`--launcher` may override the
+    runbook's): the local launcher runs no container and refuses one."""
     where = ("container",)
     fields = _fields_from(doc, ContainerConfig, data.get("container"), where)
     cfg = ContainerConfig(**fields)
@@ -212,9 +213,6 @@ def _container(doc: _Doc, data: dict, launcher: str) -> ContainerConfig:
         return cfg
     if not cfg.image:
         raise doc.error(where + ("image",), f"engine {cfg.engine} needs an image")
-    if launcher != "slurm":
-        raise doc.error(where + ("engine",), "containers run under the Slurm launcher only "
-                        "(launcher: slurm)")
     if cfg.executable not in ("apptainer", "singularity"):
         raise doc.error(where + ("executable",), "must be apptainer or singularity")
     for i, mount in enumerate(cfg.mounts):
@@ -275,7 +273,7 @@ def load_runbook(path: str | Path) -> Runbook:
         seed=_check_type(doc, data.get("seed", 1234), int, ("seed",)),
         repositories=_paths_map(doc, data, "repositories", base, resolve=True),
         paths=_paths_map(doc, data, "paths", base, resolve=False),
-        slurm=SlurmConfig(**slurm), container=_container(doc, data, launcher),
+        slurm=SlurmConfig(**slurm), container=_container(doc, data),
         gpu_hours_per_cell=gph,
         max_parallel_cells=_check_type(doc, data.get("max_parallel_cells", 1), int,
                                        ("max_parallel_cells",)))

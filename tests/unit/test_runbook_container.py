@@ -56,7 +56,12 @@ def test_container_errors(tmp_path, container, field):
 
 
 def test_container_needs_the_slurm_launcher(tmp_path):
-    refused(book(tmp_path, launcher="local"), "container.engine")
+    """Loads (`--launcher slurm` may override), then preflight refuses the local launcher."""
+    from harness.campaign.preflight import check_launcher_setup
+    rb = load_runbook(book(tmp_path, launcher="local"))
+    with pytest.raises(BadInput) as err:
+        check_launcher_setup(rb, "local")
+    assert err.value.field == "container.engine"
 
 
 def test_a_path_nothing_reads_is_an_error(tmp_path):
