@@ -176,8 +176,13 @@ def _smi(args: list[str]) -> list[list[str]]:
 def _smi_int(text: str) -> int | None:
     """An nvidia-smi count; None for `[N/A]`, `[Not Supported]` and other non-numbers."""
     try:
-        return int(float(text))
+        return int(text)
     except ValueError:
+        pass
+    try:                            # "4096.0": an integral float
+        value = float(text)
+        return int(value) if value.is_integer() else None
+    except (ValueError, OverflowError):
         return None
 
 
@@ -188,18 +193,20 @@ def read_smi(indices: list[int] | None = None) -> tuple[str, list[GpuReading]]:
         raise NoGpu("nvidia-smi lists no GPU")
     pids: dict[str, list[int]] = {}
     for row in _smi([f"--query-compute-apps={','.join(SMI_APP_FIELDS)}"]):
-        if len(row) == len(SMI_APP_FIELDS) and _smi_int(row[1]) is not None:
-            pids.setdefault(row[0], []).append(int(row[1]))
+        pid = _smi_int(row[1]) if len(row) == len(SMI_APP_FIELDS) else None
+        if pid is not None:
+            pids.setdefault(row[0], []).append(pid)
     gpus, driver = [], ""
     for row in rows:
-        if len(row) != len(SMI_GPU_FIELDS) or _smi_int(row[0]) is None:
+        index = _smi_int(row[0]) if len(row) == len(SMI_GPU_FIELDS) else None
+        if index is None:
             raise NoGpu(f"nvidia-smi answered an unreadable row: {','.join(row)[:200]}")
-        index, name, uuid, used, vol, agg, driver = row
-        if indices is not None and int(index) not in indices:
+        _, name, uuid, used, vol, agg, driver = row
+        if indices is not None and index not in indices:
             continue
         used_mib = _smi_int(used)
         gpus.append(GpuReading(
-            index=int(index), name=name, uuid=uuid, memory_used_mib=float(used_mib or 0),
+            index=index, name=name, uuid=uuid, memory_used_mib=float(used_mib or 0),
             compute_pids=tuple(pids.get(uuid, ())), ecc_volatile_uncorrected=_smi_int(vol),
             ecc_aggregate_uncorrected=_smi_int(agg),
             error="" if used_mib is not None else f"memory.used unreadable ({used})"))

@@ -10,6 +10,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from harness.api.backend import LaunchSpec
 from harness.launch import slurm as S
@@ -170,3 +172,26 @@ def test_secret_argv_is_referenced_not_written(tmp_path):
     assert "hf_" + "a" * 30 not in text
     assert '--hf-token "${EPCAP_HIDDEN_ARG_8}"' in text
     assert S.hidden_values(torchrun_spec()) == {"EPCAP_HIDDEN_ARG_8": "hf_" + "a" * 30}
+
+
+# generated input: every line lands in exactly one place, and no secret anywhere
+LINE = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"),
+               max_size=40)
+
+
+@settings(max_examples=150, deadline=None)
+@given(items=st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 3)),
+                                st.one_of(st.none(), st.integers(0, 31)), LINE, st.booleans()),
+                      max_size=25),
+       per_task=st.sampled_from([1, 8]))
+def test_capture_conserves_lines_and_hides_secrets(tmp_path_factory, items, per_task):
+    folder = tmp_path_factory.mktemp("cap")
+    lines = []
+    for task, rank, text, secret in items:
+        body = (f"[rank{rank}]:" if rank is not None else "") + text \
+            + (f" {SECRET}" if secret else "")
+        lines.append(((f"{task}: " if task is not None else "") + body + "\n").encode())
+    out = capture(folder, lines, per_task)
+    written = out + b"".join(p.read_bytes() for p in folder.iterdir())
+    assert SECRET.encode() not in written
+    assert written.count(b"\n") == len(lines)

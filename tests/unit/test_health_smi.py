@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from harness import health
 from harness.campaign.preflight import check_gpu_probe
@@ -137,3 +139,29 @@ def test_container_with_the_local_launcher_is_refused(tmp_path):
     with pytest.raises(BadInput) as err:
         check_launcher_setup(rb, "local")
     assert err.value.field == "container.engine"
+
+
+CELL = st.one_of(st.sampled_from(["0", "7", "-1", "3.5", "[N/A]", "[Not Supported]", "", "GPU-0",
+                                  "NVIDIA B200", "570.86", "99999999999999999999"]),
+                 st.text(max_size=8))
+
+
+@settings(max_examples=200, deadline=None)
+@given(gpus=st.lists(st.lists(CELL, min_size=5, max_size=8), max_size=4),
+       apps=st.lists(st.lists(CELL, min_size=1, max_size=3), max_size=3))
+def test_any_smi_answer_is_readings_or_no_gpu(gpus, apps):
+    """Generated nvidia-smi answers: readings or NoGpu, never another exception; a GPU whose
+    memory cannot be read is a failed reading, never a silently clean one."""
+    answers = {"--query-gpu": gpus, "--query-compute-apps": apps}
+    real = health._smi
+    health._smi = lambda args: answers[args[0].split("=")[0]]
+    try:
+        _, readings = health.read_smi()
+    except health.NoGpu:
+        return
+    finally:
+        health._smi = real
+    for reading in readings:
+        report = health.evaluate("x", [reading])
+        if reading.error:
+            assert not report.ok
