@@ -2,8 +2,9 @@
 a cell's ranks inside the runbook's image, and the image facts recorded in provenance.
 
 Upstream flags: NVIDIA/pyxis README.md @046f4149 (`--container-image`, `--container-mounts=
-SRC:DST[:FLAGS][,SRC:DST...]`, `--container-workdir`); apptainer/apptainer `apptainer exec`
-(`--nv`, `--bind SRC:DST[:OPTS]`, `--pwd DIR`, docs "Bind Paths and Mounts")."""
+SRC:DST[:FLAGS][,SRC:DST...]`, `--container-workdir`); apptainer/apptainer
+cmd/internal/cli/action_flags.go @df5d92b5 (`--nv`; `-B|--bind` "src[:dest[:opts]]", several
+"by a comma separated list"; `--pwd` "initial working directory ... inside the container")."""
 
 from __future__ import annotations
 
