@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.epcap-installed
 PYTEST := $(PY) -m pytest
 
-.PHONY: run test test-fast bench mutation lint clean venv
+.PHONY: run test test-fast bench mutation lint clean venv cluster
 
 venv: $(STAMP)
 
@@ -18,6 +18,14 @@ $(STAMP): pyproject.toml setup.py harness/telemetry/_scan.c
 	@echo "torch==2.13.0" > $(VENV)/torch-constraint.txt
 	$(PY) -m pip install -q -c $(VENV)/torch-constraint.txt -e '.[dev,megatron]'
 	@touch $(STAMP)
+
+# A cluster login node (docs/slurm.md): epcap with the [cluster] extra (nvidia-ml-py for the
+# node-side GPU probe, megatron-core, NVSHMEM) in $(VENV), torch as the site's index serves it.
+# The node-side probe runs this same Python; without nvidia-ml-py it falls back to nvidia-smi.
+cluster:
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -e '.[cluster]'
+	$(VENV)/bin/epcap doctor
 
 run: $(STAMP)
 	$(VENV)/bin/epcap run

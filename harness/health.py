@@ -3,9 +3,16 @@
 Used by `epcap doctor`, by preflight (`probe()`), and on each cell's node before its ranks
 start (`python -m harness.health --pre-cell`, written into Slurm batch scripts). The checks
 are a pure function over readings (`evaluate`), so every failure path is testable without a
-GPU; `read_nvml` is the only code that talks to the driver. On a machine without GPUs, NVML
-or driver the status is `no-gpu` and ok=True (reference backends run on CPUs), unless the
-caller requires GPUs (`--require-gpus N`).
+GPU; `read_nvml` talks to the driver through NVML (`nvidia-ml-py`, the `[cluster]` extra) and,
+where the bindings are missing, `read_smi` asks `nvidia-smi` for the same readings (as
+provenance does), so a node without the extra still sees its GPUs. On a machine without
+GPUs, NVML, nvidia-smi or driver the status is `no-gpu` and ok=True (reference backends run on
+CPUs), unless the caller requires GPUs (`--require-gpus N`).
+
+nvidia-smi query fields (`nvidia-smi --help-query-gpu`, `--help-query-compute-apps`; NVIDIA
+driver documentation): index, name, uuid, memory.used (MiB with nounits),
+ecc.errors.uncorrected.volatile.total, ecc.errors.uncorrected.aggregate.total,
+driver_version; compute apps: gpu_uuid, pid. `[N/A]` / `[Not Supported]` mean no value.
 """
 
 from __future__ import annotations
@@ -13,12 +20,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 
 DEFAULT_MAX_USED_MIB = 1024
 PRE_CELL_FAIL_EXIT = 97         # batch scripts map this exit to "health probe failed"
 HEALTH_TAG = "[EPCAP_HEALTH]"
+SMI_TIMEOUT_S = 30.0
+SMI_GPU_FIELDS = ("index", "name", "uuid", "memory.used", "ecc.errors.uncorrected.volatile.total",
+                  "ecc.errors.uncorrected.aggregate.total", "driver_version")
+SMI_APP_FIELDS = ("gpu_uuid", "pid")
 
 
 @dataclass(frozen=True)
@@ -45,6 +58,7 @@ class HealthReport:
     failures: list[str] = field(default_factory=list)
     driver: str | None = None
     reason: str = ""                # why no-gpu (no NVML, no driver, no device)
+    source: str = "none"            # nvml | nvidia-smi | none: who read the GPUs
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -141,16 +155,102 @@ def read_nvml(indices: list[int] | None = None) -> tuple[str, list[GpuReading]]:
         nvml.nvmlShutdown()
 
 
+def _smi(args: list[str]) -> list[list[str]]:
+    """Rows of one `nvidia-smi --query-... --format=csv,noheader,nounits` call; NoGpu on failure."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        raise NoGpu("nvidia-smi not on PATH")
+    try:
+        proc = subprocess.run([smi, *args, "--format=csv,noheader,nounits"], capture_output=True,
+                              text=True, timeout=SMI_TIMEOUT_S, stdin=subprocess.DEVNULL,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise NoGpu(f"nvidia-smi did not answer: {exc}") from exc
+    if proc.returncode != 0:
+        raise NoGpu(f"nvidia-smi failed (exit {proc.returncode}): "
+                    f"{(proc.stderr or proc.stdout).strip()[:200]}")
+    return [[c.strip() for c in line.split(",")] for line in proc.stdout.splitlines()
+            if line.strip()]
+
+
+def _smi_int(text: str) -> int | None:
+    """An nvidia-smi count; None for `[N/A]`, `[Not Supported]` and other non-numbers."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:                            # "4096.0": an integral float
+        value = float(text)
+        return int(value) if value.is_integer() else None
+    except (ValueError, OverflowError):
+        return None
+
+
+def read_smi(indices: list[int] | None = None) -> tuple[str, list[GpuReading]]:
+    """(driver version, readings) from `nvidia-smi`; raises NoGpu without it or any GPU."""
+    rows = _smi([f"--query-gpu={','.join(SMI_GPU_FIELDS)}"])
+    if not rows:
+        raise NoGpu("nvidia-smi lists no GPU")
+    pids: dict[str, list[int]] = {}
+    for row in _smi([f"--query-compute-apps={','.join(SMI_APP_FIELDS)}"]):
+        pid = _smi_int(row[1]) if len(row) == len(SMI_APP_FIELDS) else None
+        if pid is not None:
+            pids.setdefault(row[0], []).append(pid)
+    gpus, driver = [], ""
+    for row in rows:
+        index = _smi_int(row[0]) if len(row) == len(SMI_GPU_FIELDS) else None
+        if index is None:
+            raise NoGpu(f"nvidia-smi answered an unreadable row: {','.join(row)[:200]}")
+        _, name, uuid, used, vol, agg, driver = row
+        if indices is not None and index not in indices:
+            continue
+        used_mib = _smi_int(used)
+        gpus.append(GpuReading(
+            index=index, name=name, uuid=uuid, memory_used_mib=float(used_mib or 0),
+            compute_pids=tuple(pids.get(uuid, ())), ecc_volatile_uncorrected=_smi_int(vol),
+            ecc_aggregate_uncorrected=_smi_int(agg),
+            error="" if used_mib is not None else f"memory.used unreadable ({used})"))
+    return driver, gpus
+
+
+def probe_tools() -> list[str]:
+    """The GPU readers this Python can use: `nvml` (nvidia-ml-py importable), `nvidia-smi`."""
+    tools = []
+    try:
+        import pynvml  # noqa: F401  # lazy/optional: only the [cluster] extra installs it
+        tools.append("nvml")
+    except ImportError:
+        pass
+    if shutil.which("nvidia-smi"):
+        tools.append("nvidia-smi")
+    return tools
+
+
+def read_gpus(indices: list[int] | None = None) -> tuple[str, list[GpuReading], str]:
+    """(driver, readings, source) from NVML, else nvidia-smi; NoGpu naming both reasons."""
+    try:
+        driver, gpus = read_nvml(indices)
+        return driver, gpus, "nvml"
+    except NoGpu as nvml_why:
+        try:
+            driver, gpus = read_smi(indices)
+        except NoGpu as smi_why:
+            raise NoGpu(f"{nvml_why}; {smi_why}") from None
+        return driver, gpus, "nvidia-smi"
+
+
 def probe(max_used_mib: int = DEFAULT_MAX_USED_MIB, require_gpus: int = 0,
           indices: list[int] | None = None) -> HealthReport:
     """Read the GPUs (all, or `indices`) and judge them; `no-gpu` on a CPU-only machine."""
     try:
-        driver, gpus = read_nvml(indices)
+        driver, gpus, source = read_gpus(indices)
     except NoGpu as exc:
         report = evaluate(None, [], max_used_mib, require_gpus)
         report.reason = str(exc)
         return report
-    return evaluate(driver, gpus, max_used_mib, require_gpus)
+    report = evaluate(driver, gpus, max_used_mib, require_gpus)
+    report.source = source
+    return report
 
 
 def job_gpu_indices(environ: dict[str, str]) -> list[int] | None:

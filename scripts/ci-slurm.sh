@@ -20,7 +20,8 @@ DB_PORT="${EPCAP_SLURM_DB_PORT:-3307}"
 CPUS="${EPCAP_SLURM_CPUS:-8}"            # declared CPUs (more than present: 4 ranks per cell)
 MEM_PER_CPU="${EPCAP_SLURM_MEM_PER_CPU:-2048}"   # MiB; DefMemPerCPU, so jobs share the node
 NODE="$(hostname -s)"
-PKGS=(slurm-wlm munge slurmdbd mariadb-server)
+# the linter package checks the generated batch scripts in the tests
+PKGS=(slurm-wlm munge slurmdbd mariadb-server shellcheck)
 
 log() { echo "ci-slurm: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -33,6 +34,7 @@ install_packages() {
   command -v munged >/dev/null || missing+=(munge)
   command -v slurmdbd >/dev/null || missing+=(slurmdbd)
   command -v mariadbd >/dev/null || missing+=(mariadb-server)
+  command -v shellcheck >/dev/null || missing+=(shellcheck)
   [ "${#missing[@]}" = 0 ] && return 0
   log "installing ${missing[*]} (apt-get)"
   export DEBIAN_FRONTEND=noninteractive

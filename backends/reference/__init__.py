@@ -7,8 +7,9 @@ dataclass. Kept import-light: torch loads only in the worker's rank processes.
 
 from __future__ import annotations
 
+from harness.loadmodel.memory import estimate_memory_bytes
+
 from .adapter import LIBRARIES, ReferenceBackend, ReferenceOptions
-from .memory import estimate_memory_bytes
 
 __all__ = ["OPTIONS", "estimate_memory_bytes", "make_backend"]
 

@@ -16,9 +16,9 @@ import sys
 import traceback
 
 from backends.ranks import exec_ranks, fork_ranks, wants_fork, worker_main
+from harness.loadmodel.memory import estimate_memory_bytes, oom_message
 from harness.loadmodel.traces import TraceError
 
-from .memory import estimate_memory_bytes, oom_message
 from .options import memory_of, model_of, parse_args, shape_of
 from .personalities import banner, personality
 

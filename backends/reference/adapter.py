@@ -9,12 +9,12 @@ from pathlib import Path
 
 from harness.api.backend import Backend, LaunchSpec, NoOptions, OptionError, RunRequest
 from harness.errors import BadInput
+from harness.loadmodel.memory import memory_options
 from harness.loadmodel.planners import PERSONALITIES, planner_options
 from harness.loadmodel.trace_io import ROUTING_TRACE
 from harness.loadmodel.workloads import workload_spec
 from harness.vocab import Impl
 
-from .memory import memory_options
 from .personalities import LIBRARIES
 
 PREFORK_ENV = "EPCAP_PREFORK"     # = harness.launch.forkserver.PREFORK_ENV (tested equal)

@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="JSON object of the personality's planner options "
                         "(harness/loadmodel/planners.py OPTION_DEFAULTS)")
     s.add_argument("--memory-options", type=_json_object, default={},
-                   help="JSON object of memory-model options (backends/reference/memory.py "
+                   help="JSON object of memory-model options (harness/loadmodel/memory.py "
                         "MEMORY_DEFAULTS: precision, optimizer, recompute, moonep pool, ...)")
     s.add_argument("--routing", type=_json_object, default={},
                    help='JSON routing workload, e.g. {"workload": "hot_rank"} '
@@ -156,7 +156,7 @@ def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if echo_total is not None and echo_total % args.ep:
         ap.error(f"argument --planner-options: moe_num_echo_experts ({echo_total}) must be "
                  f"divisible by --ep ({args.ep})")
-    from .memory import memory_options
+    from harness.loadmodel.memory import memory_options
     try:
         args.memory_options = memory_options(args.memory_options)
     except ValueError as exc:

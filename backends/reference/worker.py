@@ -12,6 +12,7 @@ import sys
 import torch
 import torch.distributed as dist
 
+from harness.loadmodel.memory import estimate_memory_bytes
 from harness.loadmodel.trace_io import preload, write_epcap, write_megatron
 from harness.vocab import phase_iterations
 
@@ -25,7 +26,6 @@ from .dispatch import (
     plan_rebalanced,
     reference_output,
 )
-from .memory import estimate_memory_bytes
 from .options import memory_of, model_of, shape_of
 from .personalities import Personality, check_budget, check_router_dtype, personality
 from .routing import ROUTER_DTYPES, expert_popularity, route, weights_for_ids

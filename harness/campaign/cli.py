@@ -12,8 +12,8 @@ from harness.api.launcher import Launcher
 from harness.campaign import store
 from harness.campaign.decisions import Context, model_pipeline
 from harness.campaign.driver import Campaign, Replay
-from harness.campaign.dryrun import print_dry_run
-from harness.campaign.preflight import check_backend_commands
+from harness.campaign.dryrun import Selection, print_dry_run
+from harness.campaign.preflight import check_backend_commands, check_launcher_setup
 from harness.campaign.progress import ProgressView, fmt_s
 from harness.errors import BadInput, Findings, os_hint
 from harness.grid import capacity as cap
@@ -21,6 +21,7 @@ from harness.health import probe
 from harness.io.lock import CampaignLock
 from harness.io.redact import redact_text
 from harness.launch import make_launcher
+from harness.launch.container import container_facts
 from harness.results.events import (
     CampaignDone,
     CampaignStart,
@@ -95,12 +96,15 @@ def cli_run(runbook: str | None = None, results: str | None = None,
     check_planned_capacities(rb)
     check_backend_commands(rb)
     launcher_name = launcher or rb.launcher
+    if not dry_run:
+        check_launcher_setup(rb, launcher_name)
     root_dir = Path(results or "results")
     stages = tuple(stages or ())
     if until is not None and stages:
         raise BadInput("use --stage or --until, not both", field="--until")
     if dry_run:
-        return print_dry_run(rb, store.choose_dir(root_dir, rb.campaign, fresh), launcher_name)
+        return print_dry_run(rb, store.choose_dir(root_dir, rb.campaign, fresh), launcher_name,
+                             Selection(stages=stages, until=until))
     launch = make_launcher(launcher_name, rb)
     root = store.choose_dir(root_dir, rb.campaign, fresh)
     store.check_event_log(root, rb.campaign)
@@ -167,6 +171,7 @@ def drive(camp: Campaign, rb: Runbook, root: Path, view: ProgressView, new: bool
     if camp.ctx.stage_mode(Stage.PREFLIGHT) == StageMode.RUN:
         health_gate(view, camp.log)
     camp.provenance = capture_provenance(camp.command_line, dict(rb.repositories), rb.path)
+    camp.provenance.update(container_facts(rb.container))
     if new or not (root / PROVENANCE_TXT).exists():
         write_provenance(root / PROVENANCE_TXT, camp.provenance)
     write_facts(root, store.campaign_facts(

@@ -13,6 +13,7 @@ from pathlib import Path
 from harness.api.backend import RunRequest
 from harness.api.registry import load_backend
 from harness.errors import BadInput
+from harness.health import probe_tools
 from harness.results.layout import Cell
 from harness.runbook.model import BackendConfig, Runbook
 from harness.vocab import Purpose
@@ -50,3 +51,34 @@ def check_backend_commands(rb: Runbook) -> None:
         more = f"\n  ... and {len(problems) - 8} more" if len(problems) > 8 else ""
         raise BadInput(f"preflight: {len(problems)} launch argv problem(s); no cell ran:\n  "
                        f"{shown}{more}", path=str(rb.path), field="backends")
+
+
+GPU_PROBE_REMEDY = ("install the cluster extra in the Python that submits and runs the cells "
+                    "(`make cluster`, i.e. pip install -e '.[cluster]', which brings "
+                    "nvidia-ml-py), or put NVIDIA's nvidia-smi on PATH")
+
+
+def check_launcher_setup(rb: Runbook, launcher_name: str) -> None:
+    """What the chosen launcher cannot honour is an error, not ignored: a `container:` with
+    the local launcher (`--launcher local` over a Slurm runbook)."""
+    if rb.container.enabled and launcher_name != "slurm":
+        raise BadInput(f"container engine {rb.container.engine} runs under the Slurm launcher "
+                       f"only; the {launcher_name} launcher would ignore it (use --launcher "
+                       f"slurm, or container.engine: none)", path=str(rb.path),
+                       field="container.engine")
+    check_gpu_probe(rb, launcher_name)
+
+
+def check_gpu_probe(rb: Runbook, launcher_name: str, tools: list[str] | None = None) -> None:
+    """A runbook that asks for GPUs needs a GPU probe here (the node-side check runs this same
+    Python): without NVML bindings or nvidia-smi every cell would end node_fail on a healthy
+    node. BadInput with the remedy, before any directory is written."""
+    gpus = rb.slurm.gpus_per_node if launcher_name == "slurm" else 0
+    if gpus <= 0:
+        return
+    found = probe_tools() if tools is None else tools
+    if not found:
+        raise BadInput(f"preflight: the runbook asks for {gpus} GPU(s) per node but this Python "
+                       f"cannot probe GPUs (no nvidia-ml-py, no nvidia-smi on PATH); the "
+                       f"node-side health check would fail every cell. Remedy: "
+                       f"{GPU_PROBE_REMEDY}", path=str(rb.path), field="slurm.gpus_per_node")

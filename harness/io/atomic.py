@@ -1,4 +1,7 @@
-"""Atomic writes: a file appears at its path only complete (fsynced temp file, then rename)."""
+"""Atomic writes: a file appears at its path only complete (fsynced temp file, then rename).
+
+The temp file gets the mode a plain open() would give under the user's umask (mkstemp makes
+it 0600, which would hide results from the analysts sharing a results directory)."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ def open_atomic(path: Path, mode: str = "wb") -> Iterator[IO]:
     fsynced and renamed over `path` when the block ends; removed if the block fails."""
     path = Path(path)
     handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(handle, 0o666 & ~current_umask())
     text = "b" not in mode
     try:
         with os.fdopen(handle, "w" if text else "wb", **(
@@ -27,6 +31,21 @@ def open_atomic(path: Path, mode: str = "wb") -> Iterator[IO]:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def current_umask() -> int:
+    """The process umask: Linux's /proc/self/status, else set and restore it (POSIX has no
+    pure getter; the set-and-restore is not thread-safe, hence /proc first)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:

@@ -1,6 +1,8 @@
 """Launchers run one cell's processes: `local` (subprocesses) or `slurm` (sbatch/srun).
 
 The contract is harness/api/launcher.py; the names are the registry's (harness/api/registry.py).
+Beside them: capture.py (rank output, redacted, into rank<R>.log), container.py (pyxis and
+apptainer for Slurm cells), slurm_script.py, slurm_time.py, forkserver.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """Local launcher: `ntasks` subprocesses per cell, each in its own session (process group).
 
 Every rank gets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT on
-top of os.environ + spec.env, and writes stdout+stderr to cell_dir/rank<R>.log. A cell whose
+top of os.environ + spec.env; its stdout+stderr reach cell_dir/rank<R>.log through its own
+capture process (harness/launch/capture.py: the one redaction pass, line by line, before
+anything is written; a pipe, or a FIFO for a forked rank). A cell whose
 logs stop growing for `timeout_s` is killed (every rank's process group) and ends `timeout`.
 When one rank fails, the others get a short grace period and are then killed, so a collective
 waiting on a dead peer never hangs the campaign. A run whose env asks for it (EPCAP_PREFORK)
@@ -13,6 +15,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,6 +29,7 @@ HARNESS_ROOT = Path(__file__).resolve().parents[2]
 
 PEER_GRACE_S = 3.0          # after one rank fails, how long the others may take to exit
 KILL_WAIT_S = 2.0           # SIGTERM -> SIGKILL escalation
+CAPTURE_WAIT_S = 10.0       # after the ranks end, how long their captures may take to drain
 MARKER_ENV = "EPCAP_CELL_DIR"
 
 
@@ -110,8 +115,10 @@ def _pgid(pid: int) -> int | None:
 class _Job:
     """In-memory state of one running cell."""
 
-    def __init__(self, procs: list[subprocess.Popen], logs: list[Path], timeout_s: float):
+    def __init__(self, procs: list[subprocess.Popen], logs: list[Path], timeout_s: float,
+                 captures: list[subprocess.Popen] | None = None):
         self.procs = procs
+        self.captures = captures or []
         self.logs = logs
         self.timeout_s = timeout_s
         self.started = time.monotonic()
@@ -143,7 +150,7 @@ class LocalLauncher(Launcher):
         cell_dir = Path(cell_dir)
         cell_dir.mkdir(parents=True, exist_ok=True)
         port = free_port()
-        procs, logs = [], []
+        procs, logs, captures = [], [], []
         for rank in range(spec.ntasks):
             env = {**os.environ, **spec.env, "RANK": str(rank), "LOCAL_RANK": str(rank),
                    "WORLD_SIZE": str(spec.ntasks), "LOCAL_WORLD_SIZE": str(spec.ntasks),
@@ -152,15 +159,20 @@ class LocalLauncher(Launcher):
             log = cell_dir / f"rank{rank}.log"
             preload = uses_forkserver(spec.argv, env)
             if preload:
-                procs.append(self._server(preload).start(spec.argv, env, spec.cwd, str(log)))
+                fifo = Path(tempfile.mkdtemp(prefix="epcap-rank-")) / "out.fifo"
+                os.mkfifo(fifo, 0o600)
+                captures.append(start_capture(cell_dir, rank, spec.env, fifo=fifo))
+                procs.append(self._server(preload).start(spec.argv, env, spec.cwd, str(fifo)))
             else:
-                with open(log, "wb") as out:
-                    procs.append(subprocess.Popen(
-                        spec.argv, env=env, cwd=spec.cwd, stdin=subprocess.DEVNULL,
-                        stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+                cap = start_capture(cell_dir, rank, spec.env)
+                captures.append(cap)
+                procs.append(subprocess.Popen(
+                    spec.argv, env=env, cwd=spec.cwd, stdin=subprocess.DEVNULL,
+                    stdout=cap.stdin, stderr=subprocess.STDOUT, start_new_session=True))
+                cap.stdin.close()
             logs.append(log)
         pids = [p.pid for p in procs]
-        self._jobs[str(pids[0])] = _Job(procs, logs, timeout_s)
+        self._jobs[str(pids[0])] = _Job(procs, logs, timeout_s, captures)
         return JobHandle(cell_name=cell_name, cell_dir=cell_dir, job_id=str(pids[0]),
                          extra={"pids": pids, "pgids": pids, "port": port,
                                 "marker": str(cell_dir.resolve())})
@@ -225,9 +237,37 @@ class LocalLauncher(Launcher):
     def _finish(self, job: _Job, state: str, code: int | None, detail: str) -> JobResult:
         # reap any rank of a finished job, and kill strays left in the groups
         kill_groups([p.pid for p in job.procs])
+        drain(job.captures)
         job.result = JobResult(state, code, list(job.logs),
                                round(time.monotonic() - job.started, 3), detail)
         return job.result
+
+
+def start_capture(cell_dir: Path, rank: int, spec_env: dict[str, str],
+                  fifo: Path | None = None) -> subprocess.Popen:
+    """The rank's capture process (redacts, writes rank<R>.log); stdin is the rank's pipe
+    unless `fifo`. Without the cell marker in its environment (it is no rank of the cell)."""
+    env = {k: v for k, v in {**os.environ, **spec_env}.items() if k != MARKER_ENV}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HARNESS_ROOT),
+                                                      env.get("PYTHONPATH")]))
+    argv = [sys.executable, "-m", "harness.launch.capture", str(Path(cell_dir).resolve()),
+            "--rank", str(rank)]
+    if fifo is not None:
+        argv += ["--fifo", str(fifo)]
+    return subprocess.Popen(argv, env=env, cwd=str(HARNESS_ROOT),
+                            stdin=subprocess.DEVNULL if fifo else subprocess.PIPE,
+                            start_new_session=True)
+
+
+def drain(captures: list[subprocess.Popen]) -> None:
+    """Wait for the captures to write their last lines (they end at their rank's EOF)."""
+    deadline = time.monotonic() + CAPTURE_WAIT_S
+    for cap in captures:
+        try:
+            cap.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            cap.kill()
+            cap.wait()
 
 
 def _first_failure(codes: list[int | None]) -> int | None:

@@ -4,8 +4,12 @@ The batch script is written to `cell_dir/slurm.sbatch`; every runbook value in i
 with `shlex.quote` and values with control characters are refused, so nothing from a runbook
 reaches a shell unquoted. The job name is derived from the campaign, the cell name and the
 cell directory, so a restarted driver finds its job (`find_existing`) instead of submitting
-twice. Ranks write `cell_dir/rank<R>.log` (stdout and stderr); the batch script's own output
-goes to `cell_dir/slurm-<jobid>.out`; the node-side health probe to `cell_dir/health<N>.log`.
+twice. The ranks' stdout and stderr reach `cell_dir/rank<R>.log` (R = global rank) through
+the redacting capture (harness/launch/capture.py; a torchrun node's merged output also stays
+as `node<N>.log`); the batch script's own output goes to `cell_dir/slurm-<jobid>.out`; the
+node-side health probe to `cell_dir/health<N>.log`. A runbook `container:` puts the ranks
+inside its image (harness/launch/container.py); the health probe and the capture run on the
+host.
 
 State comes from `sacct`, falling back to `scontrol show job`, then `squeue --states=all`.
 With `TaskPlugin=task/none` Slurm kills a step over its memory limit (JobAcctGatherParams=
@@ -16,6 +20,7 @@ OverMemoryKill) but records the job as FAILED/CANCELLED, not OUT_OF_MEMORY; slur
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -28,16 +33,19 @@ from harness.api.launcher import JobHandle, JobResult, Launcher
 from harness.errors import EpcapError
 from harness.health import PRE_CELL_FAIL_EXIT
 from harness.io.atomic import write_text_atomic
+from harness.launch.container import container_launch
 from harness.launch.slurm_script import (
     SCRIPT_NAME,
     batch_script,
     campaign_prefix,
+    hidden_values,
     job_name,
+    ranks_per_task,
     sbatch_options,
     script_meta,
 )
 from harness.launch.slurm_time import elapsed_seconds
-from harness.runbook.model import SlurmConfig
+from harness.runbook.model import ContainerConfig, SlurmConfig
 from harness.vocab import LauncherState
 
 CMD_TIMEOUT_S = 30.0            # every Slurm client call
@@ -118,11 +126,14 @@ def parse_scontrol(out: str) -> SlurmState | None:
 # ---- the launcher ---------------------------------------------------------------------------
 
 def run_cmd(argv: list[str], timeout: float = CMD_TIMEOUT_S,
-            cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """Run a Slurm client (argv list, no shell) with a timeout; SlurmError if it is missing."""
+            cwd: Path | None = None,
+            extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run a Slurm client (argv list, no shell) with a timeout; SlurmError if it is missing.
+    `extra_env` adds variables to its environment (the cell's secrets, for sbatch)."""
+    env = {**os.environ, **extra_env} if extra_env else None
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd,
-                              stdin=subprocess.DEVNULL, check=False)
+                              stdin=subprocess.DEVNULL, check=False, env=env)
     except FileNotFoundError as exc:
         raise SlurmError(f"{argv[0]} not found: is Slurm installed on this host?") from exc
     except subprocess.TimeoutExpired as exc:
@@ -196,6 +207,8 @@ class SlurmLauncher(Launcher):
 
     def __init__(self, runbook=None) -> None:
         self.slurm: SlurmConfig = getattr(runbook, "slurm", None) or SlurmConfig()
+        self.container: ContainerConfig = (getattr(runbook, "container", None)
+                                           or ContainerConfig())
         self.campaign: str = getattr(runbook, "campaign", None) or "epcap"
         path = getattr(runbook, "path", None)
         self.where = str(path) if path else None
@@ -212,34 +225,42 @@ class SlurmLauncher(Launcher):
         """Write cell_dir/slurm.sbatch atomically; returns its path."""
         cell_dir = Path(cell_dir).resolve()
         cell_dir.mkdir(parents=True, exist_ok=True)
+        path = cell_dir / SCRIPT_NAME
+        write_text_atomic(path, self.script_text(cell_name, spec, cell_dir, timeout_s))
+        return path
+
+    def script_text(self, cell_name: str, spec: LaunchSpec, cell_dir: Path,
+                    timeout_s: float | None = None) -> str:
+        """The batch script of one cell (pure: the dry run shows it without writing the cell)."""
+        cell_dir = Path(cell_dir).resolve()
         name = job_name(self.campaign, cell_name, cell_dir)
         opts = sbatch_options(self.slurm, spec, name, cell_dir, self.where)
         gpus = spec.gpus_per_node or self.slurm.gpus_per_node
         meta = {"cell": cell_name, "job_name": name, "ntasks": spec.ntasks,
-                "timeout_s": timeout_s}
-        text = batch_script(opts, spec, cell_dir, self.python, gpus, meta=meta)
-        path = cell_dir / SCRIPT_NAME
-        write_text_atomic(path, text)
-        return path
+                "ranks": spec.ntasks * ranks_per_task(spec, gpus), "timeout_s": timeout_s}
+        return batch_script(opts, spec, cell_dir, self.python, gpus, meta=meta,
+                            container=container_launch(self.container, gpus))
 
     def submit(self, cell_name: str, spec: LaunchSpec, cell_dir: Path,
                timeout_s: float) -> JobHandle:
         """sbatch the cell's batch script; returns at once with the job id."""
         cell_dir = Path(cell_dir).resolve()
         script = self.write_script(cell_name, spec, cell_dir, timeout_s)
-        proc = run_cmd(["sbatch", "--parsable", str(script)], cwd=cell_dir)
+        proc = run_cmd(["sbatch", "--parsable", str(script)], cwd=cell_dir,
+                       extra_env=hidden_values(spec))
         job_id = proc.stdout.strip().split(";")[0]
         if proc.returncode != 0 or not job_id.isdigit():
             raise SlurmError(f"sbatch refused {script}: {proc.stderr.strip() or proc.stdout}")
         name = job_name(self.campaign, cell_name, cell_dir)
         write_text_atomic(cell_dir / JOB_FILE, json.dumps({"job_id": job_id, "job_name": name}))
-        return self._handle(cell_name, cell_dir, job_id, spec.ntasks, timeout_s)
+        ranks = spec.ntasks * ranks_per_task(spec, spec.gpus_per_node or self.slurm.gpus_per_node)
+        return self._handle(cell_name, cell_dir, job_id, ranks, timeout_s)
 
-    def _handle(self, cell_name: str, cell_dir: Path, job_id: str, ntasks: int,
+    def _handle(self, cell_name: str, cell_dir: Path, job_id: str, ranks: int,
                 timeout_s: float | None) -> JobHandle:
         return JobHandle(cell_name=cell_name, cell_dir=cell_dir, job_id=job_id,
                          extra={"job_name": job_name(self.campaign, cell_name, cell_dir),
-                                "ntasks": ntasks, "timeout_s": timeout_s,
+                                "ntasks": ranks, "timeout_s": timeout_s,
                                 "batch_log": str(cell_dir / f"slurm-{job_id}.out")})
 
     # -- find after a restart ----------------------------------------------------------------
@@ -261,7 +282,8 @@ class SlurmLauncher(Launcher):
             return None
         meta = script_meta(script)
         return self._handle(cell_name, cell_dir, max(ids, key=int),
-                            int(meta.get("ntasks") or 1), meta.get("timeout_s"))
+                            int(meta.get("ranks") or meta.get("ntasks") or 1),
+                            meta.get("timeout_s"))
 
     def job_ids_named(self, name: str, since: float | None = None) -> list[str]:
         """Ids of jobs called `name`, queued/running (squeue) or finished (sacct)."""
@@ -335,7 +357,7 @@ class SlurmLauncher(Launcher):
         return JobResult(state, code, logs, elapsed_seconds(reading.elapsed), detail)
 
     def log_paths(self, handle: JobHandle) -> list[Path]:
-        """cell_dir/rank<R>.log for every task."""
+        """cell_dir/rank<R>.log for every global rank (extra["ntasks"] counts ranks)."""
         ntasks = int(handle.extra.get("ntasks") or 1)
         return [Path(handle.cell_dir) / f"rank{r}.log" for r in range(ntasks)]
 

@@ -13,6 +13,8 @@ from pathlib import Path
 from harness.api.backend import LaunchSpec
 from harness.errors import BadInput
 from harness.health import DEFAULT_MAX_USED_MIB, PRE_CELL_FAIL_EXIT
+from harness.io.redact import is_secret_name, redact_argv
+from harness.launch.container import ContainerLaunch
 from harness.launch.slurm_time import TIME_RE
 from harness.runbook.model import SlurmConfig
 
@@ -24,6 +26,43 @@ ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 RANK_WRAPPER = ('export RANK="$SLURM_PROCID" WORLD_SIZE="$SLURM_NTASKS" '
                 'LOCAL_RANK="$SLURM_LOCALID"; exec "$@"')
+# torchrun: tee each worker's output to the console, each line led by its global rank
+# (harness/launch/capture.py splits on it; sources there). Single quotes: torchrun expands it.
+TORCHRUN_PREFIX = "[rank${rank}]:"
+HARNESS_ROOT = Path(__file__).resolve().parents[2]     # the checkout holding `harness`
+
+
+HIDDEN_ARG = "EPCAP_HIDDEN_ARG_"
+
+
+def hidden_values(spec: LaunchSpec) -> dict[str, str]:
+    """Secret argv elements and secret-named env values, by the variable that carries them.
+
+    The batch script names them (`"${EPCAP_HIDDEN_ARG_3}"`, `HF_TOKEN` from the job's
+    environment) instead of holding them, and `sbatch` receives them in its environment
+    (it exports the submitter's environment by default), so no file under the results
+    directory holds a secret (docs/slurm.md#secrets)."""
+    shown = redact_argv([str(a) for a in spec.argv])
+    out = {f"{HIDDEN_ARG}{i}": str(a) for i, (a, r) in enumerate(zip(spec.argv, shown,
+                                                                      strict=True))
+           if str(a) != r}
+    out.update({k: str(v) for k, v in spec.env.items() if is_secret_name(k)})
+    return out
+
+
+def script_argv(spec: LaunchSpec) -> list[str]:
+    """The argv as shell words: each value quoted, each secret a reference to its variable."""
+    hidden = hidden_values(spec)
+    return [f'"${{{HIDDEN_ARG}{i}}}"' if f"{HIDDEN_ARG}{i}" in hidden else shlex.quote(str(a))
+            for i, a in enumerate(spec.argv)]
+
+
+def ranks_per_task(spec: LaunchSpec, gpus_per_node: int) -> int:
+    """Ranks one srun task hosts: a torchrun per node (ntasks == nodes, several GPUs) hosts
+    gpus_per_node ranks; the CPU backends run one rank per task."""
+    if spec.ntasks == max(1, spec.nodes) and gpus_per_node > 1:
+        return int(gpus_per_node)
+    return 1
 
 
 def job_name(campaign: str, cell_name: str, cell_dir: Path) -> str:
@@ -79,8 +118,11 @@ def sbatch_options(slurm: SlurmConfig, spec: LaunchSpec, name: str, cell_dir: Pa
 
 def batch_script(options: list[str], spec: LaunchSpec, cell_dir: Path, python: str,
                  gpus_per_node: int = 0, max_used_mib: int = DEFAULT_MAX_USED_MIB,
-                 meta: dict | None = None) -> str:
-    """The batch script: #SBATCH lines, env, MASTER_ADDR/PORT, health probe, srun of the ranks."""
+                 meta: dict | None = None, container: ContainerLaunch | None = None) -> str:
+    """The batch script: #SBATCH lines, env, MASTER_ADDR/PORT, health probe (on the host), srun
+    of the ranks (inside the container when one is set), piped through the redacting capture
+    that writes rank<R>.log by global rank (harness/launch/capture.py)."""
+    container = container or ContainerLaunch()
     q = shlex.quote
     cell = Path(cell_dir)
     for key, value in spec.env.items():
@@ -91,8 +133,20 @@ def batch_script(options: list[str], spec: LaunchSpec, cell_dir: Path, python: s
     if meta:
         lines.append(f"{META_TAG} {json.dumps(meta, sort_keys=True)}")
     lines += [f"#SBATCH {q(opt)}" for opt in options]
-    lines += ["set -u", f"export EPCAP_CELL_DIR={q(str(cell))}"]
-    lines += [f"export {key}={q(str(value))}" for key, value in spec.env.items()]
+    lines += ["set -u", f"export EPCAP_CELL_DIR={q(str(cell))}",
+              "# the harness (health probe, capture) from the checkout that wrote this script",
+              f'export PYTHONPATH={q(str(HARNESS_ROOT))}"${{PYTHONPATH:+:$PYTHONPATH}}"']
+    lines += [f"export {key}={q(str(value))}" for key, value in spec.env.items()
+              if not is_secret_name(key)]
+    hidden = sorted(hidden_values(spec))
+    if hidden:
+        lines += ["# secrets come from sbatch's environment, never from this file",
+                  ": " + " ".join(f'"${{{name}:?not in the job environment}}"'
+                                  for name in hidden)]
+    lines += ["# torchrun tees worker output with the global rank in front (capture splits it)",
+              "export PET_TEE=3",
+              "# shellcheck disable=SC2016  # expanded by torchrun, not by this shell",
+              f"export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE={q(TORCHRUN_PREFIX)}"]
     lines += ['MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
               "export MASTER_ADDR",
               "export MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 20000 ))"]
@@ -102,10 +156,21 @@ def batch_script(options: list[str], spec: LaunchSpec, cell_dir: Path, python: s
         lines += ['srun --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 '
                   f"--output={q(str(cell / 'health%t.log'))} " + " ".join(health)
                   + f" || exit {PRE_CELL_FAIL_EXIT}"]
-    srun = ["srun", f"--ntasks={int(spec.ntasks)}", "--kill-on-bad-exit=1",
-            f"--output={q(str(cell / 'rank%t.log'))}", "bash", "-c", q(RANK_WRAPPER),
-            "epcap-rank"] + [q(str(a)) for a in spec.argv]
-    lines += [" ".join(srun), "rc=$?", 'echo "[EPCAP_SLURM] srun exit $rc"', 'exit "$rc"', ""]
+    for value in (*container.srun_options, *container.exec_prefix):
+        check_value(str(value), "container", None)
+    srun = (["srun", f"--ntasks={int(spec.ntasks)}", "--kill-on-bad-exit=1", "--label"]
+            + [q(o) for o in container.srun_options]
+            + [q(a) for a in container.exec_prefix]
+            + ["bash", "-c", q(RANK_WRAPPER), "epcap-rank"] + script_argv(spec))
+    capture = [q(python), "-m", "harness.launch.capture", q(str(cell)), "--ranks-per-task",
+               str(ranks_per_task(spec, gpus_per_node))]
+    lines += ["# shellcheck disable=SC2016  # the rank wrapper expands on the node",
+              " ".join(srun) + " 2>&1 | " + " ".join(capture),
+              'status=("${PIPESTATUS[@]}")', 'rc="${status[0]}"',
+              'echo "[EPCAP_SLURM] srun exit $rc"',
+              'if [ "${status[1]}" != 0 ]; then echo "[EPCAP_SLURM] capture exit ${status[1]}"; '
+              '[ "$rc" != 0 ] || rc="${status[1]}"; fi',
+              'exit "$rc"', ""]
     return "\n".join(lines)
 
 

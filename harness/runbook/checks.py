@@ -54,6 +54,54 @@ def check_capacities(doc: Doc, runbook: Runbook) -> None:
                             f"of pad_multiple {pad}{nxt}")
 
 
+def cell_world(runbook: Runbook, backend_kind: str, cluster_kind: str) -> tuple[int, str]:
+    """(ranks of one cell, where that number comes from): a cluster backend runs torchrun on
+    slurm.nodes x slurm.gpus_per_node GPUs; the CPU backends run `shape.ep` ranks."""
+    if backend_kind == cluster_kind:
+        return runbook.slurm.nodes * runbook.slurm.gpus_per_node, "slurm.gpus_per_node"
+    return runbook.shape.ep, "shape.ep"
+
+
+def check_shape(doc: Doc, runbook: Runbook, cluster_kind: str) -> None:
+    """Shapes the backends would reject at iteration 0, refused at load with file:line.
+
+    Sources (NVIDIA/Megatron-LM): megatron/training/arguments.py @307dcf37 "Number of experts
+    should be a multiple of expert model parallel_size"; megatron/core/
+    num_microbatches_calculator.py @00caa53a "global batch size ({}) is not divisible by micro
+    batch size ({}) times data parallel size ({})" (data parallel = world with TP = PP = 1, the
+    cluster adapters' setting); the world must hold whole EP groups (expert-parallel groups
+    are carved out of the world); top-k <= experts (the router's topk over the expert axis).
+    """
+    shape = runbook.shape
+    for i, model in enumerate(runbook.models):
+        if model.experts % shape.ep:
+            raise doc.error(("shape", "ep"), f"ep {shape.ep} does not divide {model.name}'s "
+                            f"{model.experts} experts (models[{i}]); every backend places "
+                            f"experts/ep experts per rank: use an ep that divides "
+                            f"{model.experts}")
+        if model.topk > model.experts:
+            raise doc.error(("models", i), f"{model.name}: top-k {model.topk} exceeds its "
+                            f"{model.experts} experts")
+    if shape.global_batch % shape.micro_batch:
+        raise doc.error(("shape", "global_batch"), f"global_batch {shape.global_batch} is not "
+                        f"a multiple of micro_batch {shape.micro_batch}")
+    for i, backend in enumerate(runbook.backends):
+        world, source = cell_world(runbook, backend.kind, cluster_kind)
+        if world < 1:
+            raise doc.error(("slurm", "gpus_per_node"), f"backend {backend.name!r} "
+                            f"(backends[{i}], kind {backend.kind}) runs on nodes x "
+                            f"gpus_per_node GPUs; got {runbook.slurm.nodes} x "
+                            f"{runbook.slurm.gpus_per_node}")
+        if world % shape.ep:
+            raise doc.error(("shape", "ep"), f"world size {world} ({source}) of backend "
+                            f"{backend.name!r} is not a multiple of ep {shape.ep}")
+        if shape.global_batch % (shape.micro_batch * world):
+            raise doc.error(("shape", "global_batch"), f"global_batch {shape.global_batch} is "
+                            f"not a multiple of micro_batch x data parallel = "
+                            f"{shape.micro_batch} x {world} ({source}) for backend "
+                            f"{backend.name!r}")
+
+
 def held_out_field(doc: Doc, where: tuple, parse, *args):
     """Run a harness.grid.heldout parser; its BadInput becomes one naming file:line: field."""
     try:

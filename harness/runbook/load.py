@@ -10,6 +10,7 @@ from pathlib import Path
 
 from harness.api.registry import (
     BACKEND_KINDS,
+    CLUSTER_KIND,
     LAUNCHER_NAMES,
     module_name,
     module_problem,
@@ -30,12 +31,15 @@ from harness.runbook.checks import (
     canonical_capacity,
     check_capacities,
     check_model,
+    check_shape,
     check_timing,
     held_out_field,
 )
 from harness.runbook.model import (
+    CONTAINER_ENGINES,
     BackendConfig,
     CapacityConfig,
+    ContainerConfig,
     Limits,
     ModelSpec,
     PhaseConfig,
@@ -54,7 +58,10 @@ from harness.runbook.zoo import read_zoo
 TOP_KEYS = ("campaign", "models_file", "models", "shape", "backends", "capacity", "measure",
             "validate", "timing", "limits", "launcher", "device_memory_gb", "seed",
             "repositories", "paths", "slurm", "gpu_hours_per_cell", "max_parallel_cells",
-            "routing")
+            "routing", "container")
+# `paths` keys some code reads (backends/megatron/base.py: megatron, data, tokenizer); any
+# other key is an error, so a path nothing reads cannot look configured.
+PATH_KEYS = ("megatron", "data", "tokenizer")
 REQUIRED_TOP = ("campaign", "models", "shape", "backends")
 
 
@@ -190,8 +197,34 @@ def _shape(doc: _Doc, data: dict) -> Shape:
     return Shape(**fields)
 
 
+def _container(doc: _Doc, data: dict) -> ContainerConfig:
+    """`container:` checked: a known engine, an image when one is used, mounts SRC:DST[:FLAGS]
+    without commas. The launcher is checked at preflight (`--launcher` may override the
+    runbook's): the local launcher runs no container and refuses one."""
+    where = ("container",)
+    fields = _fields_from(doc, ContainerConfig, data.get("container"), where)
+    cfg = ContainerConfig(**fields)
+    if cfg.engine not in CONTAINER_ENGINES:
+        raise doc.error(where + ("engine",), "must be " + " or ".join(CONTAINER_ENGINES))
+    if not cfg.enabled:
+        if cfg.image or cfg.mounts or cfg.workdir:
+            raise doc.error(where + ("engine",), "is none, so image/mounts/workdir would be "
+                            "read by nothing: set engine: pyxis or apptainer")
+        return cfg
+    if not cfg.image:
+        raise doc.error(where + ("image",), f"engine {cfg.engine} needs an image")
+    if cfg.executable not in ("apptainer", "singularity"):
+        raise doc.error(where + ("executable",), "must be apptainer or singularity")
+    for i, mount in enumerate(cfg.mounts):
+        parts = str(mount).split(":")
+        if "," in mount or not 2 <= len(parts) <= 3 or not all(parts[:2]):
+            raise doc.error(where + ("mounts", i), f"must be SRC:DST[:FLAGS] without commas, "
+                            f"got {mount!r}")
+    return cfg
+
+
 def _paths_map(doc: _Doc, data: dict, key: str, base: Path, resolve: bool) -> dict:
-    raw = _mapping(doc, data.get(key), (key,), None)
+    raw = _mapping(doc, data.get(key), (key,), None if resolve else PATH_KEYS)
     out = {}
     for name, value in raw.items():
         if not isinstance(value, str):
@@ -240,7 +273,8 @@ def load_runbook(path: str | Path) -> Runbook:
         seed=_check_type(doc, data.get("seed", 1234), int, ("seed",)),
         repositories=_paths_map(doc, data, "repositories", base, resolve=True),
         paths=_paths_map(doc, data, "paths", base, resolve=False),
-        slurm=SlurmConfig(**slurm), gpu_hours_per_cell=gph,
+        slurm=SlurmConfig(**slurm), container=_container(doc, data),
+        gpu_hours_per_cell=gph,
         max_parallel_cells=_check_type(doc, data.get("max_parallel_cells", 1), int,
                                        ("max_parallel_cells",)))
     raw_validate = data.get("validate")
@@ -255,6 +289,7 @@ def load_runbook(path: str | Path) -> Runbook:
         raise doc.error(("limits", "run_timeout_s"), "must be positive")
     if runbook.limits.infra_retries < 0:
         raise doc.error(("limits", "infra_retries"), "must be >= 0")
+    check_shape(doc, runbook, CLUSTER_KIND)
     check_capacities(doc, runbook)
     check_timing(doc, runbook)
     return runbook

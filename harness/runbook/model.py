@@ -117,6 +117,25 @@ class SlurmConfig:
     extra_sbatch: tuple[str, ...] = ()
 
 
+CONTAINER_ENGINES = ("none", "pyxis", "apptainer")
+
+
+@dataclass(frozen=True)
+class ContainerConfig:
+    """`container:`: where a Slurm cell's ranks run (docs/slurm.md#containers). pyxis: srun's
+    --container-image/--container-mounts/--container-workdir; apptainer: `apptainer exec`."""
+
+    engine: str = "none"            # none | pyxis | apptainer
+    image: str | None = None        # pyxis: squashfs path or enroot URI; apptainer: SIF path/URI
+    mounts: tuple[str, ...] = ()    # SRC:DST[:FLAGS] each (pyxis --container-mounts, apptainer --bind)
+    workdir: str | None = None      # pyxis --container-workdir; apptainer --pwd
+    executable: str = "apptainer"   # apptainer or singularity (apptainer engine only)
+
+    @property
+    def enabled(self) -> bool:
+        return self.engine != "none"
+
+
 @dataclass(frozen=True)
 class Runbook:
     path: Path                      # the file it was loaded from
@@ -134,6 +153,7 @@ class Runbook:
     repositories: dict[str, Path] = field(default_factory=dict)   # name -> local clone
     paths: dict[str, str] = field(default_factory=dict)           # cluster paths (megatron, data)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    container: ContainerConfig = field(default_factory=ContainerConfig)
     gpu_hours_per_cell: float | None = None
     max_parallel_cells: int = 1     # cells in flight at once (independent models)
     models_path: Path | None = None  # the model zoo file it read (frozen next to the results)

@@ -21,7 +21,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from backends.reference.memory import estimate_memory_bytes  # noqa: E402
+from harness.loadmodel.memory import estimate_memory_bytes  # noqa: E402
 
 DEVICE = 180 * 2**30
 SHAPE = SimpleNamespace(seq=8192, micro_batch=1)

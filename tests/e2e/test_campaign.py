@@ -121,7 +121,8 @@ def test_dry_run_tierb_without_gpus(tmp_path):
     assert "budget = int(2.00 x 65536) = 131072, executable" in text
     assert "torchrun" in text and "estimated GPU-hours" in text
     assert "cells/QWEN2_57B__echo__measure__cap2p00__a1/rank<R>.log" in text
-    assert list(tmp_path.iterdir()) == []                           # nothing written
+    # only the plan's scripts, beside (never inside) the campaign directory
+    assert [p.name for p in tmp_path.iterdir()] == ["tierb-b200-gbs8.dry-run"]
 
 
 # -- the reduced campaign end to end -----------------------------------------------------------

@@ -91,4 +91,4 @@ def test_tierb_dry_run_shows_the_validate_seed_and_iterations_of_every_validate_
         assert "routing: seed 1235 (held out: campaign seed 1234 + 1), 65 iterations" in block
     measure = [b for b in blocks if b.lstrip().startswith("[measure]")]
     assert measure and all("--seed 1234" in b for b in measure)
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir()] == ["tierb-b200-gbs8.dry-run"]

@@ -14,9 +14,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from backends.reference.memory import estimate_memory_bytes
 from backends.reference.routing import destination_counts, route
 from harness.loadmodel import planners
+from harness.loadmodel.memory import estimate_memory_bytes
 
 pytestmark = pytest.mark.slow
 

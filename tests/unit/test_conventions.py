@@ -84,6 +84,10 @@ STRING_IMPORTS_ALLOWED = {
         "the local launcher starts its fork server as a process",
     ("harness/launch/slurm_script.py", "-m harness.health"):
         "the batch script runs the pre-cell GPU health probe on the node",
+    ("harness/launch/local.py", "-m harness.launch.capture"):
+        "the local launcher starts each rank's redacting capture",
+    ("harness/launch/slurm_script.py", "-m harness.launch.capture"):
+        "the batch script pipes the ranks' output through the redacting capture",
     ("backends/reference/adapter.py", "-m backends.reference"):
         "the reference backend's launch argv starts its worker",
     ("backends/reference/__main__.py", "-m backends.reference"):

@@ -6,8 +6,8 @@ import re
 from types import SimpleNamespace
 
 from backends.reference import estimate_memory_bytes
-from backends.reference.memory import COMPONENTS, format_size, oom_message
 from harness.api.backend import DEFAULT_FAILURE_PATTERNS
+from harness.loadmodel.memory import COMPONENTS, format_size, oom_message
 
 MODEL = SimpleNamespace(layers=4, first_dense_layers=1, hidden=64, experts=16, topk=4,
                         expert_ffn=32, shared_ffn=16)

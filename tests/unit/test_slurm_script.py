@@ -196,7 +196,7 @@ def test_write_script_is_atomic_and_carries_meta(tmp_path):
     launcher = S.SlurmLauncher(FakeRunbook(SlurmConfig(partition="p")))
     path = launcher.write_script("cellX", spec(ntasks=3), tmp_path / "cell", 42.0)
     assert path.name == "slurm.sbatch" and not list(path.parent.glob(".*tmp*"))
-    assert SS.script_meta(path) == {"cell": "cellX", "ntasks": 3, "timeout_s": 42.0,
+    assert SS.script_meta(path) == {"cell": "cellX", "ntasks": 3, "ranks": 3, "timeout_s": 42.0,
                                    "job_name": SS.job_name("camp", "cellX", tmp_path / "cell")}
     assert "--job-name=epcap.camp.cellX." in path.read_text()
 

@@ -1,0 +1,121 @@
+"""Node-side capture of a Slurm cell's output: every line redacted (harness/io/redact.py)
+before it reaches a file, split into `rank<R>.log` by global rank R.
+
+The batch script pipes `srun --label` into `python -m harness.launch.capture CELL_DIR`. srun
+prefixes each line with its task id (`3: `). With one rank per task (the CPU backends) the
+task id is the global rank. With torchrun (one task per node, several ranks), the batch script
+sets `TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[rank${rank}]:'` and `PET_TEE=3`, so torchrun tees
+every worker's stdout and stderr to its console with the worker's global rank in front
+(pytorch/pytorch v2.13.0 torch/distributed/run.py `--tee` (env PET_TEE) and
+TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; torch/distributed/elastic/agent/server/
+local_elastic_agent.py: the `${rank}` macro is the global rank); such a line goes to
+rank<R>.log; the node's lines without a rank (torchrun's own) go to node<T>.log, so no line
+is in two files (the audit counts telemetry rows over every *.log of a cell). Lines
+without a task label (srun's own messages) go to stdout, the job's batch log.
+
+The local launcher starts one capture per rank (`--rank R`): the rank's output arrives on
+stdin (a pipe) or on a FIFO (`--fifo PATH`, for ranks forked by the fork server), and every
+line goes, redacted, to rank<R>.log. The capture is its own process, so a rank outlives a
+driver that dies (resume finds it) without losing its log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+from typing import BinaryIO
+
+from harness.io.redact import redact_text, secret_values
+
+LABEL_RE = re.compile(rb"^\s*(\d+): ?")
+TORCHRUN_RANK_RE = re.compile(rb"^\[rank(\d+)\]:")
+MAX_RANK = 1 << 20                  # a label beyond this is not a rank (refused, sent to stdout)
+
+
+class Capture:
+    """Open rank/node files on first use; write each redacted line and flush it (the driver
+    reads log growth as progress)."""
+
+    def __init__(self, cell_dir: Path, ranks_per_task: int, secrets: list[str],
+                 rank: int | None = None):
+        self.cell_dir, self.ranks_per_task, self.secrets = cell_dir, ranks_per_task, secrets
+        self.rank = rank                # set: every line is this rank's (local launcher)
+        self.files: dict[str, BinaryIO] = {}
+        if rank is not None:            # a fresh log per attempt, present even when silent
+            self.files[f"rank{rank}.log"] = open(cell_dir / f"rank{rank}.log", "wb")  # noqa: SIM115
+
+    def _write(self, name: str, data: bytes) -> None:
+        handle = self.files.get(name)
+        if handle is None:
+            handle = self.files[name] = open(self.cell_dir / name, "ab")  # noqa: SIM115
+        handle.write(data)
+        handle.flush()
+
+    def redact(self, line: bytes) -> bytes:
+        text = line.decode("utf-8", "surrogateescape")
+        return redact_text(text, self.secrets).encode("utf-8", "surrogateescape")
+
+    def line(self, raw: bytes, out: BinaryIO) -> None:
+        """Route one line (with its newline, if it had one)."""
+        line = self.redact(raw)
+        if self.rank is not None:
+            self._write(f"rank{self.rank}.log", line)
+            return
+        label = LABEL_RE.match(line)
+        if label is None or int(label.group(1)) > MAX_RANK:
+            out.write(line)
+            out.flush()
+            return
+        task, body = int(label.group(1)), line[label.end():]
+        if self.ranks_per_task == 1:
+            self._write(f"rank{task}.log", body)
+            return
+        rank = TORCHRUN_RANK_RE.match(body)
+        if rank is not None and int(rank.group(1)) <= MAX_RANK:
+            self._write(f"rank{int(rank.group(1))}.log", body)
+        else:                           # torchrun's own lines: no line is in two files
+            self._write(f"node{task}.log", body)
+
+    def close(self) -> None:
+        for handle in self.files.values():
+            handle.close()
+
+
+def run(cell_dir: Path, ranks_per_task: int, source: BinaryIO, out: BinaryIO,
+        rank: int | None = None) -> int:
+    """Copy `source` into the cell's logs line by line until EOF."""
+    cap = Capture(cell_dir, ranks_per_task, secret_values(), rank)
+    try:
+        for raw in source:
+            cap.line(raw, out)
+    finally:
+        cap.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m harness.launch.capture CELL_DIR [--ranks-per-task K]` (stdin: srun --label)."""
+    parser = argparse.ArgumentParser(prog="python -m harness.launch.capture")
+    parser.add_argument("cell_dir", type=Path)
+    parser.add_argument("--ranks-per-task", type=int, default=1)
+    parser.add_argument("--rank", type=int, default=None, help="every line is this rank's")
+    parser.add_argument("--fifo", type=Path, default=None,
+                        help="read this FIFO (removed once open) instead of stdin")
+    args = parser.parse_args(argv)
+    if args.fifo is None:
+        return run(args.cell_dir, max(1, args.ranks_per_task), sys.stdin.buffer,
+                   sys.stdout.buffer, args.rank)
+    with open(args.fifo, "rb") as source:       # blocks until the rank opens it for writing
+        args.fifo.unlink(missing_ok=True)
+        try:
+            os.rmdir(args.fifo.parent)
+        except OSError:
+            pass
+        return run(args.cell_dir, 1, source, sys.stdout.buffer, args.rank)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
