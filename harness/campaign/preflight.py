@@ -4,13 +4,20 @@ A cluster backend knows the flags its pinned Megatron-LM commit accepts
 (backends/megatron_args); `Backend.preflight(argv)` names each unknown flag or choice and the
 file that should define it. One refused argv stops the campaign before any cell runs (no
 allocation is wasted on an argparse error at iteration 0).
+
+Then each backend validates its planned launches with the code it runs
+(`Backend.validate_commands`: for Megatron, the tree's own parse_args, validate_args and
+transformer config in a CPU subprocess); a rejection stops the campaign the same way. What
+was checked, and how long it took, is printed (docs/cluster.md "Real validation").
 """
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 
-from harness.api.backend import RunRequest
+from harness.api.backend import LaunchSpec, RunRequest
 from harness.api.registry import load_backend
 from harness.errors import BadInput
 from harness.results.layout import Cell
@@ -29,24 +36,58 @@ def planned_purposes(backend: BackendConfig) -> tuple[str, ...]:
     return tuple(out)
 
 
+def planned_launches(rb: Runbook, config: BackendConfig, root: Path = Path("results")
+                     ) -> list[tuple[str, LaunchSpec]]:
+    """(`model/purpose`, launch) for every planned (model, purpose) of one backend."""
+    backend = load_backend(config)
+    out = []
+    for model in rb.models:
+        for purpose in planned_purposes(config):
+            cell = Cell(rb.campaign, model.name, config.name, purpose, rb.capacity.measure)
+            out.append((f"{model.name}/{purpose}",
+                        backend.command(RunRequest.for_cell(rb, cell, root / cell.name))))
+    return out
+
+
 def argv_problems(rb: Runbook, root: Path = Path("results")) -> list[str]:
     """`model/purpose: problem` for every planned (model, backend, purpose) argv."""
     problems = []
     for config in rb.backends:
         backend = load_backend(config)
-        for model in rb.models:
-            for purpose in planned_purposes(config):
-                cell = Cell(rb.campaign, model.name, config.name, purpose, rb.capacity.measure)
-                spec = backend.command(RunRequest.for_cell(rb, cell, root / cell.name))
-                problems += [f"{model.name}/{purpose}: {p}" for p in backend.preflight(spec.argv)]
+        for label, spec in planned_launches(rb, config, root):
+            problems += [f"{label}: {p}" for p in backend.preflight(spec.argv)]
     return problems
 
 
-def check_backend_commands(rb: Runbook) -> None:
-    """BadInput listing every refused argv (the first few), before anything runs."""
+def validation_problems(rb: Runbook, root: Path = Path("results")
+                        ) -> tuple[list[str], list[str]]:
+    """(notes saying how each backend's launches were checked and how long it took,
+    problems) from each backend's own validation of its planned launches."""
+    notes, problems = [], []
+    for config in rb.backends:
+        backend = load_backend(config)
+        launches = planned_launches(rb, config, root)
+        start = time.monotonic()
+        how, found = backend.validate_commands(launches)
+        if how:
+            notes.append(f"{config.name}: {len(launches)} command(s) checked {how} "
+                         f"({time.monotonic() - start:.1f} s)")
+        problems += found
+    return notes, problems
+
+
+def check_backend_commands(rb: Runbook) -> list[str]:
+    """BadInput listing every refused argv (the first few), before anything runs; else the
+    notes of how the commands were checked (also printed on stderr)."""
     problems = argv_problems(rb)
+    notes: list[str] = []
+    if not problems:
+        notes, problems = validation_problems(rb)
+        for note in notes:
+            print(f"preflight: {note}", file=sys.stderr)
     if problems:
         shown = "\n  ".join(problems[:8])
         more = f"\n  ... and {len(problems) - 8} more" if len(problems) > 8 else ""
         raise BadInput(f"preflight: {len(problems)} launch argv problem(s); no cell ran:\n  "
                        f"{shown}{more}", path=str(rb.path), field="backends")
+    return notes
