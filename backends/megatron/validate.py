@@ -163,10 +163,11 @@ def _no_compile(fn: object = None, *args: object, **kwargs: object) -> object:
 
 
 def _where(tb: object, tree: str) -> str:
-    """file:line of the innermost frame inside the tree (relative), else the innermost."""
+    """file:line of the innermost Megatron frame (a file under a `megatron/` package: the
+    tree's, or an installed megatron-core), relative to the tree when inside it."""
     frames = traceback.extract_tb(tb)
-    inside = [f for f in frames if f.filename.startswith(tree)]
-    frame = (inside or frames)[-1] if frames else None
+    megatron = [f for f in frames if "/megatron/" in f.filename.replace(os.sep, "/")]
+    frame = (megatron or frames)[-1] if frames else None
     if frame is None:
         return ""
     name = frame.filename[len(tree):].lstrip("/") if frame.filename.startswith(tree) \
