@@ -190,14 +190,26 @@ def test_real_moonep_tree_refuses_todays_command():
 
 @pytest.mark.parametrize("backend", ["echo", "ultraep", "moonep"])
 @pytest.mark.parametrize("value", ["fp64", "bf16"])
-def test_every_backend_refuses_a_runbook_router_dtype_override(backend, value):
+@pytest.mark.parametrize("model_gives_it", [True, False])
+def test_every_backend_refuses_a_runbook_router_dtype_override(backend, value, model_gives_it,
+                                                               monkeypatch):
     """QWEN2_57B's zoo entry says fp32: a runbook flag that changes it (argparse keeps the
-    last value) is refused on every Megatron backend, not only UltraEP."""
+    last value) is refused on every Megatron backend, not only UltraEP; also when it is the
+    only router dtype of the command (so the duplicate-flag refusal cannot be what refuses)."""
+    import backends.megatron.base as megatron
+    real = megatron.model_args
+    if not model_gives_it:
+        def without(model):
+            args = real(model)
+            i = args.index("--moe-router-dtype")
+            return args[:i] + args[i + 2:]
+        monkeypatch.setattr(megatron, "model_args", without)
     rb = load_runbook(TIERB)
     rb = replace(rb, backends=tuple(replace(b, flags=("--moe-router-dtype", value))
                                     if b.name == backend else b for b in rb.backends))
-    with pytest.raises(BadInput, match="fp32"):
+    with pytest.raises(BadInput, match="zoo router_dtype|UltraEP command must set"):
         build(rb, "QWEN2_57B", backend, "measure")
+    monkeypatch.setattr(megatron, "model_args", real)
     build(load_runbook(TIERB), "QWEN2_57B", backend, "measure")        # as filed: accepted
 
 
