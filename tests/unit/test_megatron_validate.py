@@ -294,3 +294,28 @@ def test_unknown_flag_names_arguments_py():
     src = MegatronSource("NVIDIA/Megatron-LM", "a8785b1e956e651796c8fcb36fdfbbdc7debe1f5")
     msg = check_argv(["--no-such-flag"], load_args(src))[0]
     assert msg.endswith("be defined in megatron/training/arguments.py)")
+
+
+# ---- the doctor's Transformer Engine op-fuser line -----------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(release=st.lists(st.integers(0, 20), min_size=1, max_size=4),
+       pre=st.sampled_from(["", ".dev0", "dev3", "rc1", "a2", "b1", ".post1"]),
+       local=st.sampled_from(["", "+abc123", "+cu12"]))
+def test_te_version_order_is_pep440(release, pre, local):
+    """The doctor compares TE versions as packaging (Megatron's is_te_min_version) does."""
+    from packaging.version import Version
+
+    from harness.health import TE_OP_FUSER_MIN, at_least
+    text = ".".join(map(str, release)) + pre + local
+    assert at_least(text, TE_OP_FUSER_MIN) == (Version(text) >= Version("2.14.0")), text
+
+
+def test_doctor_te_op_fuser_line():
+    from harness.health import te_op_fuser_line, te_version
+    assert "grouped experts fuse" in te_op_fuser_line("2.14.0")
+    assert "WARN transformer-engine 2.8.0 < 2.14.0" in te_op_fuser_line("2.8.0")
+    assert "WARN" in te_op_fuser_line("2.14.0.dev0")
+    assert "not installed here" in te_op_fuser_line(None)
+    assert te_version(lambda name: "2.15.0") == "2.15.0"
