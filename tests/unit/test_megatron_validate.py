@@ -319,3 +319,22 @@ def test_doctor_te_op_fuser_line():
     assert "WARN" in te_op_fuser_line("2.14.0.dev0")
     assert "not installed here" in te_op_fuser_line(None)
     assert te_version(lambda name: "2.15.0") == "2.15.0"
+
+
+@pytest.mark.slow
+def test_a_tree_the_runner_cannot_import_is_a_problem_and_can_be_turned_off(tmp_path,
+                                                                             monkeypatch):
+    rb = load_runbook(TIERB)
+    rb = replace(rb, models=rb.models[1:2],
+                 backends=tuple(b for b in rb.backends if b.name == "moonep"))
+    pkg = tmp_path / rb.backends[0].options.megatron["commit"] / "megatron" / "training"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("", encoding="utf-8")
+    (pkg / "arguments.py").write_text("import no_such_module_here\n", encoding="utf-8")
+    monkeypatch.setenv("EPCAP_MEGATRON_TREES", str(tmp_path))
+    _, problems = validation_problems(rb)
+    assert len(problems) == 1 and "could not run" in problems[0]
+    assert "no_such_module_here" in problems[0]
+    monkeypatch.setenv("EPCAP_MEGATRON_VALIDATE", "0")
+    notes, problems = validation_problems(rb)
+    assert problems == [] and "turned off by EPCAP_MEGATRON_VALIDATE=0" in notes[0]
