@@ -86,6 +86,21 @@ def validate_commands(tree: str, commands: list[tuple[str, list[str]]], world_si
     return [Verdict(**json.loads(line)) for line in answers]
 
 
+def parser_flags(tree: str, timeout: float = 300.0, python: str = sys.executable
+                 ) -> dict[str, str]:
+    """{option string: none|one|optional|many} of the tree's real Megatron parser
+    (add_megatron_arguments), to hold the accepted-argument data to the source of truth."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
+    env.update({"PYTHONWARNINGS": "ignore", "CUDA_VISIBLE_DEVICES": ""})
+    proc = subprocess.run([python, str(RUNNER)], input=json.dumps(
+        {"tree": str(tree), "world_size": 1, "list_flags": True, "commands": []}),
+        capture_output=True, text=True, timeout=timeout, env=env, cwd=str(tree), check=False)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or len(lines) != 1:
+        raise RuntimeError(f"listing the parser of {tree} failed: {proc.stderr[-600:]}")
+    return dict(json.loads(lines[0])["flags"])
+
+
 # ---- the runner (the subprocess): stdlib + torch + the tree only ---------------------------
 
 
@@ -198,6 +213,16 @@ def _run(request: dict) -> int:
     with contextlib.redirect_stdout(sys.stderr):
         from megatron.training import arguments
     extra = dict(request.get("extra_flags") or {})
+    if request.get("list_flags"):
+        import argparse
+        parser = arguments.add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
+        kinds = {}
+        for action in parser._actions:  # noqa: SLF001 - argparse has no public list
+            kind = "none" if action.nargs == 0 else "one" if action.nargs is None else \
+                "optional" if action.nargs == "?" else "many"
+            kinds.update({o: kind for o in action.option_strings if o not in ("-h", "--help")})
+        out.write(json.dumps({"flags": kinds}) + "\n")
+        return 0
 
     def provider(parser):  # noqa: ANN001, ANN202 - Megatron's extra_args_provider hook
         group = parser.add_argument_group(title="documented fork flags (epcap shim)")

@@ -338,3 +338,26 @@ def test_a_tree_the_runner_cannot_import_is_a_problem_and_can_be_turned_off(tmp_
     monkeypatch.setenv("EPCAP_MEGATRON_VALIDATE", "0")
     notes, problems = validation_problems(rb)
     assert problems == [] and "turned off by EPCAP_MEGATRON_VALIDATE=0" in notes[0]
+
+
+# Flags the data has that a parser built here lacks, each with the condition that defines it.
+CONDITIONAL = {"--kitchen-config-file": "if HAVE_KITCHEN (arguments.py)",
+               "--kitchen-recipe-number": "if HAVE_KITCHEN (arguments.py)"}
+COMMITS = ["a2b16b8733bb4ced46880d6adee6f19124732991", "a8785b1e956e651796c8fcb36fdfbbdc7debe1f5",
+           "d98e8a64ddf34856e74b24714e3bedb2f5a39553", "e93814b4c6965c3f8639abdf690416c08937f370"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("commit", COMMITS)
+def test_argument_data_equals_the_real_parser(commit):
+    """The ast-extracted data (scripts/megatron_args.py) against the tree's own argparse
+    parser: the same flags (bar the conditional ones) and the same value kinds."""
+    from backends.megatron.args import MegatronSource, load_args
+    from backends.megatron.validate import parser_flags
+    tree = real_tree(commit)
+    real = parser_flags(str(tree))
+    ours = {f: e["value"] for f, e in
+            load_args(MegatronSource("NVIDIA/Megatron-LM", commit)).flags.items()}
+    assert sorted(set(real) - set(ours)) == []
+    assert set(ours) - set(real) <= set(CONDITIONAL)
+    assert {f: (ours[f], real[f]) for f in real if ours[f] != real[f]} == {}
