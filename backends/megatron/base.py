@@ -339,7 +339,7 @@ class MegatronBackend(Backend):
                                 f"names only)")
                 continue
             for v in verdicts:
-                if not v.ok:
+                if not v.accepted:
                     problems.append(f"{self.name}: {v.id}: Megatron rejects the command "
                                     f"({v.stage}, {v.error}): {v.message} ({v.where}, "
                                     f"{self.source.label})")

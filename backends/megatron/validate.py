@@ -7,7 +7,7 @@ where the request is {"tree", "world_size", "device_capability", "te_version", "
 does what megatron/training/initialize.py does before any GPU work: `parse_args()` with
 sys.argv set, `validate_args(args, {"tokenizer_type": "GPT2BPETokenizer"})` (pretrain_gpt.py's
 args_defaults) and `core_transformer_config_from_args(args)`, and prints one JSON answer:
-{"id", "ok", "stage", "error", "message", "where"} (where = file:line inside the tree).
+{"id", "accepted", "stage", "error", "message", "where"} (where = file:line inside the tree).
 
 The shim, and all it supplies (docs/cluster.md "Real validation"):
 - WORLD_SIZE and RANK=0 in the environment (parse_args reads them);
@@ -51,7 +51,7 @@ class Verdict:
     """Megatron's answer for one command: accepted, or the stage, exception and place."""
 
     id: str
-    ok: bool
+    accepted: bool
     stage: str = ""
     error: str = ""
     message: str = ""
@@ -234,7 +234,7 @@ def _run(request: dict) -> int:
         return parser
 
     for cmd in request["commands"]:
-        verdict = {"id": cmd["id"], "ok": False, "stage": "", "error": "", "message": "",
+        verdict = {"id": cmd["id"], "accepted": False, "stage": "", "error": "", "message": "",
                    "where": ""}
         stage, err = "parse_args", io.StringIO()
         sys.argv = ["pretrain_gpt.py"] + [str(a) for a in cmd["args"]]
@@ -245,7 +245,7 @@ def _run(request: dict) -> int:
                 arguments.validate_args(args, dict(ARGS_DEFAULTS))
                 stage = "core_transformer_config_from_args"
                 arguments.core_transformer_config_from_args(args)
-            verdict["ok"] = True
+            verdict["accepted"] = True
         except SystemExit as exc:
             lines = [ln for ln in err.getvalue().splitlines() if "error:" in ln]
             verdict.update(stage=stage, error="SystemExit",

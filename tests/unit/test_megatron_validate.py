@@ -102,13 +102,13 @@ def test_runner_uses_megatron_cores_transformer_config(tmp_path):
     no_experts = no_experts[:no_experts.index("--moe-router-topk") - 1] + \
         no_experts[no_experts.index("--moe-router-topk"):]
     got = validate_commands(str(tree), [("ok", ok), ("deepep", deepep), ("ep", no_experts)], 8)
-    assert got[0].ok, got[0]
-    assert not got[1].ok and got[1].stage == "core_transformer_config_from_args"
+    assert got[0].accepted, got[0]
+    assert not got[1].accepted and got[1].stage == "core_transformer_config_from_args"
     assert got[1].message == "Only one backend is supported for flex token dispatcher."
     assert "site-packages/megatron/core/transformer/transformer_config.py:" in got[1].where
-    assert not got[2].ok and "num_moe_experts must be non None" in got[2].message
+    assert not got[2].accepted and "num_moe_experts must be non None" in got[2].message
     bad_world = validate_commands(str(tree), [("w", ok)], 6)[0]
-    assert (bad_world.ok, bad_world.stage, bad_world.error) == \
+    assert (bad_world.accepted, bad_world.stage, bad_world.error) == \
         (False, "validate_args", "AssertionError")
 
 
@@ -166,7 +166,7 @@ def test_every_golden_passes_its_real_tree(backend):
     names = sorted(p.name for p in GOLDEN.glob(f"*__{backend}__*.json"))
     got = validate_commands(str(tree), [(n, golden_args(n)) for n in names], 8,
                             extra_flags=b.fork_flags())
-    assert [v for v in got if not v.ok] == [] and len(got) == 16
+    assert [v for v in got if not v.accepted] == [] and len(got) == 16
 
 
 @pytest.mark.slow
@@ -178,8 +178,8 @@ def test_real_moonep_tree_refuses_todays_command():
     args = golden_args("QWEN3_30B__moonep__time.json")
     old = [a for a in args if a != MOONEP_RULE]
     new, before = validate_commands(str(tree), [("new", args), ("old", old)], 8)
-    assert new.ok, new
-    assert (before.ok, before.stage, before.error) == (False, "validate_args", "ValueError")
+    assert new.accepted, new
+    assert (before.accepted, before.stage, before.error) == (False, "validate_args", "ValueError")
     assert before.message.startswith("MoonEP requires --accumulate-allreduce-grads-in-fp32")
     assert before.where == "megatron/training/arguments.py:1087"
     assert any(MOONEP_RULE in p for p in b.preflight(["x/pretrain_gpt.py"] + old))
