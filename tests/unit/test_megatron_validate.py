@@ -361,3 +361,31 @@ def test_argument_data_equals_the_real_parser(commit):
     assert sorted(set(real) - set(ours)) == []
     assert set(ours) - set(real) <= set(CONDITIONAL)
     assert {f: (ours[f], real[f]) for f in real if ours[f] != real[f]} == {}
+
+
+@pytest.mark.slow
+def test_epcap_run_exits_2_naming_backend_model_purpose_and_megatrons_message(tmp_path,
+                                                                              monkeypatch):
+    """`epcap run --dry-run` on a runbook whose flag megatron-core's TransformerConfig
+    rejects: exit 2 before anything runs, naming backend, model, purpose, message, file:line."""
+    import shutil
+
+    import yaml
+    from click.testing import CliRunner
+
+    from harness.cli import main
+    doc = yaml.safe_load(TIERB.read_text(encoding="utf-8"))
+    doc["models"] = ["QWEN3_30B"]
+    doc["backends"] = [b for b in doc["backends"] if b["name"] == "ultraep"]
+    doc["backends"][0]["flags"] = ["--moe-enable-deepep"]
+    shutil.copy(ROOT / "runbooks" / "models.yaml", tmp_path / "models.yaml")
+    (tmp_path / "rb.yaml").write_text(yaml.safe_dump(doc), encoding="utf-8")
+    stand_in_tree(tmp_path / "trees" / doc["backends"][0]["options"]["megatron"]["commit"])
+    monkeypatch.setenv("EPCAP_MEGATRON_TREES", str(tmp_path / "trees"))
+    res = CliRunner().invoke(main, ["run", str(tmp_path / "rb.yaml"), "--dry-run",
+                                    "--results", str(tmp_path / "results")])
+    assert res.exit_code == 2, res.output
+    text = res.output + (res.stderr if res.stderr_bytes is not None else "")
+    assert "ultraep: QWEN3_30B/canary: Megatron rejects the command" in text
+    assert "Only one backend is supported for flex token dispatcher." in text
+    assert "transformer_config.py:" in text and not (tmp_path / "results").exists()
