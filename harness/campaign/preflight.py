@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from harness.api.backend import LaunchSpec, RunRequest
@@ -62,27 +63,33 @@ def argv_problems(rb: Runbook, root: Path = Path("results")) -> list[str]:
 def validation_problems(rb: Runbook, root: Path = Path("results")
                         ) -> tuple[list[str], list[str]]:
     """(notes saying how each backend's launches were checked and how long it took,
-    problems) from each backend's own validation of its planned launches."""
-    notes, problems = [], []
-    for config in rb.backends:
+    problems) from each backend's own validation of its planned launches. The backends'
+    checks are subprocesses, so they run side by side; notes and problems keep runbook order."""
+    def one(config: BackendConfig) -> tuple[str, list[str]]:
         backend = load_backend(config)
         launches = planned_launches(rb, config, root)
         start = time.monotonic()
         how, found = backend.validate_commands(launches)
-        if how:
-            notes.append(f"{config.name}: {len(launches)} command(s) checked {how} "
-                         f"({time.monotonic() - start:.1f} s)")
-        problems += found
+        note = (f"{config.name}: {len(launches)} command(s) checked {how} "
+                f"({time.monotonic() - start:.1f} s)") if how else ""
+        return note, found
+
+    with ThreadPoolExecutor(max_workers=max(1, len(rb.backends))) as pool:
+        answers = list(pool.map(one, rb.backends))
+    notes = [note for note, _ in answers if note]
+    problems = [p for _, found in answers for p in found]
     return notes, problems
 
 
 def check_backend_commands(rb: Runbook) -> list[str]:
     """BadInput listing every refused argv (the first few), before anything runs; else the
     notes of how the commands were checked (also printed on stderr)."""
+    start = time.monotonic()
     problems = argv_problems(rb)
     notes: list[str] = []
     if not problems:
         notes, problems = validation_problems(rb)
+        notes.append(f"commands checked in {time.monotonic() - start:.1f} s")
         for note in notes:
             print(f"preflight: {note}", file=sys.stderr)
     if problems:
