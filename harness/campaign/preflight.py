@@ -81,6 +81,17 @@ def validation_problems(rb: Runbook, root: Path = Path("results")
     return notes, problems
 
 
+def provenance_fields(rb: Runbook) -> dict[str, str]:
+    """`preflight.<backend>: how its commands are checked` for provenance.txt (what code
+    validates them, or that only argument names are checked); nothing is run here."""
+    out = {}
+    for config in rb.backends:
+        how, _ = load_backend(config).validate_commands([])
+        if how:
+            out[f"preflight.{config.name}"] = " ".join(how.split())
+    return out
+
+
 def check_backend_commands(rb: Runbook) -> list[str]:
     """BadInput listing every refused argv (the first few), before anything runs; else the
     notes of how the commands were checked (also printed on stderr)."""

@@ -389,3 +389,17 @@ def test_epcap_run_exits_2_naming_backend_model_purpose_and_megatrons_message(tm
     assert "ultraep: QWEN3_30B/canary: Megatron rejects the command" in text
     assert "Only one backend is supported for flex token dispatcher." in text
     assert "transformer_config.py:" in text and not (tmp_path / "results").exists()
+
+
+def test_provenance_says_how_commands_are_checked(tmp_path, monkeypatch):
+    """provenance.txt's `preflight.<backend>` lines: names only without a tree (the tierb
+    runbook's /lustre paths), Megatron's own code with one; nothing runs to say so."""
+    from harness.campaign.preflight import provenance_fields
+    monkeypatch.delenv("EPCAP_MEGATRON_TREES", raising=False)
+    rb = load_runbook(TIERB)
+    fields = provenance_fields(rb)
+    assert sorted(fields) == ["preflight.echo", "preflight.moonep", "preflight.ultraep"]
+    assert all(v.startswith("against argument names only") for v in fields.values())
+    stand_in_tree(tmp_path / rb.backend("echo").options.megatron["commit"])
+    monkeypatch.setenv("EPCAP_MEGATRON_TREES", str(tmp_path))
+    assert provenance_fields(rb)["preflight.echo"].startswith("with Megatron's own parse_args")
