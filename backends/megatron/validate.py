@@ -7,7 +7,8 @@ where the request is {"tree", "world_size", "device_capability", "te_version", "
 does what megatron/training/initialize.py does before any GPU work: `parse_args()` with
 sys.argv set, `validate_args(args, {"tokenizer_type": "GPT2BPETokenizer"})` (pretrain_gpt.py's
 args_defaults) and `core_transformer_config_from_args(args)`, and prints one JSON answer:
-{"id", "accepted", "stage", "error", "message", "where"} (where = file:line inside the tree).
+{"id", "accepted", "stage", "error", "message", "where"} (where = file:line of the innermost
+Megatron frame, relative to the tree when inside it).
 
 The shim, and all it supplies (docs/cluster.md "Real validation"):
 - WORLD_SIZE and RANK=0 in the environment (parse_args reads them);
@@ -42,7 +43,7 @@ STUBBED = ("transformer_engine", "transformer_engine_torch", "triton",
            "six", "regex")      # the last two: tokenizer helpers, never called by the check
 ARGS_DEFAULTS = {"tokenizer_type": "GPT2BPETokenizer"}     # pretrain_gpt.py's args_defaults
 DEFAULT_CAPABILITY = (10, 0)                               # B200 (sm_100)
-DEFAULT_TE_VERSION = "2.8.0"
+DEFAULT_TE_VERSION = "2.8.0"      # assumed, not read from the cluster: is_te_min_version sees it
 RUNNER = Path(__file__).resolve()
 
 
