@@ -100,7 +100,8 @@ def check_backend_commands(rb: Runbook) -> list[str]:
     notes: list[str] = []
     if not problems:
         notes, problems = validation_problems(rb)
-        notes.append(f"commands checked in {time.monotonic() - start:.1f} s")
+        if notes:           # only backends that validate say anything (reference: silent)
+            notes.append(f"commands checked in {time.monotonic() - start:.1f} s")
         for note in notes:
             print(f"preflight: {note}", file=sys.stderr)
     if problems:
