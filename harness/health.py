@@ -18,8 +18,10 @@ driver_version; compute apps: gpu_uuid, pid. `[N/A]` / `[Not Supported]` mean no
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -32,6 +34,12 @@ SMI_TIMEOUT_S = 30.0
 SMI_GPU_FIELDS = ("index", "name", "uuid", "memory.used", "ecc.errors.uncorrected.volatile.total",
                   "ecc.errors.uncorrected.aggregate.total", "driver_version")
 SMI_APP_FIELDS = ("gpu_uuid", "pid")
+# Transformer Engine's op fuser for grouped MoE experts (`--use-transformer-engine-op-fuser`):
+# NVIDIA/Megatron-LM d98e8a64 megatron/core/transformer/moe/experts.py:382-393 uses it only
+# with transformer-engine >= 2.14.0 and silently falls back to the unfused path otherwise.
+TE_OP_FUSER_MIN = (2, 14, 0)
+TE_DISTRIBUTIONS = ("transformer-engine", "transformer_engine", "transformer-engine-torch")
+PRE_RELEASE = ("dev", "rc", "a", "b", "c", "pre")
 
 
 @dataclass(frozen=True)
@@ -285,13 +293,55 @@ def _na(value) -> str:
     return "n/a" if value is None else str(value)
 
 
+def te_version(read=importlib.metadata.version) -> str | None:
+    """The installed Transformer Engine version (package metadata; TE is not imported)."""
+    for name in TE_DISTRIBUTIONS:
+        try:
+            return str(read(name))
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def at_least(version: str, minimum: tuple[int, ...]) -> bool:
+    """PEP 440 order for the cases TE ships: '2.14.0' and '2.14.0+abc' reach (2, 14, 0);
+    '2.14.0.dev0' and '2.14.0rc1' do not (as Megatron's is_te_min_version sees them)."""
+    match = re.match(r"(\d+(?:\.\d+)*)(.*)", version.split("+")[0].strip())
+    if match is None:
+        return False
+    release = [int(x) for x in match.group(1).split(".")]
+    rest = match.group(2)
+    width = max(len(release), len(minimum))
+    got = tuple(release) + (0,) * (width - len(release))
+    need = tuple(minimum) + (0,) * (width - len(minimum))
+    if got != need:
+        return got > need
+    return not rest.lstrip(".").lower().startswith(PRE_RELEASE)
+
+
+def te_op_fuser_line(version: str | None) -> str:
+    """The doctor's line on the TE op fuser: whether Megatron would really fuse the grouped
+    experts with this Transformer Engine, or fall back silently (TE_OP_FUSER_MIN)."""
+    need = ".".join(map(str, TE_OP_FUSER_MIN))
+    if version is None:
+        return (f"te-op-fuser: transformer-engine not installed here; "
+                f"--use-transformer-engine-op-fuser needs >= {need} on the nodes")
+    if at_least(version, TE_OP_FUSER_MIN):
+        return f"te-op-fuser: transformer-engine {version} >= {need}: grouped experts fuse"
+    return (f"te-op-fuser: WARN transformer-engine {version} < {need}: "
+            f"--use-transformer-engine-op-fuser falls back to unfused experts")
+
+
 def cli_doctor(as_json: bool = False, max_used_mib: int = DEFAULT_MAX_USED_MIB) -> int:
-    """`epcap doctor`: probe and print (table or one JSON document); exit 1 when unhealthy."""
+    """`epcap doctor`: probe and print (table or one JSON document) with the TE op-fuser
+    line; exit 1 when unhealthy."""
     report = probe(max_used_mib)
+    fuser = te_op_fuser_line(te_version())
     if as_json:
-        print(json.dumps(report.to_dict(), sort_keys=True))
+        print(json.dumps({**report.to_dict(), "te_op_fuser": fuser}, sort_keys=True))
     else:
         _table(report)
+        print(fuser)
     return 0 if report.ok else 1
 
 

@@ -14,10 +14,13 @@ every other argument through "$@" untouched (no user text is ever parsed by a sh
 
 from __future__ import annotations
 
+import os
+import subprocess
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
-from backends.megatron.args import MegatronSource, check_argv, load_args
+from backends.megatron.args import MegatronSource, check_argv, flag_values, load_args
+from backends.megatron.validate import validate_commands
 from harness.api.backend import (
     DEFAULT_FAILURE_PATTERNS,
     Backend,
@@ -126,6 +129,54 @@ def data_args(req: RunRequest) -> list[str]:
             "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", tok_model]
 
 
+def check_router_dtype(argv: list[str], model: ModelSpec, backend: str) -> None:
+    """Every Megatron backend: when the zoo entry says fp32 (the router QWEN2_57B lost in
+    bf16), every `--moe-router-dtype` of the command says fp32 too (argparse keeps the last)."""
+    if model.router_dtype != FP32:
+        return
+    dtypes = flag_values(argv, ROUTER_DTYPE_FLAG)
+    if not dtypes or any(d != FP32 for d in dtypes):
+        raise BadInput(f"{backend}: model {model.name} needs {ROUTER_DTYPE_FLAG} fp32 (zoo "
+                       f"router_dtype) and the command gives {dtypes}; check the runbook flags",
+                       field=f"backends.{backend}.flags")
+
+
+def flag_occurrences(argv: list[str]) -> dict[str, list[tuple[str, ...]]]:
+    """Each `--flag` of an argv with the values that follow each occurrence."""
+    out: dict[str, list[tuple[str, ...]]] = {}
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        i += 1
+        if not tok.startswith("--"):
+            continue
+        name, eq, inline = tok.partition("=")
+        values = [inline] if eq else []
+        while not eq and i < len(argv) and not argv[i].startswith("--"):
+            values.append(argv[i])
+            i += 1
+        out.setdefault(name, []).append(tuple(values))
+    return out
+
+
+def check_no_conflicts(argv: list[str], field: str) -> None:
+    """Refuse an argv that gives one flag different values (argparse silently keeps the
+    last, so a runbook flag could undo an adapter's on the cluster)."""
+    clashes = {f: v for f, v in flag_occurrences(argv).items() if len(set(v)) > 1}
+    if clashes:
+        shown = "; ".join(f"{f} given {[' '.join(x) for x in v]}" for f, v in clashes.items())
+        raise BadInput(f"a flag appears twice with different values: {shown}", field=field)
+
+
+def git_head(path: Path) -> str | None:
+    """The commit checked out at `path` when it is a git work tree, else None."""
+    if not (path / ".git").exists():
+        return None
+    proc = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=False)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
 def fill_template(arg: str, values: dict[str, str]) -> str:
     """Replace `{capacity}`-style placeholders in a runbook-supplied argument (no eval)."""
     for key, value in values.items():
@@ -136,9 +187,17 @@ def fill_template(arg: str, values: dict[str, str]) -> str:
 # Megatron's router-trace recording (training side), defined at the pinned main and MoonEP
 # commits in megatron/training/config/training_config.py (TrainingConfig); Megatron writes
 # router_trace_rank{N}.jsonl under the path (megatron/core/transformer/moe/router_trace.py).
+ROUTER_DTYPE_FLAG = "--moe-router-dtype"
+FP32 = "fp32"
 TRACE_PATH_FLAG = "--moe-routing-trace-path"
 TRACE_ITERS_FLAG = "--moe-routing-trace-max-training-iters"
 SOURCE_KEYS = ("repository", "commit", "ref", "overlays", "path")
+# Folders named <full commit> holding Megatron-LM trees (tests; reproducing the check by hand).
+TREES_ENV = "EPCAP_MEGATRON_TREES"
+# "0" turns real validation off (a tree the CPU shim cannot import); the notes then say so.
+VALIDATE_ENV = "EPCAP_MEGATRON_VALIDATE"
+ARGUMENTS_PY = "megatron/training/arguments.py"
+NAMES_ONLY = "against argument names only"
 
 
 @dataclass(frozen=True)
@@ -232,6 +291,62 @@ class MegatronBackend(Backend):
             return [f"{self.name}: {exc}"]
         return [f"{self.name}: {p}" for p in check_argv(args, accepted) + self.rules(args)]
 
+    def tree(self) -> tuple[Path | None, str]:
+        """(the Megatron-LM tree readable here for this backend's commit, why not when None):
+        options.megatron.path, else $EPCAP_MEGATRON_TREES/<commit>."""
+        raw = self.options.megatron or {}
+        commit = self.source.commit
+        candidates = [Path(str(raw["path"]))] if raw.get("path") else []
+        if os.environ.get(TREES_ENV):
+            candidates.append(Path(os.environ[TREES_ENV]) / commit)
+        for path in candidates:
+            if (path / ARGUMENTS_PY).is_file():
+                head = git_head(path)
+                if head is not None and head != commit:
+                    return None, f"{path} is at {head[:12]}, not {commit[:12]}"
+                return path, ""
+        where = ", ".join(str(p) for p in candidates) or "no path"
+        return None, f"no Megatron-LM tree of {self.source.label} readable here ({where})"
+
+    def fork_flags(self) -> dict[str, str]:
+        """Flags of the overlays (a fork's documented flags) as {flag: value kind}."""
+        base = load_args(MegatronSource(self.source.repository, self.source.commit))
+        return {f: e["value"] for f, e in load_args(self.source).flags.items()
+                if f not in base.flags}
+
+    def validate_commands(self, commands: list[tuple[str, LaunchSpec]]) -> tuple[str, list[str]]:
+        """Megatron's own parse_args, validate_args and transformer config, run on CPU
+        (backends/megatron/validate.py) over every launch, when the tree is readable here;
+        else the plain statement that only argument names were checked."""
+        if os.environ.get(VALIDATE_ENV) == "0":
+            return f"{NAMES_ONLY} (real validation turned off by {VALIDATE_ENV}=0)", []
+        tree, why = self.tree()
+        if tree is None:
+            return f"{NAMES_ONLY} ({why})", []
+        script = str(self.options.script)
+        by_world: dict[int, list[tuple[str, list[str]]]] = {}
+        for label, spec in commands:
+            cut = next(i for i, a in enumerate(spec.argv) if a.endswith(script))
+            by_world.setdefault(spec.nodes * spec.gpus_per_node, []).append(
+                (label, spec.argv[cut + 1:]))
+        problems, extra = [], self.fork_flags()
+        for world, batch in by_world.items():
+            try:
+                verdicts = validate_commands(str(tree), batch, world, extra_flags=extra)
+            except RuntimeError as exc:
+                problems.append(f"{self.name}: Megatron's own validation could not run on "
+                                f"{tree}: {exc} (set {VALIDATE_ENV}=0 to check argument "
+                                f"names only)")
+                continue
+            for v in verdicts:
+                if not v.accepted:
+                    problems.append(f"{self.name}: {v.id}: Megatron rejects the command "
+                                    f"({v.stage}, {v.error}): {v.message} ({v.where}, "
+                                    f"{self.source.label})")
+        forks = f" plus the documented fork flags {sorted(extra)}" if extra else ""
+        return (f"with Megatron's own parse_args, validate_args and transformer config of "
+                f"{self.source.label} at {tree}{forks}"), problems
+
     def template_values(self, req: RunRequest) -> dict[str, str]:
         """Values a runbook `dispatcher_args` template may use."""
         n = req.shape.uniform_tokens(req.model.topk)
@@ -308,6 +423,8 @@ class MegatronBackend(Backend):
                 + self.dispatcher_args(req) + self.trace_args(req)
                 + [str(f) for f in req.model.flags]
                 + [str(f) for f in self.config.flags])
+        check_router_dtype(argv, req.model, self.name)
+        check_no_conflicts(argv, field=f"backends.{self.name}.flags")
         return LaunchSpec(argv=argv, env=self.env(req), ntasks=nodes, nodes=nodes,
                           gpus_per_node=gpus, cwd=self.checkout(req))
 

@@ -1,13 +1,18 @@
 """UltraEP cluster adapter: Megatron-LM with UltraEP on HybridEP; fp32 router is mandatory.
 
-Public setup: `--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep
---moe-enable-ultraep --moe-num-redundant-experts-per-rank R` (UltraEP's Megatron-LM
-integration, Dots-Infra/Megatron-LM-UltraEP; R defaults to 2 as in Dots-Infra/UltraEP
-examples/README.md) with the per-rank budget `--moe-expert-rank-capacity-factor`, which
-NVIDIA/Megatron-LM main (d98e8a64, transformer_config.py:1868-1881) accepts only with hybridep
-or ncclep, and with hybridep only together with `--use-transformer-engine-op-fuser` or
-`--moe-use-grouped-tensor`. The argument data: main at d98e8a64 plus the UltraEP overlay
-(backends/megatron/args/data/overlay-ultraep.json; the fork's source was not readable here).
+The tree the cluster runs is UltraEP's fork, Dots-Infra/Megatron-LM-UltraEP, which its README
+says is based on NVIDIA/Megatron-LM `dev` e93814b4 and adds two flags (`--moe-enable-ultraep`,
+`--moe-num-redundant-experts-per-rank R`; R defaults to 2 as in Dots-Infra/UltraEP
+examples/README.md). The fork's source is not readable here, so the argument data is dev at
+e93814b4 plus those two flags (backends/megatron/args/data/overlay-ultraep.json).
+
+The command: `--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep
+--moe-enable-ultraep --moe-num-redundant-experts-per-rank R`. The per-rank budget flag
+`--moe-expert-rank-capacity-factor` and the `--use-transformer-engine-op-fuser` it needs with
+hybridep exist on `main` (d98e8a64, transformer_config.py:1868-1881) but not at e93814b4, so
+they are dropped by default; `options.main_flags: true` keeps them for a runbook whose
+`options.megatron` names a tree that defines them (main + the fork's flags). The op fuser also
+needs a newer Transformer Engine than the fork pins (`epcap doctor` on the cluster).
 
 UltraEP asserts that router probabilities are fp32 (`ultra_ep.cpp:909`) and that every
 receive budget is a multiple of the pad multiple; both are bug signatures (class `assert`).
@@ -24,8 +29,8 @@ from harness.errors import BadInput
 from harness.vocab import Status
 
 REQUIRED_ROUTER_DTYPE = "fp32"
-ULTRAEP_SOURCE = MegatronSource("NVIDIA/Megatron-LM", "d98e8a64ddf34856e74b24714e3bedb2f5a39553",
-                                "refs/heads/main", overlays=("ultraep",))
+ULTRAEP_SOURCE = MegatronSource("NVIDIA/Megatron-LM", "e93814b4c6965c3f8639abdf690416c08937f370",
+                                "refs/heads/dev", overlays=("ultraep",))
 # What --moe-expert-rank-capacity-factor needs (transformer_config.py:1868-1881 at d98e8a64).
 CAPACITY_BACKENDS = ("hybridep", "ncclep")
 HYBRIDEP_CAPACITY_NEEDS = ("--use-transformer-engine-op-fuser", "--moe-use-grouped-tensor")
@@ -38,6 +43,7 @@ class UltraEPOptions(MegatronOptions):
 
     redundant_experts_per_rank: int = 2
     capacity_enabler: str = HYBRIDEP_CAPACITY_NEEDS[0]
+    main_flags: bool = False        # keep the main-only rank-capacity flags (module docstring)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -65,12 +71,15 @@ class UltraEPBackend(MegatronBackend):
     }
 
     def library_args(self, req: RunRequest, values: dict[str, str]) -> list[str]:
-        """HybridEP + UltraEP, its redundant experts, the rank capacity and what it needs
-        (options.capacity_enabler: the op fuser, default, or the grouped tensor)."""
+        """HybridEP + UltraEP and its redundant experts; with options.main_flags also the
+        rank capacity and what it needs (options.capacity_enabler: op fuser or grouped tensor).
+        Without them the budget reaches the run scripts' hook through the env only."""
         redundant, enabler = self.options.redundant_experts_per_rank, self.options.capacity_enabler
-        return ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "hybridep",
-                "--moe-enable-ultraep", "--moe-num-redundant-experts-per-rank", str(redundant),
-                "--moe-expert-rank-capacity-factor", values["capacity"], enabler]
+        args = ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "hybridep",
+                "--moe-enable-ultraep", "--moe-num-redundant-experts-per-rank", str(redundant)]
+        if self.options.main_flags:
+            args += ["--moe-expert-rank-capacity-factor", values["capacity"], enabler]
+        return args
 
     def rules(self, args: list[str]) -> list[str]:
         """The rank capacity's conditions at the pinned commit (see CAPACITY_BACKENDS)."""
@@ -96,23 +105,11 @@ class UltraEPBackend(MegatronBackend):
     def command(self, req: RunRequest) -> LaunchSpec:
         """The Megatron launch, checked to set `--moe-router-dtype` and only to fp32."""
         spec = super().command(req)
-        dtypes = router_dtypes(spec.argv)
+        dtypes = flag_values(spec.argv, "--moe-router-dtype")
         if not dtypes or any(d != REQUIRED_ROUTER_DTYPE for d in dtypes):
             raise BadInput(f"UltraEP command must set --moe-router-dtype fp32 (got {dtypes}); "
                            "check the runbook flags", field=f"backends.{self.name}.flags")
         return spec
-
-
-def router_dtypes(argv: list[str]) -> list[str]:
-    """Every value given to --moe-router-dtype in an argv (both `--x v` and `--x=v`)."""
-    out = []
-    for i, arg in enumerate(argv):
-        if arg == "--moe-router-dtype":
-            out.append(argv[i + 1] if i + 1 < len(argv) else "")
-        elif arg.startswith("--moe-router-dtype="):
-            out.append(arg.split("=", 1)[1])
-    return out
-
 
 
 def make_backend(config: BackendConfig) -> UltraEPBackend:

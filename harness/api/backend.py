@@ -185,6 +185,11 @@ class Backend(ABC):
         start while any planned cell has one (harness/campaign/preflight.py)."""
         return []
 
+    def validate_commands(self, commands: list[tuple[str, LaunchSpec]]) -> tuple[str, list[str]]:
+        """(how the launches were checked, problems) by the code the backend itself runs,
+        for (label, launch) pairs; ("", []) when the backend has no such check."""
+        return "", []
+
     def failure_patterns(self) -> dict[str, tuple[str, ...]]:
         """Regexes per taxonomy class; defaults plus the backend's own and runbook overrides."""
         pats = {k: tuple(v) for k, v in DEFAULT_FAILURE_PATTERNS.items()}

@@ -13,7 +13,11 @@ from harness.campaign import store
 from harness.campaign.decisions import Context, model_pipeline
 from harness.campaign.driver import Campaign, Replay
 from harness.campaign.dryrun import Selection, print_dry_run
-from harness.campaign.preflight import check_backend_commands, check_launcher_setup
+from harness.campaign.preflight import (
+    check_backend_commands,
+    check_launcher_setup,
+    provenance_fields,
+)
 from harness.campaign.progress import ProgressView, fmt_s
 from harness.errors import BadInput, Findings, os_hint
 from harness.grid import capacity as cap
@@ -172,6 +176,7 @@ def drive(camp: Campaign, rb: Runbook, root: Path, view: ProgressView, new: bool
         health_gate(view, camp.log)
     camp.provenance = capture_provenance(camp.command_line, dict(rb.repositories), rb.path)
     camp.provenance.update(container_facts(rb.container))
+    camp.provenance.update(provenance_fields(rb))
     if new or not (root / PROVENANCE_TXT).exists():
         write_provenance(root / PROVENANCE_TXT, camp.provenance)
     write_facts(root, store.campaign_facts(

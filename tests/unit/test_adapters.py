@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 import backends.megatron.base as megatron
-from backends.megatron.ultraep import router_dtypes
+from backends.megatron.args import flag_values
 from harness.api.backend import RunRequest
 from harness.api.registry import load_backend
 from harness.campaign.gpuhours import describe_estimate, estimate_gpu_hours
@@ -89,7 +89,7 @@ def test_commands_are_printable_argv(runbook, model, backend, purpose):
 
 def assert_fp32_router(argv: list[str]) -> None:
     """The check the fp32 test applies to every UltraEP command."""
-    assert router_dtypes(argv) == ["fp32"], f"UltraEP argv lacks --moe-router-dtype fp32: {argv}"
+    assert flag_values(argv, "--moe-router-dtype") == ["fp32"], f"UltraEP argv lacks --moe-router-dtype fp32: {argv}"
 
 
 @pytest.mark.parametrize("model", ["QWEN2_57B", "QWEN3_30B", "QWEN3_235B", "DEEPSEEK_V2_LITE"])
@@ -119,10 +119,9 @@ def test_ultraep_refuses_command_without_fp32(runbook, monkeypatch):
         return args[:i] + args[i + 2:]
 
     monkeypatch.setattr(megatron, "model_args", without_dtype)
-    with pytest.raises(BadInput, match="fp32"):
-        build(runbook, "QWEN2_57B", "ultraep", "measure")
-    spec, _ = build(runbook, "QWEN2_57B", "echo", "measure")     # ECHO has no such rule
-    assert router_dtypes(spec.argv) == []
+    for backend in ("ultraep", "echo", "moonep"):       # the zoo says fp32: every backend
+        with pytest.raises(BadInput, match="fp32"):
+            build(runbook, "QWEN2_57B", backend, "measure")
 
 
 def test_ultraep_refuses_bf16_router_and_flag_override(runbook):
@@ -130,7 +129,7 @@ def test_ultraep_refuses_bf16_router_and_flag_override(runbook):
     with pytest.raises(BadInput, match="router_dtype"):
         build(bf16, "QWEN2_57B", "ultraep", "measure")
     spec, _ = build(bf16, "QWEN2_57B", "echo", "measure")
-    assert router_dtypes(spec.argv) == ["bf16"]
+    assert flag_values(spec.argv, "--moe-router-dtype") == ["bf16"]
     sneaky = replace(runbook, backends=tuple(
         replace(b, flags=("--moe-router-dtype", "fp64")) if b.name == "ultraep" else b
         for b in runbook.backends))
@@ -165,8 +164,8 @@ def test_shape_phase_and_dispatcher_args(runbook):
         ("8192", "1", "8", "8")
     assert arg(a, "--train-iters") == arg(a, "--exit-interval") == "65"      # 0 + 65
     assert arg(a, "--moe-flex-dispatcher-backend") == "hybridep" and "--moe-enable-ultraep" in a
-    assert arg(a, "--moe-expert-rank-capacity-factor") == "2.00"
-    assert "--use-transformer-engine-op-fuser" in a
+    assert "--moe-expert-rank-capacity-factor" not in a          # main only (ultraep.py)
+    assert "--use-transformer-engine-op-fuser" not in a
     assert measure.env["MOE_DROP_DEBUG"] == "1" and "EPCAP_TIMING" not in measure.env
     assert measure.env["EPCAP_BUDGET_TOKENS"] == "131072"
     timed, _ = build(runbook, "QWEN3_30B", "moonep", "time", "1.03125")

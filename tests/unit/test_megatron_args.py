@@ -75,8 +75,34 @@ def test_check_argv_values_and_inline_forms():
     assert "stray argument" in check_argv(["--bf16", "oops"], accepted)[0]
 
 
+MAIN = {"repository": "NVIDIA/Megatron-LM", "ref": "refs/heads/main", "overlays": ["ultraep"],
+        "commit": "d98e8a64ddf34856e74b24714e3bedb2f5a39553"}
+
+
+def main_ultraep(runbook):
+    """UltraEP on main + the fork's flags with the main-only flags kept (options.main_flags)."""
+    cfg = runbook.backend("ultraep")
+    return replace(cfg, options=replace(cfg.options, main_flags=True, megatron=MAIN,
+                                        record_routing_trace=True))
+
+
+def test_ultraep_drops_main_only_flags_on_its_base(runbook):
+    """At dev e93814b4 (the fork's base) the rank capacity, the op fuser and the trace flags
+    do not exist: the default command has none, and preflight names them when forced."""
+    base = load_backend(runbook.backend("ultraep"))
+    cell = Cell(runbook.campaign, "QWEN3_30B", "ultraep", "measure", "2.00")
+    argv = base.command(RunRequest.for_cell(runbook, cell, Path("/c"))).argv
+    assert base.preflight(argv) == []
+    main_argv = load_backend(main_ultraep(runbook)).command(
+        RunRequest.for_cell(runbook, cell, Path("/c"))).argv
+    probs = base.preflight(main_argv)
+    for flag in ("--moe-expert-rank-capacity-factor", "--use-transformer-engine-op-fuser",
+                 "--moe-routing-trace-path", "--moe-routing-trace-max-training-iters"):
+        assert any(f"unknown flag {flag}" in p for p in probs), flag
+
+
 def test_ultraep_rank_capacity_needs_hybridep_and_a_fuser(runbook):
-    spec_backend = load_backend(runbook.backend("ultraep"))
+    spec_backend = load_backend(main_ultraep(runbook))
     cell = Cell(runbook.campaign, "QWEN3_30B", "ultraep", "measure", "2.00")
     argv = spec_backend.command(RunRequest.for_cell(runbook, cell, Path("/c"))).argv
     assert spec_backend.preflight(argv) == []
@@ -93,7 +119,7 @@ def test_moonep_rules_and_trace_recording(runbook):
     argv = moon.command(RunRequest.for_cell(runbook, cell, Path("/c"))).argv
     assert moon.preflight(argv) == []
     assert "rejected by MoonEP" in moon.preflight(argv + ["--use-transformer-engine-op-fuser"])[0]
-    ultra = load_backend(runbook.backend("ultraep"))
+    ultra = load_backend(main_ultraep(runbook))
     measure = Cell(runbook.campaign, "QWEN3_30B", "ultraep", "measure", "2.00")
     a = ultra.command(RunRequest.for_cell(runbook, measure, Path("/r/cell"))).argv
     assert a[a.index("--moe-routing-trace-path") + 1] == "/r/cell/router_trace"

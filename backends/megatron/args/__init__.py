@@ -62,6 +62,15 @@ def load_args(source: MegatronSource) -> AcceptedArgs:
     return AcceptedArgs(source, flags, tuple(files))
 
 
+ARGUMENTS_FILE = "megatron/training/arguments.py"
+
+
+def defining_file(files: tuple[str, ...]) -> str:
+    """Where a new flag would be defined: Megatron's arguments.py (every flag, plain or from a
+    config dataclass, is registered there), whatever order the files were read in."""
+    return ARGUMENTS_FILE if ARGUMENTS_FILE in files or not files else files[0]
+
+
 def check_argv(argv: list[str], accepted: AcceptedArgs) -> list[str]:
     """Problems of one Megatron argv (the arguments after the script): unknown flags and
     choices, and flags missing their value. Empty when the pinned code accepts it all."""
@@ -77,7 +86,7 @@ def check_argv(argv: list[str], accepted: AcceptedArgs) -> list[str]:
         if entry is None:
             problems.append(f"unknown flag {name}: {label} does not define it "
                             f"(checked {', '.join(accepted.files)}; the flag would have to "
-                            f"be defined in {accepted.files[0]})")
+                            f"be defined in {defining_file(accepted.files)})")
             while i < len(argv) and not argv[i].startswith("--"):
                 i += 1
             continue

@@ -67,6 +67,18 @@ def _kw(call: ast.Call, name: str) -> ast.AST | None:
     return next((k.value for k in call.keywords if k.arg == name), None)
 
 
+def _is_boolean_optional(action: ast.AST | None) -> bool:
+    """`action=argparse.BooleanOptionalAction` (an attribute or a bare name, not a string):
+    the flag takes no value and argparse also defines `--no-<flag>`."""
+    name = action.attr if isinstance(action, ast.Attribute) else getattr(action, "id", None)
+    return name == "BooleanOptionalAction"
+
+
+def _negated(flags: list[str]) -> list[str]:
+    """The `--no-x` twins argparse's BooleanOptionalAction adds for each `--x`."""
+    return [f"--no-{f[2:]}" for f in flags if f.startswith("--")]
+
+
 def _value_kind(action: object, nargs: object) -> str:
     """How many values a flag takes: none | one | optional | many."""
     if action in NO_VALUE_ACTIONS:
@@ -133,6 +145,8 @@ class Extractor:
             kind = _value_kind(action.value if isinstance(action, ast.Constant) else None,
                                nargs.value if isinstance(nargs, ast.Constant) else None)
             choices = _const_list(_kw(node, "choices"))
+            if _is_boolean_optional(action):
+                kind, flags = "none", flags + _negated(flags)
             for f in flags:
                 self.flags.setdefault(f, _entry(path, node.lineno, kind, choices, "add_argument"))
         elif name == "ArgumentGroupFactory" and node.args and isinstance(node.args[0], ast.Name):
@@ -206,7 +220,9 @@ class Extractor:
             if arg_names:
                 names = [str(n) for n in arg_names]
             act, nargs = meta.get("action"), meta.get("nargs")
-            if act is not None or nargs is not None:
+            if _is_boolean_optional(act):
+                kind, names = "none", names + _negated(names)
+            elif act is not None or nargs is not None:
                 kind = _value_kind(getattr(act, "value", None), getattr(nargs, "value", None))
             if "choices" in meta:
                 choices = _const_list(meta["choices"])
