@@ -222,6 +222,12 @@ def test_sigterm_checkpoints_and_stops_children(tmp_path):
     assert proc.returncode == 143
     events = read_events(events_path)
     assert events[-1]["ev"] == "checkpoint" and events[-1]["reason"] == "SIGTERM"
-    assert any(e["ev"] == "cell_abandoned" for e in events)
+    abandoned = [e["cell"] for e in events if e["ev"] == "cell_abandoned"]
+    assert abandoned
+    for name in abandoned:         # marked so in its cell.json, not `running` forever
+        doc = json.loads((tmp_path / "reduced" / "cells" / name / "cell.json").read_text())
+        assert doc["status"] == "abandoned" and doc["abandoned"]["reason"]
+    state = json.loads(epcap("status", tmp_path / "reduced", "--json").stdout)
+    assert state["state"] == "interrupted" and state["signal"] == "SIGTERM" and state["when"]
     time.sleep(0.3)
     assert live_marked(str((tmp_path / "reduced").resolve())) == []
