@@ -93,10 +93,11 @@ class Campaign:
         self.provenance: dict[str, str] = {}
         self.active: list[Active] = []
         self.invocation: dict[str, str] = {}     # provenance lines of a partial re-run
-        past, startup = store.history(root, runbook)
-        for backend, model, purpose, seconds in past:    # older than this campaign's own
-            self.estimator.add(backend, model, purpose, seconds)
-        self.startup_s = sorted(startup)[len(startup) // 2] if startup else 0.0
+        past = store.history(root, runbook)
+        for backend, model, purpose, attempt, seconds in past.runs:   # older than our own
+            self.estimator.add_history(backend, model, purpose, seconds, attempt)
+        self.startup_s = past.startup_s
+        self.pace = past.pace
         self.first_eta: float | None = None      # this invocation's estimate at its start
         self._index_events(read_events(root / EVENTS_JSONL, strict=True))
 
@@ -114,7 +115,8 @@ class Campaign:
                 self.finished.setdefault(key, []).append(rec)
                 self.done_runs += 1
                 if rec.span_s:
-                    self.estimator.add(rec.backend, rec.model, rec.purpose, rec.span_s)
+                    self.estimator.add(rec.backend, rec.model, rec.purpose, rec.span_s,
+                                       int(rec.attempt))
         for runs in self.finished.values():
             runs.sort(key=lambda e: int(e.attempt))
 
@@ -213,7 +215,8 @@ class Campaign:
         req = RunRequest.for_cell(self.rb, act.cell, cdir)
         out = analyse(req, act.backend, result, Path(act.handle.cell_dir), act.started_utc)
         span = time.monotonic() - act.t0
-        self.estimator.add(act.cell.backend, act.cell.model, act.cell.purpose, span)
+        self.estimator.add(act.cell.backend, act.cell.model, act.cell.purpose, span,
+                           act.cell.attempt)
         self.done_runs += 1
         summary = out.summary.to_dict() if out.summary is not None else None
         store.write_cell_json(cdir, act.cell, act.spec, status=out.status, summary=summary,
@@ -242,9 +245,11 @@ class Campaign:
     def planned_keys(self) -> list[PlannedCell]:
         return [p for p in plan_cells(self.rb) if self.ctx.stage_mode(p.stage) == StageMode.RUN]
 
-    def runs_left(self, exclude: Cell | None = None) -> list[tuple[str, str, str]]:
-        """(backend, model, purpose) of the planned runs not yet finished or skipped."""
+    def runs_left(self, exclude: Cell | None = None) -> list[tuple[str, str, str, int]]:
+        """(backend, model, purpose, attempt) of the planned runs not yet finished or skipped
+        (the attempt each would get, numbered after those already made)."""
         out = []
+        nth: dict[tuple[str, str, str], int] = {}
         done = {key: len(runs) for key, runs in self.finished.items()}
         if exclude is not None:
             key = (exclude.model, exclude.backend, exclude.purpose)
@@ -259,7 +264,8 @@ class Campaign:
             if done.get(key, 0) > 0:
                 done[key] -= 1
                 continue
-            out.append((p.backend, p.model, p.purpose))
+            nth[key] = nth.get(key, 0) + 1
+            out.append((p.backend, p.model, p.purpose, self.attempts.get(key, 0) + nth[key]))
         return out
 
     def launches_stopped(self, key: tuple[str, str, str]) -> bool:
@@ -267,12 +273,14 @@ class Campaign:
         return key[2] == Purpose.TIME and any(
             e.status == Status.DOES_NOT_FIT for e in self.finished.get(key, []))
 
-    def eta(self, left: list[tuple[str, str, str]]) -> float | None:
+    def eta(self, left: list[tuple[str, str, str, int]]) -> float | None:
         eta = self.estimator.eta(left, self.rb.max_parallel_cells)
         if eta is None:
             return None
+        eta *= self.pace
         for act in self.active:
-            pred = self.estimator.predict(act.cell.backend, act.cell.model, act.cell.purpose)
+            pred = self.estimator.predict(act.cell.backend, act.cell.model, act.cell.purpose,
+                                          act.cell.attempt)
             if pred is not None:
                 eta += max(0.0, pred - (time.monotonic() - act.t0))
         return eta

@@ -258,19 +258,30 @@ def freeze_runbook(root: Path, rb: Runbook) -> None:
 HISTORY_CAMPAIGNS = 20     # the newest campaign directories the ETA learns from
 
 
-def history(root: Path, rb: Runbook) -> tuple[list[tuple[str, str, str, float]], list[float]]:
+@dataclasses.dataclass(frozen=True)
+class History:
+    """What earlier campaigns of the same work measured (the ETA's prior)."""
+
+    runs: tuple[tuple[str, str, str, int, float], ...] = ()  # backend, model, purpose, attempt, s
+    startup_s: float = 0.0      # median run_start -> first submit of an invocation
+    pace: float = 1.0           # median wall / summed run time between first submit and end
+
+
+def history(root: Path, rb: Runbook) -> History:
     """What earlier campaigns under the same results root measured for the same work: the
-    (backend, model, purpose, seconds) of their finished runs whose model, backend and every
-    global result-bearing part (shape, iterations, capacities, seeds) match this runbook's,
-    and each invocation's start-up seconds (run_start to its first submit). The ETA's prior
-    before this campaign has run anything (docs/campaign.md: ETA)."""
+    (backend, model, purpose, attempt, seconds) of their finished runs whose model, backend
+    and every global result-bearing part (shape, iterations, capacities, seeds) match this
+    runbook's; each invocation's start-up seconds (run_start to its first submit) and pace
+    (its wall time over its summed run time: the driver's own share between runs). The ETA's
+    prior before this campaign has run anything (docs/campaign.md: ETA)."""
     mine = result_fields(rb)
     same_globals = [k for k in mine if ":" not in k]
     found = [p for p in sorted(root.parent.glob("*/" + EVENTS_JSONL),
                                key=lambda p: p.stat().st_mtime)
              if p.parent.resolve() != root.resolve()][-HISTORY_CAMPAIGNS:]
-    runs: list[tuple[str, str, str, float]] = []
+    runs: list[tuple[str, str, str, int, float]] = []
     startup: list[float] = []
+    paces: list[float] = []
     for path in found:
         try:
             events = read_events(path)
@@ -286,15 +297,25 @@ def history(root: Path, rb: Runbook) -> tuple[list[tuple[str, str, str, float]],
                     and theirs.get(f"backend:{base_backend(str(e.get('backend')))}")
                     == mine.get(f"backend:{base_backend(str(e.get('backend')))}")):
                 runs.append((str(e["backend"]), str(e["model"]), str(e["purpose"]),
-                             float(e["span_s"])))
-        run_t = None
+                             int(e.get("attempt") or 0), float(e["span_s"])))
+        run_t = first = None
+        spans = 0.0
         for e in events:
             if e["ev"] == Event.RUN_START:
-                run_t = e["t"]
-            elif e["ev"] == Event.CELL_SUBMIT and run_t is not None:
+                run_t, first, spans = e["t"], None, 0.0
+            elif e["ev"] == Event.CELL_SUBMIT and run_t is not None and first is None:
                 startup.append(max(0.0, e["t"] - run_t))
-                run_t = None
-    return runs, startup
+                first = e["t"]
+            elif e["ev"] == Event.CELL_FINISH:
+                spans += float(e.get("span_s") or 0.0)
+            elif e.get("runs_complete") and first is not None and spans > 0:
+                paces.append((e["t"] - first) / spans)
+    return History(tuple(runs), _median(startup), min(2.0, max(1.0, _median(paces) or 1.0)))
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2] if ordered else 0.0
 
 
 def record_invocation(root: Path, command_line: list[str], lines: dict[str, str]) -> None:
