@@ -180,14 +180,29 @@ def test_rerun_resumes_without_rerunning(reduced_run):
     assert first.returncode == 0
     before = (camp / "capacity_attempts.tsv").read_text()
     sel = (camp / "capacity_selection.tsv").read_text()
+    events = (camp / "events.jsonl").read_bytes()
     out = epcap("run", REDUCED, "--results", camp.parent)
     assert out.returncode == 0, out.stderr
-    assert "resuming campaign reduced" in out.stdout and "0 runs left" in out.stdout
+    # a finished campaign is frozen: it says so, where the report is, and writes nothing
+    assert "campaign reduced" in out.stdout and "is done" in out.stdout
+    assert "nothing to run; report: " in out.stdout
+    assert (camp / "events.jsonl").read_bytes() == events
     assert (camp / "capacity_attempts.tsv").read_text() == before
     assert (camp / "capacity_selection.tsv").read_text() == sel
     status = epcap("status", camp)
     assert status.returncode == 0 and "stage: done" in status.stdout
-    assert "failures by class: {'does_not_fit': 1}" in status.stdout
+    assert "state: done" in status.stdout
+    assert "failures by class: does_not_fit 1" in status.stdout          # words, not a repr
+    for text in (status.stdout, first.stdout, out.stdout):          # no Python reprs
+        assert "{'" not in text and "': None" not in text and "baseline None" not in text
+    doc = json.loads(epcap("status", camp, "--json").stdout)
+    assert doc["state"] == "done" and doc["failures"] == {"does_not_fit": 1}
+    assert {"campaign", "state", "pid", "host", "since", "stage", "runs_done", "runs_left",
+            "eta_s", "failures"} <= set(doc)
+    rows = (camp / "timing_launches.tsv").read_text().splitlines()
+    assert rows[0].split("\t") == ["campaign", "model", "backend", "launch", "phase",
+                                   "median_ms", "p10_ms", "p90_ms", "trials", "cell_dir"]
+    assert len(rows) > 1
 
 
 @pytest.mark.slow
