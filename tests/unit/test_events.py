@@ -158,3 +158,20 @@ def test_timing_launches_one_row_per_launch_and_phase(tmp_path_factory, launches
     for arm in {a for a, *_ in got}:
         nums = [n for a, n, p, _ in got if a == arm and p == "dispatch"]
         assert nums == sorted(nums) and len(set(nums)) == len(nums)
+
+
+def test_status_of_a_results_root_lists_its_campaigns(tmp_path, capsys):
+    from harness.campaign.cli import cli_status
+    from harness.errors import BadInput
+    for name, end in (("a", et.CampaignDone(stage="done")), ("b-2", et.Checkpoint(reason="SIGINT"))):
+        (tmp_path / name).mkdir()
+        _state(tmp_path / name, et.RunStart(), end)
+    assert cli_status(str(tmp_path), as_json=True) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [(d["campaign"], d["state"]) for d in doc["campaigns"]] == [
+        ("c", "done"), ("c", "interrupted")]
+    assert cli_status(str(tmp_path)) == 0
+    text = capsys.readouterr().out
+    assert "a: done" in text and "b-2: interrupted (SIGINT at " in text
+    with pytest.raises(BadInput, match="no campaign directory under it"):
+        cli_status(str(tmp_path / "a" / "nothing"))
