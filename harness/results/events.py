@@ -341,7 +341,7 @@ def campaign_stats(results_dir: str | Path) -> dict:
                     or e.get("runs_complete")), None)
     stage = next((e.get("stage") for e in reversed(events) if e.get("stage")), None)
     return {
-        "wall_span_s": round(max(ends) - min(starts), 3) if starts and ends else 0.0,
+        "wall_span_s": running_span(events) if starts and ends else 0.0,
         "busy_s": round(busy, 3),
         "runs_done": len(finished),
         "runs_left": 0 if done_ev else last_progress.get("runs_left"),
@@ -355,6 +355,23 @@ def campaign_stats(results_dir: str | Path) -> dict:
         "stopped": next((e for e in reversed(events) if e["ev"] == Event.CAMPAIGN_STOPPED),
                         None),
     }
+
+
+def running_span(events: list[dict]) -> float:
+    """Seconds the campaign spent running: the sum over its invocations of run_start to
+    that invocation's last event, so the idle time between a finished campaign and a later
+    re-run (--retry, --model) is not counted as campaign time."""
+    total, begin, last = 0.0, None, None
+    for e in events:
+        if e["ev"] == Event.RUN_START and begin is not None and last is not None:
+            total += last - begin
+            begin = None
+        if begin is None:
+            begin = e["t"]
+        last = e["t"]
+    if begin is not None and last is not None:
+        total += last - begin
+    return round(total, 3)
 
 
 def _invocation(events: list[dict]) -> tuple[dict | None, list[dict], float | None]:

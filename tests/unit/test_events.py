@@ -175,3 +175,12 @@ def test_status_of_a_results_root_lists_its_campaigns(tmp_path, capsys):
     assert "a: done" in text and "b-2: interrupted (SIGINT at " in text
     with pytest.raises(BadInput, match="no campaign directory under it"):
         cli_status(str(tmp_path / "a" / "nothing"))
+
+
+def test_wall_span_counts_running_time_only():
+    """A re-run days later adds its own running time, not the idle days in between."""
+    events = [{"ev": "campaign_start", "t": 100.0}, {"ev": "run_start", "t": 100.0},
+              {"ev": "cell_finish", "t": 130.0}, {"ev": "campaign_done", "t": 140.0},
+              {"ev": "run_start", "t": 90_000.0}, {"ev": "cell_finish", "t": 90_010.0},
+              {"ev": "campaign_done", "t": 90_020.0}]
+    assert et.running_span(events) == 60.0
