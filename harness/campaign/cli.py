@@ -165,6 +165,7 @@ def run_campaign(rb: Runbook, root: Path, launch: Launcher, stages: tuple[str, .
                                 pid=os.getpid(), host=socket.gethostname(),
                                 eta_s=None if camp.first_eta is None
                                 else round(camp.first_eta, 3), runs_left=len(left)))
+        camp.reap_stale()
         camp.write_tables(derived=False)
         return drive(camp, rb, root, view, new, t_start)
     except Interrupted as exc:
