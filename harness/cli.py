@@ -54,24 +54,42 @@ def main() -> None:
 @click.option("--stage", "stages", multiple=True, type=click.Choice(STAGES),
               help="Run only these stages (repeatable); refuses if earlier results are missing.")
 @click.option("--until", type=click.Choice(STAGES), help="Stop after this stage.")
-def run(runbook, results, launcher, dry_run, fresh, stages, until) -> None:
+@click.option("--model", "models", multiple=True, metavar="NAME",
+              help="Run new cells only for this model (repeatable); others are replayed.")
+@click.option("--backend", "backends", multiple=True, metavar="NAME",
+              help="Run new cells only for this backend (repeatable); others are replayed.")
+@click.option("--retry", metavar="CLASS[,CLASS...]",
+              help="Re-run finished cells that failed with these classes (e.g. crash,timeout) "
+                   "as new attempts.")
+def run(runbook, results, launcher, dry_run, fresh, stages, until, models, backends,
+        retry) -> None:
     """Run a campaign: preflight, measure, select, validate, time, report.
 
-    RUNBOOK defaults to runbooks/local-cpu.yaml. Running the same command again resumes.
+    RUNBOOK defaults to runbooks/local-cpu.yaml. Running the same command again resumes;
+    an edit of the runbook that changes no result (a comment, a limit) resumes too, and a
+    result-bearing edit re-runs exactly the cells it affects.
+
+    Example: epcap run runbooks/local-cpu.yaml --model QWEN3_30B --retry crash,timeout
     """
     from harness.campaign.cli import cli_run  # lazy: each command imports only its own room
 
     _call(cli_run, runbook=runbook, results=results, launcher=launcher,
-          dry_run=dry_run, fresh=fresh, stages=tuple(stages), until=until)
+          dry_run=dry_run, fresh=fresh, stages=tuple(stages), until=until,
+          models=tuple(models), backends=tuple(backends), retry=retry)
 
 
 @main.command()
 @click.argument("results_dir", type=click.Path(file_okay=False))
-def status(results_dir) -> None:
-    """Stage, cells done / left, failures by class and ETA of a campaign directory."""
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def status(results_dir, as_json) -> None:
+    """State (running, interrupted, stopped after a stage, done), runs done / left, failures
+    by class and ETA of a campaign directory, or of every campaign under a results root.
+
+    Example: epcap status results/local-cpu --json
+    """
     from harness.campaign.cli import cli_status  # lazy: each command imports only its own room
 
-    _call(cli_status, results_dir=results_dir)
+    _call(cli_status, results_dir=results_dir, as_json=as_json)
 
 
 @main.command()

@@ -121,6 +121,8 @@ class Event(StrEnum):
     CAMPAIGN_DONE = "campaign_done"
     CAMPAIGN_STOPPED = "campaign_stopped"
     REPORT = "report"
+    CELLS_INVALIDATED = "cells_invalidated"
+    RUNBOOK_REVISED = "runbook_revised"
 
 
 class StageMode(StrEnum):

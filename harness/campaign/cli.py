@@ -3,7 +3,11 @@ campaign; preflight gates; the closing summary. See docs/campaign.md."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -19,6 +23,7 @@ from harness.campaign.preflight import (
     provenance_fields,
 )
 from harness.campaign.progress import ProgressView, fmt_s
+from harness.campaign.state import campaign_state, campaigns_under
 from harness.errors import BadInput, Findings, os_hint
 from harness.grid import capacity as cap
 from harness.health import probe
@@ -33,6 +38,7 @@ from harness.results.events import (
     EventLog,
     Health,
     ReportBuilt,
+    RunbookRevised,
     RunStart,
     StageDone,
     campaign_stats,
@@ -42,7 +48,7 @@ from harness.results.layout import EVENTS_JSONL, PROVENANCE_TXT
 from harness.results.provenance import capture_provenance, write_provenance
 from harness.runbook.load import load_runbook
 from harness.runbook.model import Runbook
-from harness.vocab import Stage, StageMode
+from harness.vocab import FAILURE_CLASSES, Stage, StageMode
 
 DEFAULT_RUNBOOK = "runbooks/local-cpu.yaml"
 
@@ -94,9 +100,13 @@ def health_gate(view: ProgressView, log: EventLog) -> None:
 
 def cli_run(runbook: str | None = None, results: str | None = None,
             launcher: str | None = None, dry_run: bool = False, fresh: bool = False,
-            stages: tuple[str, ...] = (), until: str | None = None) -> int:
+            stages: tuple[str, ...] = (), until: str | None = None,
+            models: tuple[str, ...] = (), backends: tuple[str, ...] = (),
+            retry: str | None = None) -> int:
     """`epcap run`: load and check the runbook, then run or resume the campaign."""
     rb = load_runbook(runbook or default_runbook())
+    select = Selection(tuple(models), tuple(backends), parse_retry(retry))
+    check_selection(rb, select)
     check_planned_capacities(rb)
     check_backend_commands(rb)
     launcher_name = launcher or rb.launcher
@@ -121,34 +131,48 @@ def cli_run(runbook: str | None = None, results: str | None = None,
     # same directory exits 2 naming this one's pid and host.
     with CampaignLock(root):
         store.check_event_log(root, rb.campaign)    # again, now that no one else writes
-        store.check_fingerprint(root, rb)
         command_line = ["epcap", *sys.argv[1:]]
         old = _install_signals()
         try:
-            return run_campaign(rb, root, launch, stages, until, command_line)
+            return run_campaign(rb, root, launch, stages, until, command_line, select)
         finally:
             _restore_signals(old)
 
 
 def run_campaign(rb: Runbook, root: Path, launch: Launcher, stages: tuple[str, ...],
-                 until: str | None, command_line: list[str]) -> int:
+                 until: str | None, command_line: list[str],
+                 select: Selection | None = None) -> int:
     """Create or resume `root` and drive the pipelines to the end (or the stop stage)."""
+    select = select or Selection()
     view = ProgressView()
     new = not (root / EVENTS_JSONL).exists()
-    ctx = Context(rb, stages, until)
+    ctx = Context(rb, stages, until, select.models, select.backends)
     camp = Campaign(rb, root, launch, ctx, view, command_line)
-    store.check_replay_inputs(rb, camp.ctx, root, camp.finished)   # before anything is written
-    store.check_cells_present(root, camp.finished)
+    rev = None if new else store.revision(root, rb)     # BadInput before anything is written
+    if not new and finished_already(camp, root, rev, select, view):
+        return 0
+    if rev is None or not rev[1]:
+        store.check_replay_inputs(rb, camp.ctx, root, camp.finished)
+        store.check_cells_present(root, camp.finished)
     root.mkdir(parents=True, exist_ok=True)
     t_start = time.monotonic()
     if new:
         store.freeze_runbook(root, rb)
         camp.log.write(CampaignStart(campaign=rb.campaign, runbook=str(rb.path),
                                      **store.runbook_fingerprint(rb), command_line=command_line,
-                                     launcher=launch.name, stage=Stage.PREFLIGHT))
+                                     launcher=launch.name, stage=Stage.PREFLIGHT,
+                                     result_fields=store.result_fields(rb)))
     try:
+        camp.invocation = apply_revision_and_retry(camp, rb, root, view, rev, select)
+        left = camp.runs_left()
+        eta = camp.eta(left)
+        camp.first_eta = None if eta is None else eta + camp.startup_s
         camp.log.write(RunStart(resume=not new, command_line=command_line,
-                                stages=list(stages), until=until))
+                                stages=list(stages), until=until, models=list(select.models),
+                                backends=list(select.backends), retry=list(select.retry),
+                                pid=os.getpid(), host=socket.gethostname(),
+                                eta_s=None if camp.first_eta is None
+                                else round(camp.first_eta, 3), runs_left=len(left)))
         camp.reap_stale()
         camp.write_tables(derived=False)
         return drive(camp, rb, root, view, new, t_start)
@@ -169,6 +193,95 @@ def run_campaign(rb: Runbook, root: Path, launch: Launcher, stages: tuple[str, .
         view.stop()
 
 
+@dataclasses.dataclass(frozen=True)
+class Selection:
+    """`--model`, `--backend` and `--retry` of one invocation (empty: no restriction)."""
+
+    models: tuple[str, ...] = ()
+    backends: tuple[str, ...] = ()
+    retry: tuple[str, ...] = ()
+
+
+def parse_retry(text: str | None) -> tuple[str, ...]:
+    """`--retry crash,timeout` as classes of the failure taxonomy; BadInput otherwise."""
+    if not text:
+        return ()
+    classes = tuple(dict.fromkeys(c.strip() for c in text.split(",") if c.strip()))
+    bad = [c for c in classes if c not in FAILURE_CLASSES]
+    if bad or not classes:
+        raise BadInput(f"unknown failure class {', '.join(bad) or repr(text)}; one or more "
+                       f"of {', '.join(FAILURE_CLASSES)}, comma-separated", field="--retry")
+    return classes
+
+
+def check_selection(rb: Runbook, select: Selection) -> None:
+    """--model/--backend must name the runbook's models and backends."""
+    for option, names, known in (("--model", select.models, [m.name for m in rb.models]),
+                                 ("--backend", select.backends, [b.name for b in rb.backends])):
+        for name in names:
+            if name not in known:
+                raise BadInput(f"{name!r} is not in the runbook; one of {', '.join(known)}",
+                               path=str(rb.path), field=option)
+
+
+def apply_revision_and_retry(camp: Campaign, rb: Runbook, root: Path, view: ProgressView,
+                             rev: tuple[dict, list[str]] | None, select: Selection
+                             ) -> dict[str, str]:
+    """A changed runbook: record it, invalidate exactly the cells its result-bearing edits
+    affect, refreeze runbook.yaml; `--retry`: invalidate the failed cells of those classes.
+    Says which on the terminal; returns the provenance lines of this invocation."""
+    lines: dict[str, str] = {}
+    if rev is not None:
+        fingerprint, changed = rev
+        camp.log.write(RunbookRevised(**fingerprint, changed=changed))
+        store.freeze_runbook(root, rb)
+        cells = store.affected_cells(camp.finished, changed)
+        if changed:
+            camp.invalidate(cells, "runbook edit: " + ", ".join(changed))
+            view.line(f"runbook changed ({', '.join(changed)}): {plural(len(cells), 'finished run')} "
+                      "invalidated, rerun as new attempts" + (f": {', '.join(cells)}" if cells else ""))
+        else:
+            view.line("runbook changed, no result-bearing field (comments, paths, limits, "
+                      "Slurm options): resuming")
+        lines["runbook_changed"] = ", ".join(changed) or "no result-bearing field"
+        lines["invalidated"] = " ".join(cells) if changed else ""
+    if select.retry:
+        cells = store.retry_cells(camp.finished, select.retry, camp.ctx.selected)
+        camp.invalidate(cells, "--retry " + ",".join(select.retry))
+        view.line(f"--retry {','.join(select.retry)}: {plural(len(cells), 'finished run')} to "
+                  "rerun as new attempts" + (f": {', '.join(cells)}" if cells else ""))
+        lines["retried"] = " ".join(cells)
+    for key, value in (("model", select.models), ("backend", select.backends),
+                       ("retry", select.retry)):
+        if value:
+            lines[key] = ",".join(value)
+    return lines
+
+
+def finished_already(camp: Campaign, root: Path, rev: tuple[dict, list[str]] | None,
+                     select: Selection, view: ProgressView) -> bool:
+    """A done campaign that this invocation would not change (no result-bearing edit, no
+    --retry match): say so, with where the report is, and write nothing, so its statistics
+    (wall span, busy share, ETA error) stay those of the runs."""
+    doc = campaign_state(root, probe_lock=False)
+    if doc["state"] != "done" or (rev is not None and rev[1]):
+        return False
+    if select.retry and store.retry_cells(camp.finished, select.retry, camp.ctx.selected):
+        return False
+    if rev is not None:
+        view.line("runbook changed, no result-bearing field (comments, paths, limits, Slurm "
+                  "options)")
+    view.line(f"epcap: campaign {camp.rb.campaign} in {root} is done "
+              f"({plural(doc['runs_done'], 'run')}); nothing to run"
+              + (f"; report: {doc['report_path']}" if doc["report_path"] else ""))
+    return True
+
+
+def plural(n: int, noun: str) -> str:
+    """'1 run', '2 runs'."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def drive(camp: Campaign, rb: Runbook, root: Path, view: ProgressView, new: bool,
           t_start: float) -> int:
     """Preflight gates, canaries, the pipelines, the report; prints the banners."""
@@ -179,29 +292,41 @@ def drive(camp: Campaign, rb: Runbook, root: Path, view: ProgressView, new: bool
     camp.provenance.update(provenance_fields(rb))
     if new or not (root / PROVENANCE_TXT).exists():
         write_provenance(root / PROVENANCE_TXT, camp.provenance)
+    store.record_invocation(root, camp.command_line, camp.invocation)
     write_facts(root, store.campaign_facts(
         rb, {b.name: camp.backend(b.name).implementation() for b in rb.backends}))
     left = camp.runs_left()
     word = "resuming" if not new else "starting"
-    view.line(f"epcap: {word} campaign {rb.campaign} in {root}: {camp.done_runs} runs done, "
-              f"{len(left)} runs left (at least), ETA {fmt_s(camp.eta(left))}")
+    basis = ("" if camp.first_eta is None else
+             " (from this campaign's runs)" if camp.done_runs else
+             " (from earlier campaigns of this work here)")
+    view.line(f"epcap: {word} campaign {rb.campaign} in {root}: {camp.done_runs} "
+              f"{'run' if camp.done_runs == 1 else 'runs'} done, {plural(len(left), 'run')} "
+              f"left (at least), ETA {fmt_s(camp.first_eta)}{basis}")
     view.start(camp.done_runs, camp.done_runs + len(left))
     camp.run_canaries()
     camp.run_pipelines([model_pipeline(camp.ctx, m.name) for m in rb.models])
     camp.write_tables()
-    finished = camp.ctx.until is None and not camp.ctx.stages
+    finished = camp.ctx.until is None and not camp.ctx.stages and not camp.ctx.deferred
     # The end of the runs is logged before the report (runs_complete: the report can show
     # the ETA error); campaign_done only once the report exists, so a crash in between
     # leaves a campaign that the next run finishes.
+    last = camp.ctx.until or (camp.ctx.stages[-1] if camp.ctx.stages else Stage.TIME)
     camp.log.write(StageDone(runs_done=camp.done_runs, runs_left=0, runs_complete=finished,
-                             stage=Stage.TIME if finished else (camp.ctx.until
-                                                                or camp.ctx.stages[-1])))
+                             stage=Stage.TIME if finished else last))
     if camp.ctx.stage_mode(Stage.REPORT) == StageMode.RUN:
         build_report(root, view, camp.log)
     if finished:
         camp.log.write(CampaignDone(runs_done=camp.done_runs, runs_left=0, stage="done"))
     view.stop()
-    print_summary(root, view, time.monotonic() - t_start)
+    stopped = None
+    if camp.ctx.deferred:
+        pairs = ", ".join(f"{m}/{b}" for m, b in sorted(camp.ctx.deferred))
+        view.line(f"left for another run (outside --model/--backend): {pairs}")
+        stopped = "the --model/--backend selection"
+    elif not finished:
+        stopped = str(last)
+    print_summary(root, view, time.monotonic() - t_start, stopped)
     return 0
 
 
@@ -212,34 +337,78 @@ def build_report(root: Path, view: ProgressView, log: EventLog) -> None:
     view.line(f"report: {out}")
 
 
-def print_summary(root: Path, view: ProgressView, this_run_s: float) -> None:
+def print_summary(root: Path, view: ProgressView, this_run_s: float,
+                  stopped_after: str | None = None) -> None:
+    """The closing lines: runs, wall span, busy time, the ETA error, failures by class."""
     stats = campaign_stats(root)
     err = stats.get("eta_error")
-    view.line(f"done: {stats['runs_done']} runs; wall span {fmt_s(stats['wall_span_s'])} "
-              f"(this invocation {fmt_s(this_run_s)}), busy {fmt_s(stats['busy_s'])}; "
-              f"ETA error (estimated/actual) {err if err is not None else 'n/a'}"
-              f"; at 25/50/75% {stats['eta_error_at']}")
+    head = f"stopped after {stopped_after}" if stopped_after else "done"
+    at = "/".join("n/a" if v is None else f"{v}" for v in stats["eta_error_at"].values())
+    view.line(f"{head}: {plural(stats['runs_done'], 'run')}; wall span "
+              f"{fmt_s(stats['wall_span_s'])} (this invocation {fmt_s(this_run_s)}), busy "
+              f"{fmt_s(stats['busy_s'])}; ETA error (estimated/actual) "
+              f"{err if err is not None else 'n/a'}; at 25/50/75% {at}")
     if stats["failures_by_class"]:
-        view.line(f"failures by class: {stats['failures_by_class']}")
+        view.line(f"failures by class: {failures_text(stats['failures_by_class'])}")
     view.line(f"results: {root}")
 
 
-def cli_status(results_dir: str) -> int:
-    """`epcap status`: stage, runs done / left, failures by class, ETA."""
+def failures_text(failures: dict[str, int]) -> str:
+    """'crash 1, does_not_fit 2' (or 'none')."""
+    return ", ".join(f"{k} {v}" for k, v in sorted(failures.items())) or "none"
+
+
+def cli_status(results_dir: str, as_json: bool = False) -> int:
+    """`epcap status`: the state (running, interrupted, stopped after a stage, done), runs
+    done / left, failures by class and ETA; a results root lists its campaigns."""
     root = Path(results_dir)
-    if not (root / EVENTS_JSONL).is_file():
-        raise BadInput(f"not a campaign directory (no {EVENTS_JSONL})", path=str(root))
-    stats = campaign_stats(root)
-    print(f"campaign: {root}")
-    print(f"stage: {stats['stage']}")
-    left = stats["runs_left"]
-    print(f"runs: {stats['runs_done']} done, {left if left is not None else 'unknown'} left")
-    print(f"failures by class: {stats['failures_by_class'] or 'none'}")
-    print(f"ETA: {fmt_s(stats['eta_s']) if stats['eta_s'] is not None else 'unknown'}")
-    print(f"wall span {fmt_s(stats['wall_span_s'])}, busy {fmt_s(stats['busy_s'])}")
-    if stats["stopped"]:
-        print(redact_text(stopped_line(stats["stopped"])))
+    if (root / EVENTS_JSONL).is_file():
+        doc = campaign_state(root)
+        if as_json:
+            print(json.dumps(doc))
+        else:
+            print_state(doc)
+        return 0
+    found = campaigns_under(root) if root.is_dir() else []
+    if not found:
+        raise BadInput(f"not a campaign directory (no {EVENTS_JSONL}) and no campaign "
+                       "directory under it", path=str(root))
+    docs = [campaign_state(p) for p in found]
+    if as_json:
+        print(json.dumps({"campaigns": docs}))
+        return 0
+    for doc in docs:
+        left = "?" if doc["runs_left"] is None else doc["runs_left"]
+        print(f"{doc['path']}: {state_words(doc)}; {doc['runs_done']} done, {left} left")
     return 0
+
+
+def state_words(doc: dict) -> str:
+    """'running (pid 12 on h since ...)', 'interrupted (SIGINT at ...)', 'stopped after
+    validate', 'done'."""
+    state = doc["state"]
+    if state == "running":
+        return f"running (pid {doc['pid']} on {doc['host']} since {doc['since']})"
+    if state == "interrupted":
+        return f"interrupted ({doc['signal']} at {doc['when']})"
+    if state == "stopped_after":
+        return f"stopped after {doc['stage']}" + (
+            f" ({doc['stopped']['status']} in {doc['stopped']['cell']})" if doc["stopped"] else "")
+    return "done"
+
+
+def print_state(doc: dict) -> None:
+    print(f"campaign: {doc['path']}")
+    print(f"state: {state_words(doc)}")
+    print(f"stage: {doc['stage']}")
+    left = doc["runs_left"]
+    print(f"runs: {doc['runs_done']} done, {left if left is not None else 'unknown'} left")
+    print(f"failures by class: {failures_text(doc['failures'])}")
+    print(f"ETA: {fmt_s(doc['eta_s']) if doc['eta_s'] is not None else 'unknown'}")
+    if doc["report_path"]:
+        print(f"report: {doc['report_path']}")
+    if doc["stopped"]:
+        print(redact_text(stopped_line(doc["stopped"])))
 
 
 def stopped_line(ev: dict) -> str:

@@ -29,7 +29,7 @@ from harness.results.rows import AttemptRow, ComparisonRow, SelectionRow, Timing
 from harness.runbook.model import Runbook
 from harness.telemetry.steps import StepPeaks
 from harness.timing import verdicts
-from harness.vocab import TIMED_OK, Purpose, Stage, StageMode, Status
+from harness.vocab import CONTROL_SUFFIX, TIMED_OK, Purpose, Stage, StageMode, Status
 
 
 @dataclasses.dataclass
@@ -58,15 +58,26 @@ class Outcome:
 class Context:
     """What pipelines read: runbook, stage gates and the shared selection/timing state."""
 
-    def __init__(self, runbook: Runbook, stages: tuple[str, ...], until: str | None):
+    def __init__(self, runbook: Runbook, stages: tuple[str, ...], until: str | None,
+                 models: tuple[str, ...] = (), backends: tuple[str, ...] = ()):
         self.runbook = runbook
         self.stages = stages
         self.until = until
+        self.models = frozenset(models)        # --model: empty = every model
+        self.backends = frozenset(backends)    # --backend: empty = every backend
+        self.deferred: set[tuple[str, str]] = set()   # pairs left for lack of selection
         self.selection: dict[tuple[str, str], SelectionRow] = {}
         self.timing: dict[tuple[str, str], TimingRow] = {}
         self.comparison: dict[str, list[ComparisonRow]] = {}      # by model
         self.skipped: set[tuple[str, str, str]] = set()
         self.dirty = False
+
+    def selected(self, model: str | None, backend: str) -> bool:
+        """Whether --model/--backend let this pair run new cells (a control arm counts as
+        its baseline; a canary, model None, only asks for its backend)."""
+        base = backend.removesuffix(CONTROL_SUFFIX)
+        return ((model is None or not self.models or model in self.models)
+                and (not self.backends or base in self.backends))
 
     def stage_mode(self, stage: str) -> StageMode:
         """RUN, REPLAY (must come from earlier results) or STOP for a stage."""

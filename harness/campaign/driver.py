@@ -25,6 +25,7 @@ from harness.results.events import (
     CellAbandoned,
     CellFinish,
     CellRef,
+    CellsInvalidated,
     CellStart,
     CellSubmit,
     EventLog,
@@ -91,22 +92,45 @@ class Campaign:
         self.backends: dict[str, Backend] = {}
         self.provenance: dict[str, str] = {}
         self.active: list[Active] = []
+        self.invocation: dict[str, str] = {}     # provenance lines of a partial re-run
+        past = store.history(root, runbook)
+        for backend, model, purpose, attempt, seconds in past.runs:   # older than our own
+            self.estimator.add_history(backend, model, purpose, seconds, attempt)
+        self.startup_s = past.startup_s
+        self.pace = past.pace
+        self.first_eta: float | None = None      # this invocation's estimate at its start
         self._index_events(read_events(root / EVENTS_JSONL, strict=True))
 
     # -- state from events ---------------------------------------------------------------
     def _index_events(self, events: list[dict]) -> None:
-        for rec in map(parse_event, events):
+        records = [parse_event(e) for e in events]
+        invalid = {c for r in records if isinstance(r, CellsInvalidated) for c in r.cells}
+        for rec in records:
             if not isinstance(rec, (CellSubmit, CellFinish)):
                 continue
             key = (rec.model, rec.backend, rec.purpose)
             self.attempts[key] = max(self.attempts.get(key, 0), int(rec.attempt))
-            if isinstance(rec, CellFinish) and not store.rerun_on_resume(rec):
+            if (isinstance(rec, CellFinish) and not store.rerun_on_resume(rec)
+                    and rec.cell not in invalid):
                 self.finished.setdefault(key, []).append(rec)
                 self.done_runs += 1
                 if rec.span_s:
-                    self.estimator.add(rec.backend, rec.model, rec.purpose, rec.span_s)
+                    self.estimator.add(rec.backend, rec.model, rec.purpose, rec.span_s,
+                                       int(rec.attempt))
         for runs in self.finished.values():
             runs.sort(key=lambda e: int(e.attempt))
+
+    def invalidate(self, cells: list[str], reason: str) -> None:
+        """Record that these finished cells no longer count (event), and forget them: their
+        requests run again as new attempts."""
+        if not cells:
+            return
+        self.log.write(CellsInvalidated(cells=list(cells), reason=reason))
+        gone = set(cells)
+        for key, runs in list(self.finished.items()):
+            keep = [ev for ev in runs if ev.cell not in gone]
+            self.done_runs -= len(runs) - len(keep)
+            self.finished[key] = keep
 
     def unfinished_starts(self) -> list[CellSubmit]:
         return store.unfinished_starts(self.root)
@@ -124,8 +148,9 @@ class Campaign:
                 handle = launcher.find_existing(ev.cell, Path(ev.cell_dir))
             if handle is not None:
                 launcher.cancel(handle)
-            self.log.write(CellAbandoned(cell=ev.cell,
-                                         reason="driver stopped mid-run; rerun as a new attempt"))
+            reason = "driver stopped mid-run; rerun as a new attempt"
+            self.log.write(CellAbandoned(cell=ev.cell, reason=reason))
+            store.mark_abandoned(Path(ev.cell_dir), reason)
 
     # -- replay and run ------------------------------------------------------------------
     def replayed(self, req: Request) -> Outcome | None:
@@ -190,7 +215,8 @@ class Campaign:
         req = RunRequest.for_cell(self.rb, act.cell, cdir)
         out = analyse(req, act.backend, result, Path(act.handle.cell_dir), act.started_utc)
         span = time.monotonic() - act.t0
-        self.estimator.add(act.cell.backend, act.cell.model, act.cell.purpose, span)
+        self.estimator.add(act.cell.backend, act.cell.model, act.cell.purpose, span,
+                           act.cell.attempt)
         self.done_runs += 1
         summary = out.summary.to_dict() if out.summary is not None else None
         store.write_cell_json(cdir, act.cell, act.spec, status=out.status, summary=summary,
@@ -219,9 +245,11 @@ class Campaign:
     def planned_keys(self) -> list[PlannedCell]:
         return [p for p in plan_cells(self.rb) if self.ctx.stage_mode(p.stage) == StageMode.RUN]
 
-    def runs_left(self, exclude: Cell | None = None) -> list[tuple[str, str, str]]:
-        """(backend, model, purpose) of the planned runs not yet finished or skipped."""
+    def runs_left(self, exclude: Cell | None = None) -> list[tuple[str, str, str, int]]:
+        """(backend, model, purpose, attempt) of the planned runs not yet finished or skipped
+        (the attempt each would get, numbered after those already made)."""
         out = []
+        nth: dict[tuple[str, str, str], int] = {}
         done = {key: len(runs) for key, runs in self.finished.items()}
         if exclude is not None:
             key = (exclude.model, exclude.backend, exclude.purpose)
@@ -230,10 +258,14 @@ class Campaign:
             key = (p.model, p.backend, p.purpose)
             if key in self.ctx.skipped or self.launches_stopped(key):
                 continue
+            if not self.ctx.selected(None if p.purpose == Purpose.CANARY else p.model,
+                                     p.backend):
+                continue
             if done.get(key, 0) > 0:
                 done[key] -= 1
                 continue
-            out.append((p.backend, p.model, p.purpose))
+            nth[key] = nth.get(key, 0) + 1
+            out.append((p.backend, p.model, p.purpose, self.attempts.get(key, 0) + nth[key]))
         return out
 
     def launches_stopped(self, key: tuple[str, str, str]) -> bool:
@@ -241,12 +273,14 @@ class Campaign:
         return key[2] == Purpose.TIME and any(
             e.status == Status.DOES_NOT_FIT for e in self.finished.get(key, []))
 
-    def eta(self, left: list[tuple[str, str, str]]) -> float | None:
+    def eta(self, left: list[tuple[str, str, str, int]]) -> float | None:
         eta = self.estimator.eta(left, self.rb.max_parallel_cells)
         if eta is None:
             return None
+        eta *= self.pace
         for act in self.active:
-            pred = self.estimator.predict(act.cell.backend, act.cell.model, act.cell.purpose)
+            pred = self.estimator.predict(act.cell.backend, act.cell.model, act.cell.purpose,
+                                          act.cell.attempt)
             if pred is not None:
                 eta += max(0.0, pred - (time.monotonic() - act.t0))
         return eta
@@ -254,7 +288,7 @@ class Campaign:
     def report_cell(self, out: Outcome, left: int, eta: float | None) -> None:
         extra = f"  {out.failure.get('line')}" if out.failure.get("line") else ""
         self.view.line(f"  {out.cell.name}: {out.status} ({out.row.wall_s} s); "
-                       f"{left} runs left, ETA {fmt_s(eta)}{extra}")
+                       f"{left} {'run' if left == 1 else 'runs'} left, ETA {fmt_s(eta)}{extra}")
         stage = STAGE_OF_PURPOSE[out.cell.purpose]
         stage_all = [p for p in self.planned_keys() if p.stage == stage]
         keys = {(p.model, p.backend, p.purpose) for p in stage_all}
@@ -266,6 +300,7 @@ class Campaign:
     def write_tables(self, derived: bool = True) -> None:
         """Rebuild the attempts TSV from the events (and the others from pipeline state)."""
         store.write_attempts(self.root)
+        store.write_timing_launches(self.root)
         if derived:
             self.write_derived()
 
@@ -302,6 +337,9 @@ class Campaign:
                 return
             first = False
             outcome, infra_left = self.replay_with_retries(req)
+            if outcome is None and not self.ctx.selected(req.model, req.backend):
+                self.ctx.deferred.add((req.model, req.backend))    # outside --model/--backend
+                return
             if outcome is None:
                 stage = STAGE_OF_PURPOSE[req.purpose]
                 if self.ctx.stage_mode(stage) != StageMode.RUN:
@@ -362,6 +400,7 @@ class Campaign:
         for act in list(self.active):
             self.launcher.cancel(act.handle)
             self.log.write(CellAbandoned(cell=act.cell.name, reason=reason))
+            store.mark_abandoned(cell_dir(self.root, act.cell), reason)
         self.active.clear()
 
     # -- preflight -----------------------------------------------------------------------
@@ -374,6 +413,8 @@ class Campaign:
         for b in self.rb.backends:
             req = Request(model, b.name, Purpose.CANARY, self.rb.capacity.measure)
             out, infra_left = self.replay_with_retries(req)
+            if out is None and not self.ctx.selected(None, b.name):
+                continue                    # outside --backend: its canary waits too
             if out is None and mode != StageMode.RUN:
                 raise Replay(f"no canary results for {b.name}; run the preflight stage first")
             while out is None or (out.status == Status.INFRA and infra_left > 0):

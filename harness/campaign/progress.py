@@ -1,6 +1,10 @@
 """Progress display (rich bars on a TTY, plain lines otherwise) and the ETA estimator.
 
-The estimator fits log(duration) = mu + B[backend] + M[model] + P[purpose] to the measured
+A run of the same work measured before (an earlier campaign of the same result-bearing
+runbook parts on this machine: its `history`) predicts itself: the median of those
+durations for the same (backend, model, purpose, attempt), scaled by the drift, the median
+ratio of this campaign's own durations to their history (the machine's load now). Otherwise
+the estimator fits log(duration) = mu + B[backend] + M[model] + P[purpose] to the measured
 durations (backfitting, shrunk toward 0), so a backend measured on one model and a model
 measured on another backend both inform an unseen pair. An unmeasured model gets its M from
 a log-linear fit of M against its size (MoE layers x hidden x top-k) over the models seen.
@@ -17,6 +21,8 @@ from harness.io.redact import redact_text
 from harness.vocab import DURATION_CLASS
 
 SHRINK = 0.1            # pseudo-observations pulling each factor toward 0 (stability)
+DRIFT_RUNS = 64         # the newest own runs the drift (load now vs history) is taken from
+DRIFT_BOUNDS = (0.25, 4.0)
 ROUNDS = 12             # backfitting rounds
 DECAY = 0.9             # weight of a run per newer run: recent durations count more (drift)
 
@@ -39,12 +45,33 @@ class EtaEstimator:
         self.iters = iters or {}        # purpose class -> iterations per run (prior for unseen)
         self.obs: list[tuple[str, str, str, float]] = []
         self._fit: tuple | None = None
+        self.history: dict[tuple, list[float]] = {}     # (backend, model, purpose, attempt)
+        self.ratios: list[float] = []                   # own / history, newest last
 
-    def add(self, backend: str, model: str, purpose: str, seconds: float) -> None:
-        """Record one measured duration."""
+    def add(self, backend: str, model: str, purpose: str, seconds: float,
+            attempt: int | None = None) -> None:
+        """Record one measured duration of this campaign."""
         if seconds and seconds > 0:
+            past = self.history.get((backend, model, purpose, attempt))
+            if past:
+                self.ratios.append(seconds / _median(past))
             self.obs.append((backend, model, purpose_class(purpose), math.log(seconds)))
             self._fit = None
+
+    def add_history(self, backend: str, model: str, purpose: str, seconds: float,
+                    attempt: int | None = None) -> None:
+        """Record one duration an earlier campaign measured for the same work."""
+        if seconds and seconds > 0:
+            self.history.setdefault((backend, model, purpose, attempt), []).append(seconds)
+            self.add(backend, model, purpose, seconds)
+            self.ratios.clear()         # history is not drift
+
+    def drift(self) -> float:
+        """How much slower (> 1) or faster the machine runs now than in the history."""
+        recent = self.ratios[-DRIFT_RUNS:]
+        if not recent:
+            return 1.0
+        return min(DRIFT_BOUNDS[1], max(DRIFT_BOUNDS[0], _median(recent)))
 
     def _fitted(self) -> tuple:
         if self._fit is None:
@@ -83,8 +110,12 @@ class EtaEstimator:
         slope = sum((p[0] - mx) * (p[1] - my) for p in pts) / var
         return my - slope * mx, slope
 
-    def predict(self, backend: str, model: str, purpose: str) -> float | None:
+    def predict(self, backend: str, model: str, purpose: str,
+                attempt: int | None = None) -> float | None:
         """Predicted seconds for one run, or None before any measurement."""
+        past = self.history.get((backend, model, purpose, attempt))
+        if past:
+            return _median(past) * self.drift()
         if not self.obs:
             return None
         mu, (bfac, mfac, pfac), line = self._fitted()
@@ -109,15 +140,22 @@ class EtaEstimator:
         slope = max(0.0, (y1 - y0) / (x1 - x0))
         return y1 + slope * (math.log(self.iters[cls]) - x1)
 
-    def eta(self, remaining: Iterable[tuple[str, str, str]], parallel: int = 1) -> float | None:
-        """Seconds for the remaining (backend, model, purpose) runs, or None (no data)."""
+    def eta(self, remaining: Iterable[tuple], parallel: int = 1) -> float | None:
+        """Seconds for the remaining (backend, model, purpose[, attempt]) runs, or None (no
+        data)."""
         total = 0.0
-        for backend, model, purpose in remaining:
-            pred = self.predict(backend, model, purpose)
+        for run in remaining:
+            pred = self.predict(*run)
             if pred is None:
                 return None
             total += pred
         return total / max(1, parallel)
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def fmt_s(seconds: float | None) -> str:

@@ -13,6 +13,8 @@ import dataclasses
 import hashlib
 import json
 import os
+import shlex
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,37 +25,55 @@ from harness.errors import BadInput
 from harness.io.atomic import write_text_atomic
 from harness.io.lock import LOCK_NAME
 from harness.io.redact import redact_obj, redact_text
-from harness.results.events import CellAbandoned, CellFinish, CellSubmit, parse_event, read_events
+from harness.io.safeio import read_bytes
+from harness.results.events import (
+    CellAbandoned,
+    CellFinish,
+    CellSubmit,
+    parse_event,
+    read_events,
+)
 from harness.results.facts import CampaignFacts
 from harness.results.layout import (
     ATTEMPTS_TSV,
     CELL_JSON,
     COMPARISON_TSV,
     EVENTS_JSONL,
+    PROVENANCE_TXT,
     RUNBOOK_YAML,
     SELECTION_TSV,
+    TIMING_LAUNCHES_TSV,
     TIMING_TSV,
     Cell,
     cell_dir,
 )
-from harness.results.provenance import redact_argv, secret_values
+from harness.results.provenance import (
+    read_provenance,
+    redact_argv,
+    secret_values,
+    write_provenance,
+)
 from harness.results.rows import (
     ATTEMPT_COLUMNS,
     COMPARISON_COLUMNS,
     SELECTION_COLUMNS,
     TIMING_COLUMNS,
+    TIMING_LAUNCH_COLUMNS,
     AttemptRow,
     ComparisonRow,
     SelectionRow,
+    TimingLaunchRow,
     TimingRow,
 )
 from harness.results.tables import write_table_atomic
 from harness.runbook.model import Runbook
 from harness.telemetry.steps import StepPeaks
 from harness.telemetry.summary import LogSummary
+from harness.timing.verdicts import PHASES
 from harness.vocab import (
     BUG_CLASSES,
     CANARY_OK,
+    CONTROL_SUFFIX,
     DURATION_CLASS,
     Event,
     Purpose,
@@ -95,7 +115,7 @@ def zoo_path(rb: Runbook) -> Path | None:
 
 
 def runbook_fingerprint(rb: Runbook) -> dict:
-    """sha256 of the runbook file and its model zoo (resume refuses a changed runbook)."""
+    """sha256 of the runbook file and its model zoo (bytes: what the provenance names)."""
     out = {"runbook_sha256": hashlib.sha256(rb.path.read_bytes()).hexdigest()}
     zoo = zoo_path(rb)
     if zoo is not None and zoo.is_file():
@@ -103,18 +123,121 @@ def runbook_fingerprint(rb: Runbook) -> dict:
     return out
 
 
-def check_fingerprint(root: Path, rb: Runbook) -> None:
-    """BadInput when the runbook or zoo changed since this campaign directory started."""
-    first = next((e for e in read_events(root / EVENTS_JSONL)
-                  if e["ev"] == Event.CAMPAIGN_START), None)
-    if first is None:
-        return
-    for key, value in runbook_fingerprint(rb).items():
-        if first.get(key) and first[key] != value:
-            raise BadInput(f"{key.split('_')[0]} file changed since this campaign started "
-                           f"in {root} (sha256 {first[key][:12]} -> {value[:12]}); rerun with "
-                           "--fresh to start a new campaign directory",
-                           path=str(rb.path), field=key.split("_")[0])
+# What changes results, by part of the PARSED runbook (docs/campaign.md: partial re-runs).
+# Everything else (comments, campaign paths, limits, launcher, Slurm options, repository
+# paths, parallelism, the GPU-hour figure) changes no result and resumes.
+GLOBAL_PARTS = ("shape", "capacity", "measure_phase", "validate_routing", "seed", "device_memory")
+TIMING_PART = "timing"                # iterations, trials, launches: the time cells only
+# Runbook fields that change no cell's result (tests/e2e/test_rerun.py checks that every
+# Runbook field is either here or read by result_fields). timing's baseline, max_cv and
+# control change only the comparison rows, which are rebuilt from the events every run.
+NON_RESULT_FIELDS = frozenset({"path", "campaign", "limits", "launcher", "repositories",
+                               "paths", "slurm", "gpu_hours_per_cell", "max_parallel_cells",
+                               "models_path"})
+# (the runbook's `measure:` section is named after its purpose, hence the vocabulary word)
+RESULT_FIELDS = frozenset({"models", "shape", "backends", "capacity", Purpose.MEASURE.value,
+                           "timing",
+                           "device_memory_bytes", "seed", "validate_config"})
+
+
+def _digest(value: Any) -> str:
+    data = json.dumps(jsonable(value), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(data.encode("utf-8")).hexdigest()
+
+
+def _opts(options: Any) -> Any:
+    return dataclasses.asdict(options) if dataclasses.is_dataclass(options) else options
+
+
+def result_fields(rb: Runbook) -> dict[str, str]:
+    """sha256 of each result-bearing part of the parsed runbook: `shape`, `capacity`,
+    `measure_phase`, `validate_routing`, `seed`, `device_memory`, `timing` (warmup, iters, trials,
+    launches), `model:<NAME>` (the zoo entry after overrides, flags included) and
+    `backend:<name>` (kind, module, select, time, flags, options)."""
+    out = {
+        "shape": _digest(dataclasses.asdict(rb.shape)),
+        "capacity": _digest(dataclasses.asdict(rb.capacity)),
+        "measure_phase": _digest(dataclasses.asdict(rb.measure)),
+        "validate_routing": _digest(dataclasses.asdict(rb.validate)),
+        "seed": _digest(rb.seed),
+        "device_memory": _digest(rb.device_memory_bytes),
+        TIMING_PART: _digest([rb.timing.warmup, rb.timing.iters, rb.timing.trials,
+                              rb.timing.launches]),
+    }
+    for m in rb.models:
+        out[f"model:{m.name}"] = _digest(dataclasses.asdict(m))
+    for b in rb.backends:
+        out[f"backend:{b.name}"] = _digest([b.kind, b.module, b.select, b.time,
+                                            list(b.flags), _opts(b.options)])
+    return out
+
+
+def changed_parts(old: dict[str, str], new: dict[str, str]) -> list[str]:
+    """The result-bearing parts whose digest differs (a part only in `new` is an addition,
+    which invalidates nothing: its cells simply have not run)."""
+    return sorted(k for k in old if k in new and old[k] != new[k])
+
+
+def affected_cells(finished: dict, parts: list[str]) -> list[str]:
+    """Names of the finished cells a change of `parts` invalidates: a global part every
+    cell; `timing` the time cells; `model:M` M's cells; `backend:B` B's cells (its canary
+    and its control arm included). A measure or validate cell of a model invalidated makes
+    that model's time cells stale too (the timing capacity derives from the selections)."""
+    every = any(p in GLOBAL_PARTS for p in parts)
+    models = {p.split(":", 1)[1] for p in parts if p.startswith("model:")}
+    backends = {p.split(":", 1)[1] for p in parts if p.startswith("backend:")}
+    timing = TIMING_PART in parts
+    hit = [ev for runs in finished.values() for ev in runs
+           if every or ev.model in models or base_backend(ev.backend) in backends
+           or (timing and ev.purpose == Purpose.TIME)]
+    return with_stale_timing(finished, hit)
+
+
+def with_stale_timing(finished: dict, hit: list) -> list[str]:
+    """`hit` (finished events) plus the time cells of every model whose measure or validate
+    cell is among them, as cell names."""
+    models = {ev.model for ev in hit if ev.purpose in (Purpose.MEASURE, Purpose.VALIDATE)}
+    names = {ev.cell for ev in hit}
+    names |= {ev.cell for runs in finished.values() for ev in runs
+              if ev.purpose == Purpose.TIME and ev.model in models}
+    return sorted(names)
+
+
+def base_backend(name: str) -> str:
+    """The runbook backend of an arm (`echo~control` is echo's)."""
+    return name[:-len(CONTROL_SUFFIX)] if name.endswith(CONTROL_SUFFIX) else name
+
+
+def retry_cells(finished: dict, classes: tuple[str, ...], selected) -> list[str]:
+    """`--retry`: the finished cells (inside the --model/--backend selection) whose status
+    is one of `classes`, with the time cells they make stale."""
+    hit = [ev for runs in finished.values() for ev in runs
+           if ev.status in classes and selected(ev.model, ev.backend)]
+    return with_stale_timing(finished, hit) if hit else []
+
+
+def revision(root: Path, rb: Runbook) -> tuple[dict, list[str]] | None:
+    """None when the runbook file is byte-identical to the one the campaign last ran;
+    else (the new fingerprint with its result fields, the result-bearing parts changed).
+    BadInput for a campaign started before result fields were recorded."""
+    events = read_events(root / EVENTS_JSONL)
+    marks = [e for e in events if e["ev"] in (Event.CAMPAIGN_START, Event.RUNBOOK_REVISED)]
+    if not marks:
+        return None
+    last = marks[-1]
+    now = runbook_fingerprint(rb)
+    fields = result_fields(rb)
+    if all(last.get(k) in (None, v) for k, v in now.items()):
+        if last.get("result_fields") in (None, {}, fields):
+            return None
+    old_fields = last.get("result_fields") or {}
+    if not old_fields:
+        key = next(k for k, v in now.items() if last.get(k) and last[k] != v)
+        raise BadInput(f"{key.split('_')[0]} file changed since this campaign started in "
+                       f"{root} (sha256 {last[key][:12]} -> {now[key][:12]}), and this "
+                       "campaign predates per-field resume; rerun with --fresh",
+                       path=str(rb.path), field=key.split("_")[0])
+    return {**now, "result_fields": fields}, changed_parts(old_fields, fields)
 
 
 def freeze_runbook(root: Path, rb: Runbook) -> None:
@@ -130,6 +253,84 @@ def freeze_runbook(root: Path, rb: Runbook) -> None:
         if root.resolve() in target.parents:
             target.parent.mkdir(parents=True, exist_ok=True)
             write_text_atomic(target, redact_text(zoo.read_text(encoding="utf-8")))
+
+
+HISTORY_CAMPAIGNS = 20     # the newest campaign directories the ETA learns from
+
+
+@dataclasses.dataclass(frozen=True)
+class History:
+    """What earlier campaigns of the same work measured (the ETA's prior)."""
+
+    runs: tuple[tuple[str, str, str, int, float], ...] = ()  # backend, model, purpose, attempt, s
+    startup_s: float = 0.0      # median run_start -> first submit of an invocation
+    pace: float = 1.0           # median wall / summed run time between first submit and end
+
+
+def history(root: Path, rb: Runbook) -> History:
+    """What earlier campaigns under the same results root measured for the same work: the
+    (backend, model, purpose, attempt, seconds) of their finished runs whose model, backend
+    and every global result-bearing part (shape, iterations, capacities, seeds) match this
+    runbook's; each invocation's start-up seconds (run_start to its first submit) and pace
+    (its wall time over its summed run time: the driver's own share between runs). The ETA's
+    prior before this campaign has run anything (docs/campaign.md: ETA)."""
+    mine = result_fields(rb)
+    same_globals = [k for k in mine if ":" not in k]
+    found = [p for p in sorted(root.parent.glob("*/" + EVENTS_JSONL),
+                               key=lambda p: p.stat().st_mtime)
+             if p.parent.resolve() != root.resolve()][-HISTORY_CAMPAIGNS:]
+    runs: list[tuple[str, str, str, int, float]] = []
+    startup: list[float] = []
+    paces: list[float] = []
+    for path in found:
+        try:
+            events = read_events(path)
+        except (BadInput, OSError):
+            continue                        # a damaged neighbour teaches nothing
+        start = next((e for e in events if e["ev"] == Event.CAMPAIGN_START), {})
+        theirs = start.get("result_fields") or {}
+        if any(theirs.get(k) != mine[k] for k in same_globals):
+            continue
+        for e in events:
+            if (e["ev"] == Event.CELL_FINISH and e.get("span_s")
+                    and theirs.get(f"model:{e.get('model')}") == mine.get(f"model:{e.get('model')}")
+                    and theirs.get(f"backend:{base_backend(str(e.get('backend')))}")
+                    == mine.get(f"backend:{base_backend(str(e.get('backend')))}")):
+                runs.append((str(e["backend"]), str(e["model"]), str(e["purpose"]),
+                             int(e.get("attempt") or 0), float(e["span_s"])))
+        run_t = first = None
+        spans = 0.0
+        for e in events:
+            if e["ev"] == Event.RUN_START:
+                run_t, first, spans = e["t"], None, 0.0
+            elif e["ev"] == Event.CELL_SUBMIT and run_t is not None and first is None:
+                startup.append(max(0.0, e["t"] - run_t))
+                first = e["t"]
+            elif e["ev"] == Event.CELL_FINISH:
+                spans += float(e.get("span_s") or 0.0)
+            elif e.get("runs_complete") and first is not None and spans > 0:
+                paces.append((e["t"] - first) / spans)
+    return History(tuple(runs), _median(startup), min(2.0, max(1.0, _median(paces) or 1.0)))
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2] if ordered else 0.0
+
+
+def record_invocation(root: Path, command_line: list[str], lines: dict[str, str]) -> None:
+    """Add this invocation to the campaign's provenance.txt when it re-ran part of the
+    campaign (`resume.<n>.*`: command line, --model/--backend/--retry, runbook edits and the
+    cells they invalidated); a plain resume adds nothing."""
+    path = root / PROVENANCE_TXT
+    if not lines or not path.is_file():
+        return
+    fields = read_provenance(path)
+    n = 1 + sum(1 for k in fields if k.startswith("resume.") and k.endswith(".command_line"))
+    fields[f"resume.{n}.command_line"] = shlex.join(redacted(command_line))
+    fields[f"resume.{n}.utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    fields.update({f"resume.{n}.{k}": v for k, v in lines.items()})
+    write_provenance(path, fields)
 
 
 def check_event_log(root: Path, campaign: str) -> None:
@@ -182,6 +383,27 @@ def write_cell_json(cdir: Path, cell: Cell, spec: LaunchSpec, status: str, **ext
     write_text_atomic(cdir / CELL_JSON, json.dumps(doc, indent=1) + "\n")
 
 
+ABANDONED = "abandoned"
+
+
+def mark_abandoned(cdir: Path, reason: str) -> None:
+    """cell.json of a cell whose driver stopped mid-run: status `abandoned`, with why and
+    when (it is re-run as a new attempt; this one never gets a result)."""
+    path = cdir / CELL_JSON
+    try:
+        doc = json.loads(read_bytes(path, max_bytes=CELL_JSON_MAX_BYTES).decode("utf-8"))
+    except (OSError, ValueError, BadInput):
+        doc = None
+    if not isinstance(doc, dict):
+        return                      # never written (killed before), or not ours to fix
+    doc.update(status=ABANDONED, abandoned={
+        "reason": reason, "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    write_text_atomic(path, json.dumps(redact_obj(doc), indent=1) + "\n")
+
+
+CELL_JSON_MAX_BYTES = 1 << 24
+
+
 def unfinished_starts(root: Path) -> list[CellSubmit]:
     """Cells submitted by an earlier driver that never finished nor were abandoned (the
     newest submit or start record of each)."""
@@ -200,6 +422,39 @@ def write_attempts(root: Path) -> None:
     rows = [AttemptRow.from_record(e["row"]) for e in read_events(root / EVENTS_JSONL)
             if e["ev"] == Event.CELL_FINISH and e.get("purpose") != Purpose.CANARY]
     write_table_atomic(root / ATTEMPTS_TSV, ATTEMPT_COLUMNS, rows)
+
+
+def invalidated_cells(events: list[dict]) -> set[str]:
+    """Cells a cells_invalidated event took out of the results (runbook edit, --retry)."""
+    return {str(c) for e in events if e["ev"] == Event.CELLS_INVALIDATED
+            for c in e.get("cells") or []}
+
+
+def write_timing_launches(root: Path) -> None:
+    """Rebuild timing_launches.tsv from the cell_finish events: one row per timed launch
+    (that measured timing) and phase, launches numbered per (model, arm) in run order;
+    invalidated cells are left out (their figures no longer count)."""
+    events = read_events(root / EVENTS_JSONL)
+    gone = invalidated_cells(events)
+    counter: dict[tuple[str, str], int] = {}
+    rows = []
+    for e in events:
+        if (e["ev"] != Event.CELL_FINISH or e.get("purpose") != Purpose.TIME
+                or e.get("cell") in gone):
+            continue
+        key = (str(e.get("model")), str(e.get("backend")))
+        counter[key] = counter.get(key, 0) + 1
+        timing = e.get("timing") or {}
+        if not isinstance(timing, dict) or timing.get(f"{PHASES[0]}_ms_median") is None:
+            continue
+        cell_dir_text = (e.get("row") or {}).get("cell_dir")
+        for phase in PHASES:
+            rows.append(TimingLaunchRow(
+                campaign=str(e.get("campaign")), model=key[0], backend=key[1],
+                launch=counter[key], phase=phase, median_ms=timing.get(f"{phase}_ms_median"),
+                p10_ms=timing.get(f"{phase}_ms_p10"), p90_ms=timing.get(f"{phase}_ms_p90"),
+                trials=timing.get("trials"), cell_dir=cell_dir_text))
+    write_table_atomic(root / TIMING_LAUNCHES_TSV, TIMING_LAUNCH_COLUMNS, rows)
 
 
 def write_derived(root: Path, rb: Runbook, selection: dict[tuple[str, str], SelectionRow],

@@ -31,6 +31,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "first_dense_layers": (0, 4096), "dense_ffn": (0, 1 << 22), "heads": (0, 1 << 16),
     "kv_heads": (0, 1 << 16), "vocab": (0, 1 << 24), "routing_sigma": (0, 100),
     "warmup": (0, 100_000), "iters": (1, 1_000_000), "trials": (1, 1000),
+    "launches": (0, 100),       # timing.launches: process starts per arm (0: the loader says >= 1)
     "pad_multiple": (1, 1 << 16), "max_remeasure": (0, 100), "max_validate_steps": (0, 1000),
     "run_timeout_s": (0.001, 7 * 24 * 3600), "infra_retries": (0, 100),
     "device_memory_gb": (1 / 1024, 1 << 20), "gpu_hours_per_cell": (0, 1e6),

@@ -77,6 +77,7 @@ class CampaignStart(EventRecord):
     command_line: list[str] = field(default_factory=list)
     launcher: str = ""
     stage: str = ""
+    result_fields: dict = field(default_factory=dict)   # part -> sha256 (store.result_fields)
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,13 @@ class RunStart(EventRecord):
     command_line: list[str] = field(default_factory=list)
     stages: list[str] = field(default_factory=list)
     until: str | None = None
+    models: list[str] = field(default_factory=list)     # --model (empty: every model)
+    backends: list[str] = field(default_factory=list)   # --backend (empty: every backend)
+    retry: list[str] = field(default_factory=list)      # --retry classes
+    pid: int | None = None
+    host: str = ""
+    eta_s: float | None = None          # the estimate the banner printed for this invocation
+    runs_left: int | None = None        # the runs it planned (at least)
 
 
 @dataclass(frozen=True)
@@ -170,6 +178,29 @@ class Stopped(EventRecord):
 
 
 @dataclass(frozen=True)
+class CellsInvalidated(EventRecord):
+    """Finished cells whose results no longer count (a result-bearing runbook edit, or
+    `--retry CLASS`): a resume replays them no more and runs their requests as new attempts.
+    Their rows stay in capacity_attempts.tsv as history."""
+
+    EV: ClassVar[Event] = Event.CELLS_INVALIDATED
+    cells: list[str] = field(default_factory=list)
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class RunbookRevised(EventRecord):
+    """The runbook file changed since the campaign started; `changed` names the
+    result-bearing parts that differ (empty: comments, paths, limits, Slurm options)."""
+
+    EV: ClassVar[Event] = Event.RUNBOOK_REVISED
+    runbook_sha256: str = ""
+    models_sha256: str | None = None
+    result_fields: dict = field(default_factory=dict)
+    changed: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class ReportBuilt(EventRecord):
     EV: ClassVar[Event] = Event.REPORT
     path: str = ""
@@ -178,7 +209,7 @@ class ReportBuilt(EventRecord):
 KINDS: dict[str, type[EventRecord]] = {
     k.EV: k for k in (CampaignStart, RunStart, Health, CellSubmit, CellStart, CellFinish,
                       CellAbandoned, Checkpoint, StageDone, CampaignDone, Stopped,
-                      ReportBuilt)}
+                      CellsInvalidated, RunbookRevised, ReportBuilt)}
 
 
 def parse_event(data: dict[str, Any]) -> EventRecord | None:
@@ -251,9 +282,20 @@ def read_events(path: Path, strict: bool = False) -> list[dict]:
     if lines and lines[-1]:
         lines[-1] = b""                 # a partial last line (killed mid-write) is skipped
     out = []
+    finished: set[str] = set()
     for number, raw in enumerate(lines[:-1], start=1):
         if raw.strip():
-            out.append(_event(raw, path, number, strict))
+            record = _event(raw, path, number, strict)
+            if record["ev"] == Event.CELL_FINISH:
+                # A cell finishes once (each attempt has its own name): a repeated
+                # cell_finish line (a replayed or doubled append) is dropped on replay, so
+                # it can neither add an attempts row nor count twice.
+                cell = record.get("cell")
+                if isinstance(cell, str) and cell:
+                    if cell in finished:
+                        continue
+                    finished.add(cell)
+            out.append(record)
     return out
 
 
@@ -299,7 +341,7 @@ def campaign_stats(results_dir: str | Path) -> dict:
                     or e.get("runs_complete")), None)
     stage = next((e.get("stage") for e in reversed(events) if e.get("stage")), None)
     return {
-        "wall_span_s": round(max(ends) - min(starts), 3) if starts and ends else 0.0,
+        "wall_span_s": running_span(events) if starts and ends else 0.0,
         "busy_s": round(busy, 3),
         "runs_done": len(finished),
         "runs_left": 0 if done_ev else last_progress.get("runs_left"),
@@ -315,37 +357,62 @@ def campaign_stats(results_dir: str | Path) -> dict:
     }
 
 
-def _eta_points(events: list[dict]) -> tuple[list[dict], float | None]:
-    """Finished-cell events carrying an ETA, and the time the campaign completed."""
-    done = next((e for e in reversed(events) if e.get("runs_complete")), None) or \
-        next((e for e in reversed(events) if e["ev"] == Event.CAMPAIGN_DONE), None)
-    if done is None:
-        return [], None
-    points = [e for e in events if e["ev"] == Event.CELL_FINISH and e.get("eta_s") is not None]
-    return points, done["t"]
+def running_span(events: list[dict]) -> float:
+    """Seconds the campaign spent running: the sum over its invocations of run_start to
+    that invocation's last event, so the idle time between a finished campaign and a later
+    re-run (--retry, --model) is not counted as campaign time."""
+    total, begin, last = 0.0, None, None
+    for e in events:
+        if e["ev"] == Event.RUN_START and begin is not None and last is not None:
+            total += last - begin
+            begin = None
+        if begin is None:
+            begin = e["t"]
+        last = e["t"]
+    if begin is not None and last is not None:
+        total += last - begin
+    return round(total, 3)
+
+
+def _invocation(events: list[dict]) -> tuple[dict | None, list[dict], float | None]:
+    """The invocation that completed the runs: its run_start (None in an older log), its
+    finished-cell events carrying an ETA, and the time the runs completed. Statistics of
+    the ETA rate that invocation's own estimates, never an earlier one's."""
+    end_i = next((i for i in range(len(events) - 1, -1, -1)
+                  if events[i].get("runs_complete")), None)
+    if end_i is None:
+        end_i = next((i for i in range(len(events) - 1, -1, -1)
+                      if events[i]["ev"] == Event.CAMPAIGN_DONE), None)
+    if end_i is None:
+        return None, [], None
+    start_i = next((i for i in range(end_i, -1, -1) if events[i]["ev"] == Event.RUN_START), None)
+    window = events[(start_i or 0):end_i + 1]
+    points = [e for e in window if e["ev"] == Event.CELL_FINISH and e.get("eta_s") is not None]
+    return (events[start_i] if start_i is not None else None), points, events[end_i]["t"]
 
 
 def eta_error(events: list[dict]) -> float | None:
-    """estimated / actual remaining wall time, at the first estimate (after the first run)."""
-    points, end = _eta_points(events)
-    if not points:
+    """estimated / actual remaining wall time at this invocation's first estimate: the one
+    its banner printed (run_start `eta_s`), else the one after its first run."""
+    start, points, end = _invocation(events)
+    first = start if start is not None and start.get("eta_s") is not None else (
+        points[0] if points else None)
+    if first is None or end is None:
         return None
-    first = points[0]
     actual = end - first["t"]
     return round(first["eta_s"] / actual, 3) if actual > 0 else None
 
 
 def eta_error_at(events: list[dict], fractions=(0.25, 0.5, 0.75)) -> dict[str, float | None]:
-    """estimated / actual remaining wall time at 25/50/75% of the finished runs."""
-    points, end = _eta_points(events)
+    """estimated / actual remaining wall time at 25/50/75% of this invocation's runs."""
+    _, points, end = _invocation(events)
     out: dict[str, float | None] = {}
     for frac in fractions:
         key = f"{int(frac * 100)}%"
         if not points:
             out[key] = None
             continue
-        total = len([e for e in events if e["ev"] == Event.CELL_FINISH])
-        idx = max(0, min(len(points) - 1, int(round(frac * total)) - 1))
+        idx = max(0, min(len(points) - 1, int(round(frac * len(points))) - 1))
         point = points[idx]
         actual = end - point["t"]
         out[key] = round(point["eta_s"] / actual, 3) if actual > 0 else None

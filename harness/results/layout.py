@@ -18,6 +18,7 @@ ATTEMPTS_TSV = "capacity_attempts.tsv"
 SELECTION_TSV = "capacity_selection.tsv"
 TIMING_TSV = "timing.tsv"
 COMPARISON_TSV = "comparison.tsv"
+TIMING_LAUNCHES_TSV = "timing_launches.tsv"
 CAMPAIGN_JSON = "campaign.json"      # the grid, shapes and backends of a campaign, as data
 PROVENANCE_TXT = "provenance.txt"    # the campaign's, and each cell's
 EVENTS_JSONL = "events.jsonl"

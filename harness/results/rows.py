@@ -144,7 +144,25 @@ class ComparisonRow(Row):
     reason: str | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class TimingLaunchRow(Row):
+    """timing_launches.tsv: one row per timed launch and phase (the per-launch figures that
+    timing.tsv aggregates), in milliseconds."""
+
+    campaign: str
+    model: str
+    backend: str
+    launch: int                     # 1, 2, ...: the arm's launches in the order they ran
+    phase: str                      # dispatch | combine
+    median_ms: float | None = None
+    p10_ms: float | None = None
+    p90_ms: float | None = None
+    trials: int | None = None
+    cell_dir: str | None = None
+
+
 ATTEMPT_COLUMNS = AttemptRow.columns()
 SELECTION_COLUMNS = SelectionRow.columns()
 TIMING_COLUMNS = TimingRow.columns()
 COMPARISON_COLUMNS = ComparisonRow.columns()
+TIMING_LAUNCH_COLUMNS = TimingLaunchRow.columns()

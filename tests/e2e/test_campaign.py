@@ -194,11 +194,16 @@ def test_rerun_resumes_without_rerunning(reduced_run):
     assert status.returncode == 0 and "stage: done" in status.stdout
     assert "state: done" in status.stdout
     assert "failures by class: does_not_fit 1" in status.stdout          # words, not a repr
-    assert "{" not in status.stdout + first.stdout + out.stdout      # no Python reprs
+    for text in (status.stdout, first.stdout, out.stdout):          # no Python reprs
+        assert "{'" not in text and "': None" not in text and "baseline None" not in text
     doc = json.loads(epcap("status", camp, "--json").stdout)
     assert doc["state"] == "done" and doc["failures"] == {"does_not_fit": 1}
     assert {"campaign", "state", "pid", "host", "since", "stage", "runs_done", "runs_left",
             "eta_s", "failures"} <= set(doc)
+    rows = (camp / "timing_launches.tsv").read_text().splitlines()
+    assert rows[0].split("\t") == ["campaign", "model", "backend", "launch", "phase",
+                                   "median_ms", "p10_ms", "p90_ms", "trials", "cell_dir"]
+    assert len(rows) > 1
 
 
 @pytest.mark.slow
@@ -233,6 +238,12 @@ def test_sigterm_checkpoints_and_stops_children(tmp_path):
     assert proc.returncode == 143
     events = read_events(events_path)
     assert events[-1]["ev"] == "checkpoint" and events[-1]["reason"] == "SIGTERM"
-    assert any(e["ev"] == "cell_abandoned" for e in events)
+    abandoned = [e["cell"] for e in events if e["ev"] == "cell_abandoned"]
+    assert abandoned
+    for name in abandoned:         # marked so in its cell.json, not `running` forever
+        doc = json.loads((tmp_path / "reduced" / "cells" / name / "cell.json").read_text())
+        assert doc["status"] == "abandoned" and doc["abandoned"]["reason"]
+    state = json.loads(epcap("status", tmp_path / "reduced", "--json").stdout)
+    assert state["state"] == "interrupted" and state["signal"] == "SIGTERM" and state["when"]
     time.sleep(0.3)
     assert live_marked(str((tmp_path / "reduced").resolve())) == []

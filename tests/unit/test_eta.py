@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
 
@@ -81,3 +82,108 @@ def test_unmeasured_purpose_scales_with_its_iterations():
         est.add("a", "small", "measure", 4.0)
     assert est.predict("a", "small", "time") == pytest.approx(8.0, rel=0.2)
     assert EtaEstimator(SIZES).predict("a", "small", "time") is None
+
+
+# -- the first line: what earlier campaigns of the same work measured ---------------------------
+
+REDUCED = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "runbooks" / "reduced.yaml"
+
+
+def _neighbour(root: Path, name: str, rb, spans: dict[tuple[str, str, str], float]) -> None:
+    """A finished campaign directory `root/name` of runbook `rb` with these run spans."""
+    from harness.campaign import store
+    from harness.results.events import CampaignStart, CellFinish, CellSubmit, EventLog, RunStart
+    (root / name).mkdir(parents=True)
+    log = EventLog(root / name / "events.jsonl")
+    log.write(CampaignStart(campaign=rb.campaign, result_fields=store.result_fields(rb)))
+    log.write(RunStart())
+    for i, ((model, backend, purpose), span) in enumerate(spans.items()):
+        cell = f"{model}__{backend}__{purpose}__cap2p00__a{i + 1}"
+        if i == 0:
+            log.write(CellSubmit(cell=cell, model=model, backend=backend, purpose=purpose,
+                                 attempt=i + 1))
+        log.write(CellFinish(cell=cell, model=model, backend=backend, purpose=purpose,
+                             attempt=i + 1, status="ok", span_s=span))
+
+
+def test_history_of_the_same_work_gives_the_first_line_a_figure(tmp_path):
+    """A campaign with nothing run yet estimates from a neighbour that ran the same work;
+    a neighbour with another shape or another model definition teaches nothing."""
+    import dataclasses
+
+    from harness.campaign import store
+    from harness.campaign.decisions import Context
+    from harness.campaign.driver import Campaign
+    from harness.launch.local import LocalLauncher
+    from harness.runbook.load import load_runbook
+    rb = load_runbook(REDUCED)
+    spans = {("QWEN3_30B", "echo", "measure"): 4.0, ("QWEN3_30B", "echo", "time"): 6.0,
+             ("DEEPSEEK_V2_LITE", "ultraep", "validate"): 5.0}
+    root = tmp_path / "res"
+    other_shape = dataclasses.replace(rb, shape=dataclasses.replace(rb.shape, seq=256))
+    _neighbour(root, "reduced-9", other_shape, {k: 100.0 for k in spans})
+    camp_dir = root / "reduced"
+    assert store.history(camp_dir, rb).runs == ()   # another shape: no history, no figure
+    camp = Campaign(rb, camp_dir, LocalLauncher(), Context(rb, (), None), ProgressView(), [])
+    assert camp.eta(camp.runs_left()) is None
+    _neighbour(root, "reduced-2", rb, spans)
+    past = store.history(camp_dir, rb)
+    assert sorted(r[4] for r in past.runs) == sorted(spans.values()) and past.startup_s >= 0
+    camp = Campaign(rb, camp_dir, LocalLauncher(), Context(rb, (), None), ProgressView(), [])
+    left = camp.runs_left()
+    eta = camp.eta(left)
+    assert eta is not None and 4.0 * len(left) * 0.5 < eta < 6.0 * len(left) * 1.5
+    # a model whose definition changed keeps the others' history but not its own
+    edited = dataclasses.replace(rb, models=(dataclasses.replace(rb.models[0], hidden=64),
+                                             *rb.models[1:]))
+    assert {r[1] for r in store.history(camp_dir, edited).runs} == {"DEEPSEEK_V2_LITE"}
+
+
+def test_eta_error_rates_this_invocation_only(tmp_path):
+    """A resumed invocation is rated on its own banner estimate, not the first one's."""
+    from harness.results.events import eta_error, eta_error_at
+    events = [{"ev": "campaign_start", "t": 0.0}, {"ev": "run_start", "t": 0.0, "eta_s": 300},
+              {"ev": "cell_finish", "t": 10.0, "eta_s": 290}, {"ev": "checkpoint", "t": 20.0},
+              {"ev": "run_start", "t": 1000.0, "eta_s": 40.0},
+              {"ev": "cell_finish", "t": 1010.0, "eta_s": 30.0},
+              {"ev": "cell_finish", "t": 1020.0, "eta_s": 20.0},
+              {"ev": "cell_finish", "t": 1030.0, "eta_s": 10.0},
+              {"ev": "cell_finish", "t": 1040.0, "eta_s": 0.0},
+              {"ev": "stage_done", "t": 1040.0, "runs_complete": True}]
+    assert eta_error(events) == 1.0             # said 40 s at 1000; 40 s it took
+    assert eta_error_at(events) == {"25%": 1.0, "50%": 1.0, "75%": 1.0}
+
+
+def test_closing_words(tmp_path):
+    """`stopped after STAGE` under --until, `1 run`, no Python reprs in the closing lines."""
+    from harness.campaign.cli import plural, print_summary
+    from harness.results.events import EventLog, RunStart, StageDone
+    log = EventLog(tmp_path / "events.jsonl")
+    log.write(RunStart())
+    log.append("cell_finish", cell="c1", status="does_not_fit", wall_s=1.0, eta_s=None)
+    log.write(StageDone(stage="measure"))
+    out = io.StringIO()
+    print_summary(tmp_path, ProgressView(stream=out), 1.0, stopped_after="measure")
+    text = out.getvalue()
+    assert text.startswith("stopped after measure: 1 run;") and "done" not in text
+    assert "failures by class: does_not_fit 1" in text and "at 25/50/75% n/a/n/a/n/a" in text
+    assert "{" not in text and "None" not in text
+    assert plural(1, "run") == "1 run" and plural(0, "run") == "0 runs"
+
+
+def test_history_predicts_itself_scaled_by_the_load_now():
+    """The same work measured before predicts each run; this campaign's runs twice as slow
+    as their history make the rest predicted twice as slow (the drift), bounded."""
+    est = EtaEstimator(SIZES)
+    for attempt, seconds in ((1, 2.0), (2, 1.0), (3, 1.0)):
+        est.add_history("a", "small", "time", seconds, attempt)
+        est.add_history("a", "mid", "time", seconds * 3, attempt)
+    assert est.predict("a", "small", "time", 1) == pytest.approx(2.0)
+    assert est.eta([("a", "small", "time", 1), ("a", "mid", "time", 2)]) == pytest.approx(5.0)
+    est.add("a", "small", "time", 4.0, 1)
+    est.add("a", "small", "time", 2.0, 2)
+    assert est.drift() == pytest.approx(2.0)
+    assert est.predict("a", "mid", "time", 3) == pytest.approx(6.0)
+    for _ in range(100):
+        est.add("a", "small", "time", 100.0, 3)
+    assert est.drift() == 4.0                     # bounded: a stall is not the new normal

@@ -1,0 +1,111 @@
+"""A campaign's state for `epcap status` (docs/spec.md, command line): running (pid, host,
+since), interrupted (signal, when), stopped_after a stage, or done; read from the lock and
+events.jsonl, never from a running driver. Also the campaigns under a results root."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from harness.io.lock import LOCK_NAME
+from harness.results.events import campaign_stats, read_events
+from harness.results.layout import EVENTS_JSONL
+from harness.vocab import Event
+
+RUNNING, INTERRUPTED, STOPPED_AFTER, DONE = "running", "interrupted", "stopped_after", "done"
+_HOLDER_MAX = 4096
+
+
+def lock_holder(root: Path) -> dict | None:
+    """{pid, host, since} of the driver holding the campaign lock, or None when no one holds
+    it. A shared, non-blocking probe: it never creates the lock file nor waits."""
+    try:
+        fd = os.open(root / LOCK_NAME, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                record = json.loads(os.pread(fd, _HOLDER_MAX, 0).decode("utf-8"))
+            except (OSError, ValueError):
+                record = {}
+            record = record if isinstance(record, dict) else {}
+            return {"pid": record.get("pid"), "host": record.get("host"),
+                    "since": record.get("since_utc")}
+        except OSError:
+            return None
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def utc(t: float | None) -> str | None:
+    """Epoch seconds as ISO 8601 UTC."""
+    import time
+    return None if t is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def campaign_state(root: Path, probe_lock: bool = True) -> dict[str, Any]:
+    """The `status --json` document of one campaign directory (SPEC section 7 keys, plus
+    `signal`, `when`, `stopped` and `report_path`); `probe_lock=False` for the driver that holds
+    the lock itself."""
+    events = read_events(root / EVENTS_JSONL)
+    stats = campaign_stats(root)
+    start = next((e for e in events if e["ev"] == Event.CAMPAIGN_START), {})
+    last_run = max((i for i, e in enumerate(events) if e["ev"] == Event.RUN_START), default=0)
+    tail = events[last_run:]
+    doc: dict[str, Any] = {
+        "campaign": start.get("campaign") or root.name, "path": str(root), "state": None,
+        "pid": None, "host": None, "since": None, "stage": stats["stage"],
+        "runs_done": stats["runs_done"], "runs_left": stats["runs_left"],
+        "eta_s": stats["eta_s"], "failures": stats["failures_by_class"],
+        "signal": None, "when": None, "stopped": None, "report_path": None,
+    }
+    report = next((e for e in reversed(events) if e["ev"] == Event.REPORT), None)
+    if report is not None:
+        doc["report_path"] = report.get("path")
+    holder = lock_holder(root) if probe_lock else None
+    if holder is not None:
+        return {**doc, "state": RUNNING, **holder}
+    run = tail[0] if tail and tail[0]["ev"] == Event.RUN_START else {}
+    doc.update(pid=run.get("pid"), host=run.get("host") or None, since=utc(run.get("t")))
+    end = next((e for e in reversed(tail) if e["ev"] in (
+        Event.CAMPAIGN_DONE, Event.CHECKPOINT, Event.CAMPAIGN_STOPPED, Event.STAGE_DONE)), None)
+    if end is None:
+        # no lock and no closing event: the driver died (SIGKILL, a lost node)
+        return {**doc, "state": INTERRUPTED, "signal": "unknown (the driver died)",
+                "when": utc(events[-1]["t"]) if events else None}
+    if end["ev"] == Event.CAMPAIGN_DONE:
+        return {**doc, "state": DONE, "when": utc(end["t"]), "runs_left": 0, "eta_s": 0.0}
+    if end["ev"] == Event.CHECKPOINT:
+        return {**doc, "state": INTERRUPTED, "signal": end.get("reason"),
+                "when": utc(end["t"])}
+    if end["ev"] == Event.CAMPAIGN_STOPPED:
+        return {**doc, "state": STOPPED_AFTER, "stage": end.get("stage"),
+                "when": utc(end["t"]), "stopped": {k: end.get(k) for k in (
+                    "cell", "status", "log", "line_no", "line")}}
+    return {**doc, "state": STOPPED_AFTER, "stage": end.get("stage"), "when": utc(end["t"])}
+
+
+def campaigns_under(root: Path, depth: int = 2) -> list[Path]:
+    """Campaign directories (holding events.jsonl) at most `depth` levels under a results
+    root, sorted by path."""
+    found: list[Path] = []
+    level = [root]
+    for _ in range(depth):
+        nxt = []
+        for d in level:
+            try:
+                children = sorted(p for p in d.iterdir() if p.is_dir() and not p.is_symlink())
+            except OSError:
+                continue
+            for child in children:
+                (found if (child / EVENTS_JSONL).is_file() else nxt).append(child)
+        level = nxt
+    return sorted(found)

@@ -1,0 +1,112 @@
+"""Benchmark: the ETA from the first line (docs/campaign.md: ETA).
+
+Runs the default campaign (runbooks/local-cpu.yaml) three times under one results root:
+1. a seed run, so that the machine has an earlier campaign of this work to learn from;
+2. a fresh campaign (`--fresh`): estimated / actual remaining wall time at its start (the
+   banner's figure) and at 25%, 50%, 75% of its runs;
+3. another fresh campaign interrupted with SIGINT at about a third of its runs, then resumed:
+   the same figures for the resume invocation (its own banner estimate of the work left).
+Target: every figure within +-20% (0.8 .. 1.2). Exit 1 when one misses it.
+Usage: python tests/benchmarks/bench_eta.py [RUNBOOK] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from harness.results.events import campaign_stats, read_events  # noqa: E402
+
+EPCAP = [sys.executable, "-m", "harness.cli", "run"]
+LOW, HIGH = 0.8, 1.2
+
+
+def newest(root: Path) -> Path:
+    """The campaign directory written last under `root`."""
+    return max((p for p in root.iterdir() if (p / "events.jsonl").is_file()),
+               key=lambda p: p.stat().st_mtime)
+
+
+def figures(camp: Path) -> dict[str, float | None]:
+    """start, 25%, 50%, 75% estimated/actual of the invocation that completed the runs."""
+    stats = campaign_stats(camp)
+    return {"start": stats["eta_error"], **stats["eta_error_at"]}
+
+
+def run(runbook: str, root: Path, *extra: str) -> subprocess.CompletedProcess:
+    out = subprocess.run([*EPCAP, runbook, "--results", str(root), *extra], cwd=ROOT,
+                         capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0:
+        raise SystemExit(f"campaign failed ({out.returncode}):\n{out.stdout}{out.stderr}")
+    return out
+
+
+def interrupted_then_resumed(runbook: str, root: Path) -> tuple[Path, int, int]:
+    """A fresh campaign, SIGINT after about a third of its planned runs, then resumed."""
+    before = {p.name for p in root.iterdir()}
+    proc = subprocess.Popen([*EPCAP, runbook, "--results", str(root), "--fresh"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    camp, planned, done = None, None, 0
+    while proc.poll() is None:
+        time.sleep(0.2)
+        if camp is None:
+            new = [p for p in root.iterdir() if p.name not in before
+                   and (p / "events.jsonl").is_file()]
+            camp = new[0] if new else None
+            continue
+        events = read_events(camp)
+        start = next((e for e in events if e["ev"] == "run_start"), None)
+        planned = planned or (start or {}).get("runs_left")
+        done = sum(1 for e in events if e["ev"] == "cell_finish")
+        if planned and done >= planned / 3:
+            proc.send_signal(signal.SIGINT)
+            break
+    proc.wait(timeout=120)
+    if camp is None or proc.returncode != 128 + signal.SIGINT:
+        raise SystemExit(f"the interrupted run ended {proc.returncode}, not by SIGINT")
+    run(runbook, root)                          # resumes the newest directory
+    return camp, done, planned or 0
+
+
+def show(label: str, figs: dict[str, float | None]) -> bool:
+    ok = all(v is not None and LOW <= v <= HIGH for v in figs.values())
+    text = ", ".join(f"{k} {'n/a' if v is None else f'{v:.2f}'}" for k, v in figs.items())
+    print(f"{label}: estimated/actual {text}  [{'within' if ok else 'OUTSIDE'} +-20%]")
+    return ok
+
+
+def main(argv: list[str]) -> int:
+    args = [a for a in argv[1:] if a != "--keep"]
+    keep = "--keep" in argv[1:]
+    runbook = args[0] if args else str(ROOT / "runbooks" / "local-cpu.yaml")
+    tmp = tempfile.mkdtemp(prefix="epcap-bench-eta-")
+    root = Path(tmp)
+    print(f"runbook: {runbook}; load average {os.getloadavg()[0]:.2f} on "
+          f"{os.cpu_count()} cores; results {root}")
+    t0 = time.monotonic()
+    run(runbook, root)
+    seed = figures(newest(root))
+    print("seed run (no earlier campaign: its first figure is after one run): "
+          + ", ".join(f"{k} {v}" for k, v in seed.items()))
+    run(runbook, root, "--fresh")
+    ok = show("fresh run", figures(newest(root)))
+    camp, done, planned = interrupted_then_resumed(runbook, root)
+    print(f"interrupted at {done} of {planned} planned runs, then resumed")
+    ok = show("resume", figures(camp)) and ok
+    print(f"benchmark wall time {time.monotonic() - t0:.0f} s")
+    if not keep:
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))
