@@ -16,7 +16,7 @@ from harness.api.launcher import Launcher
 from harness.campaign import store
 from harness.campaign.decisions import Context, model_pipeline
 from harness.campaign.driver import Campaign, Replay
-from harness.campaign.dryrun import Selection, print_dry_run
+from harness.campaign.dryrun import PlanFilter, print_dry_run
 from harness.campaign.preflight import (
     check_backend_commands,
     check_launcher_setup,
@@ -105,7 +105,7 @@ def cli_run(runbook: str | None = None, results: str | None = None,
             retry: str | None = None) -> int:
     """`epcap run`: load and check the runbook, then run or resume the campaign."""
     rb = load_runbook(runbook or default_runbook())
-    select = Selection(tuple(models), tuple(backends), parse_retry(retry))
+    select = Selectors(tuple(models), tuple(backends), parse_retry(retry))
     check_selection(rb, select)
     check_planned_capacities(rb)
     check_backend_commands(rb)
@@ -118,7 +118,8 @@ def cli_run(runbook: str | None = None, results: str | None = None,
         raise BadInput("use --stage or --until, not both", field="--until")
     if dry_run:
         return print_dry_run(rb, store.choose_dir(root_dir, rb.campaign, fresh), launcher_name,
-                             Selection(stages=stages, until=until))
+                             PlanFilter(stages=stages, until=until, models=select.models,
+                                        backends=select.backends))
     launch = make_launcher(launcher_name, rb)
     root = store.choose_dir(root_dir, rb.campaign, fresh)
     store.check_event_log(root, rb.campaign)
@@ -141,9 +142,9 @@ def cli_run(runbook: str | None = None, results: str | None = None,
 
 def run_campaign(rb: Runbook, root: Path, launch: Launcher, stages: tuple[str, ...],
                  until: str | None, command_line: list[str],
-                 select: Selection | None = None) -> int:
+                 select: Selectors | None = None) -> int:
     """Create or resume `root` and drive the pipelines to the end (or the stop stage)."""
-    select = select or Selection()
+    select = select or Selectors()
     view = ProgressView()
     new = not (root / EVENTS_JSONL).exists()
     ctx = Context(rb, stages, until, select.models, select.backends)
@@ -194,7 +195,7 @@ def run_campaign(rb: Runbook, root: Path, launch: Launcher, stages: tuple[str, .
 
 
 @dataclasses.dataclass(frozen=True)
-class Selection:
+class Selectors:
     """`--model`, `--backend` and `--retry` of one invocation (empty: no restriction)."""
 
     models: tuple[str, ...] = ()
@@ -214,7 +215,7 @@ def parse_retry(text: str | None) -> tuple[str, ...]:
     return classes
 
 
-def check_selection(rb: Runbook, select: Selection) -> None:
+def check_selection(rb: Runbook, select: Selectors) -> None:
     """--model/--backend must name the runbook's models and backends."""
     for option, names, known in (("--model", select.models, [m.name for m in rb.models]),
                                  ("--backend", select.backends, [b.name for b in rb.backends])):
@@ -225,7 +226,7 @@ def check_selection(rb: Runbook, select: Selection) -> None:
 
 
 def apply_revision_and_retry(camp: Campaign, rb: Runbook, root: Path, view: ProgressView,
-                             rev: tuple[dict, list[str]] | None, select: Selection
+                             rev: tuple[dict, list[str]] | None, select: Selectors
                              ) -> dict[str, str]:
     """A changed runbook: record it, invalidate exactly the cells its result-bearing edits
     affect, refreeze runbook.yaml; `--retry`: invalidate the failed cells of those classes.
@@ -259,7 +260,7 @@ def apply_revision_and_retry(camp: Campaign, rb: Runbook, root: Path, view: Prog
 
 
 def finished_already(camp: Campaign, root: Path, rev: tuple[dict, list[str]] | None,
-                     select: Selection, view: ProgressView) -> bool:
+                     select: Selectors, view: ProgressView) -> bool:
     """A done campaign that this invocation would not change (no result-bearing edit, no
     --retry match): say so, with where the report is, and write nothing, so its statistics
     (wall span, busy share, ETA error) stay those of the runs."""

@@ -42,7 +42,7 @@ CLUSTER_MEMORY = {"precision": "bf16", "optimizer": "adam", "recompute": "none",
 
 
 @dataclass(frozen=True)
-class Selection:
+class PlanFilter:
     """What this invocation runs: `--stage`/`--until` and the `--model`/`--backend` selectors."""
 
     stages: tuple[str, ...] = ()
@@ -101,7 +101,7 @@ def memory_profile(rb: Runbook, backend: BackendConfig) -> tuple[str, dict]:
     return personality, dict(memory or {})
 
 
-def memory_warnings(rb: Runbook, selection: Selection) -> list[str]:
+def memory_warnings(rb: Runbook, selection: PlanFilter) -> list[str]:
     """One line per (model, backend) the memory model says will not fit the device."""
     if rb.device_memory_bytes is None:
         return []
@@ -168,9 +168,9 @@ def write_plan(out_dir: Path, scripts: dict[str, dict[str, str]]) -> None:
 
 
 def print_dry_run(rb: Runbook, root: Path, launcher_name: str,
-                  selection: Selection | None = None) -> int:
+                  selection: PlanFilter | None = None) -> int:
     """Print the plan and write its scripts; returns the exit code (0)."""
-    sel = selection or Selection()
+    sel = selection or PlanFilter()
     sel.check(rb)
     planned = plan_cells(rb)
     modes = {p.stage: stage_mode(p.stage, sel.stages, sel.until) for p in planned}
@@ -229,7 +229,7 @@ def print_dry_run(rb: Runbook, root: Path, launcher_name: str,
 
 
 def print_summary(rb: Runbook, cells: list[PlannedCell], planned: list[PlannedCell],
-                  modes: dict, sel: Selection, out_dir: Path, launcher_name: str) -> None:
+                  modes: dict, sel: PlanFilter, out_dir: Path, launcher_name: str) -> None:
     """The closing screen: runs by stage, GPU-hours, wall clock, warnings, where the scripts are."""
     by_stage = Counter(p.stage for p in cells)
     skipped = sorted({s for s, m in modes.items() if m != StageMode.RUN})

@@ -108,18 +108,18 @@ def test_a_second_dry_run_replaces_the_first(tmp_path):
 
 
 def test_selectors_restrict_the_plan(tmp_path, capsys):
-    """--model/--backend (the CLI passes them as a Selection): only those pairs, the A/A
+    """--model/--backend (the CLI passes them as a PlanFilter): only those pairs, the A/A
     control arm following its baseline; an unknown name is exit 2."""
-    from harness.campaign.dryrun import Selection, print_dry_run
+    from harness.campaign.dryrun import PlanFilter, print_dry_run
     from harness.errors import BadInput
     from harness.runbook.load import load_runbook
     rb = load_runbook(REDUCED)
     print_dry_run(rb, tmp_path / "reduced", "local",
-                  Selection(models=("QWEN3_30B",), backends=("moonep",)))
+                  PlanFilter(models=("QWEN3_30B",), backends=("moonep",)))
     text = capsys.readouterr().out
     heads = [ln for ln in text.splitlines() if ln.startswith("[")]
     assert heads and all(" QWEN3_30B moonep " in h for h in heads)
     assert "selectors: --model QWEN3_30B --backend moonep" in text
     with pytest.raises(BadInput) as err:
-        print_dry_run(rb, tmp_path / "reduced", "local", Selection(models=("NOPE",)))
+        print_dry_run(rb, tmp_path / "reduced", "local", PlanFilter(models=("NOPE",)))
     assert err.value.field == "--model"
