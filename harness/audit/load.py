@@ -7,21 +7,30 @@ covered by the nearest `provenance.txt` at or above its directory inside the upl
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import shutil
+import tempfile
 from pathlib import Path, PurePosixPath
 
 from harness.audit.model import Cell, Upload, cell_key, norm
 from harness.audit.readers import (
+    SMALL_CAP_BYTES,
     read_fields,
     read_json,
     read_logs,
     read_runbook,
     read_table,
     runbook_pad_multiple,
-    runbook_tags,
+    safe_read,
 )
 from harness.audit.vocab import IGNORED_TAG, TABLES, ignored_name, is_ignored_row
-from harness.results.layout import CELL_JSON, PROVENANCE_TXT
+from harness.errors import EpcapError
+from harness.io.yamldoc import Doc
+from harness.results.layout import CELL_JSON, EVENTS_JSONL, PROVENANCE_TXT, RUNBOOK_YAML
+from harness.runbook.load import load_runbook
+from harness.runbook.zoo import ZOO
 
 
 class Coverage:
@@ -69,7 +78,7 @@ def inside(folder: Path, key: str) -> Path | None:
 def load_cell(root: Path, folder: Path, path: Path, coverage: Coverage,
               tags: dict[str, dict[str, str]]) -> Cell:
     """One cell directory: its covering provenance, cell.json and logs."""
-    cell = Cell(path.name, path.relative_to(folder).as_posix())
+    cell = Cell(path.name, path.relative_to(folder).as_posix(), where=path)
     cell.provenance, cell.provenance_at, _ = coverage.nearest(path)
     cell.cell_json, cell.cell_json_problem = read_json(root, path / CELL_JSON)
     backend = ""
@@ -130,6 +139,73 @@ def load_cells(root: Path, folder: Path, upload: Upload, coverage: Coverage,
                 upload.cells[key] = load_cell(root, folder, path, coverage, tags)
 
 
+def load_as_run(root: Path, folder: Path, upload: Upload) -> None:
+    """The upload's runbook.yaml as evidence: its sha256, and the harness's own Runbook of it
+    (through the harness loader: the bounded YAML reader), or why it could not be loaded."""
+    if not os.path.lexists(folder / RUNBOOK_YAML):
+        upload.runbook_problem = f"no {RUNBOOK_YAML}"
+        return
+    data, problem = safe_read(root, folder / RUNBOOK_YAML, SMALL_CAP_BYTES)
+    if data is None:
+        upload.runbook_problem = f"{RUNBOOK_YAML}: {problem}"
+        return
+    upload.runbook_sha256 = hashlib.sha256(data).hexdigest()
+    try:
+        upload.runbook = load_runbook(folder / RUNBOOK_YAML)
+    except EpcapError as exc:
+        upload.runbook_problem = f"{RUNBOOK_YAML} does not load: {str(exc)[:200]}"
+        upload.runbook = with_recorded_zoo(folder, data, upload) or None
+    except (OSError, ValueError) as exc:
+        upload.runbook_problem = f"{RUNBOOK_YAML} does not load: {type(exc).__name__}"
+
+
+def recorded_models_sha(folder: Path) -> str | None:
+    """models_sha256 of events.jsonl's first event (the zoo the campaign read), else None."""
+    try:
+        with open(folder / EVENTS_JSONL, encoding="utf-8") as handle:
+            event = json.loads(handle.readline(1 << 16))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    value = event.get("models_sha256") if isinstance(event, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def with_recorded_zoo(folder: Path, data: bytes, upload: Upload):
+    """The runbook as run when its model zoo was not frozen beside it (a models_file outside
+    the results directory): loaded against the harness's shipped zoo, only when that zoo's
+    sha256 is the one events.jsonl recorded for the run; else None."""
+    recorded = recorded_models_sha(folder)
+    if recorded is None or hashlib.sha256(ZOO.read_bytes()).hexdigest() != recorded:
+        return None
+    try:
+        text = data.decode("utf-8")
+        doc = Doc(folder / RUNBOOK_YAML, text, quote=False).data
+    except (EpcapError, UnicodeDecodeError):
+        return None
+    rel = doc.get("models_file", "models.yaml") if isinstance(doc, dict) else None
+    if not isinstance(rel, str) or PurePosixPath(rel).is_absolute():
+        return None
+    depth = sum(part == ".." for part in PurePosixPath(rel).parts)
+    with tempfile.TemporaryDirectory(prefix="epcap-audit-") as tmp:
+        base = Path(tmp).joinpath(*[f"d{i}" for i in range(depth)])
+        zoo = (base / rel).resolve()
+        if Path(tmp).resolve() not in zoo.parents:
+            return None
+        base.mkdir(parents=True, exist_ok=True)
+        zoo.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ZOO, zoo)
+        (base / RUNBOOK_YAML).write_bytes(data)
+        try:
+            book = load_runbook(base / RUNBOOK_YAML)
+        except (EpcapError, OSError, ValueError):
+            return None
+    upload.runbook_problem = None
+    upload.notes.append(f"{RUNBOOK_YAML}: its models_file was not frozen with it; loaded "
+                        f"against the harness's zoo, whose sha256 is the one "
+                        f"{EVENTS_JSONL} recorded")
+    return book
+
+
 def load_upload(root: Path, folder: Path, pad_multiple: int) -> Upload:
     """Everything the rules need from one upload directory."""
     upload = Upload(path=folder.relative_to(root).as_posix(), pad_multiple=pad_multiple)
@@ -142,7 +218,10 @@ def load_upload(root: Path, folder: Path, pad_multiple: int) -> Upload:
         table.rows = [r for r in table.rows if not is_ignored_row(r)]
     upload.provenance, upload.provenance_problem = coverage.fields_at(folder)
     book = read_runbook(root, folder)
-    load_cells(root, folder, upload, coverage, runbook_tags(book))
+    upload.folder = folder
+    load_as_run(root, folder, upload)
+    # the telemetry format is the SPEC's and the backend's, never the upload's runbook's
+    load_cells(root, folder, upload, coverage, {})
     upload.ignored_cells = sorted(set(upload.ignored_cells))
     upload.runbook_pad_multiple = runbook_pad_multiple(book)
     if upload.runbook_pad_multiple is not None and upload.runbook_pad_multiple != pad_multiple:

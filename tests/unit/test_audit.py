@@ -638,7 +638,9 @@ def test_harness_campaign_audits_valid_and_mutations_do_not(campaign, tmp_path):
             return None
         return row
     corpus.edit(unvalidated, ATTEMPTS_TSV, no_ultraep_validate)
-    assert dropped and only(audit_target(unvalidated)).reasons == ["unvalidated-selection"]
+    # the dropped row's finished cell now has no row: cell-identity as well (issue 23)
+    assert dropped and only(audit_target(unvalidated)).reasons == ["unvalidated-selection",
+                                                                    "cell-identity"]
 
     saturated = corpus.copy(campaign, tmp_path / "saturated")
     (cell,) = [p for p in (saturated / "cells").iterdir()
