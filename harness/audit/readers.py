@@ -15,7 +15,7 @@ import os
 import stat
 from pathlib import Path
 
-from harness.audit.model import LogFacts, Row, Table, norm
+from harness.audit.model import LogFacts, Row, Table
 from harness.errors import BadInput, EpcapError
 from harness.io.yamldoc import Doc
 from harness.results import tables as results
@@ -120,21 +120,6 @@ def runbook_pad_multiple(book: dict) -> object:
     """capacity.pad_multiple as the upload's runbook writes it (reported, never used)."""
     capacity = book.get("capacity")
     return capacity.get("pad_multiple") if isinstance(capacity, dict) else None
-
-
-def runbook_tags(book: dict) -> dict[str, dict[str, str]]:
-    """Native telemetry tags per backend (normalised name) from the runbook, when well-formed."""
-    tags: dict[str, dict[str, str]] = {}
-    backends = book.get("backends")
-    for item in backends if isinstance(backends, list) else []:
-        options = item.get("options") if isinstance(item, dict) else None
-        value = options.get("telemetry_tags") if isinstance(options, dict) else None
-        if (isinstance(value, dict) and value and isinstance(item.get("name"), str)
-                and all(isinstance(k, str) and isinstance(v, str) and v
-                        for k, v in value.items())):
-            tags[norm(item["name"])] = {k: v for k, v in value.items()
-                                        if k in ("dispatch", "setup")}
-    return tags
 
 
 def log_files(root: Path, cell: Path) -> tuple[list[Path], str | None]:
