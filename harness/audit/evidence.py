@@ -64,8 +64,8 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
     ATTEMPTS_TSV: {
         "campaign": _e(IDENTITY, "runbook as run: campaign; cell.json cell.campaign",
                        CELL_IDENTITY),
-        "model": _e(IDENTITY, NAME + "; a runbook model spelt exactly", CELL_IDENTITY),
-        "backend": _e(IDENTITY, NAME + "; a runbook backend spelt exactly", CELL_IDENTITY),
+        "model": _e(IDENTITY, NAME + "; a runbook model as SPEC 6 compares names", CELL_IDENTITY),
+        "backend": _e(IDENTITY, NAME + "; a runbook backend as SPEC 6 compares names", CELL_IDENTITY),
         "purpose": _e(IDENTITY, NAME, CELL_IDENTITY),
         "attempt": _e(IDENTITY, NAME, CELL_IDENTITY),
         "capacity": _e(IDENTITY, NAME + " (--capacity)", CELL_IDENTITY),
@@ -96,8 +96,8 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
     },
     SELECTION_TSV: {
         "campaign": _e(CONTEXT, "the campaign name; rows are matched by model/backend"),
-        "model": _e(IDENTITY, "a runbook model spelt exactly", CELL_IDENTITY),
-        "backend": _e(IDENTITY, "a runbook backend spelt exactly", CELL_IDENTITY),
+        "model": _e(IDENTITY, "a runbook model as SPEC 6 compares names", CELL_IDENTITY),
+        "backend": _e(IDENTITY, "a runbook backend as SPEC 6 compares names", CELL_IDENTITY),
         "required_capacity": _e(CHECKED, "peak / N of the row (cells.requirement_problem)",
                                 INCONSISTENT),
         "peak_actual_valid_recv": _e(REDERIVED, "grid.selection.requirement(summary of the "
@@ -130,9 +130,9 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
     },
     TIMING_TSV: {
         "campaign": _e(CONTEXT, "the campaign name"),
-        "model": _e(IDENTITY, "a runbook model spelt exactly; the time cell's name",
+        "model": _e(IDENTITY, "a runbook model as SPEC 6 compares names; the time cell's name",
                     CELL_IDENTITY),
-        "backend": _e(IDENTITY, "a runbook backend spelt exactly; the time cell's name",
+        "backend": _e(IDENTITY, "a runbook backend as SPEC 6 compares names; the time cell's name",
                       CELL_IDENTITY),
         "timing_capacity": _e(IDENTITY, "the time cell's capacity; one per model",
                               MIXED_TIMING),

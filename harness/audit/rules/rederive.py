@@ -81,15 +81,11 @@ def as_run(upload: Upload) -> bool:
     return upload.runbook is not None
 
 
-_CACHE: dict[tuple[int, str, str], Derived] = {}
-
-
 def derive(upload: Upload, cell: Cell) -> Derived:
     """The attempt columns of one cell, recomputed as harness.campaign.analysis does."""
-    key = (id(upload), cell.path, upload.runbook_sha256 or "")
-    if key not in _CACHE:
-        _CACHE[key] = _derive(upload, cell)
-    return _CACHE[key]
+    if cell.path not in upload.derived:
+        upload.derived[cell.path] = _derive(upload, cell)
+    return upload.derived[cell.path]
 
 
 def _derive(upload: Upload, cell: Cell) -> Derived:
@@ -271,7 +267,7 @@ def identity_problems(table: Table, row: Row, cell: Cell, rb) -> list[str]:
     bad = []
     for col, value in (("model", named.model), ("backend", named.backend),
                        ("purpose", named.purpose), ("attempt", str(named.attempt))):
-        if row.get(col) != value:
+        if norm(row.get(col)) != norm(value):
             bad.append(f"{at}: {col} {row.get(col)!r} but its cell is {cell.name}")
     if decimal_of(row.get("capacity")) != decimal_of(named.capacity):
         bad.append(f"{at}: capacity {row.get('capacity')!r} but its cell is {cell.name}")
@@ -295,18 +291,19 @@ def identity_problems(table: Table, row: Row, cell: Cell, rb) -> list[str]:
 
 
 def names_problems(upload: Upload) -> list[str]:
-    """Every model and backend a row names is the runbook's, spelt exactly."""
+    """Every model and backend a row names is the runbook's (after NFKC and case folding,
+    SPEC section 6: an invisible character still splits a name)."""
     rb = upload.runbook
-    models = {m.name for m in rb.models}
-    backends = {b.name for b in rb.backends}
+    models = {norm(m.name) for m in rb.models}
+    backends = {norm(b.name) for b in rb.backends}
     bad = []
     for table in upload.tables.values():
         for row in table.rows:
-            if "model" in row.values and row.values["model"] not in models:
+            if "model" in row.values and norm(row.values["model"]) not in models:
                 bad.append(f"{where(table, row)}: model {row.values['model']!r} is in no "
                            f"runbook entry")
             arm = row.values.get("backend")
-            if arm is not None and (backend_of(arm) not in backends
+            if arm is not None and (norm(backend_of(arm)) not in backends
                                     or (is_control(arm) and not rb.timing.control)):
                 bad.append(f"{where(table, row)}: backend {row.values['backend']!r} is in no "
                            f"runbook entry")
