@@ -25,6 +25,7 @@ from harness.audit.readers import (
     runbook_pad_multiple,
     safe_read,
 )
+from harness.audit.rules.rederive import expected_shape
 from harness.audit.vocab import IGNORED_TAG, TABLES, ignored_name, is_ignored_row
 from harness.errors import EpcapError
 from harness.io.yamldoc import Doc
@@ -76,7 +77,7 @@ def inside(folder: Path, key: str) -> Path | None:
 
 
 def load_cell(root: Path, folder: Path, path: Path, coverage: Coverage,
-              tags: dict[str, dict[str, str]]) -> Cell:
+              tags: dict[str, dict[str, str]], upload: Upload | None = None) -> Cell:
     """One cell directory: its covering provenance, cell.json and logs."""
     cell = Cell(path.name, path.relative_to(folder).as_posix(), where=path)
     cell.provenance, cell.provenance_at, _ = coverage.nearest(path)
@@ -86,7 +87,9 @@ def load_cell(root: Path, folder: Path, path: Path, coverage: Coverage,
         backend = norm(str(cell.cell_json["cell"].get("backend") or ""))
     parts = path.name.split("__")
     backend = backend or (norm(parts[1]) if len(parts) > 1 else "")
-    cell.logs, cell.logs_problem = read_logs(root, path, cell.cell_json, tags.get(backend))
+    shape = expected_shape(upload, cell) if upload is not None else None
+    cell.logs, cell.logs_problem = read_logs(root, path, cell.cell_json, tags.get(backend),
+                                             shape)
     return cell
 
 
@@ -112,7 +115,8 @@ def scan_cells(root: Path, folder: Path, cells: Path, upload: Upload, coverage: 
         elif entry.is_symlink():
             upload.cells[key] = Cell(entry.name, key, problem="a link (not followed)")
         elif entry.is_dir(follow_symlinks=False):
-            upload.cells[key] = load_cell(root, folder, Path(entry.path), coverage, tags)
+            upload.cells[key] = load_cell(root, folder, Path(entry.path), coverage, tags,
+                                          upload)
 
 
 def step_folders(folder: Path) -> list[Path]:
@@ -136,7 +140,7 @@ def load_cells(root: Path, folder: Path, upload: Upload, coverage: Coverage,
             key = cell_key(row)
             path = inside(folder, key) if key and key not in upload.cells else None
             if path is not None and path.is_dir() and not IGNORED_TAG.search(path.name):
-                upload.cells[key] = load_cell(root, folder, path, coverage, tags)
+                upload.cells[key] = load_cell(root, folder, path, coverage, tags, upload)
 
 
 def load_as_run(root: Path, folder: Path, upload: Upload) -> None:

@@ -63,6 +63,7 @@ class LogFacts:
     budgets: list[int]
     expected_recv: list[int]
     malformed_rows: int
+    summary: object = None                               # the harness's LogSummary, as run
 
 
 @dataclass

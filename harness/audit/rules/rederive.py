@@ -81,6 +81,23 @@ def as_run(upload: Upload) -> bool:
     return upload.runbook is not None
 
 
+def expected_shape(upload: Upload, cell: Cell) -> dict[str, int] | None:
+    """The ranks x layers x iterations the runbook as run demands of a cell whose logs are
+    all rank logs (what harness.campaign.analysis summarizes), else None."""
+    if upload.runbook is None:
+        return None
+    named = parse_cell_name(cell.name, upload.runbook.campaign)
+    logs = sorted(p.name for p in cell.where.glob("*.log")) if cell.where else []
+    if named is None or not logs or any(not n.startswith("rank") for n in logs):
+        return None
+    try:
+        req = RunRequest.for_cell(upload.runbook, named, cell.where)
+        backend = load_backend(upload.runbook.backend(named.backend))
+        return dict(backend.expected_log_shape(req))
+    except (EpcapError, KeyError, ValueError, LookupError):
+        return None
+
+
 def derive(upload: Upload, cell: Cell) -> Derived:
     """The attempt columns of one cell, recomputed as harness.campaign.analysis does."""
     if cell.path not in upload.derived:
@@ -107,7 +124,9 @@ def _derive(upload: Upload, cell: Cell) -> Derived:
     if exit_code is not None and (isinstance(exit_code, bool) or not isinstance(exit_code, int)):
         return Derived({}, None, f"{cell.path}/cell.json: field launcher.exit_code not an int")
     try:
-        summary = summarize(logs, **backend.expected_log_shape(req)) if logs else None
+        ready = cell.logs.summary if cell.logs is not None else None
+        summary = ready if ready is not None else (
+            summarize(logs, **backend.expected_log_shape(req)) if logs else None)
         verdict = judge_run(exit_code, str(launcher["state"]), logs, backend.failure_patterns(),
                             purpose=named.purpose, library=getattr(backend, "library", None),
                             summary=summary)
@@ -343,8 +362,13 @@ def check_timing_cells(table: Table, upload: Upload) -> Check:
     """A timing row's cell is a `time` cell of its model and backend at its timing capacity."""
     if not as_run(upload):
         return Check(TIMING_CELL, NOT_APPLICABLE, ["no runbook as run"])
-    bad = []
+    bad, seen = [], {}
     for row in table.rows:
+        pair = (norm(row.get("model")), norm(row.get("backend")))
+        if pair in seen:
+            bad.append(f"{where(table, row)}: {'/'.join(pair)} already timed at line "
+                       f"{seen[pair]}")
+        seen.setdefault(pair, row.line)
         cell = upload.cell_for(row)
         if cell is None:
             continue
@@ -384,11 +408,42 @@ def check_rederived(table: Table, upload: Upload) -> Check:
                 shown = format(float(shown), ".6g") if isinstance(shown, Fraction) else shown
                 bad.append(f"{where(table, row)}: {column} {written!r} but the harness "
                            f"derives {shown!r} from {cell.path}")
-        stated = (cell.cell_json or {}).get("status")
-        if stated is not None and str(stated) != got.columns.get("status"):
-            bad.append(f"{cell.path}/cell.json: status {stated!r} but the harness derives "
-                       f"{got.columns.get('status')!r}")
+    for _key, cell in sorted(upload.cells.items()):
+        if cell.where is None or cell.problem or parse_cell_name(cell.name) is None:
+            continue
+        got = derive(upload, cell)
+        if got.problem:
+            unknown.append(got.problem)
+            continue
+        bad += cell_json_problems(cell, got)
     return verdict_of(bad, [], NOT_REDERIVED, unknown)
+
+
+SUMMARY_KEYS = ("rows", "malformed_rows", "saturated_rows", "peak_actual_valid_recv",
+                "expected_recv", "budget", "iterations", "layers", "ranks", "missing_rows",
+                "duplicate_rows", "complete")
+
+
+def cell_json_problems(cell: Cell, got: Derived) -> list[str]:
+    """cell.json's status and summary (every cell, canaries too) against the derivation."""
+    data = cell.cell_json or {}
+    bad = []
+    stated = data.get("status")
+    if str(stated) != got.columns.get("status"):
+        bad.append(f"{cell.path}/cell.json: status {stated!r} but the harness derives "
+                   f"{got.columns.get('status')!r}")
+    summary = data.get("summary")
+    if got.summary is None:
+        if summary not in (None, {}):
+            bad.append(f"{cell.path}/cell.json: a summary, but the cell has no logs")
+        return bad
+    if not isinstance(summary, dict):
+        return bad + [f"{cell.path}/cell.json: field summary missing"]
+    for key in SUMMARY_KEYS:
+        if summary.get(key) != getattr(got.summary, key):
+            bad.append(f"{cell.path}/cell.json: summary.{key} {summary.get(key)!r} but the "
+                       f"harness derives {getattr(got.summary, key)!r}")
+    return bad
 
 
 def check_incomplete(table: Table, upload: Upload) -> Check:
@@ -494,8 +549,11 @@ def check_selection(table: Table, upload: Upload) -> Check:
     """Each selection row equals what harness.grid.selection derives from the cells."""
     if not as_run(upload):
         return Check(SELECTION_NOT_REDERIVED, NOT_APPLICABLE, ["no runbook as run"])
+    from harness.audit.evidence import evidence_columns
+    needed = [c for c in evidence_columns(SELECTION_TSV) if c in table.columns]
     bad, unknown = [], []
     for row in table.rows:
+        bad += [f"{where(table, row)}: field {c} empty" for c in needed if not row.get(c)]
         b, u = selection_problems(table, row, upload)
         bad += b
         unknown += u
