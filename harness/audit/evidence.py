@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.audit.vocab import (
-    BELOW_PEAK,
     CELL_IDENTITY,
     INCOMPLETE,
     INCONSISTENT,
@@ -102,13 +101,15 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
                                 INCONSISTENT),
         "peak_actual_valid_recv": _e(REDERIVED, "grid.selection.requirement(summary of the "
                                      "last measure cell)", SELECTION_NOT_REDERIVED),
-        "uniform_tokens": _e(CHECKED, "a measure attempt's N", INCONSISTENT),
+        "uniform_tokens": _e(REDERIVED, "the last measure's expected_recv (summarize)",
+                             SELECTION_NOT_REDERIVED),
         "measured_at_capacity": _e(REDERIVED, "capacity of the last measure attempt",
                                    SELECTION_NOT_REDERIVED),
         "selected_capacity": _e(REDERIVED, "grid.selection.select on the runbook's grid, "
                                 "then grid.capacity.step_up past dropping validates",
                                 SELECTION_NOT_REDERIVED),
-        "selected_budget_tokens": _e(CHECKED, "int(selected x N); >= peak", BELOW_PEAK),
+        "selected_budget_tokens": _e(REDERIVED, "grid.capacity.budget_tokens(selected, N); "
+                                     ">= peak", SELECTION_NOT_REDERIVED),
         "over_provision": _e(REDERIVED, "budget / peak (grid.capacity.over_provision)",
                              SELECTION_NOT_REDERIVED),
         "validated": _e(CHECKED, "an ok validate at the selected capacity",

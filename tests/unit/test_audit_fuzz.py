@@ -37,6 +37,7 @@ _spec.loader.exec_module(corpus)
 SIZE = int(os.environ.get("EPCAP_AUDIT_FUZZ", "24"))
 SEED = int(os.environ.get("EPCAP_AUDIT_FUZZ_SEED", "23"))
 GOAL = 0.99
+LEGACY_FLOOR = 0.5           # measured in the closing note; the layout lacks the runbook
 TABLES = (ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV)
 NUMBER = re.compile(r"(?<=[=\[ ])(\d+)")
 PROVENANCE_KEYS = ("harness.version", "harness.commit", "command_line", "utc_start",
@@ -120,12 +121,14 @@ def mutate_rows(rng: random.Random, root: Path) -> Mutation:
 
 
 def cells(root: Path) -> list[Path]:
-    return sorted(p for p in (root / "cells").iterdir() if p.is_dir())
+    """Every cell directory (under cells/, or under a step's cells/ in the earlier layout)."""
+    return sorted(p.parent for p in root.rglob("cell.json"))
 
 
 def mutate_cell_json(rng: random.Random, root: Path) -> Mutation:
     cell = rng.choice(cells(root))
     data = json.loads((cell / "cell.json").read_text())
+    data.setdefault("launcher", {})
     key = rng.choice(["name", "cell.model", "cell.backend", "cell.purpose", "cell.capacity",
                       "cell.attempt", "cell.campaign", "status", "launcher.exit_code",
                       "launcher.state"])
@@ -179,6 +182,8 @@ def mutate_log(rng: random.Random, root: Path) -> Mutation:
 def mutate_provenance(rng: random.Random, root: Path) -> Mutation:
     where = rng.choice([root, *cells(root)])
     path = where / "provenance.txt"
+    if not path.exists():
+        raise Skip
     lines = path.read_text().splitlines()
     key = rng.choice(PROVENANCE_KEYS)
     at = [i for i, x in enumerate(lines) if x.startswith(key + ":")]
@@ -199,6 +204,8 @@ def mutate_provenance(rng: random.Random, root: Path) -> Mutation:
 
 def mutate_runbook(rng: random.Random, root: Path) -> Mutation:
     path = root / "runbook.yaml"
+    if not path.exists():
+        raise Skip
     data = bytearray(path.read_bytes())
     spots = [i for i, c in enumerate(data) if chr(c).isdigit()]
     i = rng.choice(spots)
@@ -269,6 +276,19 @@ def test_mutations_of_the_harness_campaign_are_not_valid(tmp_path_factory, tmp_p
     killed, survivors, equivalents = fuzz(valid, tmp_path, SIZE, SEED)
     rate = report("harness campaign", killed, survivors, equivalents)
     assert rate >= GOAL, [m.what for m in survivors]
+
+
+@pytest.mark.slow
+def test_mutations_of_the_earlier_layout(tmp_path):
+    """The earlier campaign's layout has no runbook as run: only the older rules apply there,
+    so its kill rate is measured and printed, and held to the floor measured when the
+    re-derivation landed (docs/audit.md says why the rest survive)."""
+    valid = corpus.write_legacy(tmp_path / "legacy")
+    (u,) = audit_target(valid).uploads
+    assert u.verdict == "VALID"
+    killed, survivors, equivalents = fuzz(valid, tmp_path / "work", SIZE, SEED)
+    rate = report("earlier layout", killed, survivors, equivalents)
+    assert rate >= LEGACY_FLOOR
 
 
 def test_a_survivor_is_reported(tmp_path, capsys):

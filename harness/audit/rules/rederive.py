@@ -369,6 +369,9 @@ def check_timing_cells(table: Table, upload: Upload) -> Check:
             bad.append(f"{where(table, row)}: {'/'.join(pair)} already timed at line "
                        f"{seen[pair]}")
         seen.setdefault(pair, row.line)
+        if not row.get("cell_dir"):
+            bad.append(f"{where(table, row)}: field cell_dir empty")
+            continue
         cell = upload.cell_for(row)
         if cell is None:
             continue
@@ -379,6 +382,11 @@ def check_timing_cells(table: Table, upload: Upload) -> Check:
             bad.append(f"{where(table, row)}: cell_dir {cell.name} is not a time cell of "
                        f"{row.get('model')}/{row.get('backend')} at "
                        f"{row.get('timing_capacity')}")
+    attempts = upload.tables.get(ATTEMPTS_TSV)
+    timed = {(norm(r.get("model")), norm(r.get("backend")))
+             for r in (attempts.rows if attempts else []) if r.get("purpose") == Purpose.TIME}
+    bad += [f"{table.name}: no row for the timed arm {m}/{b} ({ATTEMPTS_TSV} has its time "
+            f"attempts)" for m, b in sorted(timed - set(seen))]
     return verdict_of(bad, [], TIMING_CELL, [])
 
 
@@ -524,6 +532,12 @@ def selection_problems(table: Table, row: Row, upload: Upload) -> tuple[list[str
                    f"zero-drop rung of the {rb.capacity.decimals or 'exact'} grid above peak "
                    f"{req.peak} (after step-ups) is {rung}")
     budget = cap.budget_tokens(rung, req.uniform_tokens)
+    if int_of(row.get("selected_budget_tokens")) != budget:
+        bad.append(f"{at}: selected_budget_tokens {row.get('selected_budget_tokens')!r} but "
+                   f"int({rung} x {req.uniform_tokens}) = {budget}")
+    if int_of(row.get("uniform_tokens")) != req.uniform_tokens:
+        bad.append(f"{at}: uniform_tokens {row.get('uniform_tokens')!r} but the measure's N "
+                   f"is {req.uniform_tokens}")
     written = row.get("over_provision")
     if written and not agrees(written, Fraction(budget, req.peak)):
         bad.append(f"{at}: over_provision {written} but budget/peak = {budget}/{req.peak}")
@@ -552,7 +566,13 @@ def check_selection(table: Table, upload: Upload) -> Check:
     from harness.audit.evidence import evidence_columns
     needed = [c for c in evidence_columns(SELECTION_TSV) if c in table.columns]
     bad, unknown = [], []
+    seen: dict[tuple[str, str], int] = {}
     for row in table.rows:
+        pair = (norm(row.get("model")), norm(row.get("backend")))
+        if pair in seen:
+            bad.append(f"{where(table, row)}: {'/'.join(pair)} already selected at line "
+                       f"{seen[pair]}")
+        seen.setdefault(pair, row.line)
         bad += [f"{where(table, row)}: field {c} empty" for c in needed if not row.get(c)]
         b, u = selection_problems(table, row, upload)
         bad += b
