@@ -272,3 +272,20 @@ def test_nested_and_side_by_side_uploads_stay_valid(campaign, tmp_path):
     corpus.link_copy(campaign, tmp_path / "b")
     result = audit_target(tmp_path)
     assert [u.verdict for u in result.uploads] == ["VALID", "VALID"]
+
+
+def test_publish_dry_run_refuses_a_new_lie(lie, capsys, monkeypatch):
+    """publish --dry-run still refuses anything not VALID, the new codes included."""
+    import huggingface_hub
+
+    from harness.publish import cli_publish
+
+    class Offline:
+        def list_repo_files(self, *a, **k):
+            raise OSError("offline")
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", Offline)
+    book = lie / "runbook.yaml"
+    corpus.replace_file(book, book.read_bytes() + b"# edited after the run\n")
+    assert cli_publish(str(lie), "org/runs", dry_run=True) != 0
+    assert "runbook-altered" in capsys.readouterr().out

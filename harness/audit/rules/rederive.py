@@ -277,10 +277,10 @@ def argv_value(argv: list, flag: str) -> str | None:
     return None
 
 
-def identity_problems(table: Table, row: Row, cell: Cell, rb) -> list[str]:
+def identity_problems(table: Table, row: Row, cell: Cell, campaign: str) -> list[str]:
     """A row's cell is the cell its name, cell.json, directory and argv all say."""
     at = where(table, row)
-    named = parse_cell_name(cell.name, getattr(rb, "campaign", ""))
+    named = parse_cell_name(cell.name, campaign)
     if named is None:
         return [f"{at}: cell_dir {cell.name!r} is not a name the harness writes"]
     bad = []
@@ -290,12 +290,14 @@ def identity_problems(table: Table, row: Row, cell: Cell, rb) -> list[str]:
             bad.append(f"{at}: {col} {row.get(col)!r} but its cell is {cell.name}")
     if decimal_of(row.get("capacity")) != decimal_of(named.capacity):
         bad.append(f"{at}: capacity {row.get('capacity')!r} but its cell is {cell.name}")
-    data = cell.cell_json or {}
+    if cell.cell_json is None:
+        return bad                   # the caller says UNKNOWN, naming the file
+    data = cell.cell_json
     stated = data.get("cell") if isinstance(data.get("cell"), dict) else {}
     if data.get("name") != cell.name:
         bad.append(f"{cell.path}/cell.json: name {data.get('name')!r} is not its directory")
     for col in ("campaign", "model", "backend", "purpose", "attempt"):
-        if str(stated.get(col)) != str(getattr(named, col) if col != "campaign" else rb.campaign):
+        if str(stated.get(col)) != str(getattr(named, col) if col != "campaign" else campaign):
             bad.append(f"{cell.path}/cell.json: cell.{col} {stated.get(col)!r} is not "
                        f"{cell.name}'s")
     if decimal_of(str(stated.get("capacity"))) != decimal_of(named.capacity):
@@ -330,10 +332,11 @@ def names_problems(upload: Upload) -> list[str]:
 
 
 def check_identity(table: Table, upload: Upload) -> Check:
-    """Identity and completeness: one cell backs one row; every finished cell has its row."""
-    if not as_run(upload):
-        return Check(CELL_IDENTITY, NOT_APPLICABLE, ["no runbook as run"])
-    bad, unknown = names_problems(upload), []
+    """Identity and completeness: a row's cell is the one its name, cell.json and argv say;
+    one cell backs one row (any layout); with the runbook as run, every name is the
+    runbook's and every finished cell has its row."""
+    rb = upload.runbook
+    bad, unknown = (names_problems(upload) if as_run(upload) else []), []
     seen: dict[str, int] = {}
     for row in table.rows:
         cell = upload.cell_for(row)
@@ -343,8 +346,10 @@ def check_identity(table: Table, upload: Upload) -> Check:
             bad.append(f"{where(table, row)}: cell {cell.path} already backs line "
                        f"{seen[cell.path]}")
         seen.setdefault(cell.path, row.line)
-        bad += identity_problems(table, row, cell, upload.runbook)
-    for key, cell in sorted(upload.cells.items()):
+        if cell.cell_json is None:
+            unknown.append(f"{cell.path}/cell.json: {cell.cell_json_problem or 'missing'}")
+        bad += identity_problems(table, row, cell, rb.campaign if rb else row.get("campaign"))
+    for key, cell in sorted(upload.cells.items()) if as_run(upload) else []:
         named = parse_cell_name(cell.name)
         if key in seen or cell.problem or not key.startswith("cells/") or (
                 named is not None and named.purpose == Purpose.CANARY):
