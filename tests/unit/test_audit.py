@@ -196,8 +196,10 @@ def test_mixed_timing_from_attempts_without_timing_tsv(mutant):
     (mutant / TIMING_TSV).unlink()
     corpus.edit(mutant, ATTEMPTS_TSV, corpus.set_where("capacity", "1.21875", backend="moonep",
                                                        purpose="time", model="QWEN3_30B"))
+    # the row now names a cell at another capacity: cell-identity too (issue 23)
     assert only(audit_target(mutant)).reasons == ["mixed-timing-capacity",
-                                                  "inconsistent-requirement", "timing-not-max"]
+                                                  "inconsistent-requirement", "timing-not-max",
+                                                  "cell-identity"]
 
 
 def test_missing_provenance(mutant):

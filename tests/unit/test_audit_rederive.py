@@ -288,4 +288,5 @@ def test_publish_dry_run_refuses_a_new_lie(lie, capsys, monkeypatch):
     book = lie / "runbook.yaml"
     corpus.replace_file(book, book.read_bytes() + b"# edited after the run\n")
     assert cli_publish(str(lie), "org/runs", dry_run=True) != 0
-    assert "runbook-altered" in capsys.readouterr().out
+    said = capsys.readouterr()
+    assert "runbook-altered" in said.out + said.err

@@ -277,8 +277,11 @@ def argv_value(argv: list, flag: str) -> str | None:
     return None
 
 
-def identity_problems(table: Table, row: Row, cell: Cell, campaign: str) -> list[str]:
-    """A row's cell is the cell its name, cell.json, directory and argv all say."""
+def identity_problems(table: Table, row: Row, cell: Cell, campaign: str,
+                      strict: bool = False) -> list[str]:
+    """A row's cell is the cell its name, cell.json, directory and argv all say. A key the
+    cell.json does not state is no claim, except where the harness always writes it
+    (`strict`: an upload with its runbook as run)."""
     at = where(table, row)
     named = parse_cell_name(cell.name, campaign)
     if named is None:
@@ -294,13 +297,16 @@ def identity_problems(table: Table, row: Row, cell: Cell, campaign: str) -> list
         return bad                   # the caller says UNKNOWN, naming the file
     data = cell.cell_json
     stated = data.get("cell") if isinstance(data.get("cell"), dict) else {}
-    if data.get("name") != cell.name:
+    if ("name" in data or strict) and data.get("name") != cell.name:
         bad.append(f"{cell.path}/cell.json: name {data.get('name')!r} is not its directory")
     for col in ("campaign", "model", "backend", "purpose", "attempt"):
+        if col not in stated and not strict:
+            continue
         if str(stated.get(col)) != str(getattr(named, col) if col != "campaign" else campaign):
             bad.append(f"{cell.path}/cell.json: cell.{col} {stated.get(col)!r} is not "
                        f"{cell.name}'s")
-    if decimal_of(str(stated.get("capacity"))) != decimal_of(named.capacity):
+    if ("capacity" in stated or strict) and \
+            decimal_of(str(stated.get("capacity"))) != decimal_of(named.capacity):
         bad.append(f"{cell.path}/cell.json: cell.capacity {stated.get('capacity')!r}")
     argv = data.get("argv") if isinstance(data.get("argv"), list) else []
     for flag, value in (("--model", named.model), ("--capacity", named.capacity)):
@@ -348,7 +354,8 @@ def check_identity(table: Table, upload: Upload) -> Check:
         seen.setdefault(cell.path, row.line)
         if cell.cell_json is None:
             unknown.append(f"{cell.path}/cell.json: {cell.cell_json_problem or 'missing'}")
-        bad += identity_problems(table, row, cell, rb.campaign if rb else row.get("campaign"))
+        bad += identity_problems(table, row, cell, rb.campaign if rb else row.get("campaign"),
+                                 as_run(upload))
     for key, cell in sorted(upload.cells.items()) if as_run(upload) else []:
         named = parse_cell_name(cell.name)
         if key in seen or cell.problem or not key.startswith("cells/") or (
