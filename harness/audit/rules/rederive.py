@@ -12,6 +12,7 @@ but holds no runbook fails `runbook-altered`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from fractions import Fraction
@@ -58,6 +59,7 @@ from harness.results.layout import (
     parse_cell_name,
 )
 from harness.results.provenance import parse_provenance
+from harness.results.rows import AttemptRow, SelectionRow
 from harness.taxonomy.judge import iter_log_lines, judge_run
 from harness.telemetry.summary import LogSummary, summarize
 from harness.timing.verdicts import backend_of, is_control
@@ -287,6 +289,9 @@ def identity_problems(table: Table, row: Row, cell: Cell, campaign: str,
     if named is None:
         return [f"{at}: cell_dir {cell.name!r} is not a name the harness writes"]
     bad = []
+    if strict and row.get("campaign") != campaign:
+        bad.append(f"{at}: campaign {row.get('campaign')!r} but the runbook as run is "
+                   f"{campaign!r}")
     for col, value in (("model", named.model), ("backend", named.backend),
                        ("purpose", named.purpose), ("attempt", str(named.attempt))):
         if norm(row.get(col)) != norm(value):
@@ -358,6 +363,12 @@ def check_identity(table: Table, upload: Upload) -> Check:
                                  as_run(upload))
     for key, cell in sorted(upload.cells.items()) if as_run(upload) else []:
         named = parse_cell_name(cell.name)
+        if key not in seen and named is not None and cell.cell_json is not None:
+            probe = Row(0, {"model": named.model, "backend": named.backend,
+                            "purpose": named.purpose, "attempt": str(named.attempt),
+                            "capacity": named.capacity, "campaign": rb.campaign})
+            bad += [w.replace(f"{table.name}:0: ", "") for w in
+                    identity_problems(table, probe, cell, rb.campaign, True)]
         if key in seen or cell.problem or not key.startswith("cells/") or (
                 named is not None and named.purpose == Purpose.CANARY):
             continue                 # the driver writes no attempts row for a canary
@@ -404,13 +415,35 @@ def check_timing_cells(table: Table, upload: Upload) -> Check:
 
 # ---------------------------------------------------------------- not-rederived, incomplete
 
+def typed_problems(table: Table, row_type: type) -> list[str]:
+    """Evidence columns whose written value is not of the row field's type (an int, a
+    number, true/false): a value the audit cannot read is never passed over."""
+    from harness.audit.evidence import evidence_columns
+    kinds = {f.name: str(f.type) for f in dataclasses.fields(row_type)}
+    bad = []
+    for column in evidence_columns(table.name):
+        kind = kinds.get(column, "")
+        if column not in table.columns:
+            continue
+        for row in table.rows:
+            value = row.get(column)
+            ok = (not value or ("bool" in kind and norm(value) in ("true", "false"))
+                  or ("int" in kind and int_of(value) is not None)
+                  or ("float" in kind and decimal_of(value) is not None)
+                  or not any(k in kind for k in ("bool", "int", "float")))
+            if not ok:
+                bad.append(f"{where(table, row)}: field {column} {value!r} is not "
+                           f"{kind.replace(' | None', '')}")
+    return bad
+
+
 def check_rederived(table: Table, upload: Upload) -> Check:
     """Every evidence column of an attempts row equals what the harness derives from its cell."""
     if not as_run(upload):
         return Check(NOT_REDERIVED, NOT_APPLICABLE, ["no runbook as run"])
     from harness.audit.evidence import rederived_columns
     columns = rederived_columns(ATTEMPTS_TSV)
-    bad, unknown = [], []
+    bad, unknown = typed_problems(table, AttemptRow), []
     for row in table.rows:
         cell = upload.cell_for(row)
         if cell is None or cell.where is None:
@@ -586,6 +619,8 @@ def check_selection(table: Table, upload: Upload) -> Check:
                        f"{seen[pair]}")
         seen.setdefault(pair, row.line)
         bad += [f"{where(table, row)}: field {c} empty" for c in needed if not row.get(c)]
+    bad += typed_problems(table, SelectionRow)
+    for row in table.rows:
         b, u = selection_problems(table, row, upload)
         bad += b
         unknown += u
