@@ -37,7 +37,7 @@ _spec.loader.exec_module(corpus)
 SIZE = int(os.environ.get("EPCAP_AUDIT_FUZZ", "24"))
 SEED = int(os.environ.get("EPCAP_AUDIT_FUZZ_SEED", "23"))
 GOAL = 0.99
-LEGACY_FLOOR = 0.5           # measured in the closing note; the layout lacks the runbook
+LEGACY_FLOOR = 0.4           # measured 55.6% over 277 mutations (closing note); no runbook as run
 TABLES = (ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV)
 NUMBER = re.compile(r"(?<=[=\[ ])(\d+)")
 PROVENANCE_KEYS = ("harness.version", "harness.commit", "command_line", "utc_start",
