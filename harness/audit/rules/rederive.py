@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import multiprocessing as mp
+import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -98,6 +101,34 @@ def expected_shape(upload: Upload, cell: Cell) -> dict[str, int] | None:
         return dict(backend.expected_log_shape(req))
     except (EpcapError, KeyError, ValueError, LookupError):
         return None
+
+
+PARALLEL_BYTES = 64 << 20          # logs this large are re-judged on several cores
+_FORKED: list[Upload] = []         # the upload a forked worker derives from
+
+
+def _derive_key(key: str) -> tuple[str, Derived]:
+    upload = _FORKED[0]
+    return key, _derive(upload, upload.cells[key])
+
+
+def derive_all(upload: Upload) -> None:
+    """Derive every cell up front, on several cores (forked workers that inherit the loaded
+    upload) when the logs are large: the taxonomy's line scan is the audit's main cost."""
+    todo = [k for k, c in sorted(upload.cells.items()) if c.where is not None
+            and not c.problem and k not in upload.derived and parse_cell_name(c.name)]
+    workers = min(len(todo), os.cpu_count() or 1, 16)
+    size = sum(p.stat().st_size for k in todo for p in upload.cells[k].where.glob(LOG_GLOB)
+               if p.is_file() and not p.is_symlink())
+    if workers < 2 or size < PARALLEL_BYTES or "fork" not in mp.get_all_start_methods():
+        return
+    _FORKED[:] = [upload]
+    try:
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
+            for key, got in pool.map(_derive_key, todo):
+                upload.derived[key] = got
+    finally:
+        _FORKED.clear()
 
 
 def derive(upload: Upload, cell: Cell) -> Derived:
@@ -445,6 +476,7 @@ def check_rederived(table: Table, upload: Upload) -> Check:
         return Check(NOT_REDERIVED, NOT_APPLICABLE, ["no runbook as run"])
     from harness.audit.evidence import rederived_columns
     columns = rederived_columns(ATTEMPTS_TSV)
+    derive_all(upload)
     bad, unknown = typed_problems(table, AttemptRow), []
     for row in table.rows:
         cell = upload.cell_for(row)
