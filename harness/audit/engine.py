@@ -19,6 +19,7 @@ from harness.audit.load import load_upload
 from harness.audit.model import FAIL, UNKNOWN, Check, Upload
 from harness.audit.readers import find_uploads
 from harness.audit.rules import RULES, apply_rule, check_missing_provenance
+from harness.audit.rules.rederive import check_provenance_keys, check_runbook
 from harness.audit.rules.selection import check_nothing_to_judge, held_out_notes
 from harness.audit.vocab import NOTHING_TO_JUDGE, UPLOAD_MARKERS, VERDICTS
 from harness.errors import BadInput
@@ -72,6 +73,8 @@ def audit_upload(upload: Upload, errata: Errata, order: GitClones) -> UploadVerd
     """Apply every rule; nothing to judge is UNKNOWN; else INVALID beats UNKNOWN beats VALID."""
     checks = [apply_rule(rule, upload) for rule in RULES]
     checks.append(check_missing_provenance(upload))
+    checks.append(check_runbook(upload))
+    checks.append(check_provenance_keys(upload))
     checks += [check_predates(upload, fix, order) for fix in errata.fixes]
     empty = check_nothing_to_judge(upload)
     notes = upload.notes + held_out_notes(upload)

@@ -7,21 +7,31 @@ covered by the nearest `provenance.txt` at or above its directory inside the upl
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import shutil
+import tempfile
 from pathlib import Path, PurePosixPath
 
 from harness.audit.model import Cell, Upload, cell_key, norm
 from harness.audit.readers import (
+    SMALL_CAP_BYTES,
     read_fields,
     read_json,
     read_logs,
     read_runbook,
     read_table,
     runbook_pad_multiple,
-    runbook_tags,
+    safe_read,
 )
+from harness.audit.rules.rederive import expected_shape
 from harness.audit.vocab import IGNORED_TAG, TABLES, ignored_name, is_ignored_row
-from harness.results.layout import CELL_JSON, PROVENANCE_TXT
+from harness.errors import EpcapError
+from harness.io.yamldoc import Doc
+from harness.results.layout import CELL_JSON, EVENTS_JSONL, PROVENANCE_TXT, RUNBOOK_YAML
+from harness.runbook.load import load_runbook
+from harness.runbook.zoo import ZOO
 
 
 class Coverage:
@@ -67,9 +77,9 @@ def inside(folder: Path, key: str) -> Path | None:
 
 
 def load_cell(root: Path, folder: Path, path: Path, coverage: Coverage,
-              tags: dict[str, dict[str, str]]) -> Cell:
+              tags: dict[str, dict[str, str]], upload: Upload | None = None) -> Cell:
     """One cell directory: its covering provenance, cell.json and logs."""
-    cell = Cell(path.name, path.relative_to(folder).as_posix())
+    cell = Cell(path.name, path.relative_to(folder).as_posix(), where=path)
     cell.provenance, cell.provenance_at, _ = coverage.nearest(path)
     cell.cell_json, cell.cell_json_problem = read_json(root, path / CELL_JSON)
     backend = ""
@@ -77,7 +87,9 @@ def load_cell(root: Path, folder: Path, path: Path, coverage: Coverage,
         backend = norm(str(cell.cell_json["cell"].get("backend") or ""))
     parts = path.name.split("__")
     backend = backend or (norm(parts[1]) if len(parts) > 1 else "")
-    cell.logs, cell.logs_problem = read_logs(root, path, cell.cell_json, tags.get(backend))
+    shape = expected_shape(upload, cell) if upload is not None else None
+    cell.logs, cell.logs_problem = read_logs(root, path, cell.cell_json, tags.get(backend),
+                                             shape)
     return cell
 
 
@@ -103,7 +115,8 @@ def scan_cells(root: Path, folder: Path, cells: Path, upload: Upload, coverage: 
         elif entry.is_symlink():
             upload.cells[key] = Cell(entry.name, key, problem="a link (not followed)")
         elif entry.is_dir(follow_symlinks=False):
-            upload.cells[key] = load_cell(root, folder, Path(entry.path), coverage, tags)
+            upload.cells[key] = load_cell(root, folder, Path(entry.path), coverage, tags,
+                                          upload)
 
 
 def step_folders(folder: Path) -> list[Path]:
@@ -127,7 +140,74 @@ def load_cells(root: Path, folder: Path, upload: Upload, coverage: Coverage,
             key = cell_key(row)
             path = inside(folder, key) if key and key not in upload.cells else None
             if path is not None and path.is_dir() and not IGNORED_TAG.search(path.name):
-                upload.cells[key] = load_cell(root, folder, path, coverage, tags)
+                upload.cells[key] = load_cell(root, folder, path, coverage, tags, upload)
+
+
+def load_as_run(root: Path, folder: Path, upload: Upload) -> None:
+    """The upload's runbook.yaml as evidence: its sha256, and the harness's own Runbook of it
+    (through the harness loader: the bounded YAML reader), or why it could not be loaded."""
+    if not os.path.lexists(folder / RUNBOOK_YAML):
+        upload.runbook_problem = f"no {RUNBOOK_YAML}"
+        return
+    data, problem = safe_read(root, folder / RUNBOOK_YAML, SMALL_CAP_BYTES)
+    if data is None:
+        upload.runbook_problem = f"{RUNBOOK_YAML}: {problem}"
+        return
+    upload.runbook_sha256 = hashlib.sha256(data).hexdigest()
+    try:
+        upload.runbook = load_runbook(folder / RUNBOOK_YAML)
+    except EpcapError as exc:
+        upload.runbook_problem = f"{RUNBOOK_YAML} does not load: {str(exc)[:200]}"
+        upload.runbook = with_recorded_zoo(folder, data, upload) or None
+    except (OSError, ValueError) as exc:
+        upload.runbook_problem = f"{RUNBOOK_YAML} does not load: {type(exc).__name__}"
+
+
+def recorded_models_sha(folder: Path) -> str | None:
+    """models_sha256 of events.jsonl's first event (the zoo the campaign read), else None."""
+    try:
+        with open(folder / EVENTS_JSONL, encoding="utf-8") as handle:
+            event = json.loads(handle.readline(1 << 16))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    value = event.get("models_sha256") if isinstance(event, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def with_recorded_zoo(folder: Path, data: bytes, upload: Upload):
+    """The runbook as run when its model zoo was not frozen beside it (a models_file outside
+    the results directory): loaded against the harness's shipped zoo, only when that zoo's
+    sha256 is the one events.jsonl recorded for the run; else None."""
+    recorded = recorded_models_sha(folder)
+    if recorded is None or hashlib.sha256(ZOO.read_bytes()).hexdigest() != recorded:
+        return None
+    try:
+        text = data.decode("utf-8")
+        doc = Doc(folder / RUNBOOK_YAML, text, quote=False).data
+    except (EpcapError, UnicodeDecodeError):
+        return None
+    rel = doc.get("models_file", "models.yaml") if isinstance(doc, dict) else None
+    if not isinstance(rel, str) or PurePosixPath(rel).is_absolute():
+        return None
+    depth = sum(part == ".." for part in PurePosixPath(rel).parts)
+    with tempfile.TemporaryDirectory(prefix="epcap-audit-") as tmp:
+        base = Path(tmp).joinpath(*[f"d{i}" for i in range(depth)])
+        zoo = (base / rel).resolve()
+        if Path(tmp).resolve() not in zoo.parents:
+            return None
+        base.mkdir(parents=True, exist_ok=True)
+        zoo.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ZOO, zoo)
+        (base / RUNBOOK_YAML).write_bytes(data)
+        try:
+            book = load_runbook(base / RUNBOOK_YAML)
+        except (EpcapError, OSError, ValueError):
+            return None
+    upload.runbook_problem = None
+    upload.notes.append(f"{RUNBOOK_YAML}: its models_file was not frozen with it; loaded "
+                        f"against the harness's zoo, whose sha256 is the one "
+                        f"{EVENTS_JSONL} recorded")
+    return book
 
 
 def load_upload(root: Path, folder: Path, pad_multiple: int) -> Upload:
@@ -142,7 +222,10 @@ def load_upload(root: Path, folder: Path, pad_multiple: int) -> Upload:
         table.rows = [r for r in table.rows if not is_ignored_row(r)]
     upload.provenance, upload.provenance_problem = coverage.fields_at(folder)
     book = read_runbook(root, folder)
-    load_cells(root, folder, upload, coverage, runbook_tags(book))
+    upload.folder = folder
+    load_as_run(root, folder, upload)
+    # the telemetry format is the SPEC's and the backend's, never the upload's runbook's
+    load_cells(root, folder, upload, coverage, {})
     upload.ignored_cells = sorted(set(upload.ignored_cells))
     upload.runbook_pad_multiple = runbook_pad_multiple(book)
     if upload.runbook_pad_multiple is not None and upload.runbook_pad_multiple != pad_multiple:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
+from pathlib import Path
 
 from harness.vocab import DEFAULT_PAD_MULTIPLE
 
@@ -62,6 +63,7 @@ class LogFacts:
     budgets: list[int]
     expected_recv: list[int]
     malformed_rows: int
+    summary: object = None                               # the harness's LogSummary, as run
 
 
 @dataclass
@@ -77,6 +79,7 @@ class Cell:
     logs: LogFacts | None = None
     logs_problem: str | None = None
     problem: str | None = None                           # e.g. a link not followed
+    where: Path | None = None                            # the directory on disk
 
 
 @dataclass
@@ -92,6 +95,11 @@ class Upload:
     pad_multiple: int = DEFAULT_PAD_MULTIPLE              # the audit's own, never the upload's
     runbook_pad_multiple: object = None                   # what the upload's runbook says
     notes: list[str] = field(default_factory=list)
+    folder: Path | None = None                           # the upload directory on disk
+    runbook_sha256: str | None = None                    # of runbook.yaml's bytes, if read
+    runbook: object = None                               # harness Runbook of runbook.yaml
+    runbook_problem: str | None = None                   # why it could not be loaded
+    derived: dict = field(default_factory=dict)          # cell path -> what the harness derives
 
     def cell_for(self, row: Row) -> Cell | None:
         """The cell a row names: by its path in the upload, else by a unique directory name."""

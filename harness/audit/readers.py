@@ -15,7 +15,7 @@ import os
 import stat
 from pathlib import Path
 
-from harness.audit.model import LogFacts, Row, Table, norm
+from harness.audit.model import LogFacts, Row, Table
 from harness.errors import BadInput, EpcapError
 from harness.io.yamldoc import Doc
 from harness.results import tables as results
@@ -122,21 +122,6 @@ def runbook_pad_multiple(book: dict) -> object:
     return capacity.get("pad_multiple") if isinstance(capacity, dict) else None
 
 
-def runbook_tags(book: dict) -> dict[str, dict[str, str]]:
-    """Native telemetry tags per backend (normalised name) from the runbook, when well-formed."""
-    tags: dict[str, dict[str, str]] = {}
-    backends = book.get("backends")
-    for item in backends if isinstance(backends, list) else []:
-        options = item.get("options") if isinstance(item, dict) else None
-        value = options.get("telemetry_tags") if isinstance(options, dict) else None
-        if (isinstance(value, dict) and value and isinstance(item.get("name"), str)
-                and all(isinstance(k, str) and isinstance(v, str) and v
-                        for k, v in value.items())):
-            tags[norm(item["name"])] = {k: v for k, v in value.items()
-                                        if k in ("dispatch", "setup")}
-    return tags
-
-
 def log_files(root: Path, cell: Path) -> tuple[list[Path], str | None]:
     """The `*.log` files at the top of a cell directory (capped, links checked)."""
     found, problems = [], []
@@ -189,27 +174,31 @@ def content_key(files: list[Path], warmup: int, tags: dict[str, str] | None) -> 
 
 
 def read_logs(root: Path, cell: Path, cell_json: dict | None,
-              tags: dict[str, str] | None) -> tuple[LogFacts | None, str | None]:
-    """Facts of a cell's logs, or None and why; (None, None) when the cell has no logs."""
+              tags: dict[str, str] | None, shape: dict[str, int] | None = None
+              ) -> tuple[LogFacts | None, str | None]:
+    """Facts of a cell's logs, or None and why; (None, None) when the cell has no logs.
+    `shape` (the runbook as run's expected ranks x layers x iterations) makes the one pass
+    also the harness's own summary of the cell, kept in the facts for the re-derivation."""
     from harness.telemetry.summary import summarize  # lazy: uploads without logs skip numpy
     files, problem = log_files(root, cell)
     if problem:
         return None, problem
     if not files:
         return None, None
-    warmup = stated_warmup(cell_json)
-    key = content_key(files, warmup, tags)
+    warmup = 0 if shape is not None else stated_warmup(cell_json)
+    key = content_key(files, warmup, tags) if shape is None else None
     if key in _FACTS:
         return dataclasses.replace(_FACTS[key], files=[f.name for f in files]), None
     try:
-        summary = summarize(files, tags=tags)
+        summary = summarize(files, tags=tags, **(shape or {}))
         late = summarize(files, warmup=warmup, tags=tags).peak_actual_valid_recv if warmup \
             else summary.peak_actual_valid_recv
     except (EpcapError, OSError, ValueError, MemoryError) as exc:
         return None, f"logs unreadable ({exc})"
     facts = LogFacts([f.name for f in files], summary.rows, summary.saturated_rows,
                      summary.peak_actual_valid_recv, late, list(summary.budget_values),
-                     list(summary.expected_recv_values), summary.malformed_rows)
+                     list(summary.expected_recv_values), summary.malformed_rows,
+                     summary if shape is not None else None)
     if key is not None and len(_FACTS) < FACTS_KEPT:
         _FACTS[key] = facts
     return facts, None

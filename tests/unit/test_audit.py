@@ -196,8 +196,10 @@ def test_mixed_timing_from_attempts_without_timing_tsv(mutant):
     (mutant / TIMING_TSV).unlink()
     corpus.edit(mutant, ATTEMPTS_TSV, corpus.set_where("capacity", "1.21875", backend="moonep",
                                                        purpose="time", model="QWEN3_30B"))
+    # the row now names a cell at another capacity: cell-identity too (issue 23)
     assert only(audit_target(mutant)).reasons == ["mixed-timing-capacity",
-                                                  "inconsistent-requirement", "timing-not-max"]
+                                                  "inconsistent-requirement", "timing-not-max",
+                                                  "cell-identity"]
 
 
 def test_missing_provenance(mutant):
@@ -638,7 +640,9 @@ def test_harness_campaign_audits_valid_and_mutations_do_not(campaign, tmp_path):
             return None
         return row
     corpus.edit(unvalidated, ATTEMPTS_TSV, no_ultraep_validate)
-    assert dropped and only(audit_target(unvalidated)).reasons == ["unvalidated-selection"]
+    # the dropped row's finished cell now has no row: cell-identity as well (issue 23)
+    assert dropped and only(audit_target(unvalidated)).reasons == ["unvalidated-selection",
+                                                                    "cell-identity"]
 
     saturated = corpus.copy(campaign, tmp_path / "saturated")
     (cell,) = [p for p in (saturated / "cells").iterdir()

@@ -1,0 +1,211 @@
+"""The evidence map (issue 23): for every column of every TSV the harness writes, and every
+cell.json and provenance key the rules use, where the value comes from and how the audit
+re-derives it, or that it cannot, in which case it never helps an upload to VALID.
+
+Kinds: `rederived` (recomputed from the cell with the harness's own function and compared),
+`identity` (must agree with the cell's name, cell.json, argv and the runbook as run),
+`checked` (compared with other evidence by a rule, not recomputed), `hashed` (a digest
+compared with the bytes it names), `context` (not evidence: no rule reads it to reach VALID),
+`not-rederived` (evidence the audit cannot re-derive yet: no rule passes on it).
+tests/unit/test_audit_evidence.py fails when a column of harness/results/rows.py has no entry;
+docs/audit.md#evidence-map prints this table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.audit.vocab import (
+    CELL_IDENTITY,
+    INCOMPLETE,
+    INCONSISTENT,
+    MISSING_CELL,
+    MISSING_PROVENANCE,
+    MIXED_TIMING,
+    NOT_REDERIVED,
+    PREDATES,
+    RUNBOOK_ALTERED,
+    SELECTION_NOT_REDERIVED,
+    TIMING_CELL,
+    TIMING_NOT_MAX,
+    UNVALIDATED,
+    VALIDATED_SATURATED,
+)
+from harness.results.layout import ATTEMPTS_TSV, COMPARISON_TSV, SELECTION_TSV, TIMING_TSV
+
+CELL_JSON_KEYS = "cell.json"
+PROVENANCE_KEYS = "provenance.txt"
+
+REDERIVED, IDENTITY, CHECKED, HASHED, CONTEXT, NOT_YET = (
+    "rederived", "identity", "checked", "hashed", "context", "not-rederived")
+KINDS = (REDERIVED, IDENTITY, CHECKED, HASHED, CONTEXT, NOT_YET)
+EVIDENCE_KINDS = (REDERIVED, IDENTITY, CHECKED, HASHED)     # a lie here must not be VALID
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One column or key: its kind, where it comes from, and the rule code that checks it."""
+
+    kind: str
+    source: str
+    code: str = ""
+
+
+def _e(kind: str, source: str, code: str = "") -> Evidence:
+    return Evidence(kind, source, code)
+
+
+SUMMARY = "telemetry.summary.summarize over the cell's rank*.log (backend's expected shape)"
+JUDGE = "taxonomy.judge.judge_run(cell.json launcher.exit_code/state, logs, backend patterns)"
+NAME = "the cell's directory name (results.layout.parse_cell_name), cell.json cell.*, argv"
+
+EVIDENCE: dict[str, dict[str, Evidence]] = {
+    ATTEMPTS_TSV: {
+        "campaign": _e(IDENTITY, "runbook as run: campaign; cell.json cell.campaign",
+                       CELL_IDENTITY),
+        "model": _e(IDENTITY, NAME + "; a runbook model as SPEC 6 compares names", CELL_IDENTITY),
+        "backend": _e(IDENTITY, NAME + "; a runbook backend as SPEC 6 compares names", CELL_IDENTITY),
+        "purpose": _e(IDENTITY, NAME, CELL_IDENTITY),
+        "attempt": _e(IDENTITY, NAME, CELL_IDENTITY),
+        "capacity": _e(IDENTITY, NAME + " (--capacity)", CELL_IDENTITY),
+        "capacity_tag": _e(REDERIVED, "grid.capacity.capacity_tag(capacity)", NOT_REDERIVED),
+        "uniform_tokens": _e(REDERIVED, "runbook shape x model topk (Shape.uniform_tokens)",
+                             NOT_REDERIVED),
+        "budget_tokens": _e(REDERIVED, "grid.capacity.budget_tokens(capacity, N)",
+                            NOT_REDERIVED),
+        "status": _e(REDERIVED, JUDGE + "; a time run without [EPCAP_TIMING] is crash",
+                     NOT_REDERIVED),
+        "rows": _e(REDERIVED, SUMMARY + ": rows", NOT_REDERIVED),
+        "malformed_rows": _e(REDERIVED, SUMMARY + ": malformed_rows", NOT_REDERIVED),
+        "saturated_rows": _e(REDERIVED, SUMMARY + ": saturated_rows", NOT_REDERIVED),
+        "peak_actual_valid_recv": _e(REDERIVED, SUMMARY + ": peak (measured runs only)",
+                                     NOT_REDERIVED),
+        "required_capacity": _e(REDERIVED, SUMMARY + ": peak / expected_recv, at the "
+                                "precision written", NOT_REDERIVED),
+        "cell_dir": _e(IDENTITY, "one cell backs one row; every finished cell has a row",
+                       CELL_IDENTITY),
+        "started_utc": _e(CONTEXT, "the driver's clock; no rule reads it"),
+        "finished_utc": _e(CONTEXT, "the driver's clock; no rule reads it"),
+        "wall_s": _e(CONTEXT, "the launcher's clock; no rule reads it"),
+        "backend_impl": _e(REDERIVED, "Backend.implementation(timing line of the logs)",
+                           NOT_REDERIVED),
+        "exit_code": _e(REDERIVED, "cell.json launcher.exit_code", NOT_REDERIVED),
+        "failure_line": _e(CONTEXT, "judge_run's deciding line, for readers; status is "
+                           "what the rules judge"),
+    },
+    SELECTION_TSV: {
+        "campaign": _e(CONTEXT, "the campaign name; rows are matched by model/backend"),
+        "model": _e(IDENTITY, "a runbook model as SPEC 6 compares names", CELL_IDENTITY),
+        "backend": _e(IDENTITY, "a runbook backend as SPEC 6 compares names", CELL_IDENTITY),
+        "required_capacity": _e(CHECKED, "peak / N of the row (cells.requirement_problem)",
+                                INCONSISTENT),
+        "peak_actual_valid_recv": _e(REDERIVED, "grid.selection.requirement(summary of the "
+                                     "last measure cell)", SELECTION_NOT_REDERIVED),
+        "uniform_tokens": _e(REDERIVED, "the last measure's expected_recv (summarize)",
+                             SELECTION_NOT_REDERIVED),
+        "measured_at_capacity": _e(REDERIVED, "capacity of the last measure attempt",
+                                   SELECTION_NOT_REDERIVED),
+        "selected_capacity": _e(REDERIVED, "grid.selection.select on the runbook's grid, "
+                                "then grid.capacity.step_up past dropping validates",
+                                SELECTION_NOT_REDERIVED),
+        "selected_budget_tokens": _e(REDERIVED, "grid.capacity.budget_tokens(selected, N); "
+                                     ">= peak", SELECTION_NOT_REDERIVED),
+        "over_provision": _e(REDERIVED, "budget / peak (grid.capacity.over_provision)",
+                             SELECTION_NOT_REDERIVED),
+        "validated": _e(CHECKED, "an ok validate at the selected capacity",
+                        VALIDATED_SATURATED),
+        "validate_attempts": _e(NOT_YET, "count of validate rows; not re-derived"),
+        "timing_capacity": _e(CHECKED, "grid.selection.timing_capacity of the pair's "
+                              "selections", TIMING_NOT_MAX),
+        "validate_seed": _e(NOT_YET, "runbook validate seed (grid.heldout); not re-derived"),
+        "validate_steps": _e(REDERIVED, SUMMARY + ": iterations of the accepted validate",
+                             SELECTION_NOT_REDERIVED),
+        "validate_peak": _e(CHECKED, "the accepted validate's peak", INCONSISTENT),
+        "headroom": _e(CHECKED, "selected budget / validate_peak", INCONSISTENT),
+        "drop_risk_95": _e(REDERIVED, "grid.risk.drop_risk_95(validate_steps)",
+                           SELECTION_NOT_REDERIVED),
+        "predicted_drop_risk": _e(NOT_YET, "grid.risk.fit_risk of routing traces; not "
+                                  "re-derived"),
+        "predicted_drop_risk_hi": _e(NOT_YET, "grid.risk.fit_risk; not re-derived"),
+        "held_out": _e(NOT_YET, "validate seed != measure seed; stated as a note"),
+    },
+    TIMING_TSV: {
+        "campaign": _e(CONTEXT, "the campaign name"),
+        "model": _e(IDENTITY, "a runbook model as SPEC 6 compares names; the time cell's name",
+                    CELL_IDENTITY),
+        "backend": _e(IDENTITY, "a runbook backend as SPEC 6 compares names; the time cell's name",
+                      CELL_IDENTITY),
+        "timing_capacity": _e(IDENTITY, "the time cell's capacity; one per model",
+                              MIXED_TIMING),
+        "budget_tokens": _e(NOT_YET, "int(timing_capacity x N); not re-derived"),
+        "status": _e(NOT_YET, "the launches' statuses; not re-derived"),
+        "trials": _e(NOT_YET, "runbook timing.trials; not re-derived"),
+        "iters": _e(NOT_YET, "runbook timing.iters; not re-derived"),
+        "dispatch_ms_median": _e(NOT_YET, "timing.verdicts over [EPCAP_TIMING]; not "
+                                 "re-derived"),
+        "dispatch_ms_p90": _e(NOT_YET, "timing.verdicts; not re-derived"),
+        "combine_ms_median": _e(NOT_YET, "timing.verdicts; not re-derived"),
+        "combine_ms_p90": _e(NOT_YET, "timing.verdicts; not re-derived"),
+        "step_cv": _e(NOT_YET, "timing.verdicts; not re-derived"),
+        "noise_floor_pct": _e(NOT_YET, "timing.verdicts; not re-derived"),
+        "algbw_gbps": _e(NOT_YET, "timing line; not re-derived"),
+        "peak_mem_bytes": _e(NOT_YET, "timing line; not re-derived"),
+        "cell_dir": _e(IDENTITY, "a time cell of the row's model/backend at its capacity",
+                       TIMING_CELL),
+        "launches": _e(NOT_YET, "count of time cells; not re-derived"),
+        "dispatch_ms_p10": _e(NOT_YET, "timing.verdicts; not re-derived"),
+        "combine_ms_p10": _e(NOT_YET, "timing.verdicts; not re-derived"),
+        "timer": _e(NOT_YET, "timing line; not re-derived"),
+        "backend_impl": _e(NOT_YET, "timing line; not re-derived"),
+    },
+    COMPARISON_TSV: {column: _e(NOT_YET, "timing.stats paired bootstrap over the launches' "
+                                "medians; comparison.tsv is not yet read by the audit")
+                     for column in ("campaign", "model", "backend", "baseline", "phase",
+                                    "launches", "ratio_median", "ci_low", "ci_high",
+                                    "cv_backend", "cv_baseline", "verdict", "reason")},
+    CELL_JSON_KEYS: {
+        "name": _e(IDENTITY, "the directory name", CELL_IDENTITY),
+        "cell": _e(IDENTITY, "campaign/model/backend/purpose/capacity/attempt of the name",
+                   CELL_IDENTITY),
+        "argv": _e(IDENTITY, "--model and --capacity of the name", CELL_IDENTITY),
+        "status": _e(REDERIVED, JUDGE, NOT_REDERIVED),
+        "launcher": _e(CHECKED, "exit_code and state feed judge_run; OOM/assert signatures "
+                       "must be in the logs", NOT_REDERIVED),
+        "summary": _e(CHECKED, "capacity, N, budget, rows, peak, saturation vs the row",
+                      INCONSISTENT),
+    },
+    PROVENANCE_KEYS: {
+        "runbook.sha256": _e(HASHED, "sha256 of runbook.yaml; also events.jsonl "
+                             "campaign_start and every cell's provenance", RUNBOOK_ALTERED),
+        "repo.<name>": _e(CHECKED, "commit order against the errata registry",
+                          PREDATES + ":<id>"),
+        "(file present)": _e(CHECKED, "a provenance.txt covers every table and cell",
+                             MISSING_PROVENANCE),
+        "cell_dir of a row": _e(CHECKED, "the named cell exists", MISSING_CELL),
+        "telemetry": _e(REDERIVED, SUMMARY + "; every rank x layer x iteration",
+                        INCOMPLETE),
+        "validate at selection": _e(CHECKED, "a validate attempt at the selected capacity",
+                                    UNVALIDATED),
+    },
+}
+
+
+def rederived_columns(table: str) -> tuple[str, ...]:
+    """The columns of a table the harness's code recomputes from the cell."""
+    return tuple(c for c, e in EVIDENCE.get(table, {}).items() if e.kind == REDERIVED)
+
+
+def evidence_columns(table: str) -> tuple[str, ...]:
+    """The columns whose change must leave an upload not VALID (what the fuzzer mutates)."""
+    return tuple(c for c, e in EVIDENCE.get(table, {}).items() if e.kind in EVIDENCE_KINDS)
+
+
+def markdown() -> str:
+    """The map as the Markdown table docs/audit.md#evidence-map carries."""
+    lines = ["| file | column / key | kind | source, and how the audit re-derives it | rule |",
+             "| --- | --- | --- | --- | --- |"]
+    for table, entries in EVIDENCE.items():
+        for column, e in entries.items():
+            lines.append(f"| {table} | `{column}` | {e.kind} | {e.source} | "
+                         f"{('`' + e.code + '`') if e.code else '—'} |")
+    return "\n".join(lines)

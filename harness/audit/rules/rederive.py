@@ -1,0 +1,680 @@
+"""Rules that re-derive rows with the harness's OWN code (issue 23), for an upload that holds
+the runbook as run: the telemetry summary (harness.telemetry.summary.summarize with the
+backend's expected ranks x layers x iterations), the taxonomy (harness.taxonomy.judge
+.judge_run), the validation verdict and the selection (harness.grid.selection), the drop
+risk (harness.grid.risk). The upload's runbook is evidence, not configuration: its sha256
+must be the one provenance and events recorded before anything is derived from it.
+
+An upload without runbook.yaml (the earlier campaign's layout) has nothing to derive from:
+these rules are n/a there, and a note says so; one whose provenance records a runbook sha256
+but holds no runbook fails `runbook-altered`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import multiprocessing as mp
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+from harness.api.backend import RunRequest
+from harness.api.registry import load_backend
+from harness.audit.model import (
+    NOT_APPLICABLE,
+    Cell,
+    Check,
+    Row,
+    Rule,
+    Source,
+    Table,
+    Upload,
+    agrees,
+    decimal_of,
+    int_of,
+    norm,
+    verdict_of,
+    where,
+)
+from harness.audit.vocab import (
+    CELL_IDENTITY,
+    INCOMPLETE,
+    NOT_REDERIVED,
+    PROVENANCE_INCOMPLETE,
+    RUNBOOK_ALTERED,
+    SELECTION_NOT_REDERIVED,
+    TIMING_CELL,
+)
+from harness.errors import EpcapError
+from harness.grid import capacity as cap
+from harness.grid import selection as gsel
+from harness.grid.risk import drop_risk_95
+from harness.results.layout import (
+    ATTEMPTS_TSV,
+    CAMPAIGN_JSON,
+    EVENTS_JSONL,
+    PROVENANCE_TXT,
+    SELECTION_TSV,
+    TIMING_TSV,
+    parse_cell_name,
+)
+from harness.results.provenance import parse_provenance
+from harness.results.rows import AttemptRow, SelectionRow
+from harness.taxonomy.judge import iter_log_lines, judge_run
+from harness.telemetry.summary import LogSummary, summarize
+from harness.timing.verdicts import backend_of, is_control
+from harness.vocab import FAILURE_CLASSES, TIMED_OK, Purpose, Status
+
+STEP_PURPOSES = (Purpose.MEASURE, Purpose.VALIDATE)
+LOG_GLOB = "rank*.log"
+
+
+@dataclass(frozen=True)
+class Derived:
+    """What the harness's own code says of one cell: its attempt columns and its summary."""
+
+    columns: dict[str, object]
+    summary: LogSummary | None
+    problem: str | None = None                     # why it could not be derived (UNKNOWN)
+
+
+def as_run(upload: Upload) -> bool:
+    """True when the upload holds a loaded runbook as run (the re-derivation applies)."""
+    return upload.runbook is not None
+
+
+def expected_shape(upload: Upload, cell: Cell) -> dict[str, int] | None:
+    """The ranks x layers x iterations the runbook as run demands of a cell whose logs are
+    all rank logs (what harness.campaign.analysis summarizes), else None."""
+    if upload.runbook is None:
+        return None
+    named = parse_cell_name(cell.name, upload.runbook.campaign)
+    logs = sorted(p.name for p in cell.where.glob("*.log")) if cell.where else []
+    if named is None or not logs or any(not n.startswith("rank") for n in logs):
+        return None
+    try:
+        req = RunRequest.for_cell(upload.runbook, named, cell.where)
+        backend = load_backend(upload.runbook.backend(named.backend))
+        return dict(backend.expected_log_shape(req))
+    except (EpcapError, KeyError, ValueError, LookupError):
+        return None
+
+
+PARALLEL_BYTES = 64 << 20          # logs this large are re-judged on several cores
+_FORKED: list[Upload] = []         # the upload a forked worker derives from
+
+
+def _derive_key(key: str) -> tuple[str, Derived]:
+    upload = _FORKED[0]
+    return key, _derive(upload, upload.cells[key])
+
+
+def derive_all(upload: Upload) -> None:
+    """Derive every cell up front, on several cores (forked workers that inherit the loaded
+    upload) when the logs are large: the taxonomy's line scan is the audit's main cost."""
+    todo = [k for k, c in sorted(upload.cells.items()) if c.where is not None
+            and not c.problem and k not in upload.derived and parse_cell_name(c.name)]
+    workers = min(len(todo), os.cpu_count() or 1, 16)
+    size = sum(p.stat().st_size for k in todo for p in upload.cells[k].where.glob(LOG_GLOB)
+               if p.is_file() and not p.is_symlink())
+    if workers < 2 or size < PARALLEL_BYTES or "fork" not in mp.get_all_start_methods():
+        return
+    _FORKED[:] = [upload]
+    try:
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
+            for key, got in pool.map(_derive_key, todo):
+                upload.derived[key] = got
+    finally:
+        _FORKED.clear()
+
+
+def derive(upload: Upload, cell: Cell) -> Derived:
+    """The attempt columns of one cell, recomputed as harness.campaign.analysis does."""
+    if cell.path not in upload.derived:
+        upload.derived[cell.path] = _derive(upload, cell)
+    return upload.derived[cell.path]
+
+
+def _derive(upload: Upload, cell: Cell) -> Derived:
+    rb = upload.runbook
+    named = parse_cell_name(cell.name, getattr(rb, "campaign", ""))
+    if named is None or cell.where is None:
+        return Derived({}, None, f"{cell.path}: not a cell name the harness writes")
+    try:
+        req = RunRequest.for_cell(rb, named, cell.where)
+        backend = load_backend(rb.backend(named.backend))
+    except (EpcapError, KeyError, ValueError, LookupError) as exc:
+        return Derived({}, None, f"{cell.path}: the runbook as run has no such cell "
+                                 f"({str(exc)[:120]})")
+    logs = sorted(p for p in cell.where.glob(LOG_GLOB) if p.is_file() and not p.is_symlink())
+    launcher = (cell.cell_json or {}).get("launcher")
+    if not isinstance(launcher, dict) or "state" not in launcher:
+        return Derived({}, None, f"{cell.path}/cell.json: field launcher.state missing")
+    exit_code = launcher.get("exit_code")
+    if exit_code is not None and (isinstance(exit_code, bool) or not isinstance(exit_code, int)):
+        return Derived({}, None, f"{cell.path}/cell.json: field launcher.exit_code not an int")
+    try:
+        ready = cell.logs.summary if cell.logs is not None else None
+        summary = ready if ready is not None else (
+            summarize(logs, **backend.expected_log_shape(req)) if logs else None)
+        verdict = judge_run(exit_code, str(launcher["state"]), logs, backend.failure_patterns(),
+                            purpose=named.purpose, library=getattr(backend, "library", None),
+                            summary=summary)
+    except (EpcapError, OSError, UnicodeDecodeError) as exc:
+        return Derived({}, None, f"{cell.path}: logs unreadable ({str(exc)[:120]})")
+    status, timing = verdict.status, None
+    if named.purpose == Purpose.TIME and status in TIMED_OK:
+        timing = backend.parse_timing(t for _, _, t in iter_log_lines(logs))
+        if timing is None:
+            status = Status.CRASH
+    n = req.shape.uniform_tokens(req.model.topk)
+    measured = summary is not None and summary.rows > 0 and status not in FAILURE_CLASSES
+    cols: dict[str, object] = {
+        "campaign": rb.campaign, "model": named.model, "backend": named.backend,
+        "purpose": named.purpose, "attempt": named.attempt, "capacity": named.capacity,
+        "capacity_tag": cap.capacity_tag(named.capacity), "uniform_tokens": n,
+        "budget_tokens": cap.budget_tokens(named.capacity, n), "status": str(status),
+        "rows": summary.rows if summary else 0,
+        "malformed_rows": summary.malformed_rows if summary else 0,
+        "saturated_rows": summary.saturated_rows if summary else 0,
+        "peak_actual_valid_recv": summary.peak_actual_valid_recv if measured else None,
+        "required_capacity": (Fraction(summary.peak_actual_valid_recv, summary.expected_recv)
+                              if measured and summary.expected_recv else None),
+        "exit_code": exit_code, "backend_impl": backend.implementation(timing),
+    }
+    return Derived(cols, summary)
+
+
+def differs(column: str, written: str, derived: object) -> bool:
+    """A written TSV cell against the value the harness's code derives."""
+    if derived is None:
+        return written != ""
+    if isinstance(derived, Fraction):
+        return not agrees(written, derived)
+    if isinstance(derived, bool):
+        return norm(written) != str(derived).lower()
+    if isinstance(derived, int):
+        return int_of(written) != derived
+    if column == "capacity":
+        a, b = decimal_of(written), decimal_of(str(derived))
+        return a is None or a != b
+    return written != str(derived)
+
+
+# ---------------------------------------------------------------- runbook-altered
+
+def events_sha(upload: Upload) -> tuple[str | None, str | None]:
+    """runbook_sha256 of the first campaign_start event in events.jsonl (value, problem)."""
+    path = (upload.folder or Path(".")) / EVENTS_JSONL
+    if not path.is_file() or path.is_symlink():
+        return None, None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            first_line = handle.readline(1 << 16)
+        event = json.loads(first_line)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None, f"{EVENTS_JSONL}:1: not a JSON event"
+    value = event.get("runbook_sha256") if isinstance(event, dict) else None
+    return (value if isinstance(value, str) else None), None
+
+
+def harness_written(upload: Upload) -> bool:
+    """The upload says the harness wrote it: its runbook loads, or events/campaign.json exist."""
+    folder = upload.folder or Path(".")
+    return as_run(upload) or any(
+        (folder / name).is_file() for name in (EVENTS_JSONL, CAMPAIGN_JSON))
+
+
+def check_runbook(upload: Upload) -> Check:
+    """The runbook as run hashes to what provenance (campaign and cells) and events say."""
+    recorded = (upload.provenance or {}).get("runbook.sha256")
+    if upload.runbook_sha256 is None:
+        if recorded or harness_written(upload):
+            return Check(RUNBOOK_ALTERED, "fail", [
+                f"provenance.txt: runbook.sha256 {(recorded or '')[:12]!r} but "
+                f"{upload.runbook_problem or 'no runbook.yaml'}"])
+        return Check(RUNBOOK_ALTERED, NOT_APPLICABLE, ["no runbook as run (earlier layout)"])
+    if not recorded and not harness_written(upload):
+        return Check(RUNBOOK_ALTERED, NOT_APPLICABLE, ["no runbook as run (earlier layout)"])
+    bad, unknown = [], []
+    if not recorded:
+        bad.append("provenance.txt: field runbook.sha256 missing")
+    elif recorded != upload.runbook_sha256:
+        bad.append(f"runbook.yaml sha256 {upload.runbook_sha256[:12]} but provenance.txt "
+                   f"runbook.sha256 {recorded[:12]}")
+    ev, problem = events_sha(upload)
+    if problem:
+        unknown.append(problem)
+    elif ev is not None and ev != upload.runbook_sha256:
+        bad.append(f"runbook.yaml sha256 {upload.runbook_sha256[:12]} but {EVENTS_JSONL}:1 "
+                   f"runbook_sha256 {ev[:12]}")
+    for _key, cell in sorted(upload.cells.items()):
+        own = (cell.provenance or {}).get("runbook.sha256")
+        if own and own != upload.runbook_sha256:
+            bad.append(f"{cell.provenance_at}: runbook.sha256 {own[:12]} is another runbook's "
+                       f"(a cell spliced from another run)")
+    if upload.runbook_problem:
+        unknown.append(upload.runbook_problem)
+    return verdict_of(bad, [], RUNBOOK_ALTERED, unknown)
+
+
+# SPEC section 5: the keys every harness-written provenance.txt carries
+REQUIRED_PROVENANCE = ("harness.version", "harness.commit", "command_line", "utc_start",
+                       "hostnames", "gpu.model", "gpu.count", "gpu.driver", "torch", "cuda",
+                       "nccl", "nvshmem", "python", "runbook.sha256")
+
+
+def provenance_pairs(upload: Upload) -> tuple[list[tuple[str, str]] | None, str | None]:
+    """The upload's own provenance.txt as (key, value) pairs in file order."""
+    from harness.audit.readers import SMALL_CAP_BYTES, safe_read
+    folder = upload.folder or Path(".")
+    data, problem = safe_read(folder, folder / PROVENANCE_TXT, SMALL_CAP_BYTES)
+    if data is None:
+        return None, problem
+    try:
+        return parse_provenance(data.decode("utf-8-sig")), None
+    except UnicodeDecodeError:
+        return None, "provenance.txt is not UTF-8"
+
+
+def check_provenance_keys(upload: Upload) -> Check:
+    """SPEC section 5's keys, and one `repo.<name>` line, spelt exactly, per repository the
+    runbook as run names."""
+    if not as_run(upload):
+        return Check(PROVENANCE_INCOMPLETE, NOT_APPLICABLE, ["no runbook as run"])
+    pairs, problem = provenance_pairs(upload)
+    if pairs is None:
+        return Check(PROVENANCE_INCOMPLETE, "unknown", [f"provenance.txt: {problem}"])
+    keys = [k for k, _ in pairs]
+    bad = [f"provenance.txt: field {k} missing (SPEC section 5)"
+           for k in REQUIRED_PROVENANCE if k not in keys]
+    bad += [f"provenance.txt: field {k} written {keys.count(k)} times"
+            for k in sorted(set(keys)) if keys.count(k) > 1]
+    for name in sorted(upload.runbook.repositories):
+        if f"repo.{name}" not in keys:
+            bad.append(f"provenance.txt: field repo.{name} missing (the runbook names "
+                       f"repository {name!r})")
+    return verdict_of(bad, [], PROVENANCE_INCOMPLETE, [])
+
+
+# ---------------------------------------------------------------- cell-identity
+
+def argv_value(argv: list, flag: str) -> str | None:
+    """The value after `flag` in a recorded argv, else None."""
+    for i, item in enumerate(argv[:-1]):
+        if item == flag:
+            return str(argv[i + 1])
+    return None
+
+
+def identity_problems(table: Table, row: Row, cell: Cell, campaign: str,
+                      strict: bool = False) -> list[str]:
+    """A row's cell is the cell its name, cell.json, directory and argv all say. A key the
+    cell.json does not state is no claim, except where the harness always writes it
+    (`strict`: an upload with its runbook as run)."""
+    at = where(table, row)
+    named = parse_cell_name(cell.name, campaign)
+    if named is None:
+        return [f"{at}: cell_dir {cell.name!r} is not a name the harness writes"]
+    bad = []
+    if strict and row.get("campaign") != campaign:
+        bad.append(f"{at}: campaign {row.get('campaign')!r} but the runbook as run is "
+                   f"{campaign!r}")
+    for col, value in (("model", named.model), ("backend", named.backend),
+                       ("purpose", named.purpose), ("attempt", str(named.attempt))):
+        if norm(row.get(col)) != norm(value):
+            bad.append(f"{at}: {col} {row.get(col)!r} but its cell is {cell.name}")
+    if decimal_of(row.get("capacity")) != decimal_of(named.capacity):
+        bad.append(f"{at}: capacity {row.get('capacity')!r} but its cell is {cell.name}")
+    if cell.cell_json is None:
+        return bad                   # the caller says UNKNOWN, naming the file
+    data = cell.cell_json
+    stated = data.get("cell") if isinstance(data.get("cell"), dict) else {}
+    if ("name" in data or strict) and data.get("name") != cell.name:
+        bad.append(f"{cell.path}/cell.json: name {data.get('name')!r} is not its directory")
+    for col in ("campaign", "model", "backend", "purpose", "attempt"):
+        if col not in stated and not strict:
+            continue
+        if str(stated.get(col)) != str(getattr(named, col) if col != "campaign" else campaign):
+            bad.append(f"{cell.path}/cell.json: cell.{col} {stated.get(col)!r} is not "
+                       f"{cell.name}'s")
+    if ("capacity" in stated or strict) and \
+            decimal_of(str(stated.get("capacity"))) != decimal_of(named.capacity):
+        bad.append(f"{cell.path}/cell.json: cell.capacity {stated.get('capacity')!r}")
+    argv = data.get("argv") if isinstance(data.get("argv"), list) else []
+    for flag, value in (("--model", named.model), ("--capacity", named.capacity)):
+        got = argv_value(argv, flag)
+        if got is not None and (got != value if flag == "--model"
+                                else decimal_of(got) != decimal_of(value)):
+            bad.append(f"{cell.path}/cell.json: argv {flag} {got!r} is not {cell.name}'s")
+    return bad
+
+
+def names_problems(upload: Upload) -> list[str]:
+    """Every model and backend a row names is the runbook's (after NFKC and case folding,
+    SPEC section 6: an invisible character still splits a name)."""
+    rb = upload.runbook
+    models = {norm(m.name) for m in rb.models}
+    backends = {norm(b.name) for b in rb.backends}
+    bad = []
+    for table in upload.tables.values():
+        for row in table.rows:
+            if "model" in row.values and norm(row.values["model"]) not in models:
+                bad.append(f"{where(table, row)}: model {row.values['model']!r} is in no "
+                           f"runbook entry")
+            arm = row.values.get("backend")
+            if arm is not None and (norm(backend_of(arm)) not in backends
+                                    or (is_control(arm) and not rb.timing.control)):
+                bad.append(f"{where(table, row)}: backend {row.values['backend']!r} is in no "
+                           f"runbook entry")
+    return bad
+
+
+def check_identity(table: Table, upload: Upload) -> Check:
+    """Identity and completeness: a row's cell is the one its name, cell.json and argv say;
+    one cell backs one row (any layout); with the runbook as run, every name is the
+    runbook's and every finished cell has its row."""
+    rb = upload.runbook
+    bad, unknown = (names_problems(upload) if as_run(upload) else []), []
+    seen: dict[str, int] = {}
+    for row in table.rows:
+        cell = upload.cell_for(row)
+        if cell is None:
+            continue
+        if cell.path in seen:
+            bad.append(f"{where(table, row)}: cell {cell.path} already backs line "
+                       f"{seen[cell.path]}")
+        seen.setdefault(cell.path, row.line)
+        if cell.cell_json is None:
+            unknown.append(f"{cell.path}/cell.json: {cell.cell_json_problem or 'missing'}")
+        bad += identity_problems(table, row, cell, rb.campaign if rb else row.get("campaign"),
+                                 as_run(upload))
+    for key, cell in sorted(upload.cells.items()) if as_run(upload) else []:
+        named = parse_cell_name(cell.name)
+        if key not in seen and named is not None and cell.cell_json is not None:
+            probe = Row(0, {"model": named.model, "backend": named.backend,
+                            "purpose": named.purpose, "attempt": str(named.attempt),
+                            "capacity": named.capacity, "campaign": rb.campaign})
+            bad += [w.replace(f"{table.name}:0: ", "") for w in
+                    identity_problems(table, probe, cell, rb.campaign, True)]
+        if key in seen or cell.problem or not key.startswith("cells/") or (
+                named is not None and named.purpose == Purpose.CANARY):
+            continue                 # the driver writes no attempts row for a canary
+        launcher = (cell.cell_json or {}).get("launcher")
+        if cell.cell_json is None:
+            unknown.append(f"{key}/cell.json: {cell.cell_json_problem or 'missing'}")
+        elif isinstance(launcher, dict) and launcher.get("state"):
+            bad.append(f"{key}: a finished attempt ({launcher.get('state')}) with no "
+                       f"{ATTEMPTS_TSV} row")
+    return verdict_of(bad, [], CELL_IDENTITY, unknown)
+
+
+def check_timing_cells(table: Table, upload: Upload) -> Check:
+    """A timing row's cell is a `time` cell of its model and backend at its timing capacity;
+    one row per timed arm (any layout)."""
+    bad, seen = [], {}
+    for row in table.rows:
+        pair = (norm(row.get("model")), norm(row.get("backend")))
+        if pair in seen:
+            bad.append(f"{where(table, row)}: {'/'.join(pair)} already timed at line "
+                       f"{seen[pair]}")
+        seen.setdefault(pair, row.line)
+        if not as_run(upload):
+            continue
+        if not row.get("cell_dir"):
+            bad.append(f"{where(table, row)}: field cell_dir empty")
+            continue
+        cell = upload.cell_for(row)
+        if cell is None:
+            continue
+        named = parse_cell_name(cell.name)
+        if named is None or named.purpose != Purpose.TIME \
+                or norm(named.model) != norm(row.get("model")) \
+                or norm(named.backend) != norm(row.get("backend")) \
+                or decimal_of(named.capacity) != decimal_of(row.get("timing_capacity")):
+            bad.append(f"{where(table, row)}: cell_dir {cell.name} is not a time cell of "
+                       f"{row.get('model')}/{row.get('backend')} at "
+                       f"{row.get('timing_capacity')}")
+    attempts = upload.tables.get(ATTEMPTS_TSV)
+    timed = {(norm(r.get("model")), norm(r.get("backend")))
+             for r in (attempts.rows if attempts else []) if r.get("purpose") == Purpose.TIME}
+    bad += [f"{table.name}: no row for the timed arm {m}/{b} ({ATTEMPTS_TSV} has its time "
+            f"attempts)" for m, b in sorted(timed - set(seen))]
+    return verdict_of(bad, [], TIMING_CELL, [])
+
+
+# ---------------------------------------------------------------- not-rederived, incomplete
+
+def typed_problems(table: Table, row_type: type) -> list[str]:
+    """Evidence columns whose written value is not of the row field's type (an int, a
+    number, true/false): a value the audit cannot read is never passed over."""
+    from harness.audit.evidence import evidence_columns
+    kinds = {f.name: str(f.type) for f in dataclasses.fields(row_type)}
+    bad = []
+    for column in evidence_columns(table.name):
+        kind = kinds.get(column, "")
+        if column not in table.columns:
+            continue
+        for row in table.rows:
+            value = row.get(column)
+            ok = (not value or ("bool" in kind and norm(value) in ("true", "false"))
+                  or ("int" in kind and int_of(value) is not None)
+                  or ("float" in kind and decimal_of(value) is not None)
+                  or not any(k in kind for k in ("bool", "int", "float")))
+            if not ok:
+                bad.append(f"{where(table, row)}: field {column} {value!r} is not "
+                           f"{kind.replace(' | None', '')}")
+    return bad
+
+
+def check_rederived(table: Table, upload: Upload) -> Check:
+    """Every evidence column of an attempts row equals what the harness derives from its cell."""
+    if not as_run(upload):
+        return Check(NOT_REDERIVED, NOT_APPLICABLE, ["no runbook as run"])
+    from harness.audit.evidence import rederived_columns
+    columns = rederived_columns(ATTEMPTS_TSV)
+    derive_all(upload)
+    bad, unknown = typed_problems(table, AttemptRow), []
+    for row in table.rows:
+        cell = upload.cell_for(row)
+        if cell is None or cell.where is None:
+            continue
+        got = derive(upload, cell)
+        if got.problem:
+            unknown.append(got.problem)
+            continue
+        for column in columns:
+            if column not in table.columns or column not in got.columns:
+                continue
+            written = row.get(column)
+            if differs(column, written, got.columns[column]):
+                shown = got.columns[column]
+                shown = format(float(shown), ".6g") if isinstance(shown, Fraction) else shown
+                bad.append(f"{where(table, row)}: {column} {written!r} but the harness "
+                           f"derives {shown!r} from {cell.path}")
+    for _key, cell in sorted(upload.cells.items()):
+        if cell.where is None or cell.problem or parse_cell_name(cell.name) is None:
+            continue
+        got = derive(upload, cell)
+        if got.problem:
+            unknown.append(got.problem)
+            continue
+        bad += cell_json_problems(cell, got)
+    return verdict_of(bad, [], NOT_REDERIVED, unknown)
+
+
+SUMMARY_KEYS = ("rows", "malformed_rows", "saturated_rows", "peak_actual_valid_recv",
+                "expected_recv", "budget", "iterations", "layers", "ranks", "missing_rows",
+                "duplicate_rows", "complete")
+
+
+def cell_json_problems(cell: Cell, got: Derived) -> list[str]:
+    """cell.json's status and summary (every cell, canaries too) against the derivation."""
+    data = cell.cell_json or {}
+    bad = []
+    stated = data.get("status")
+    if str(stated) != got.columns.get("status"):
+        bad.append(f"{cell.path}/cell.json: status {stated!r} but the harness derives "
+                   f"{got.columns.get('status')!r}")
+    summary = data.get("summary")
+    if got.summary is None:
+        if summary not in (None, {}):
+            bad.append(f"{cell.path}/cell.json: a summary, but the cell has no logs")
+        return bad
+    if not isinstance(summary, dict):
+        return bad + [f"{cell.path}/cell.json: field summary missing"]
+    for key in SUMMARY_KEYS:
+        if summary.get(key) != getattr(got.summary, key):
+            bad.append(f"{cell.path}/cell.json: summary.{key} {summary.get(key)!r} but the "
+                       f"harness derives {getattr(got.summary, key)!r}")
+    return bad
+
+
+def check_incomplete(table: Table, upload: Upload) -> Check:
+    """A measure or validate counted as data has every rank x layer x iteration row."""
+    if not as_run(upload):
+        return Check(INCOMPLETE, NOT_APPLICABLE, ["no runbook as run"])
+    bad, unknown = [], []
+    for row in table.rows:
+        if row.get("purpose") not in STEP_PURPOSES or row.get("status") in FAILURE_CLASSES:
+            continue
+        cell = upload.cell_for(row)
+        if cell is None or cell.where is None:
+            continue
+        got = derive(upload, cell)
+        if got.problem:
+            unknown.append(got.problem)
+        elif got.summary is None or not got.summary.complete or got.summary.malformed_rows:
+            s = got.summary
+            bad.append(f"{where(table, row)}: {cell.path} telemetry incomplete "
+                       f"({s.missing_rows if s else 'all'} rows missing, "
+                       f"{s.malformed_rows if s else 0} malformed, of ranks x layers x "
+                       f"iterations {s.expected_ranks if s else '?'} x "
+                       f"{s.expected_layers if s else '?'} x "
+                       f"{s.expected_iterations if s else '?'})")
+    return verdict_of(bad, [], INCOMPLETE, unknown)
+
+
+# ---------------------------------------------------------------- selection-not-rederived
+
+def pair_rows(upload: Upload, model: str, backend: str, purpose: str) -> list[Row]:
+    """Attempt rows of one (model, backend, purpose), in file order."""
+    table = upload.tables.get(ATTEMPTS_TSV)
+    return [r for r in (table.rows if table else [])
+            if r.get("model") == model and r.get("backend") == backend
+            and r.get("purpose") == purpose]
+
+
+def selection_problems(table: Table, row: Row, upload: Upload) -> tuple[list[str], list[str]]:
+    """A selection row re-derived: requirement from its last measure, the lowest rung on the
+    runbook's grid, step-ups past dropping validates, over-provision, validate steps, risk."""
+    at, rb = where(table, row), upload.runbook
+    model, backend = row.get("model"), row.get("backend")
+    measures = [r for r in pair_rows(upload, model, backend, Purpose.MEASURE)
+                if r.get("status") in (Status.OK, Status.DROPS, Status.LOWER_BOUND)]
+    if not measures:
+        return [f"{at}: {model}/{backend} has no measure attempt to select from"], []
+    last = measures[-1]
+    cell = upload.cell_for(last)
+    if cell is None:
+        return [], [f"{at}: its measure cell is missing"]
+    got = derive(upload, cell)
+    if got.problem or got.summary is None:
+        return [], [got.problem or f"{cell.path}: no telemetry"]
+    bad = []
+    try:
+        req = gsel.requirement(got.summary)
+        sel = gsel.select(req, upload.pad_multiple, rb.capacity.decimals)
+    except EpcapError as exc:
+        return [f"{at}: its last measure {cell.path} gives no requirement ({exc})"], []
+    if decimal_of(row.get("measured_at_capacity")) != decimal_of(last.get("capacity")):
+        bad.append(f"{at}: measured_at_capacity {row.get('measured_at_capacity')!r} but the "
+                   f"last measure ran at {last.get('capacity')}")
+    if int_of(row.get("peak_actual_valid_recv")) != req.peak:
+        bad.append(f"{at}: peak_actual_valid_recv {row.get('peak_actual_valid_recv')!r} but "
+                   f"{cell.path} derives {req.peak}")
+    rung = sel.capacity
+    validates = pair_rows(upload, model, backend, Purpose.VALIDATE)
+    for _ in range(len(validates) + 1):
+        at_rung = [v for v in validates
+                   if decimal_of(v.get("capacity")) == decimal_of(rung)
+                   and v.get("status") not in (Status.INFRA,)]
+        if at_rung and any(v.get("status") == Status.DROPS for v in at_rung):
+            rung = cap.step_up(rung, req.uniform_tokens, upload.pad_multiple)
+            continue
+        break
+    if decimal_of(row.get("selected_capacity")) != decimal_of(rung):
+        bad.append(f"{at}: selected_capacity {row.get('selected_capacity')!r} but the lowest "
+                   f"zero-drop rung of the {rb.capacity.decimals or 'exact'} grid above peak "
+                   f"{req.peak} (after step-ups) is {rung}")
+    budget = cap.budget_tokens(rung, req.uniform_tokens)
+    if int_of(row.get("selected_budget_tokens")) != budget:
+        bad.append(f"{at}: selected_budget_tokens {row.get('selected_budget_tokens')!r} but "
+                   f"int({rung} x {req.uniform_tokens}) = {budget}")
+    if int_of(row.get("uniform_tokens")) != req.uniform_tokens:
+        bad.append(f"{at}: uniform_tokens {row.get('uniform_tokens')!r} but the measure's N "
+                   f"is {req.uniform_tokens}")
+    written = row.get("over_provision")
+    if written and not agrees(written, Fraction(budget, req.peak)):
+        bad.append(f"{at}: over_provision {written} but budget/peak = {budget}/{req.peak}")
+    accepted = [v for v in validates if decimal_of(v.get("capacity")) == decimal_of(rung)
+                and v.get("status") == Status.OK]
+    steps = int_of(row.get("validate_steps"))
+    if accepted and row.get("validate_steps"):
+        vcell = upload.cell_for(accepted[-1])
+        vgot = derive(upload, vcell) if vcell is not None else None
+        if vgot is not None and vgot.summary is not None and \
+                steps != vgot.summary.iterations:
+            bad.append(f"{at}: validate_steps {row.get('validate_steps')} but "
+                       f"{vcell.path} ran {vgot.summary.iterations} iterations")
+    if steps and row.get("drop_risk_95"):
+        risk = drop_risk_95(steps)
+        if risk is not None and not agrees(row.get("drop_risk_95"), Fraction(risk)):
+            bad.append(f"{at}: drop_risk_95 {row.get('drop_risk_95')} but the harness gives "
+                       f"{risk:.6g} for {steps} steps")
+    return bad, []
+
+
+def check_selection(table: Table, upload: Upload) -> Check:
+    """Each selection row equals what harness.grid.selection derives from the cells (with the
+    runbook as run); one row per pair, no evidence column empty or unreadable (any layout)."""
+    from harness.audit.evidence import evidence_columns
+    needed = [c for c in evidence_columns(SELECTION_TSV) if c in table.columns]
+    bad, unknown = [], []
+    seen: dict[tuple[str, str], int] = {}
+    for row in table.rows:
+        pair = (norm(row.get("model")), norm(row.get("backend")))
+        if pair in seen:
+            bad.append(f"{where(table, row)}: {'/'.join(pair)} already selected at line "
+                       f"{seen[pair]}")
+        seen.setdefault(pair, row.line)
+        bad += [f"{where(table, row)}: field {c} empty" for c in needed if not row.get(c)]
+    bad += typed_problems(table, SelectionRow)
+    for row in table.rows if as_run(upload) else []:
+        b, u = selection_problems(table, row, upload)
+        bad += b
+        unknown += u
+    return verdict_of(bad, [], SELECTION_NOT_REDERIVED, unknown)
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(CELL_IDENTITY, "a row's cell is another's, or a finished cell has no row",
+         (Source(ATTEMPTS_TSV, ("model", "backend", "purpose", "attempt", "capacity",
+                                "cell_dir")),), False, check_identity,
+         "rows naming another model's cell; a phantom model; a crash with no row"),
+    Rule(TIMING_CELL, "a timing row's cell is not its time cell at its timing capacity",
+         (Source(TIMING_TSV, ("model", "backend", "timing_capacity", "cell_dir")),), False,
+         check_timing_cells, "timing rows whose cells ran at another capacity"),
+    Rule(NOT_REDERIVED, "an attempts column differs from the harness's own derivation",
+         (Source(ATTEMPTS_TSV, ("cell_dir", "status")),), False, check_rederived,
+         "numbers re-stated from edited logs; an OOM-less does_not_fit"),
+    Rule(INCOMPLETE, "a measure or validate lacks ranks, layers or iterations",
+         (Source(ATTEMPTS_TSV, ("purpose", "status", "cell_dir")),), False, check_incomplete,
+         "a validate whose telemetry lacks iterations or a rank"),
+    Rule(SELECTION_NOT_REDERIVED, "a selection row differs from the harness's own selection",
+         (Source(SELECTION_TSV, ("model", "backend", "selected_capacity")),), False,
+         check_selection, "the selection not the lowest zero-drop rung (the fifth bug)"),
+)

@@ -1,0 +1,292 @@
+"""Issue 23: each lie the forger planted, by hand, in a copy of a real harness campaign (the
+reduced runbook, run by `epcap run`) gives INVALID or UNKNOWN with its reason code; the
+untouched campaign, and legitimate variety, stay VALID."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.audit import audit_target
+from harness.results.layout import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
+
+CORPUS_PY = Path(__file__).resolve().parents[1] / "fixtures" / "uploads" / "corpus.py"
+_spec = importlib.util.spec_from_file_location("upload_corpus_rederive", CORPUS_PY)
+corpus = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(corpus)
+
+pytestmark = pytest.mark.slow
+
+QV = "cells/QWEN3_30B__echo__validate__cap1p125__a1"
+QM = "cells/QWEN3_30B__echo__measure__cap2p00__a1"
+DM = "cells/DEEPSEEK_V2_LITE__echo__measure__cap2p00__a1"
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory) -> Path:
+    return corpus.harness_campaign(tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture
+def lie(campaign, tmp_path) -> Path:
+    return corpus.link_copy(campaign, tmp_path / "lie")
+
+
+def verdict(root: Path) -> tuple[str, list[str]]:
+    (u,) = audit_target(root).uploads
+    return u.verdict, u.reasons
+
+
+def set_row(root: Path, table: str, match: dict, **values) -> None:
+    def change(row):
+        if all(row.get(k) == v for k, v in match.items()):
+            row.update(values)
+        return row
+    corpus.edit(root, table, change)
+
+
+def json_edit(path: Path, change) -> None:
+    data = json.loads(path.read_text())
+    change(data)
+    corpus.replace_file(path, json.dumps(data, indent=1).encode())
+
+
+def log_edit(cell: Path, change) -> None:
+    log = next(cell.glob("rank*.log"))
+    corpus.replace_file(log, change(log.read_text()).encode())
+
+
+def test_the_harness_campaign_is_valid(campaign):
+    (u,) = audit_target(campaign).uploads
+    assert (u.verdict, u.why) == ("VALID", [])
+    assert {c.code for c in u.checks if c.state == "pass"} >= {
+        "runbook-altered", "provenance-incomplete", "cell-identity", "not-rederived",
+        "incomplete-telemetry", "selection-not-rederived", "timing-cell"}
+
+
+# ------------------------------------------------------------ which cell a row is
+
+def test_row_naming_another_models_cell(lie):
+    set_row(lie, ATTEMPTS_TSV, {"cell_dir": QM}, cell_dir=DM)
+    v, codes = verdict(lie)
+    assert v == "INVALID" and "cell-identity" in codes
+
+
+def test_phantom_model(lie):
+    set_row(lie, SELECTION_TSV, {"model": "QWEN3_30B", "backend": "echo"}, model="QWEN9_1T")
+    v, codes = verdict(lie)
+    assert v == "INVALID" and "cell-identity" in codes
+
+
+def test_model_name_with_an_invisible_character(lie):
+    set_row(lie, SELECTION_TSV, {"model": "QWEN3_30B", "backend": "ultraep"},
+            model="QWEN3_30B\u200b")
+    v, codes = verdict(lie)
+    assert v == "INVALID" and "cell-identity" in codes
+
+
+# ------------------------------------------------------------ completeness and status
+
+def test_validate_lacking_an_iteration(lie):
+    log_edit(lie / QV, lambda t: "\n".join(
+        x for x in t.splitlines() if "iter=4 " not in x) + "\n")
+    v, codes = verdict(lie)
+    assert v == "INVALID" and "incomplete-telemetry" in codes
+
+
+def test_validate_with_a_malformed_row(lie):
+    log_edit(lie / QV, lambda t: t.replace("actual_valid_recv=", "actual_valid_recv=x", 1))
+    v, codes = verdict(lie)
+    assert v == "INVALID" and "incomplete-telemetry" in codes
+
+
+def test_cell_json_says_crash_row_says_ok(lie):
+    def crash(d):
+        d["status"] = "crash"
+        d["launcher"]["exit_code"] = 1
+    json_edit(lie / QV / "cell.json", crash)
+    v, codes = verdict(lie)
+    assert v == "INVALID" and "not-rederived" in codes
+
+
+def test_does_not_fit_without_an_out_of_memory_in_its_log(lie):
+    set_row(lie, ATTEMPTS_TSV, {"cell_dir": QM}, status="does_not_fit")
+    json_edit(lie / QM / "cell.json", lambda d: d.update(status="does_not_fit"))
+    v, codes = verdict(lie)
+    assert v == "INVALID" and "not-rederived" in codes
+
+
+def test_does_not_fit_whose_log_shows_an_assertion(lie):
+    oom = "cells/QWEN3_30B__moonep__time__cap1p125__a1"
+    log_edit(lie / oom, lambda t: t + "AssertionError: expert index out of range\n")
+    v, codes = verdict(lie)
+    assert v == "INVALID" and "not-rederived" in codes
+
+
+def test_finished_attempt_with_no_row(lie):
+    corpus.edit(lie, ATTEMPTS_TSV,
+                lambda r: None if r["cell_dir"].endswith("moonep__time__cap1p125__a1") else r)
+    v, codes = verdict(lie)
+    assert v == "INVALID" and "cell-identity" in codes
+
+
+def test_one_cell_backing_two_rows(lie):
+    set_row(lie, ATTEMPTS_TSV, {"cell_dir": "cells/QWEN3_30B__ultraep__time__cap1p125__a2"},
+            cell_dir="cells/QWEN3_30B__ultraep__time__cap1p125__a1", attempt="1")
+    v, codes = verdict(lie)
+    assert v == "INVALID" and "cell-identity" in codes
+
+
+# ------------------------------------------------------------ derived columns
+
+@pytest.mark.parametrize("column,value", [("over_provision", "1.2"),
+                                          ("measured_at_capacity", "1.50"),
+                                          ("validate_steps", "9"),
+                                          ("drop_risk_95", "0.1"),
+                                          ("selected_capacity", "1.25")])
+def test_selection_column_not_rederived(lie, column, value):
+    set_row(lie, SELECTION_TSV, {"model": "QWEN3_30B", "backend": "echo"}, **{column: value})
+    v, codes = verdict(lie)
+    assert v == "INVALID" and "selection-not-rederived" in codes
+
+
+def test_requirement_from_a_saturated_lower_bound_measure(lie):
+    """The measure's log clipped at its budget: a lower bound, never a requirement."""
+    def clip(text):
+        lines = text.splitlines()
+        at = next(i for i, x in enumerate(lines) if "[dispatch]" in x)
+        budget = lines[at].rsplit("budget=", 1)[1].split()[0]
+        head, _, tail = lines[at].partition("actual_valid_recv=")
+        lines[at] = head + f"actual_valid_recv={budget} " + tail.split(" ", 1)[1]
+        return "\n".join(lines) + "\n"
+    log_edit(lie / QM, clip)
+    v, codes = verdict(lie)
+    assert v == "INVALID" and "selection-not-rederived" in codes
+
+
+@pytest.mark.parametrize("column,value", [("rows", "99"), ("saturated_rows", "1"),
+                                          ("peak_actual_valid_recv", "1040"),
+                                          ("budget_tokens", "2049"), ("capacity_tag", "cap2p0"),
+                                          ("uniform_tokens", "1025"), ("exit_code", "3"),
+                                          ("backend_impl", "other")])
+def test_attempt_column_not_rederived(lie, column, value):
+    set_row(lie, ATTEMPTS_TSV, {"cell_dir": QM}, **{column: value})
+    v, codes = verdict(lie)
+    assert v == "INVALID" and "not-rederived" in codes
+
+
+# ------------------------------------------------------------ timing layer
+
+def test_timing_row_whose_cell_ran_at_another_capacity(lie):
+    set_row(lie, TIMING_TSV, {"model": "QWEN3_30B", "backend": "echo"},
+            cell_dir="cells/QWEN3_30B__echo__validate__cap1p125__a1")
+    v, codes = verdict(lie)
+    assert v == "INVALID" and "timing-cell" in codes
+
+
+# ------------------------------------------------------------ the upload's own word
+
+def test_runbook_edited_after_the_run(lie):
+    book = lie / "runbook.yaml"
+    corpus.replace_file(book, book.read_bytes().replace(b"max_validate_steps: 4",
+                                                        b"max_validate_steps: 5"))
+    v, codes = verdict(lie)
+    assert v == "INVALID" and "runbook-altered" in codes
+
+
+def test_runbook_deleted(lie):
+    (lie / "runbook.yaml").unlink()
+    v, codes = verdict(lie)
+    assert v == "INVALID" and "runbook-altered" in codes
+
+
+def test_cell_spliced_from_another_run(lie):
+    prov = lie / QV / "provenance.txt"
+    other = hashlib.sha256(b"another runbook").hexdigest()
+    text = "\n".join(f"runbook.sha256: {other}" if x.startswith("runbook.sha256:") else x
+                     for x in prov.read_text().splitlines()) + "\n"
+    corpus.replace_file(prov, text.encode())
+    v, codes = verdict(lie)
+    assert v == "INVALID" and "runbook-altered" in codes
+
+
+def test_provenance_stripped_to_one_line(lie):
+    prov = lie / "provenance.txt"
+    keep = [x for x in prov.read_text().splitlines() if x.startswith("runbook.sha256:")]
+    corpus.replace_file(prov, ("\n".join(keep) + "\n").encode())
+    v, codes = verdict(lie)
+    assert v == "INVALID" and "provenance-incomplete" in codes
+
+
+@pytest.mark.parametrize("how", ["absent", "respelt", "twice"])
+def test_runbook_repository_absent_respelt_or_twice(lie, how):
+    prov = lie / "provenance.txt"
+    lines = prov.read_text().splitlines()
+    at = next(i for i, x in enumerate(lines) if x.startswith("repo.epcap:"))
+    if how == "absent":
+        del lines[at]
+    elif how == "respelt":
+        lines[at] = lines[at].replace("repo.epcap:", "repo.EPCAP:")
+    else:
+        lines.append(lines[at])
+    corpus.replace_file(prov, ("\n".join(lines) + "\n").encode())
+    v, codes = verdict(lie)
+    assert v == "INVALID" and "provenance-incomplete" in codes
+
+
+def test_decoy_telemetry_tags_in_the_runbook(lie):
+    """Tags in the upload's runbook are never used; editing the runbook is caught anyway."""
+    book = lie / "runbook.yaml"
+    corpus.replace_file(book, book.read_bytes().replace(
+        b"options: {launch: single}",
+        b"options: {launch: single, telemetry_tags: {dispatch: '[DECOY]'}}", 1))
+    v, codes = verdict(lie)
+    assert v in ("INVALID", "UNKNOWN") and "runbook-altered" in codes
+
+
+def test_cell_json_without_launcher_is_unknown_with_file_and_field(lie):
+    json_edit(lie / QM / "cell.json", lambda d: d.pop("launcher"))
+    (u,) = audit_target(lie).uploads
+    assert u.verdict == "UNKNOWN" and "not-rederived" in u.reasons
+    assert any("cell.json: field launcher.state missing" in w for w in u.why)
+
+
+# ------------------------------------------------------------ legitimate variety
+
+def test_crlf_bom_and_extra_columns_and_files_stay_valid(lie):
+    path = lie / ATTEMPTS_TSV
+    lines = path.read_text().splitlines()
+    lines = [lines[0] + "\tnote"] + [x + "\textra" for x in lines[1:]]
+    corpus.replace_file(path, ("\ufeff" + "\r\n".join(lines) + "\r\n").encode())
+    (lie / "README.txt").write_text("extra file\n")
+    (u,) = audit_target(lie).uploads
+    assert (u.verdict, u.why) == ("VALID", [])
+
+
+def test_nested_and_side_by_side_uploads_stay_valid(campaign, tmp_path):
+    corpus.link_copy(campaign, tmp_path / "a" / "x")
+    corpus.link_copy(campaign, tmp_path / "b")
+    result = audit_target(tmp_path)
+    assert [u.verdict for u in result.uploads] == ["VALID", "VALID"]
+
+
+def test_publish_dry_run_refuses_a_new_lie(lie, capsys, monkeypatch):
+    """publish --dry-run still refuses anything not VALID, the new codes included."""
+    import huggingface_hub
+
+    from harness.publish import cli_publish
+
+    class Offline:
+        def list_repo_files(self, *a, **k):
+            raise OSError("offline")
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", Offline)
+    book = lie / "runbook.yaml"
+    corpus.replace_file(book, book.read_bytes() + b"# edited after the run\n")
+    assert cli_publish(str(lie), "org/runs", dry_run=True) != 0
+    said = capsys.readouterr()
+    assert "runbook-altered" in said.out + said.err
