@@ -12,14 +12,16 @@ import math
 import re
 
 from harness.errors import BadInput
+from harness.io.redact import looks_secret
 
 GENERIC_MAX = 10**15              # any other number: finite and at most this in magnitude
 MAX_CAPACITY = 1024               # a capacity is a multiple of the uniform share; 1024 x is absurd
 MAX_CAPACITY_CHARS = 32           # "2.00", "1.234375": a capacity string is short
 MAX_DECIMALS = 12                 # legacy grid decimals-<D>
 MAX_TELEMETRY_INT = 10**18 - 1    # telemetry values are 1-18 digits (SPEC section 1)
-CAMPAIGN_NAME_MAX = 100           # a campaign name is a directory name
-CAMPAIGN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+PATH_COMPONENT_MAX = 100          # a campaign, model, backend or cell-part name: one directory
+PATH_COMPONENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+~-]*")   # ~: a control arm
+CELL_PART_SEPARATOR = "__"        # harness.results.layout.Cell.name joins its parts with it
 
 # field name -> (low, high), inclusive; the name is the last part of the YAML path
 RANGES: dict[str, tuple[float, float]] = {
@@ -50,13 +52,34 @@ def problem(name: str, value: float) -> str | None:
 
 def campaign_name_problem(name: str) -> str | None:
     """Why `name` is not a safe campaign directory name (None when it is)."""
+    return path_component_problem(name, "campaign")
+
+
+def path_component_problem(name: object, kind: str = "name") -> str | None:
+    """Why `name` may not become a path component (campaign, model, backend, cell), else None.
+
+    The one validator for every name epcap turns into a directory: a string of at most
+    PATH_COMPONENT_MAX printable ASCII letters, digits and `. _ + - ~`, starting with a letter
+    or digit (so no separator, no `..`, no hidden file), and never token-shaped: an identity
+    field is never redacted, so a name the redaction pass would rewrite is refused instead.
+    Model and backend names also refuse `__` and a trailing `_` (`__` separates the parts of
+    a cell directory's name).
+    """
+    if not isinstance(name, str):
+        return f"must be a string, got {type(name).__name__}"
     if not name.strip():
         return "must not be blank"
-    if len(name) > CAMPAIGN_NAME_MAX:
-        return f"must be at most {CAMPAIGN_NAME_MAX} characters, got {len(name)}"
-    if not CAMPAIGN_NAME.fullmatch(name):
-        return ("must be a plain directory name: letters, digits and . _ + - , not starting "
-                f"with . or -, got {name!r}")
+    if len(name) > PATH_COMPONENT_MAX:
+        return f"must be at most {PATH_COMPONENT_MAX} characters, got {len(name)}"
+    if not PATH_COMPONENT.fullmatch(name):
+        return ("must be a plain directory name: letters, digits and . _ + - ~ , not starting "
+                f"with . or -, got {ascii(name)[:PATH_COMPONENT_MAX + 2]}")
+    if kind in ("model", "backend") and (CELL_PART_SEPARATOR in name or name.endswith("_")):
+        return (f"must not contain {CELL_PART_SEPARATOR!r} nor end with '_' (it separates a "
+                "cell directory name's parts)")
+    if looks_secret(name):
+        return ("looks like a secret (a token shape or NAME=value the redaction pass would "
+                "hide); an identity field is never redacted, so choose another name")
     return None
 
 

@@ -114,6 +114,12 @@ def redact_obj(value, secrets: list[str] | None = None):
     return value
 
 
+def looks_secret(text: str, secrets: list[str] | None = None) -> bool:
+    """True when the redaction pass would change `text`: any token shape, secret value,
+    secret-named option or NAME=value assignment (what `publish` and name checks refuse)."""
+    return redact_text(text, secrets) != text
+
+
 def find_secrets(data: bytes, secrets: list[str] | None = None) -> list[str]:
     """What kinds of secret `data` still holds ('token-pattern', 'env-value'); [] if none."""
     secrets = secret_values() if secrets is None else secrets
