@@ -121,7 +121,9 @@ def looks_secret(text: str, secrets: list[str] | None = None) -> bool:
 
 
 def find_secrets(data: bytes, secrets: list[str] | None = None) -> list[str]:
-    """What kinds of secret `data` still holds ('token-pattern', 'env-value'); [] if none."""
+    """What kinds of secret `data` still holds ('token-pattern', 'env-value', 'secret-option'
+    for `--api-key=X`, `WANDB_API_KEY=X` and the like); [] when `redact_text` would leave it
+    unchanged, so whatever the redaction pass would hide is found here."""
     secrets = secret_values() if secrets is None else secrets
     found = []
     text = data.decode("utf-8", "replace")
@@ -129,4 +131,6 @@ def find_secrets(data: bytes, secrets: list[str] | None = None) -> list[str]:
         found.append("token-pattern")
     if any(value in text for value in secrets):
         found.append("env-value")
+    if not found and looks_secret(text, secrets):
+        found.append("secret-option")
     return found
