@@ -165,9 +165,10 @@ def cli_publish(results_dir: str, repo: str, dry_run: bool = False) -> int:
     files, skipped = local_files(root)
     leaks = files_with_secrets(root, files)
     if leaks:
-        return say_refused([f"{redact_text(f)} holds what the redaction pass hides (a secret "
-                            "value, a token shape, --api-key=..., NAME_KEY=...): redact it "
-                            "before publishing" for f in leaks])
+        return say_refused([f"{redact_text(f)} contains the value of a secret-named environment "
+                            "variable, a token shape (hf_...) or a secret option or assignment "
+                            "(--api-key=..., WANDB_API_KEY=...); redact it before publishing"
+                            for f in leaks])
     prefix = target_prefix(root)
     existing, problem = existing_paths(repo)
     if existing is not None and any(p.startswith(prefix) for p in existing):

@@ -20,6 +20,8 @@ from harness.forecast.core import (
     per_rank_tokens,
 )
 from harness.grid.capacity import Grid
+from harness.io.bounds import parse_int
+from harness.io.safeio import RUNBOOK_MAX_BYTES, read_text
 from harness.loadmodel import planners
 from harness.loadmodel import traces as trace_reader
 from harness.runbook.zoo import ZOO, zoo_model
@@ -64,18 +66,18 @@ def placement_file(path: str, experts: int) -> dict[int, np.ndarray]:
     """A placement FILE: lines `EP: r0 r1 ... r(E-1)` (the home rank of each expert);
     '#' starts a comment. Every rank must host experts/EP experts."""
     homes: dict[int, np.ndarray] = {}
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise BadInput(str(exc), path=path, field="--placement") from None
+    lines = read_text(path, max_bytes=RUNBOOK_MAX_BYTES, field="--placement").splitlines()
     for no, text in enumerate(lines, start=1):
         body = text.split("#", 1)[0].strip()
         if not body:
             continue
         head, sep, rest = body.partition(":")
+        numbers = [parse_int(x) for x in [head.strip(), *rest.split()]]   # None past 30 digits
         try:
-            ep, ranks = int(head), np.array([int(x) for x in rest.split()], dtype=np.int64)
-        except ValueError:
+            if None in numbers:
+                raise ValueError(body)
+            ep, ranks = numbers[0], np.array(numbers[1:], dtype=np.int64)
+        except (ValueError, OverflowError):
             raise BadInput("expected `EP: rank rank ...` with integers", path=path, line=no,
                            field="placement") from None
         if not sep or ep <= 0 or ranks.size != experts:

@@ -8,6 +8,7 @@ timeout. Fields not listed keep the generic bound (finite, |x| <= GENERIC_MAX).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -22,6 +23,9 @@ MAX_TELEMETRY_INT = 10**18 - 1    # telemetry values are 1-18 digits (SPEC secti
 PATH_COMPONENT_MAX = 100          # a campaign, model, backend or cell-part name: one directory
 PATH_COMPONENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+~-]*")   # ~: a control arm
 CELL_PART_SEPARATOR = "__"        # harness.results.layout.Cell.name joins its parts with it
+
+MAX_INT_DIGITS = 30               # an integer read from a log, trace or name: at most 30 digits
+_INT_TEXT = re.compile(r"[+-]?[0-9]+")
 
 # field name -> (low, high), inclusive; the name is the last part of the YAML path
 RANGES: dict[str, tuple[float, float]] = {
@@ -81,6 +85,37 @@ def path_component_problem(name: object, kind: str = "name") -> str | None:
         return ("looks like a secret (a token shape or NAME=value the redaction pass would "
                 "hide); an identity field is never redacted, so choose another name")
     return None
+
+
+def parse_int(text: str, max_digits: int = MAX_INT_DIGITS) -> int | None:
+    """int(text) for an optionally signed decimal of at most `max_digits` digits, else None.
+
+    Every integer parsed from untrusted text (a log line, a trace, a file name) goes through
+    this, so a 5000-digit number is refused by length before Python's int-string limit
+    (ValueError past 4300 digits) or a quadratic conversion is reached.
+    """
+    if len(text) > max_digits + 1 or not _INT_TEXT.fullmatch(text) \
+            or len(text.lstrip("+-")) > max_digits:
+        return None
+    return int(text)
+
+
+class TooManyDigits(json.JSONDecodeError):
+    """A JSON integer longer than MAX_INT_DIGITS digits (a JSONDecodeError, so every caller
+    that handles malformed JSON handles this too)."""
+
+
+def _json_int(text: str) -> int:
+    value = parse_int(text)
+    if value is None:
+        raise TooManyDigits(f"integer of {len(text.lstrip('+-'))} digits, over the "
+                            f"{MAX_INT_DIGITS}-digit bound", text[:40], 0)
+    return value
+
+
+def json_loads(text: str | bytes):
+    """json.loads with every integer bounded in digits before conversion (TooManyDigits)."""
+    return json.loads(text, parse_int=_json_int)
 
 
 def _num(x: float) -> str:

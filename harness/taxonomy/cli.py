@@ -9,10 +9,12 @@ signatures the run survived, so a user can ask why a cluster cell failed.
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
 from harness.errors import BadInput
+from harness.io.safeio import read_json
 from harness.results.layout import CELL_JSON
 from harness.taxonomy.judge import LAUNCHER_STATES, judge_run
 
@@ -31,15 +33,9 @@ def cell_logs(cell_dir: Path) -> list[Path]:
 def read_cell_json(cell_dir: Path) -> dict:
     """cell.json of a cell directory ({} when absent); malformed is BadInput."""
     path = cell_dir / CELL_JSON
-    if not path.is_file():
+    if not os.path.lexists(path):
         return {}
-    if path.stat().st_size > CELL_JSON_MAX:
-        raise BadInput("cell.json larger than 1 MiB", path=str(path))
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        line = getattr(exc, "lineno", None)
-        raise BadInput(f"not JSON: {exc}", path=str(path), line=line) from exc
+    doc = read_json(path, max_bytes=CELL_JSON_MAX)    # regular file, 1 MiB, bounded integers
     if not isinstance(doc, dict):
         raise BadInput("not a JSON object", path=str(path), line=1)
     return doc

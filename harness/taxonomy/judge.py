@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import BadInput
+from harness.io.bounds import parse_int
 from harness.taxonomy.signatures import (
     OVERFLOW,
     Matcher,
@@ -146,7 +147,7 @@ class _Scan:
                   dict(self.last_iter.get(path, {})), index, timestamp_of(text))
         if sig.cls == OVERFLOW:
             if sig.demand and match.groupdict().get(sig.demand):
-                hit.demand = int(match.group(sig.demand))
+                hit.demand = parse_int(match.group(sig.demand))   # None past 30 digits
             if self.demand is None or (hit.demand or -1) > (self.demand.demand or -1):
                 self.demand = hit           # the overflow report with the largest demand
         kept = self.pending.setdefault(path, [])
