@@ -13,8 +13,8 @@ import click
 
 from harness import __version__
 from harness.api.registry import LAUNCHER_NAMES
-from harness.errors import EpcapError, boundary_message
-from harness.io.redact import redact_text
+from harness.errors import BadInput, EpcapError, boundary_message
+from harness.io.redact import looks_secret, redact_text
 from harness.vocab import DEFAULT_PAD_MULTIPLE, LauncherState, Stage
 
 STAGES = Stage.values()
@@ -31,6 +31,16 @@ def _call(body: Callable[..., int | None], /, **kwargs) -> None:
         click.echo(f"epcap: error: {redact_text(boundary_message(exc))}", err=True)
         sys.exit(2)
     sys.exit(code or 0)
+
+
+def refuse_secret_paths(**paths: str | None) -> None:
+    """BadInput for a path the redaction pass would rewrite: paths are identity fields of
+    events and cell.json, never redacted, so a token-shaped one is refused up front."""
+    for option, value in paths.items():
+        if value is not None and looks_secret(str(value)):
+            raise BadInput("looks like a secret (a token shape or NAME=value the redaction "
+                           "pass would hide); a path is never redacted, so choose another",
+                           field=f"--{option}")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -61,7 +71,11 @@ def run(runbook, results, launcher, dry_run, fresh, stages, until) -> None:
     """
     from harness.campaign.cli import cli_run  # lazy: each command imports only its own room
 
-    _call(cli_run, runbook=runbook, results=results, launcher=launcher,
+    def checked_run(**kwargs) -> int | None:
+        refuse_secret_paths(results=kwargs["results"])
+        return cli_run(**kwargs)
+
+    _call(checked_run, runbook=runbook, results=results, launcher=launcher,
           dry_run=dry_run, fresh=fresh, stages=tuple(stages), until=until)
 
 
