@@ -24,6 +24,7 @@ PATH_COMPONENT_MAX = 100          # a campaign, model, backend or cell-part name
 PATH_COMPONENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+~-]*")   # ~: a control arm
 CELL_PART_SEPARATOR = "__"        # harness.results.layout.Cell.name joins its parts with it
 
+LOG_LINE_MAX = 500                # characters of a log line copied into a record or printed
 MAX_INT_DIGITS = 30               # an integer read from a log, trace or name: at most 30 digits
 _INT_TEXT = re.compile(r"[+-]?[0-9]+")
 
@@ -85,6 +86,15 @@ def path_component_problem(name: object, kind: str = "name") -> str | None:
         return ("looks like a secret (a token shape or NAME=value the redaction pass would "
                 "hide); an identity field is never redacted, so choose another name")
     return None
+
+
+def clip_line(text: str, limit: int = LOG_LINE_MAX) -> str:
+    """A log line cut to `limit` characters for copying into a record (events, cell.json,
+    STOPPED.txt, a TSV row, the terminal), saying how long it was; shorter lines unchanged."""
+    if len(text) <= limit:
+        return text
+    note = f" ... [line of {len(text)} characters cut to {limit}]"
+    return text[:max(limit - len(note), 0)] + note
 
 
 def parse_int(text: str, max_digits: int = MAX_INT_DIGITS) -> int | None:

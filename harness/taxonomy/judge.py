@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import BadInput
-from harness.io.bounds import parse_int
+from harness.io.bounds import clip_line, parse_int
 from harness.taxonomy.signatures import (
     OVERFLOW,
     Matcher,
@@ -50,7 +50,7 @@ LAUNCHER_STATES = LauncherState.values()
 STATE_CLASSES = {LauncherState.OOM: Status.DOES_NOT_FIT, LauncherState.NODE_FAIL: Status.INFRA}
 MAX_PENDING = 2000          # fatal candidates kept per file (the cause comes first)
 MAX_WARNINGS = 50           # survived signatures kept (the count is always exact)
-
+MAX_RANK_CHARS = 32         # a rank label copied from a log line ("3", "0:7")
 
 @dataclass
 class Hit:
@@ -143,7 +143,9 @@ class _Scan:
         if not found:
             return
         sig, match = found
-        hit = Hit(sig, path, line_no, text.strip(), rank_of(text, path),
+        rank = rank_of(text, path)
+        rank = rank if rank is None or len(rank) <= MAX_RANK_CHARS else None   # bounded copy
+        hit = Hit(sig, path, line_no, clip_line(text.strip()), rank,
                   dict(self.last_iter.get(path, {})), index, timestamp_of(text))
         if sig.cls == OVERFLOW:
             if sig.demand and match.groupdict().get(sig.demand):
