@@ -6,6 +6,7 @@ harness errors (`EpcapError`) become a one-line message on stderr and their exit
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 
@@ -18,12 +19,18 @@ from harness.io.redact import looks_secret, redact_text
 from harness.vocab import DEFAULT_PAD_MULTIPLE, LauncherState, Stage
 
 STAGES = Stage.values()
+PIPE_EXIT = 141                 # what a shell reports for a command killed by SIGPIPE (13)
+NO_ARGS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())    # click >= 8.2
 
 
 def _call(body: Callable[..., int | None], /, **kwargs) -> None:
     """Run a command's body with kwargs; map its return and harness errors to exit codes."""
     try:
         code = body(**kwargs)
+        sys.stdout.flush()              # a closed pipe shows here, while it can be handled
+    except BrokenPipeError:             # the reader left (`| head`): end silently
+        _quiet_pipe()
+        sys.exit(PIPE_EXIT)
     except EpcapError as exc:
         click.echo(f"epcap: error: {redact_text(str(exc))}", err=True)
         sys.exit(exc.exit_code)
@@ -43,7 +50,69 @@ def refuse_secret_paths(**paths: str | None) -> None:
                            field=f"--{option}")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _quiet_pipe() -> None:
+    """stdout's reader is gone: point stdout at /dev/null so the exit flush cannot fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _rich_pipe_policy() -> None:
+    """Make rich's tables report a closed pipe as BrokenPipeError (rich's documented hook,
+    `Console.on_broken_pipe`, exits 1 by default), so every command ends the same way."""
+    try:
+        from rich.console import Console  # lazy: rich is only needed by commands with tables
+    except ImportError:
+        return
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+    Console.on_broken_pipe = on_broken_pipe
+
+
+class EpcapGroup(click.Group):
+    """The `epcap` group with one error form: click's usage errors are printed as
+    `epcap: error: ...` (exit 2) like every harness error, and a closed stdout pipe
+    (`epcap ... | head`) ends the command silently with 141, as SIGPIPE would."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
+             **extra):
+        _rich_pipe_policy()
+        try:
+            code = super().main(args=args, prog_name=prog_name or "epcap",
+                                complete_var=complete_var, standalone_mode=False, **extra)
+        except NO_ARGS_HELP as exc:         # bare `epcap` or `epcap GROUP`: the help, exit 0
+            click.echo(exc.format_message())
+            sys.exit(0)
+        except click.UsageError as exc:
+            hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            click.echo(f"epcap: error: {redact_text(exc.format_message())}{hint}", err=True)
+            sys.exit(2)
+        except click.ClickException as exc:
+            click.echo(f"epcap: error: {redact_text(exc.format_message())}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("epcap: interrupted", err=True)
+            sys.exit(130)
+        except BrokenPipeError:
+            _quiet_pipe()
+            sys.exit(PIPE_EXIT)
+        except SystemExit as exc:
+            # click's own output (--help) meeting a closed pipe: click exits 1 after wrapping
+            # stdout in its flush pacifier; report it as the pipe it was
+            if exc.code == 1 and type(sys.stdout).__name__ == "_PacifyFlushWrapper":
+                _quiet_pipe()
+                sys.exit(PIPE_EXIT)
+            raise
+        if not standalone_mode:
+            return code
+        sys.exit(code or 0)
+
+
+@click.group(cls=EpcapGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="epcap")
 def main() -> None:
     """epcap: measure, round, validate and time MoE expert-parallel dispatch capacity.
