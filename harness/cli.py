@@ -15,11 +15,15 @@ import click
 from harness import __version__
 from harness.api.registry import LAUNCHER_NAMES
 from harness.errors import BadInput, EpcapError, boundary_message
+from harness.io.bounds import MAX_DECIMALS
 from harness.io.redact import looks_secret, redact_text
 from harness.vocab import DEFAULT_PAD_MULTIPLE, LauncherState, Stage
 
 STAGES = Stage.values()
 PIPE_EXIT = 141                 # what a shell reports for a command killed by SIGPIPE (13)
+PAD_HELP = ("Pad multiple M: a budget (capacity x N slots) must be a multiple of M slots "
+            "for the capacity to be executable.")
+GRID_HELP = f"Capacity grid: exact, or decimals-D (legacy: D decimals, D at most {MAX_DECIMALS})."
 NO_ARGS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())    # click >= 8.2
 
 
@@ -137,6 +141,10 @@ def run(runbook, results, launcher, dry_run, fresh, stages, until) -> None:
     """Run a campaign: preflight, measure, select, validate, time, report.
 
     RUNBOOK defaults to runbooks/local-cpu.yaml. Running the same command again resumes.
+
+    \b
+    Example:
+      epcap run runbooks/local-cpu.yaml --results results
     """
     from harness.campaign.cli import cli_run  # lazy: each command imports only its own room
 
@@ -151,7 +159,12 @@ def run(runbook, results, launcher, dry_run, fresh, stages, until) -> None:
 @main.command()
 @click.argument("results_dir", type=click.Path(file_okay=False))
 def status(results_dir) -> None:
-    """Stage, cells done / left, failures by class and ETA of a campaign directory."""
+    """Stage, cells done / left, failures by class and ETA of a campaign directory.
+
+    \b
+    Example:
+      epcap status results/local-cpu
+    """
     from harness.campaign.cli import cli_status  # lazy: each command imports only its own room
 
     _call(cli_status, results_dir=results_dir)
@@ -164,11 +177,18 @@ def status(results_dir) -> None:
 @click.option("--required", type=float, help="A required capacity R (peak = ceil(R x N)).")
 @click.option("--peak", type=int, help="A measured peak actual_valid_recv, in slots.")
 @click.option("--check", type=str, help="Check whether capacity C is executable.")
-@click.option("--pad-multiple", type=int, default=DEFAULT_PAD_MULTIPLE, show_default=True)
-@click.option("--decimals", type=int, default=None, help="Legacy grid: keep D decimals.")
+@click.option("--pad-multiple", type=int, default=DEFAULT_PAD_MULTIPLE, show_default=True,
+              help=PAD_HELP)
+@click.option("--decimals", type=int, default=None,
+              help=f"Legacy grid decimals-D: keep D decimals (at most {MAX_DECIMALS}).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def capacity(seq, mbs, topk, required, peak, check, pad_multiple, decimals, as_json) -> None:
-    """Round a requirement onto the executable grid, or check a capacity."""
+    """Round a requirement onto the executable grid, or check a capacity.
+
+    \b
+    Example:
+      epcap capacity --seq 4096 --mbs 1 --topk 8 --required 1.3
+    """
     from harness.grid.cli import cli_capacity  # lazy: each command imports only its own room
 
     _call(cli_capacity, seq=seq, mbs=mbs, topk=topk, required=required,
@@ -181,7 +201,12 @@ def capacity(seq, mbs, topk, required, peak, check, pad_multiple, decimals, as_j
               help="Skip dispatch rows with iter < WARMUP.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def parse(logs, warmup, as_json) -> None:
-    """Summarize dispatch telemetry of one or more logs (peak demand, saturation, malformed rows)."""
+    """Summarize dispatch telemetry of one or more logs (peak demand, saturation, malformed rows).
+
+    \b
+    Example:
+      epcap parse results/local-cpu/cells/*__measure__*/rank0.log
+    """
     from harness.telemetry.cli import cli_parse  # lazy: each command imports only its own room
 
     _call(cli_parse, logs=tuple(logs), warmup=warmup, as_json=as_json)
@@ -197,9 +222,14 @@ def parse(logs, warmup, as_json) -> None:
 @click.option("--strict", is_flag=True, help="Exit 1 if anything is INVALID or UNKNOWN.")
 @click.option("--pad-multiple", type=click.IntRange(min=1), default=DEFAULT_PAD_MULTIPLE,
               show_default=True,
-              help="The grid's pad multiple the rules use (never the upload's runbook).")
+              help=PAD_HELP + " The audit's rules use this one, never the upload's runbook.")
 def audit(target, errata, git_repos, out, as_json, strict, pad_multiple) -> None:
-    """Sort uploaded results into VALID, INVALID (with reasons) and UNKNOWN."""
+    """Sort uploaded results into VALID, INVALID (with reasons) and UNKNOWN.
+
+    \b
+    Example:
+      epcap audit results/local-cpu --out audit.tsv
+    """
     from harness.audit.cli import cli_audit  # lazy: each command imports only its own room
 
     _call(cli_audit, target=target, errata=errata, git_repos=tuple(git_repos),
@@ -210,7 +240,12 @@ def audit(target, errata, git_repos, out, as_json, strict, pad_multiple) -> None
 @click.argument("results_dir", type=click.Path(file_okay=False))
 @click.option("--out", type=click.Path(file_okay=False), help="Output directory (default: RESULTS_DIR/report).")
 def report(results_dir, out) -> None:
-    """Write report.md, figures and demand.tsv for a campaign."""
+    """Write report.md, figures and demand.tsv for a campaign.
+
+    \b
+    Example:
+      epcap report results/local-cpu && less results/local-cpu/report/report.md
+    """
     from harness.report.cli import cli_report  # lazy: each command imports only its own room
 
     _call(cli_report, results_dir=results_dir, out=out)
@@ -221,7 +256,12 @@ def report(results_dir, out) -> None:
 @click.option("--repo", required=True, metavar="ORG/NAME", help="HuggingFace dataset repository.")
 @click.option("--dry-run", is_flag=True, help="List what would be uploaded where.")
 def publish(results_dir, repo, dry_run) -> None:
-    """Audit, then upload a VALID campaign to a HuggingFace dataset under a new path."""
+    """Audit, then upload a VALID campaign to a HuggingFace dataset under a new path.
+
+    \b
+    Example:
+      epcap publish results/local-cpu --repo ORG/NAME --dry-run
+    """
     from harness.publish import cli_publish  # lazy: each command imports only its own room
 
     _call(cli_publish, results_dir=results_dir, repo=repo, dry_run=dry_run)
@@ -238,7 +278,12 @@ def publish(results_dir, repo, dry_run) -> None:
               help="Launcher state of the run (default: cell.json's launcher.state).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def classify(cell_dirs, runbook, backend, exit_code, state, as_json) -> None:
-    """Re-classify finished runs: class, deciding line, first failed rank, survived warnings."""
+    """Re-classify finished runs: class, deciding line, first failed rank, survived warnings.
+
+    \b
+    Example:
+      epcap classify results/local-cpu/cells/QWEN3_30B__echo__measure__cap2p00__a1
+    """
     from harness.taxonomy.cli import cli_classify  # lazy: each command imports only its own room
 
     _call(cli_classify, cell_dirs=tuple(cell_dirs), runbook=runbook,
@@ -248,7 +293,12 @@ def classify(cell_dirs, runbook, backend, exit_code, state, as_json) -> None:
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def doctor(as_json) -> None:
-    """Health probe: driver, idle GPUs, ECC errors (says no-gpu on a CPU machine)."""
+    """Health probe: driver, idle GPUs, ECC errors (says no-gpu on a CPU machine).
+
+    \b
+    Example:
+      epcap doctor --json
+    """
     from harness.health import cli_doctor  # lazy: each command imports only its own room
 
     _call(cli_doctor, as_json=as_json)
@@ -265,8 +315,9 @@ def doctor(as_json) -> None:
               help="contiguous, round-robin or a FILE of `EP: home ranks` lines.")
 @click.option("--personality", default="raw", show_default=True,
               help="raw, echo, ultraep, moonep (comma-separated for several).")
-@click.option("--pad-multiple", type=int, default=DEFAULT_PAD_MULTIPLE, show_default=True)
-@click.option("--grid", default="exact", show_default=True, help="exact or decimals:D.")
+@click.option("--pad-multiple", type=int, default=DEFAULT_PAD_MULTIPLE, show_default=True,
+              help=PAD_HELP)
+@click.option("--grid", default="exact", show_default=True, help=GRID_HELP)
 @click.option("--unit", default="slots", show_default=True, help="slots or tokens.")
 @click.option("--seq", type=int, help="Sequence length of the trace (for --micro-batch).")
 @click.option("--out", type=click.Path(file_okay=False),
@@ -278,6 +329,10 @@ def forecast(traces, model, experts, ep, micro_batch, placement, personality, pa
 
     TRACE is an epcap routing trace or Megatron-LM router-trace JSONL
     (router_trace_rank{N}.jsonl files or their directory). See docs/forecast.md.
+
+    \b
+    Example:
+      epcap forecast router_trace/ --model QWEN3_30B --ep 8,16 --grid decimals-2
     """
     from harness.forecast.cli import cli_forecast  # lazy: each command imports only its own room
 

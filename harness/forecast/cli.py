@@ -20,6 +20,7 @@ from harness.forecast.core import (
     per_rank_tokens,
 )
 from harness.grid.capacity import Grid
+from harness.io import bounds
 from harness.io.bounds import parse_int
 from harness.io.safeio import RUNBOOK_MAX_BYTES, read_text
 from harness.loadmodel import planners
@@ -55,11 +56,12 @@ def _names(text: str, option: str, allowed: tuple[str, ...] | None = None) -> li
 
 
 def _grid(text: str) -> int | None:
-    """exact -> None; decimals:D (or the runbooks' decimals-D) -> D."""
+    """exact -> None; decimals-D (also decimals:D) -> D, D at most MAX_DECIMALS."""
     try:
         return Grid.parse(text).decimals
     except ValueError:
-        raise BadInput(f"expected exact or decimals:D, got {text!r}", field="--grid") from None
+        raise BadInput(f"expected exact or decimals-D (D at most {bounds.MAX_DECIMALS}), got "
+                       f"{bounds.short_text(text)}", field="--grid") from None
 
 
 def placement_file(path: str, experts: int) -> dict[int, np.ndarray]:
@@ -128,6 +130,7 @@ def forecast_rows(traces, model=None, experts=None, ep=None, micro_batch=None,
     """All rows of one `epcap forecast` call (the CLI options, as values)."""
     if pad_multiple <= 0:
         raise BadInput(f"must be positive, got {pad_multiple}", field="--pad-multiple")
+    bounds.check_option("pad-multiple", pad_multiple)     # 10**23 refused before any work
     decimals = _grid(grid)
     spec = zoo_model(model, zoo) if model else {}
     if model and experts and int(spec["experts"]) != experts:

@@ -132,6 +132,12 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(x)
 
 
+def short_text(text: str, limit: int = 40) -> str:
+    """A user's string for an error message: ascii-quoted, at most `limit` characters."""
+    quoted = ascii(str(text))
+    return quoted if len(quoted) <= limit else quoted[:limit - 4] + "...'"
+
+
 def short(value: float) -> str:
     """A number as text, at most 40 characters (a 100,000-digit integer stays readable)."""
     if isinstance(value, float) and not math.isfinite(value):

@@ -60,3 +60,28 @@ def test_a_closed_pipe_ends_silently(argv):
     assert res.returncode in (0, 141), (argv, res.returncode, res.stderr)
     assert "Broken pipe" not in res.stderr and "Traceback" not in res.stderr, res.stderr
     assert "Exception ignored" not in res.stderr, res.stderr
+
+
+def test_every_command_help_has_an_example_and_one_grid_spelling():
+    from harness.cli import main
+    for name in sorted(main.commands):
+        res = run_cli(name, "--help")
+        assert res.code == 0, (name, res.text)
+        assert "Example:" in res.out and f"epcap {name}" in res.out, name
+        assert "decimals:D" not in res.out, name        # Grid's spelling: decimals-D
+        if "--pad-multiple" in res.out:
+            block = res.out.split("--pad-multiple", 1)[1].split("\n  -", 1)[0]
+            assert "multiple" in block.lower() and "slots" in block, (name, block)
+
+
+@settings(max_examples=30, deadline=None)
+@given(pad=st.one_of(st.integers(1 << 16 + 1, 10**30), st.just(10**23)),
+       grid=st.one_of(st.just("decimals:100000"),
+                      st.integers(13, 10**6).map("decimals:{}".format),
+                      st.integers(13, 10**6).map("decimals-{}".format)))
+def test_forecast_refuses_huge_pad_multiple_and_grid_fast(pad, grid):
+    res = run_cli("forecast", "no-such-trace.jsonl", "--pad-multiple", str(pad), timeout_s=5)
+    assert res.code == 2 and "--pad-multiple" in res.err, res.text
+    res = run_cli("forecast", "no-such-trace.jsonl", "--grid", grid, timeout_s=5)
+    assert res.code == 2 and "--grid" in res.err, res.text
+    assert len(res.err) < 300
