@@ -203,6 +203,8 @@ def capacity(seq, mbs, topk, required, peak, check, pad_multiple, decimals, as_j
 def parse(logs, warmup, as_json) -> None:
     """Summarize dispatch telemetry of one or more logs (peak demand, saturation, malformed rows).
 
+    Exit 1 with a note when a log holds no telemetry row (run without MOE_DROP_DEBUG=1?).
+
     \b
     Example:
       epcap parse results/local-cpu/cells/*__measure__*/rank0.log

@@ -85,3 +85,16 @@ def test_forecast_refuses_huge_pad_multiple_and_grid_fast(pad, grid):
     res = run_cli("forecast", "no-such-trace.jsonl", "--grid", grid, timeout_s=5)
     assert res.code == 2 and "--grid" in res.err, res.text
     assert len(res.err) < 300
+
+
+@settings(max_examples=15, deadline=None)
+@given(text=st.one_of(st.text(max_size=200).filter(lambda t: "[MOE_DROP_DEBUG]" not in t
+                                                   and t.strip()),
+                      st.just("iteration 1/ 10 | loss 3.2\n")))
+def test_parse_without_telemetry_says_why_and_exits_1(tmp_path_factory, text):
+    log = tmp_path_factory.mktemp("p") / "rank0.log"
+    log.write_text(text, encoding="utf-8")
+    for extra in ([], ["--json"]):
+        res = run_cli("parse", log, *extra)
+        assert res.code == 1, res.text
+        assert "MOE_DROP_DEBUG=1" in res.err, res.err
