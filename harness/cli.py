@@ -6,6 +6,7 @@ harness errors (`EpcapError`) become a one-line message on stderr and their exit
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 
@@ -13,17 +14,27 @@ import click
 
 from harness import __version__
 from harness.api.registry import LAUNCHER_NAMES
-from harness.errors import EpcapError, boundary_message
-from harness.io.redact import redact_text
+from harness.errors import BadInput, EpcapError, boundary_message
+from harness.io.bounds import MAX_DECIMALS
+from harness.io.redact import looks_secret, redact_text
 from harness.vocab import DEFAULT_PAD_MULTIPLE, LauncherState, Stage
 
 STAGES = Stage.values()
+PIPE_EXIT = 141                 # what a shell reports for a command killed by SIGPIPE (13)
+PAD_HELP = ("Pad multiple M: a budget (capacity x N slots) must be a multiple of M slots "
+            "for the capacity to be executable.")
+GRID_HELP = f"Capacity grid: exact, or decimals-D (legacy: D decimals, D at most {MAX_DECIMALS})."
+NO_ARGS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())    # click >= 8.2
 
 
 def _call(body: Callable[..., int | None], /, **kwargs) -> None:
     """Run a command's body with kwargs; map its return and harness errors to exit codes."""
     try:
         code = body(**kwargs)
+        sys.stdout.flush()              # a closed pipe shows here, while it can be handled
+    except BrokenPipeError:             # the reader left (`| head`): end silently
+        _quiet_pipe()
+        sys.exit(PIPE_EXIT)
     except EpcapError as exc:
         click.echo(f"epcap: error: {redact_text(str(exc))}", err=True)
         sys.exit(exc.exit_code)
@@ -33,7 +44,79 @@ def _call(body: Callable[..., int | None], /, **kwargs) -> None:
     sys.exit(code or 0)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def refuse_secret_paths(**paths: str | None) -> None:
+    """BadInput for a path the redaction pass would rewrite: paths are identity fields of
+    events and cell.json, never redacted, so a token-shaped one is refused up front."""
+    for option, value in paths.items():
+        if value is not None and looks_secret(str(value)):
+            raise BadInput("looks like a secret (a token shape or NAME=value the redaction "
+                           "pass would hide); a path is never redacted, so choose another",
+                           field=f"--{option}")
+
+
+def _quiet_pipe() -> None:
+    """stdout's reader is gone: point stdout at /dev/null so the exit flush cannot fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _rich_pipe_policy() -> None:
+    """Make rich's tables report a closed pipe as BrokenPipeError (rich's documented hook,
+    `Console.on_broken_pipe`, exits 1 by default), so every command ends the same way."""
+    try:
+        from rich.console import Console  # lazy: rich is only needed by commands with tables
+    except ImportError:
+        return
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+    Console.on_broken_pipe = on_broken_pipe
+
+
+class EpcapGroup(click.Group):
+    """The `epcap` group with one error form: click's usage errors are printed as
+    `epcap: error: ...` (exit 2) like every harness error, and a closed stdout pipe
+    (`epcap ... | head`) ends the command silently with 141, as SIGPIPE would."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
+             **extra):
+        _rich_pipe_policy()
+        try:
+            code = super().main(args=args, prog_name=prog_name or "epcap",
+                                complete_var=complete_var, standalone_mode=False, **extra)
+        except NO_ARGS_HELP as exc:         # bare `epcap` or `epcap GROUP`: the help, exit 0
+            click.echo(exc.format_message())
+            sys.exit(0)
+        except click.UsageError as exc:
+            hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            click.echo(f"epcap: error: {redact_text(exc.format_message())}{hint}", err=True)
+            sys.exit(2)
+        except click.ClickException as exc:
+            click.echo(f"epcap: error: {redact_text(exc.format_message())}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("epcap: interrupted", err=True)
+            sys.exit(130)
+        except BrokenPipeError:
+            _quiet_pipe()
+            sys.exit(PIPE_EXIT)
+        except SystemExit as exc:
+            # click's own output (--help) meeting a closed pipe: click exits 1 after wrapping
+            # stdout in its flush pacifier; report it as the pipe it was
+            if exc.code == 1 and type(sys.stdout).__name__ == "_PacifyFlushWrapper":
+                _quiet_pipe()
+                sys.exit(PIPE_EXIT)
+            raise
+        if not standalone_mode:
+            return code
+        sys.exit(code or 0)
+
+
+@click.group(cls=EpcapGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="epcap")
 def main() -> None:
     """epcap: measure, round, validate and time MoE expert-parallel dispatch capacity.
@@ -69,11 +152,17 @@ def run(runbook, results, launcher, dry_run, fresh, stages, until, models, backe
     an edit of the runbook that changes no result (a comment, a limit) resumes too, and a
     result-bearing edit re-runs exactly the cells it affects.
 
-    Example: epcap run runbooks/local-cpu.yaml --model QWEN3_30B --retry crash,timeout
+    \b
+    Example:
+      epcap run runbooks/local-cpu.yaml --model QWEN3_30B --retry crash,timeout
     """
     from harness.campaign.cli import cli_run  # lazy: each command imports only its own room
 
-    _call(cli_run, runbook=runbook, results=results, launcher=launcher,
+    def checked_run(**kwargs) -> int | None:
+        refuse_secret_paths(results=kwargs["results"])
+        return cli_run(**kwargs)
+
+    _call(checked_run, runbook=runbook, results=results, launcher=launcher,
           dry_run=dry_run, fresh=fresh, stages=tuple(stages), until=until,
           models=tuple(models), backends=tuple(backends), retry=retry)
 
@@ -85,7 +174,9 @@ def status(results_dir, as_json) -> None:
     """State (running, interrupted, stopped after a stage, done), runs done / left, failures
     by class and ETA of a campaign directory, or of every campaign under a results root.
 
-    Example: epcap status results/local-cpu --json
+    \b
+    Example:
+      epcap status results/local-cpu --json
     """
     from harness.campaign.cli import cli_status  # lazy: each command imports only its own room
 
@@ -99,11 +190,18 @@ def status(results_dir, as_json) -> None:
 @click.option("--required", type=float, help="A required capacity R (peak = ceil(R x N)).")
 @click.option("--peak", type=int, help="A measured peak actual_valid_recv, in slots.")
 @click.option("--check", type=str, help="Check whether capacity C is executable.")
-@click.option("--pad-multiple", type=int, default=DEFAULT_PAD_MULTIPLE, show_default=True)
-@click.option("--decimals", type=int, default=None, help="Legacy grid: keep D decimals.")
+@click.option("--pad-multiple", type=int, default=DEFAULT_PAD_MULTIPLE, show_default=True,
+              help=PAD_HELP)
+@click.option("--decimals", type=int, default=None,
+              help=f"Legacy grid decimals-D: keep D decimals (at most {MAX_DECIMALS}).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def capacity(seq, mbs, topk, required, peak, check, pad_multiple, decimals, as_json) -> None:
-    """Round a requirement onto the executable grid, or check a capacity."""
+    """Round a requirement onto the executable grid, or check a capacity.
+
+    \b
+    Example:
+      epcap capacity --seq 4096 --mbs 1 --topk 8 --required 1.3
+    """
     from harness.grid.cli import cli_capacity  # lazy: each command imports only its own room
 
     _call(cli_capacity, seq=seq, mbs=mbs, topk=topk, required=required,
@@ -116,7 +214,14 @@ def capacity(seq, mbs, topk, required, peak, check, pad_multiple, decimals, as_j
               help="Skip dispatch rows with iter < WARMUP.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def parse(logs, warmup, as_json) -> None:
-    """Summarize dispatch telemetry of one or more logs (peak demand, saturation, malformed rows)."""
+    """Summarize dispatch telemetry of one or more logs (peak demand, saturation, malformed rows).
+
+    Exit 1 with a note when a log holds no telemetry row (run without MOE_DROP_DEBUG=1?).
+
+    \b
+    Example:
+      epcap parse results/local-cpu/cells/*__measure__*/rank0.log
+    """
     from harness.telemetry.cli import cli_parse  # lazy: each command imports only its own room
 
     _call(cli_parse, logs=tuple(logs), warmup=warmup, as_json=as_json)
@@ -132,9 +237,14 @@ def parse(logs, warmup, as_json) -> None:
 @click.option("--strict", is_flag=True, help="Exit 1 if anything is INVALID or UNKNOWN.")
 @click.option("--pad-multiple", type=click.IntRange(min=1), default=DEFAULT_PAD_MULTIPLE,
               show_default=True,
-              help="The grid's pad multiple the rules use (never the upload's runbook).")
+              help=PAD_HELP + " The audit's rules use this one, never the upload's runbook.")
 def audit(target, errata, git_repos, out, as_json, strict, pad_multiple) -> None:
-    """Sort uploaded results into VALID, INVALID (with reasons) and UNKNOWN."""
+    """Sort uploaded results into VALID, INVALID (with reasons) and UNKNOWN.
+
+    \b
+    Example:
+      epcap audit results/local-cpu --out audit.tsv
+    """
     from harness.audit.cli import cli_audit  # lazy: each command imports only its own room
 
     _call(cli_audit, target=target, errata=errata, git_repos=tuple(git_repos),
@@ -145,7 +255,12 @@ def audit(target, errata, git_repos, out, as_json, strict, pad_multiple) -> None
 @click.argument("results_dir", type=click.Path(file_okay=False))
 @click.option("--out", type=click.Path(file_okay=False), help="Output directory (default: RESULTS_DIR/report).")
 def report(results_dir, out) -> None:
-    """Write report.md, figures and demand.tsv for a campaign."""
+    """Write report.md, figures and demand.tsv for a campaign.
+
+    \b
+    Example:
+      epcap report results/local-cpu && less results/local-cpu/report/report.md
+    """
     from harness.report.cli import cli_report  # lazy: each command imports only its own room
 
     _call(cli_report, results_dir=results_dir, out=out)
@@ -156,7 +271,12 @@ def report(results_dir, out) -> None:
 @click.option("--repo", required=True, metavar="ORG/NAME", help="HuggingFace dataset repository.")
 @click.option("--dry-run", is_flag=True, help="List what would be uploaded where.")
 def publish(results_dir, repo, dry_run) -> None:
-    """Audit, then upload a VALID campaign to a HuggingFace dataset under a new path."""
+    """Audit, then upload a VALID campaign to a HuggingFace dataset under a new path.
+
+    \b
+    Example:
+      epcap publish results/local-cpu --repo ORG/NAME --dry-run
+    """
     from harness.publish import cli_publish  # lazy: each command imports only its own room
 
     _call(cli_publish, results_dir=results_dir, repo=repo, dry_run=dry_run)
@@ -173,7 +293,12 @@ def publish(results_dir, repo, dry_run) -> None:
               help="Launcher state of the run (default: cell.json's launcher.state).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def classify(cell_dirs, runbook, backend, exit_code, state, as_json) -> None:
-    """Re-classify finished runs: class, deciding line, first failed rank, survived warnings."""
+    """Re-classify finished runs: class, deciding line, first failed rank, survived warnings.
+
+    \b
+    Example:
+      epcap classify results/local-cpu/cells/QWEN3_30B__echo__measure__cap2p00__a1
+    """
     from harness.taxonomy.cli import cli_classify  # lazy: each command imports only its own room
 
     _call(cli_classify, cell_dirs=tuple(cell_dirs), runbook=runbook,
@@ -183,7 +308,12 @@ def classify(cell_dirs, runbook, backend, exit_code, state, as_json) -> None:
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def doctor(as_json) -> None:
-    """Health probe: driver, idle GPUs, ECC errors (says no-gpu on a CPU machine)."""
+    """Health probe: driver, idle GPUs, ECC errors (says no-gpu on a CPU machine).
+
+    \b
+    Example:
+      epcap doctor --json
+    """
     from harness.health import cli_doctor  # lazy: each command imports only its own room
 
     _call(cli_doctor, as_json=as_json)
@@ -200,8 +330,9 @@ def doctor(as_json) -> None:
               help="contiguous, round-robin or a FILE of `EP: home ranks` lines.")
 @click.option("--personality", default="raw", show_default=True,
               help="raw, echo, ultraep, moonep (comma-separated for several).")
-@click.option("--pad-multiple", type=int, default=DEFAULT_PAD_MULTIPLE, show_default=True)
-@click.option("--grid", default="exact", show_default=True, help="exact or decimals:D.")
+@click.option("--pad-multiple", type=int, default=DEFAULT_PAD_MULTIPLE, show_default=True,
+              help=PAD_HELP)
+@click.option("--grid", default="exact", show_default=True, help=GRID_HELP)
 @click.option("--unit", default="slots", show_default=True, help="slots or tokens.")
 @click.option("--seq", type=int, help="Sequence length of the trace (for --micro-batch).")
 @click.option("--out", type=click.Path(file_okay=False),
@@ -213,6 +344,10 @@ def forecast(traces, model, experts, ep, micro_batch, placement, personality, pa
 
     TRACE is an epcap routing trace or Megatron-LM router-trace JSONL
     (router_trace_rank{N}.jsonl files or their directory). See docs/forecast.md.
+
+    \b
+    Example:
+      epcap forecast router_trace/ --model QWEN3_30B --ep 8,16 --grid decimals-2
     """
     from harness.forecast.cli import cli_forecast  # lazy: each command imports only its own room
 

@@ -65,8 +65,8 @@ def local_files(root: Path) -> tuple[list[str], list[str]]:
 
 
 def files_with_secrets(root: Path, files: list[str]) -> list[str]:
-    """Files whose name or content holds a secret: the value of a secret-named environment
-    variable or a token shape (`hf_...`, harness.io.redact.TOKEN_PATTERN); never uploaded."""
+    """Files whose name or content holds anything the redaction pass would hide (a secret
+    environment value, a token shape, `--api-key=X`, `WANDB_API_KEY=X`); never uploaded."""
     secrets = secret_values()
     overlap = max([len(v) for v in secrets] + [TOKEN_OVERLAP]) - 1
     leaks = []
@@ -166,7 +166,9 @@ def cli_publish(results_dir: str, repo: str, dry_run: bool = False) -> int:
     leaks = files_with_secrets(root, files)
     if leaks:
         return say_refused([f"{redact_text(f)} contains the value of a secret-named environment "
-                            "variable or a token shape (hf_...); redact it before publishing" for f in leaks])
+                            "variable, a token shape (hf_...) or a secret option or assignment "
+                            "(--api-key=..., WANDB_API_KEY=...); redact it before publishing"
+                            for f in leaks])
     prefix = target_prefix(root)
     existing, problem = existing_paths(repo)
     if existing is not None and any(p.startswith(prefix) for p in existing):

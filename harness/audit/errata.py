@@ -13,6 +13,7 @@ from typing import Protocol
 from harness.audit.model import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, Check, Upload, verdict_of
 from harness.audit.vocab import PREDATES
 from harness.errors import BadInput
+from harness.io.safeio import RUNBOOK_MAX_BYTES, read_text
 from harness.io.yamldoc import Doc
 from harness.results.provenance import parse_repo_line, run_git
 
@@ -70,10 +71,7 @@ def parse_date(text: str | None) -> datetime | None:
 def load_errata(path: Path | str | None = None) -> Errata:
     """Read and check an errata registry; BadInput names file:line: field."""
     path = Path(path) if path is not None else DEFAULT_ERRATA
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"cannot read errata registry: {exc}", path=str(path)) from None
+    text = read_text(path, max_bytes=RUNBOOK_MAX_BYTES, field="errata")  # regular, bounded
     return errata_from(Doc(path, text))       # the bounded YAML reader (harness.io)
 
 

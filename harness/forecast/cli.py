@@ -20,6 +20,9 @@ from harness.forecast.core import (
     per_rank_tokens,
 )
 from harness.grid.capacity import Grid
+from harness.io import bounds
+from harness.io.bounds import parse_int
+from harness.io.safeio import RUNBOOK_MAX_BYTES, read_text
 from harness.loadmodel import planners
 from harness.loadmodel import traces as trace_reader
 from harness.runbook.zoo import ZOO, zoo_model
@@ -53,29 +56,30 @@ def _names(text: str, option: str, allowed: tuple[str, ...] | None = None) -> li
 
 
 def _grid(text: str) -> int | None:
-    """exact -> None; decimals:D (or the runbooks' decimals-D) -> D."""
+    """exact -> None; decimals-D (also decimals:D) -> D, D at most MAX_DECIMALS."""
     try:
         return Grid.parse(text).decimals
     except ValueError:
-        raise BadInput(f"expected exact or decimals:D, got {text!r}", field="--grid") from None
+        raise BadInput(f"expected exact or decimals-D (D at most {bounds.MAX_DECIMALS}), got "
+                       f"{bounds.short_text(text)}", field="--grid") from None
 
 
 def placement_file(path: str, experts: int) -> dict[int, np.ndarray]:
     """A placement FILE: lines `EP: r0 r1 ... r(E-1)` (the home rank of each expert);
     '#' starts a comment. Every rank must host experts/EP experts."""
     homes: dict[int, np.ndarray] = {}
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise BadInput(str(exc), path=path, field="--placement") from None
+    lines = read_text(path, max_bytes=RUNBOOK_MAX_BYTES, field="--placement").splitlines()
     for no, text in enumerate(lines, start=1):
         body = text.split("#", 1)[0].strip()
         if not body:
             continue
         head, sep, rest = body.partition(":")
+        numbers = [parse_int(x) for x in [head.strip(), *rest.split()]]   # None past 30 digits
         try:
-            ep, ranks = int(head), np.array([int(x) for x in rest.split()], dtype=np.int64)
-        except ValueError:
+            if None in numbers:
+                raise ValueError(body)
+            ep, ranks = numbers[0], np.array(numbers[1:], dtype=np.int64)
+        except (ValueError, OverflowError):
             raise BadInput("expected `EP: rank rank ...` with integers", path=path, line=no,
                            field="placement") from None
         if not sep or ep <= 0 or ranks.size != experts:
@@ -126,6 +130,7 @@ def forecast_rows(traces, model=None, experts=None, ep=None, micro_batch=None,
     """All rows of one `epcap forecast` call (the CLI options, as values)."""
     if pad_multiple <= 0:
         raise BadInput(f"must be positive, got {pad_multiple}", field="--pad-multiple")
+    bounds.check_option("pad-multiple", pad_multiple)     # 10**23 refused before any work
     decimals = _grid(grid)
     spec = zoo_model(model, zoo) if model else {}
     if model and experts and int(spec["experts"]) != experts:

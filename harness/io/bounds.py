@@ -8,18 +8,25 @@ timeout. Fields not listed keep the generic bound (finite, |x| <= GENERIC_MAX).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
 from harness.errors import BadInput
+from harness.io.redact import looks_secret
 
 GENERIC_MAX = 10**15              # any other number: finite and at most this in magnitude
 MAX_CAPACITY = 1024               # a capacity is a multiple of the uniform share; 1024 x is absurd
 MAX_CAPACITY_CHARS = 32           # "2.00", "1.234375": a capacity string is short
 MAX_DECIMALS = 12                 # legacy grid decimals-<D>
 MAX_TELEMETRY_INT = 10**18 - 1    # telemetry values are 1-18 digits (SPEC section 1)
-CAMPAIGN_NAME_MAX = 100           # a campaign name is a directory name
-CAMPAIGN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+PATH_COMPONENT_MAX = 100          # a campaign, model, backend or cell-part name: one directory
+PATH_COMPONENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+~-]*")   # ~: a control arm
+CELL_PART_SEPARATOR = "__"        # harness.results.layout.Cell.name joins its parts with it
+
+LOG_LINE_MAX = 500                # characters of a log line copied into a record or printed
+MAX_INT_DIGITS = 30               # an integer read from a log, trace or name: at most 30 digits
+_INT_TEXT = re.compile(r"[+-]?[0-9]+")
 
 # field name -> (low, high), inclusive; the name is the last part of the YAML path
 RANGES: dict[str, tuple[float, float]] = {
@@ -51,18 +58,85 @@ def problem(name: str, value: float) -> str | None:
 
 def campaign_name_problem(name: str) -> str | None:
     """Why `name` is not a safe campaign directory name (None when it is)."""
+    return path_component_problem(name, "campaign")
+
+
+def path_component_problem(name: object, kind: str = "name") -> str | None:
+    """Why `name` may not become a path component (campaign, model, backend, cell), else None.
+
+    The one validator for every name epcap turns into a directory: a string of at most
+    PATH_COMPONENT_MAX printable ASCII letters, digits and `. _ + - ~`, starting with a letter
+    or digit (so no separator, no `..`, no hidden file), and never token-shaped: an identity
+    field is never redacted, so a name the redaction pass would rewrite is refused instead.
+    Model and backend names also refuse `__` and a trailing `_` (`__` separates the parts of
+    a cell directory's name).
+    """
+    if not isinstance(name, str):
+        return f"must be a string, got {type(name).__name__}"
     if not name.strip():
         return "must not be blank"
-    if len(name) > CAMPAIGN_NAME_MAX:
-        return f"must be at most {CAMPAIGN_NAME_MAX} characters, got {len(name)}"
-    if not CAMPAIGN_NAME.fullmatch(name):
-        return ("must be a plain directory name: letters, digits and . _ + - , not starting "
-                f"with . or -, got {name!r}")
+    if len(name) > PATH_COMPONENT_MAX:
+        return f"must be at most {PATH_COMPONENT_MAX} characters, got {len(name)}"
+    if not PATH_COMPONENT.fullmatch(name):
+        return ("must be a plain directory name: letters, digits and . _ + - ~ , not starting "
+                f"with . or -, got {ascii(name)[:PATH_COMPONENT_MAX + 2]}")
+    if kind in ("model", "backend") and (CELL_PART_SEPARATOR in name or name.endswith("_")):
+        return (f"must not contain {CELL_PART_SEPARATOR!r} nor end with '_' (it separates a "
+                "cell directory name's parts)")
+    if looks_secret(name):
+        return ("looks like a secret (a token shape or NAME=value the redaction pass would "
+                "hide); an identity field is never redacted, so choose another name")
     return None
+
+
+def clip_line(text: str, limit: int = LOG_LINE_MAX) -> str:
+    """A log line cut to `limit` characters for copying into a record (events, cell.json,
+    STOPPED.txt, a TSV row, the terminal), saying how long it was; shorter lines unchanged."""
+    if len(text) <= limit:
+        return text
+    note = f" ... [line of {len(text)} characters cut to {limit}]"
+    return text[:max(limit - len(note), 0)] + note
+
+
+def parse_int(text: str, max_digits: int = MAX_INT_DIGITS) -> int | None:
+    """int(text) for an optionally signed decimal of at most `max_digits` digits, else None.
+
+    Every integer parsed from untrusted text (a log line, a trace, a file name) goes through
+    this, so a 5000-digit number is refused by length before Python's int-string limit
+    (ValueError past 4300 digits) or a quadratic conversion is reached.
+    """
+    if len(text) > max_digits + 1 or not _INT_TEXT.fullmatch(text) \
+            or len(text.lstrip("+-")) > max_digits:
+        return None
+    return int(text)
+
+
+class TooManyDigits(json.JSONDecodeError):
+    """A JSON integer longer than MAX_INT_DIGITS digits (a JSONDecodeError, so every caller
+    that handles malformed JSON handles this too)."""
+
+
+def _json_int(text: str) -> int:
+    value = parse_int(text)
+    if value is None:
+        raise TooManyDigits(f"integer of {len(text.lstrip('+-'))} digits, over the "
+                            f"{MAX_INT_DIGITS}-digit bound", text[:40], 0)
+    return value
+
+
+def json_loads(text: str | bytes):
+    """json.loads with every integer bounded in digits before conversion (TooManyDigits)."""
+    return json.loads(text, parse_int=_json_int)
 
 
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(x)
+
+
+def short_text(text: str, limit: int = 40) -> str:
+    """A user's string for an error message: ascii-quoted, at most `limit` characters."""
+    quoted = ascii(str(text))
+    return quoted if len(quoted) <= limit else quoted[:limit - 4] + "...'"
 
 
 def short(value: float) -> str:

@@ -1,8 +1,11 @@
 """An exclusive lock per campaign directory: held for the whole run, released by the OS.
 
-`flock` on `<campaign>/.epcap.lock` is dropped by the kernel when the holder dies, so a killed
-run never leaves a stale lock; a second `epcap run` on the same directory exits 2 naming the
-holder's pid and host instead of resuming into the running campaign.
+`flock` is dropped by the kernel when the holder dies, so a killed run never leaves a stale
+lock; a second `epcap run` on the same directory exits 2 naming the holder's pid and host
+instead of resuming into the running campaign. The lock is taken on the campaign directory
+itself, so deleting or replacing `<campaign>/.epcap.lock` (which only notes the holder) does
+not free it; where a file system refuses to lock a directory, the lock file is locked
+instead and its inode re-checked against the path, and a mismatch is refused.
 """
 
 from __future__ import annotations
@@ -26,26 +29,28 @@ class CampaignLock:
     def __init__(self, directory: str | Path) -> None:
         self.path = Path(directory) / LOCK_NAME
         self.fd: int | None = None
+        self.dir_fd: int | None = None
 
     def acquire(self) -> CampaignLock:
         """Take the lock without waiting; BadInput naming the holder when it is taken."""
+        directory = self.path.parent
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
         except OSError as exc:
+            raise BadInput(f"cannot open the campaign directory: {os_hint(exc)}",
+                           path=str(directory)) from None
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)  # never a link
+        except OSError as exc:
+            os.close(dir_fd)
             raise BadInput(f"cannot create the campaign lock: {os_hint(exc)}",
                            path=str(self.path)) from None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _holder(fd)
+            self._lock(dir_fd, fd)
+        except BaseException:
             os.close(fd)
-            raise BadInput(f"campaign directory is in use by {holder}: wait for that run to "
-                           "finish (or stop it), or pass another --results directory",
-                           path=str(self.path.parent)) from None
-        except OSError as exc:
-            os.close(fd)
-            raise BadInput(f"cannot lock the campaign directory: {os_hint(exc)}",
-                           path=str(self.path.parent)) from None
+            os.close(dir_fd)
+            raise
         record = {"pid": os.getpid(), "host": socket.gethostname(),
                   "since_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         try:
@@ -53,14 +58,46 @@ class CampaignLock:
             os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
         except OSError:
             pass            # the lock itself is what matters; the holder note is a courtesy
-        self.fd = fd
+        self.fd, self.dir_fd = fd, dir_fd
         return self
 
+    def _lock(self, dir_fd: int, fd: int) -> None:
+        """flock the directory (the file where a directory cannot be locked); BadInput when
+        another run holds it, or when the lock file was replaced under us."""
+        directory = self.path.parent
+        try:
+            fcntl.flock(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise self._in_use(fd) from None
+        except OSError:                 # e.g. a file system without directory locks
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise self._in_use(fd) from None
+            except OSError as exc:
+                raise BadInput(f"cannot lock the campaign directory: {os_hint(exc)}",
+                               path=str(directory)) from None
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except OSError:
+                same = False
+            if not same:
+                raise BadInput(f"the campaign lock {LOCK_NAME} was deleted or replaced while "
+                               "taking it: another run may be using this directory",
+                               path=str(directory)) from None
+
+    def _in_use(self, fd: int) -> BadInput:
+        return BadInput(f"campaign directory is in use by {_holder(fd)}: wait for that run to "
+                        "finish (or stop it), or pass another --results directory",
+                        path=str(self.path.parent))
+
     def release(self) -> None:
-        """Drop the lock (closing the descriptor releases it)."""
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        """Drop the lock (closing the descriptors releases it)."""
+        for name in ("fd", "dir_fd"):
+            fd = getattr(self, name)
+            if fd is not None:
+                os.close(fd)
+                setattr(self, name, None)
 
     def __enter__(self) -> CampaignLock:
         return self.acquire()

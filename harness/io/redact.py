@@ -19,6 +19,12 @@ MIN_SCRUB_LEN = 8            # shorter secret values cannot be told from words l
 # Option names are split into words; a word that *is* a secret word marks the option, so
 # `--moe-min-tokens-per-replica` (word "tokens") is not a secret but `--hf-token` is.
 _OPTION_WORDS = {"token", "key", "secret", "password", "passwd", "apikey", "api_key"}
+# identity and control fields of events, cell.json and table rows: never redacted (see
+# redact_obj); what may reach them is refused at load instead
+IDENTITY_FIELDS = frozenset({
+    "ev", "t", "campaign", "model", "backend", "purpose", "capacity", "attempt", "cell",
+    "cell_dir", "stage", "status", "launcher", "runbook_sha256", "models_sha256",
+    "job_id", "results", "results_dir", "path", "log", "until"})
 TOKEN_PATTERN = re.compile(
     r"(?<![A-Za-z0-9])(?:"
     r"hf_[A-Za-z0-9]{20,}"                      # Hugging Face user/org tokens
@@ -102,20 +108,38 @@ def redact_text(text: str, secrets: list[str] | None = None) -> str:
 
 
 def redact_obj(value, secrets: list[str] | None = None):
-    """`redact_text` over every string of a JSON-like value (dict keys included)."""
+    """`redact_text` over every free-text string of a JSON-like value (dict keys included).
+
+    The values of identity and control fields (IDENTITY_FIELDS: campaign, model, backend,
+    cell, paths, stage, status, ...) are never rewritten: resume and orphan search match
+    them byte for byte. They cannot carry a secret because every name is checked at load
+    (harness.io.bounds.path_component_problem refuses a token-shaped one) and `epcap run`
+    refuses a token-shaped --results path. The runbook's path is free text: it may be
+    redacted (resume matches the runbook by its sha256).
+    """
     secrets = secret_values() if secrets is None else secrets
     if isinstance(value, str):
         return redact_text(value, secrets)
     if isinstance(value, Mapping):
-        return {redact_obj(k, secrets) if isinstance(k, str) else k: redact_obj(v, secrets)
+        return {redact_obj(k, secrets) if isinstance(k, str) else k:
+                v if k in IDENTITY_FIELDS and isinstance(v, (str, int, float, type(None)))
+                else redact_obj(v, secrets)
                 for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [redact_obj(v, secrets) for v in value]
     return value
 
 
+def looks_secret(text: str, secrets: list[str] | None = None) -> bool:
+    """True when the redaction pass would change `text`: any token shape, secret value,
+    secret-named option or NAME=value assignment (what `publish` and name checks refuse)."""
+    return redact_text(text, secrets) != text
+
+
 def find_secrets(data: bytes, secrets: list[str] | None = None) -> list[str]:
-    """What kinds of secret `data` still holds ('token-pattern', 'env-value'); [] if none."""
+    """What kinds of secret `data` still holds ('token-pattern', 'env-value', 'secret-option'
+    for `--api-key=X`, `WANDB_API_KEY=X` and the like); [] when `redact_text` would leave it
+    unchanged, so whatever the redaction pass would hide is found here."""
     secrets = secret_values() if secrets is None else secrets
     found = []
     text = data.decode("utf-8", "replace")
@@ -123,4 +147,6 @@ def find_secrets(data: bytes, secrets: list[str] | None = None) -> list[str]:
         found.append("token-pattern")
     if any(value in text for value in secrets):
         found.append("env-value")
+    if not found and looks_secret(text, secrets):
+        found.append("secret-option")
     return found

@@ -1,20 +1,25 @@
 """Bounded, safe reads of files a user names: regular files only, a size cap, no blocking.
 
-A runbook, a models file, a TSV or a log may be hostile or simply wrong (`/dev/zero`, a FIFO,
-a 50 MB file, a directory). Every such read goes through `read_bytes`/`read_text`, which
-refuse anything but a regular file within the cap, and whose errors never quote the content.
+A runbook, a models file, a TSV, a log, campaign.json, a trace, a placement file or errata
+may be hostile or simply wrong (`/dev/zero`, a FIFO, a 50 MB file, a directory). Every such
+read goes through `read_bytes`/`read_text`/`read_json`/`open_stream`, which refuse anything
+but a regular file within the cap, and whose errors never quote the content.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
 
 from harness.errors import BadInput
+from harness.io.bounds import TooManyDigits, json_loads
 
 RUNBOOK_MAX_BYTES = 1 << 20       # a runbook or models file: 1 MiB is far beyond any real one
 TABLE_MAX_BYTES = 64 << 20        # one results TSV or events.jsonl
+JSON_MAX_BYTES = 16 << 20         # campaign.json, cell.json, a placement file, errata
+STREAM_MAX_BYTES = 16 << 30       # a file read line by line (a router trace, a rank log)
 _CHUNK = 1 << 16
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR,
@@ -28,8 +33,8 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def read_bytes(path: str | Path, *, max_bytes: int, field: str | None = None) -> bytes:
-    """The bytes of a regular file of at most `max_bytes`; BadInput (exit 2) otherwise."""
+def _open_checked(path: str | Path, max_bytes: int, field: str | None) -> int:
+    """An fd on a regular file of at most `max_bytes` (opened without blocking on a FIFO)."""
     where = str(path)
     try:
         # O_NONBLOCK: opening a FIFO for reading must not wait for a writer.
@@ -49,6 +54,17 @@ def read_bytes(path: str | Path, *, max_bytes: int, field: str | None = None) ->
         if info.st_size > max_bytes:
             raise BadInput(f"file too large: {info.st_size} bytes, limit {max_bytes}",
                            path=where, field=field)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_bytes(path: str | Path, *, max_bytes: int, field: str | None = None) -> bytes:
+    """The bytes of a regular file of at most `max_bytes`; BadInput (exit 2) otherwise."""
+    where = str(path)
+    fd = _open_checked(path, max_bytes, field)
+    try:
         chunks: list[bytes] = []
         total = 0
         while True:
@@ -75,3 +91,27 @@ def read_text(path: str | Path, *, max_bytes: int, field: str | None = None) -> 
     except UnicodeDecodeError as exc:
         raise BadInput(f"not UTF-8 text (invalid byte at offset {exc.start})", path=str(path),
                        field=field) from None
+
+
+def read_json(path: str | Path, *, max_bytes: int = JSON_MAX_BYTES, field: str | None = None):
+    """A JSON document from a regular file within the cap, every integer bounded in digits
+    (harness.io.bounds.json_loads); malformed is BadInput naming path and line."""
+    text = read_text(path, max_bytes=max_bytes, field=field)
+    try:
+        return json_loads(text)
+    except json.JSONDecodeError as exc:
+        line = None if isinstance(exc, TooManyDigits) else exc.lineno
+        raise BadInput(f"not JSON: {exc.msg}", path=str(path), line=line, field=field) from None
+    except RecursionError:
+        raise BadInput("not JSON: nested too deeply", path=str(path), field=field) from None
+
+
+def open_stream(path: str | Path, *, max_bytes: int = STREAM_MAX_BYTES,
+                field: str | None = None, encoding: str | None = None):
+    """A file object for line-by-line reading of a regular file within the cap (binary, or
+    text with `encoding`); a FIFO, a device or a directory is BadInput, never a hang."""
+    fd = _open_checked(path, max_bytes, field)
+    os.set_blocking(fd, True)
+    if encoding is None:
+        return os.fdopen(fd, "rb")
+    return os.fdopen(fd, "r", encoding=encoding)

@@ -33,6 +33,7 @@ from harness.api.launcher import JobHandle, JobResult, Launcher
 from harness.errors import EpcapError
 from harness.health import PRE_CELL_FAIL_EXIT
 from harness.io.atomic import write_text_atomic
+from harness.io.bounds import clip_line
 from harness.launch.container import container_launch
 from harness.launch.slurm_script import (
     SCRIPT_NAME,
@@ -183,7 +184,7 @@ def _tail_matches(path: Path, pattern: re.Pattern, limit: int = 256 * 1024) -> s
             for raw in handle:
                 line = raw.decode("utf-8", "replace").rstrip()
                 if pattern.search(line):
-                    return line
+                    return clip_line(line)          # copied into the job's detail
     except OSError:
         return None
     return None

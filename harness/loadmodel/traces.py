@@ -16,6 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.errors import BadInput
+from harness.io.bounds import json_loads
+from harness.io.safeio import open_stream
+
 TRACE_FORMAT = "epcap-routing-trace"
 # Megatron-LM's router trace writer, whose record fields this module reads and writes:
 # RouterTracer._make_index_record (fields step, stage, block, layer, rank, num_tokens, topk;
@@ -134,13 +138,13 @@ def _rank_files(files: list[str]) -> list[str]:
 
 def _first_object(path: str) -> dict | None:
     try:
-        with open(path, encoding="utf-8") as fh:
+        with open_stream(path, encoding="utf-8") as fh:    # regular file only: no FIFO hang
             for text in fh:
                 if text.strip():
-                    obj = json.loads(text)
+                    obj = json_loads(text)                # integers bounded in digits
                     return obj if isinstance(obj, dict) else None
-    except FileNotFoundError:
-        raise TraceError(path, 0, "path", "no such file") from None
+    except BadInput as exc:
+        raise TraceError(path, 0, "path", str(exc).removeprefix(f"{path}: ")) from None
     except (json.JSONDecodeError, UnicodeDecodeError):
         return None
     return None
@@ -149,9 +153,9 @@ def _first_object(path: str) -> dict | None:
 def _lines(path: str) -> Iterable[tuple[int, str, dict]]:
     """(line number, text, object) for every non-blank line; JSON errors name the line."""
     try:
-        fh = open(path, encoding="utf-8")  # noqa: SIM115
-    except OSError as exc:
-        raise TraceError(path, 0, "path", str(exc)) from None
+        fh = open_stream(path, encoding="utf-8")
+    except BadInput as exc:
+        raise TraceError(path, 0, "path", str(exc).removeprefix(f"{path}: ")) from None
     with fh:
         line_no = 0
         try:
@@ -159,7 +163,7 @@ def _lines(path: str) -> Iterable[tuple[int, str, dict]]:
                 if not text.strip():
                     continue
                 try:
-                    obj = json.loads(text)
+                    obj = json_loads(text)                # integers bounded in digits
                 except json.JSONDecodeError as exc:
                     raise TraceError(path, line_no, "json", str(exc)) from None
                 if not isinstance(obj, dict):

@@ -38,6 +38,7 @@ from harness.report.sections import (
     provenance,
     risk,
     selection,
+    summary,
     timing,
     unavailable,
 )
@@ -46,7 +47,7 @@ from harness.results.layout import EVENTS_JSONL, PROVENANCE_TXT
 
 # The sections of report.md, in order; each is a module with render(ctx) -> lines.
 # `unavailable` lists what the others could not build, so it stays last.
-SECTIONS = (header, overview, selection, balance, risk, demand, forecast, timing, dnf,
+SECTIONS = (header, summary, overview, selection, balance, risk, demand, forecast, timing, dnf,
             failures, audit, provenance, campaign, unavailable)
 
 

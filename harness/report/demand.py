@@ -3,12 +3,12 @@ figure that fails to draw is a stated missing part, never a lost report."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from harness.errors import BadInput
 from harness.io.atomic import open_atomic
+from harness.io.safeio import read_json
 from harness.report.inputs import (
     DEMAND_COLUMNS,
     DEMAND_PURPOSES,
@@ -180,8 +180,10 @@ def _launch_medians(ctx: Context, model: str, backend: str) -> tuple:
                 or r["status"] not in TIMED_OK:
             continue
         try:
-            doc = json.loads((ctx.results_dir / r["cell_dir"] / CELL_JSON).read_text())
-        except (OSError, ValueError):
+            doc = read_json(ctx.results_dir / r["cell_dir"] / CELL_JSON)
+        except BadInput:
+            continue
+        if not isinstance(doc, dict):
             continue
         timing = doc.get("timing") or {}
         out.append((timing.get("dispatch_ms_median"), timing.get("combine_ms_median")))

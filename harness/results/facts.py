@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness.io.atomic import write_text_atomic
+from harness.io.bounds import json_loads
+from harness.io.safeio import JSON_MAX_BYTES, read_text
 from harness.results.layout import CAMPAIGN_JSON
 
 
@@ -53,8 +56,12 @@ def write_facts(results_dir: Path, facts: CampaignFacts) -> None:
 def read_facts(results_dir: Path) -> CampaignFacts:
     """campaign.json as written by the campaign; every fact None when the file is absent
     or not a JSON object (results from before it existed)."""
+    path = Path(results_dir) / CAMPAIGN_JSON
+    if not os.path.lexists(path):
+        return CampaignFacts()
+    text = read_text(path, max_bytes=JSON_MAX_BYTES)   # a FIFO, /dev/zero, a huge file: BadInput
     try:
-        data = json.loads((Path(results_dir) / CAMPAIGN_JSON).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json_loads(text)
+    except (ValueError, RecursionError):
         return CampaignFacts()
     return CampaignFacts.from_json(data)

@@ -10,7 +10,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.errors import BadInput
 from harness.grid.capacity import capacity_tag
+from harness.io.bounds import path_component_problem
 from harness.vocab import Purpose
 
 # the files of results/<campaign>/
@@ -31,6 +33,7 @@ PURPOSES = Purpose.values()
 ROUTER_TRACE_DIR = "router_trace"
 TAG = re.compile(r"cap(\d+)p(\d+)")
 ATTEMPT = re.compile(r"a(\d+)")
+MAX_TAG_DIGITS = 40                 # a capacity tag's or attempt's digits, checked before int()
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,13 @@ class Cell:
     purpose: str                    # canary | measure | validate | time
     capacity: str                   # decimal string, e.g. "2.00", "1.03125"
     attempt: int = 1
+
+    def __post_init__(self) -> None:
+        """Refuse a model or backend name that is not one path component (no `/`, `..`)."""
+        for kind in ("model", "backend"):
+            why = path_component_problem(getattr(self, kind), kind)
+            if why is not None:
+                raise BadInput(f"{kind} name {why}", field=kind)
 
     @property
     def name(self) -> str:
@@ -59,7 +69,13 @@ def parse_cell_name(name: str, campaign: str = "") -> Cell | None:
     tag, attempt = TAG.fullmatch(parts[3]), ATTEMPT.fullmatch(parts[4])
     if tag is None or attempt is None:
         return None
-    cell = Cell(campaign, parts[0], parts[1], parts[2], f"{tag[1]}.{tag[2]}", int(attempt[1]))
+    if len(tag[1]) + len(tag[2]) > MAX_TAG_DIGITS or len(attempt[1]) > MAX_TAG_DIGITS:
+        return None                     # bounded before int(): no 5000-digit conversion
+    try:
+        cell = Cell(campaign, parts[0], parts[1], parts[2], f"{tag[1]}.{tag[2]}",
+                    int(attempt[1]))
+    except BadInput:
+        return None
     return cell if cell.name == name else None          # only names Cell.name can write
 
 

@@ -88,6 +88,9 @@ def _models(doc: _Doc, data: dict, base: Path) -> tuple[ModelSpec, ...]:
             name = entry
         if not isinstance(name, str):
             raise doc.error(where, f"must be a model name, got {name!r}")
+        why = bounds.path_component_problem(name, "model")   # before any directory is written
+        if why is not None:
+            raise doc.error(where + (("name",) if isinstance(entry, dict) else ()), why)
         if name not in zoo:
             raise doc.error(where, f"unknown model {name!r}; known: {', '.join(sorted(zoo))} "
                             f"(in {zoo_doc.path})")
@@ -115,6 +118,9 @@ def _backends(doc: _Doc, data: dict) -> tuple[BackendConfig, ...]:
         where = ("backends", i)
         fields = _fields_from(doc, BackendConfig, entry, where)
         _require(doc, entry, ("name", "kind"), where)
+        why = bounds.path_component_problem(fields["name"], "backend")
+        if why is not None:
+            raise doc.error(where + ("name",), why)
         if fields["kind"] not in BACKEND_KINDS:
             raise doc.error(where + ("kind",), "must be " + " or ".join(BACKEND_KINDS))
         fields.setdefault("module", fields["name"])

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from harness.errors import BadInput
+from harness.io.redact import redact_obj
 from harness.results.layout import CELL_JSON
 from harness.taxonomy.judge import (  # noqa: F401 - cell_logs/read_cell_json re-exported
     LAUNCHER_STATES,
@@ -96,7 +97,9 @@ def cli_classify(cell_dirs: tuple[str, ...], runbook: str | None = None,
     if runbook:
         from harness.runbook.load import load_runbook
         rb = load_runbook(runbook)
-    cells = [classify_cell(Path(d), rb, backend, exit_code, state) for d in cell_dirs]
+    # log lines are evidence kept as written; what is printed goes through the redaction pass
+    cells = [redact_obj(classify_cell(Path(d), rb, backend, exit_code, state))
+             for d in cell_dirs]
     if as_json:
         print(json.dumps({"cells": cells}, indent=1))
         return 0

@@ -20,13 +20,15 @@ order are in docs/taxonomy.md; in short:
 
 from __future__ import annotations
 
-import json
+import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import BadInput
+from harness.io.bounds import clip_line, parse_int
+from harness.io.safeio import read_json
 from harness.results.layout import CELL_JSON
 from harness.taxonomy.signatures import (
     NO_LAYOUT,
@@ -58,7 +60,7 @@ LAUNCHER_STATES = LauncherState.values()
 STATE_CLASSES = {LauncherState.OOM: Status.DOES_NOT_FIT, LauncherState.NODE_FAIL: Status.INFRA}
 MAX_PENDING = 2000          # fatal candidates kept per file (the cause comes first)
 MAX_WARNINGS = 50           # survived signatures kept (the count is always exact)
-
+MAX_RANK_CHARS = 32         # a rank label copied from a log line ("3", "0:7")
 
 @dataclass
 class Hit:
@@ -198,11 +200,12 @@ class _Scan:
         else:
             who, rule = attribute(text, path, self.layout)
         key = who if who is not None else f"file:{path}"
-        hit = Hit(sig, path, line_no, text.strip(), who,
+        who = who if who is None or len(str(who)) <= MAX_RANK_CHARS else None  # bounded
+        hit = Hit(sig, path, line_no, clip_line(text.strip()), who,
                   dict(self.last_iter.get(key, {})), index, timestamp_of(text), rule=rule)
         if sig.cls == OVERFLOW:
             if sig.demand and match.groupdict().get(sig.demand):
-                hit.demand = int(match.group(sig.demand))
+                hit.demand = parse_int(match.group(sig.demand))   # None past 30 digits
             if self.demand is None or (hit.demand or -1) > (self.demand.demand or -1):
                 self.demand = hit           # the overflow report with the largest demand
         kept = self.pending.setdefault(key, [])
@@ -437,17 +440,12 @@ def cell_logs(cell_dir: Path, launcher_logs: Iterable[Path] = ()) -> list[Path]:
 
 
 def read_cell_json(cell_dir: Path) -> dict:
-    """cell.json of a cell directory ({} when absent); malformed is BadInput."""
+    """cell.json of a cell directory ({} when absent); malformed is BadInput. Read through the
+    bounded reader: a regular file, at most 1 MiB, integers bounded in digits."""
     path = Path(cell_dir) / CELL_JSON
-    if not path.is_file():
+    if not os.path.lexists(path):
         return {}
-    if path.stat().st_size > CELL_JSON_MAX:
-        raise BadInput("cell.json larger than 1 MiB", path=str(path))
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        line = getattr(exc, "lineno", None)
-        raise BadInput(f"not JSON: {exc}", path=str(path), line=line) from exc
+    doc = read_json(path, max_bytes=CELL_JSON_MAX)
     if not isinstance(doc, dict):
         raise BadInput("not a JSON object", path=str(path), line=1)
     return doc

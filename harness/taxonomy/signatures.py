@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import BadInput
+from harness.io.bounds import parse_int
 from harness.io.yamldoc import read_doc
 from harness.vocab import Status
 
@@ -312,6 +313,7 @@ def iteration_of(text: str, progress: tuple[tuple[str, re.Pattern], ...]
     (Megatron training log, dispatch row), since their numberings differ (1- vs 0-based)."""
     for kind, (needle, regex) in enumerate(progress):
         found = needle in text and regex.search(text)
-        if found:
-            return kind, int(found.group(1))
+        number = parse_int(found.group(1)) if found else None    # None past 30 digits
+        if number is not None:
+            return kind, number
     return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 from harness.errors import BadInput
@@ -21,8 +22,15 @@ def _check_log(path: str) -> None:
         raise BadInput("empty log (0 bytes): no telemetry to parse", path=path)
 
 
+NO_TELEMETRY_HINT = ("holds no [MOE_DROP_DEBUG] telemetry rows: was the run started with "
+                     "MOE_DROP_DEBUG=1 (and a backend that prints the rows)?")
+
+
 def cli_parse(logs: tuple[str, ...], warmup: int = 0, as_json: bool = False) -> int:
-    """Summarize each log; with several logs also the combined run (one stream)."""
+    """Summarize each log; with several logs also the combined run (one stream).
+
+    Exit 1 when a log holds no telemetry row at all (a hint on stderr names it: the usual
+    cause is a run without MOE_DROP_DEBUG=1), so a script never reads zeros as a result."""
     if warmup < 0:
         raise BadInput(f"must be >= 0, got {warmup}", field="--warmup")
     bounds.check_option("warmup", warmup, bounds.MAX_TELEMETRY_INT)
@@ -38,7 +46,11 @@ def cli_parse(logs: tuple[str, ...], warmup: int = 0, as_json: bool = False) -> 
         print(json.dumps(doc, indent=2))
     else:
         _print_parse(doc)
-    return 0
+    silent = [e["path"] for e in entries
+              if not e["rows"] and not e["setup_rows"] and not e["malformed_rows"]]
+    for path in silent:
+        print(f"epcap parse: note: {path} {NO_TELEMETRY_HINT}", file=sys.stderr)
+    return 1 if silent else 0
 
 
 _SHOWN = ("rows", "setup_rows", "malformed_rows", "saturated_rows", "expected_recv", "budget",

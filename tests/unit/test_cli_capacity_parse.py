@@ -123,7 +123,7 @@ def test_parse_several_logs_adds_the_combined_run(tmp_path):
 def test_parse_no_rows_gives_nulls(tmp_path, capsys):
     log = tmp_path / "noise.log"
     log.write_text("hello\n")
-    assert cli_parse((str(log),), as_json=True) == 0
+    assert cli_parse((str(log),), as_json=True) == 1     # no telemetry: exit 1 with a hint
     entry = json.loads(capsys.readouterr().out)["logs"][0]
     assert entry["rows"] == 0 and entry["peak_actual_valid_recv"] is None
     assert entry["lower_bound"] is None and entry["required_capacity"] is None

@@ -153,7 +153,7 @@ def test_refusals_name_file_line_and_field(tmp_path):
         forecast_rows((str(bad),), experts=8)
     with pytest.raises(BadInput, match="--micro-batch: a micro-batch needs the sequence"):
         forecast_rows((str(FIXTURE),), experts=8, micro_batch="1")
-    with pytest.raises(BadInput, match="--grid: expected exact or decimals:D"):
+    with pytest.raises(BadInput, match="--grid: expected exact or decimals-D"):
         forecast_rows((str(FIXTURE),), experts=8, grid="decimal:2")
     with pytest.raises(BadInput, match="--personality: unknown personality 'deepep'"):
         forecast_rows((str(FIXTURE),), experts=8, personality="deepep")

@@ -316,6 +316,7 @@ def built(tmp_path_factory):
 # section is one line here.
 SECTIONS_IN_ORDER = [
     ("header", "# epcap report: sample"),
+    ("summary", "## Summary"),
     ("overview", "## Overview"),
     ("selection", "## Capacity selection"),
     ("balance", None),                      # the sample's logs carry no pre_balance_recv

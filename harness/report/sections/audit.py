@@ -3,8 +3,16 @@
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 from harness.audit import audit_target
+from harness.errors import BadInput
+from harness.io.safeio import TABLE_MAX_BYTES, read_bytes
 from harness.report.inputs import Context, md_table
+from harness.results.layout import ATTEMPTS_TSV, COMPARISON_TSV, SELECTION_TSV, TIMING_TSV
+
+JUDGED = (ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV, COMPARISON_TSV)   # what the audit reads
 
 
 def render(ctx: Context) -> list[str]:
@@ -27,7 +35,24 @@ def render(ctx: Context) -> list[str]:
             for w in [*(_field(up, "why") or []), *(f"note: {n}" for n in _field(up, "notes") or [])]]
     out += said + ([""] if said else [])
     out += ["Summary: " + (", ".join(f"{k} {v}" for k, v in summary.items()) or "none"), ""]
+    out += [f"Judged: {judged_digest(ctx.results_dir)} (sha256 of {', '.join(JUDGED)} as the "
+            "audit read them); if `sha256sum` of these files differs, re-run `epcap audit`: "
+            "this verdict is stale.", ""]
     return out
+
+
+def judged_digest(results_dir: Path) -> str:
+    """sha256 over the judged TSVs' names and bytes ('absent' for a missing one), in JUDGED
+    order: the fingerprint a reader compares to tell a stale embedded verdict."""
+    digest = hashlib.sha256()
+    for name in JUDGED:
+        path = results_dir / name
+        try:
+            data = read_bytes(path, max_bytes=TABLE_MAX_BYTES)
+        except BadInput:
+            data = b"absent"            # missing, not a regular file, or over the cap
+        digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    return digest.hexdigest()
 
 
 def _field(obj, key: str):

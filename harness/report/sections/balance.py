@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from harness.io.bounds import parse_int
 from harness.report.inputs import Context
 from harness.results.layout import parse_cell_name
 from harness.vocab import Purpose
@@ -33,7 +34,10 @@ def _cell_rows(cell_dir: Path) -> list[dict[str, int]]:
             for line in fh:
                 at = line.find(TAG)
                 if at >= 0:
-                    rows.append({k: int(v) for k, v in _KV.findall(line[at + len(TAG):])})
+                    pairs = _KV.findall(line[at + len(TAG):])
+                    values = {k: parse_int(v) for k, v in pairs}   # None past 30 digits
+                    if None not in values.values():
+                        rows.append(values)
     return rows
 
 

@@ -11,6 +11,9 @@ from harness.report.inputs import Context, md_table
 from harness.results.layout import RUNBOOK_YAML
 from harness.vocab import DEFAULT_PAD_MULTIPLE
 
+# the risk column in percent, as the sentences above the table state it ("below 34.8% at 95%")
+RISK_HEADER = "drop risk (%, 95% bound)"
+
 
 def _measure_traces(results_dir: Path) -> dict[tuple[str, str], Path]:
     """The latest measure attempt's routing trace per (model, backend)."""
@@ -85,14 +88,15 @@ def campaign_forecast(results_dir: Path, out: Path,
                           str(r["uniform_tokens"]), str(r["peak_demand"]),
                           measured.get(path.parent.name, "") if own else "",
                           f"{r['required_capacity']:.4f}", r["selected_capacity"],
-                          f"{r['over_provision']:.4f}", f"{r['drop_risk_95']:.3f}", mib])
+                          f"{r['over_provision']:.4f}", f"{100 * r['drop_risk_95']:.1f}", mib])
         rows += got
     lines += [md_table(["model", "backend", "EP", "N", "forecast peak", "measured peak",
-                        "required", "selected", "over-provision", "drop risk 95%",
+                        "required", "selected", "over-provision", RISK_HEADER,
                         "buffer MiB/rank"], table), ""]
     if rows:
         write_outputs(out, rows, pad_multiple)
-        lines += [f"![forecast]({FORECAST_PNG})", "", f"Rows: `{FORECAST_TSV}` (SPEC §4).", ""]
+        lines += [f"![forecast]({FORECAST_PNG})", "", f"Rows: `{FORECAST_TSV}` (columns: docs/spec.md#tsv-columns; "
+                  "drop_risk_95 there is a fraction).", ""]
     return lines
 
 

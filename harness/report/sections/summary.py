@@ -1,0 +1,61 @@
+"""Section "Summary": one narrow table first (at most ~100 characters a line, readable in
+`less`): per model and backend the selected capacity, the timing capacity, the median
+dispatch and combine times and the comparison verdicts. The wide tables come after it."""
+
+from __future__ import annotations
+
+from harness.report.inputs import Context, md_table
+from harness.vocab import Verdict
+
+SUMMARY_WIDTH = 100             # characters per line the summary table must fit in
+# the verdicts in a word each (the legend under the table spells them out)
+SHORT = {Verdict.FASTER: "faster", Verdict.SLOWER: "slower", Verdict.INDISTINGUISHABLE: "same",
+         Verdict.TOO_NOISY: "noisy"}
+
+
+def _ms(value: str | None) -> str:
+    """A median in ms as the TSV wrote it, shortened to 3 decimals ('' when absent)."""
+    try:
+        return f"{float(value):.3f}" if value not in (None, "") else ""
+    except ValueError:
+        return ""
+
+
+def render(ctx: Context) -> list[str]:
+    """Per (model, backend): selected, timing capacity, medians per arm, verdicts."""
+    sel = {(r["model"], r["backend"]): r for r in ctx.selection.rows} if ctx.selection else {}
+    tim = {(r["model"], r["backend"]): r for r in ctx.timing.rows} if ctx.timing else {}
+    verdicts: dict[tuple[str, str], dict[str, str]] = {}
+    for r in ctx.comparison.rows if ctx.comparison else []:
+        if r.get("verdict"):
+            verdicts.setdefault((r["model"], r["backend"]), {})[r.get("phase") or "?"] = \
+                SHORT.get(r["verdict"], r["verdict"])
+    rows = []
+    for pair in ctx.pairs:
+        s, t = sel.get(pair, {}), tim.get(pair, {})
+        fit = "DOES NOT FIT" if pair in ctx.dnf else ""
+        rows.append([pair[0], pair[1], s.get("selected_capacity", ""),
+                     t.get("timing_capacity", s.get("timing_capacity", "")),
+                     _ms(t.get("dispatch_ms_median")), _ms(t.get("combine_ms_median")),
+                     _verdict(verdicts.get(pair, {})) or fit])
+    out = ["## Summary", ""]
+    if not rows:
+        return out + [ctx.missing("summary", "no rows in any TSV"), ""]
+    out += [md_table(["model", "backend", "selected", "timed at", "disp ms", "comb ms",
+                      "verdict"], rows), "",
+            "Capacities as multiples of the uniform share N; disp/comb ms: median dispatch and",
+            "combine times over the timed launches, in milliseconds; verdict against the",
+            f"baseline {ctx.baseline or '(none)'}: one word when both phases agree, else "
+            "d: dispatch, c: combine",
+            "(same: indistinguishable, noisy: too_noisy). Wider tables follow.", ""]
+    return out
+
+
+def _verdict(by_phase: dict[str, str]) -> str:
+    """'noisy' when both phases agree, else 'd:same c:noisy'."""
+    if not by_phase:
+        return ""
+    if len(set(by_phase.values())) == 1:
+        return next(iter(by_phase.values()))
+    return " ".join(f"{phase[:1]}:{v}" for phase, v in sorted(by_phase.items(),
+                                                              key=lambda kv: kv[0] != "dispatch"))
