@@ -23,12 +23,16 @@ from harness.audit.rules.rederive import check_provenance_keys, check_runbook
 from harness.audit.rules.selection import check_nothing_to_judge, held_out_notes
 from harness.audit.vocab import NOTHING_TO_JUDGE, UPLOAD_MARKERS, VERDICTS
 from harness.errors import BadInput
+from harness.io.bounds import clip_line
 from harness.results.layout import ATTEMPTS_TSV, SELECTION_TSV
 from harness.vocab import DEFAULT_PAD_MULTIPLE
 
 HF_TARGET = re.compile(r"hf://datasets/(?P<org>[A-Za-z0-9][\w.-]*)/(?P<name>[A-Za-z0-9][\w.-]*)"
                        r"(?:@(?P<rev>[^\s@]+))?")
 HF_PATTERNS = ["*.tsv", "*provenance.txt", "*cell.json", "*runbook.yaml"]
+
+
+MAX_EXPLANATIONS = 50           # explanations kept per list of an upload's verdict
 
 
 @dataclass
@@ -44,6 +48,16 @@ class UploadVerdict:
     unknown: list[str] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        """Every explanation is copied from an upload: each is cut to the stated bound and
+        their number capped, so a hostile value cannot flood the report or the terminal."""
+        for name in ("why", "unknown", "notes"):
+            items = [clip_line(str(s)) for s in getattr(self, name)]
+            if len(items) > MAX_EXPLANATIONS:
+                items = items[:MAX_EXPLANATIONS] + [
+                    f"... and {len(items) - MAX_EXPLANATIONS} more"]
+            setattr(self, name, items)
 
     def to_dict(self) -> dict:
         """The SPEC section 7 keys, plus `why`, `unknown` and `notes`."""
