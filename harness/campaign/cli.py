@@ -244,6 +244,7 @@ def apply_revision_and_retry(camp: Campaign, rb: Runbook, root: Path, view: Prog
         else:
             view.line("runbook changed, no result-bearing field (comments, paths, limits, "
                       "Slurm options): resuming")
+        lines["runbook_sha256"] = fingerprint.get("runbook_sha256") or ""   # the audit's chain
         lines["runbook_changed"] = ", ".join(changed) or "no result-bearing field"
         lines["invalidated"] = " ".join(cells) if changed else ""
     if select.retry:

@@ -21,28 +21,43 @@ _HOLDER_MAX = 4096
 
 def lock_holder(root: Path) -> dict | None:
     """{pid, host, since} of the driver holding the campaign lock, or None when no one holds
-    it. A shared, non-blocking probe: it never creates the lock file nor waits."""
+    it. A shared, non-blocking probe of the lock the driver takes (harness/io/lock.py: the
+    campaign directory, or the lock file where a directory cannot be locked); it never
+    creates the lock file nor waits."""
     try:
-        fd = os.open(root / LOCK_NAME, os.O_RDONLY)
+        dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
         return None
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
+        fd = os.open(root / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        fd = None
+    try:
+        held = False
+        for probe in (dir_fd, fd):
+            if probe is None:
+                continue
             try:
-                record = json.loads(os.pread(fd, _HOLDER_MAX, 0).decode("utf-8"))
-            except (OSError, ValueError):
-                record = {}
-            record = record if isinstance(record, dict) else {}
-            return {"pid": record.get("pid"), "host": record.get("host"),
-                    "since": record.get("since_utc")}
-        except OSError:
+                fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                held = True
+                break
+            except OSError:
+                continue
+            fcntl.flock(probe, fcntl.LOCK_UN)
+        if not held:
             return None
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
+        try:
+            record = json.loads(os.pread(fd, _HOLDER_MAX, 0).decode("utf-8")) if fd else {}
+        except (OSError, ValueError):
+            record = {}
+        record = record if isinstance(record, dict) else {}
+        return {"pid": record.get("pid"), "host": record.get("host"),
+                "since": record.get("since_utc")}
     finally:
-        os.close(fd)
+        os.close(dir_fd)
+        if fd is not None:
+            os.close(fd)
 
 
 def utc(t: float | None) -> str | None:

@@ -126,7 +126,8 @@ def runbook_fingerprint(rb: Runbook) -> dict:
 # What changes results, by part of the PARSED runbook (docs/campaign.md: partial re-runs).
 # Everything else (comments, campaign paths, limits, launcher, Slurm options, repository
 # paths, parallelism, the GPU-hour figure) changes no result and resumes.
-GLOBAL_PARTS = ("shape", "capacity", "measure_phase", "validate_routing", "seed", "device_memory")
+GLOBAL_PARTS = ("shape", "capacity", "measure_phase", "validate_routing", "seed", "device_memory",
+                "container")
 TIMING_PART = "timing"                # iterations, trials, launches: the time cells only
 # Runbook fields that change no cell's result (tests/e2e/test_rerun.py checks that every
 # Runbook field is either here or read by result_fields). timing's baseline, max_cv and
@@ -136,7 +137,7 @@ NON_RESULT_FIELDS = frozenset({"path", "campaign", "limits", "launcher", "reposi
                                "models_path"})
 # (the runbook's `measure:` section is named after its purpose, hence the vocabulary word)
 RESULT_FIELDS = frozenset({"models", "shape", "backends", "capacity", Purpose.MEASURE.value,
-                           "timing",
+                           "timing", "container",
                            "device_memory_bytes", "seed", "validate_config"})
 
 
@@ -151,7 +152,8 @@ def _opts(options: Any) -> Any:
 
 def result_fields(rb: Runbook) -> dict[str, str]:
     """sha256 of each result-bearing part of the parsed runbook: `shape`, `capacity`,
-    `measure_phase`, `validate_routing`, `seed`, `device_memory`, `timing` (warmup, iters, trials,
+    `measure_phase`, `validate_routing`, `seed`, `device_memory`, `container` (engine and
+    image), `timing` (warmup, iters, trials,
     launches), `model:<NAME>` (the zoo entry after overrides, flags included) and
     `backend:<name>` (kind, module, select, time, flags, options)."""
     out = {
@@ -161,6 +163,8 @@ def result_fields(rb: Runbook) -> dict[str, str]:
         "validate_routing": _digest(dataclasses.asdict(rb.validate)),
         "seed": _digest(rb.seed),
         "device_memory": _digest(rb.device_memory_bytes),
+        # the image is the software under test; mounts and workdir only say where it runs
+        "container": _digest([rb.container.engine, rb.container.image]),
         TIMING_PART: _digest([rb.timing.warmup, rb.timing.iters, rb.timing.trials,
                               rb.timing.launches]),
     }

@@ -197,10 +197,12 @@ def _edit(rb, field, draw):
               "max_parallel_cells": lambda v: v + 1, "gpu_hours_per_cell": lambda v: 3.0,
               "repositories": lambda v: {"epcap": Path("/x")},
               "campaign": lambda v: v + "x", "path": lambda v: Path("/other.yaml"),
-              "models_path": lambda v: Path("/z.yaml")}
+              "models_path": lambda v: Path("/z.yaml"),
+              "container": lambda v: dataclasses.replace(v, engine="pyxis",
+                                                         image="nvcr.io/x/y:1")}
     part = {"seed": "seed", "device_memory_bytes": "device_memory", "shape": "shape",
             "capacity": "capacity", "measure": "measure_phase",
-            "validate_config": "validate_routing"}
+            "validate_config": "validate_routing", "container": "container"}
     # validate's defaults derive from the seed and the measure iterations (spec section 3)
     derived = ["validate_routing"] if field in ("seed", "measure") and rb.validate_config is None else []
     return dataclasses.replace(rb, **{field: simple[field](value)}), sorted(

@@ -66,7 +66,7 @@ from harness.results.rows import AttemptRow, SelectionRow
 from harness.taxonomy.judge import iter_log_lines, judge_run
 from harness.telemetry.summary import LogSummary, summarize
 from harness.timing.verdicts import backend_of, is_control
-from harness.vocab import FAILURE_CLASSES, TIMED_OK, Purpose, Status
+from harness.vocab import FAILURE_CLASSES, TIMED_OK, Event, Purpose, Status
 
 STEP_PURPOSES = (Purpose.MEASURE, Purpose.VALIDATE)
 LOG_GLOB = "rank*.log"
@@ -206,19 +206,43 @@ def differs(column: str, written: str, derived: object) -> bool:
 
 # ---------------------------------------------------------------- runbook-altered
 
-def events_sha(upload: Upload) -> tuple[str | None, str | None]:
-    """runbook_sha256 of the first campaign_start event in events.jsonl (value, problem)."""
+MAX_EVENT_LINES = 10_000_000     # an events.jsonl longer than this is past the audit's bound
+
+def events_sha(upload: Upload) -> tuple[list[str] | None, str | None]:
+    """The runbook hashes events.jsonl recorded, in order: campaign_start's, then each
+    runbook_revised's (value, problem); None when there is no event log."""
     path = (upload.folder or Path(".")) / EVENTS_JSONL
     if not path.is_file() or path.is_symlink():
         return None, None
+    chain: list[str] = []
     try:
         with open(path, encoding="utf-8") as handle:
-            first_line = handle.readline(1 << 16)
-        event = json.loads(first_line)
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None, f"{EVENTS_JSONL}:1: not a JSON event"
-    value = event.get("runbook_sha256") if isinstance(event, dict) else None
-    return (value if isinstance(value, str) else None), None
+            for no, line in enumerate(handle, 1):
+                if no > MAX_EVENT_LINES or len(line) > 1 << 20:
+                    return None, f"{EVENTS_JSONL}:{no}: past the audit's bound"
+                if '"runbook_sha256"' not in line:
+                    continue
+                event = json.loads(line)
+                value = event.get("runbook_sha256") if isinstance(event, dict) else None
+                if event.get("ev") in (Event.CAMPAIGN_START, Event.RUNBOOK_REVISED) \
+                        and isinstance(value, str):
+                    chain.append(value)
+    except (OSError, ValueError, UnicodeDecodeError, AttributeError):
+        return None, f"{EVENTS_JSONL}: not a log of JSON events"
+    return chain, None
+
+
+def provenance_chain(upload: Upload) -> list[str]:
+    """runbook.sha256 of the campaign's provenance, then each re-run's resume.<n>.runbook_sha256
+    in order (a revised runbook is recorded there as well as in events)."""
+    prov = upload.provenance or {}
+    chain = [prov["runbook.sha256"]] if prov.get("runbook.sha256") else []
+    n = 1
+    while f"resume.{n}.command_line" in prov:
+        if prov.get(f"resume.{n}.runbook_sha256"):
+            chain.append(prov[f"resume.{n}.runbook_sha256"])
+        n += 1
+    return chain
 
 
 def harness_written(upload: Upload) -> bool:
@@ -229,8 +253,11 @@ def harness_written(upload: Upload) -> bool:
 
 
 def check_runbook(upload: Upload) -> Check:
-    """The runbook as run hashes to what provenance (campaign and cells) and events say."""
-    recorded = (upload.provenance or {}).get("runbook.sha256")
+    """The runbook as run hashes to the last runbook provenance and events recorded (the
+    campaign's, or a re-run's after an edit), the two records agree, and every cell ran under
+    one of the recorded runbooks."""
+    chain = provenance_chain(upload)
+    recorded = chain[-1] if chain else None
     if upload.runbook_sha256 is None:
         if recorded or harness_written(upload):
             return Check(RUNBOOK_ALTERED, "fail", [
@@ -244,16 +271,21 @@ def check_runbook(upload: Upload) -> Check:
         bad.append("provenance.txt: field runbook.sha256 missing")
     elif recorded != upload.runbook_sha256:
         bad.append(f"runbook.yaml sha256 {upload.runbook_sha256[:12]} but provenance.txt "
-                   f"runbook.sha256 {recorded[:12]}")
-    ev, problem = events_sha(upload)
+                   f"records {recorded[:12]} last")
+    events, problem = events_sha(upload)
     if problem:
         unknown.append(problem)
-    elif ev is not None and ev != upload.runbook_sha256:
-        bad.append(f"runbook.yaml sha256 {upload.runbook_sha256[:12]} but {EVENTS_JSONL}:1 "
-                   f"runbook_sha256 {ev[:12]}")
+    elif events:
+        if events[-1] != upload.runbook_sha256:
+            bad.append(f"runbook.yaml sha256 {upload.runbook_sha256[:12]} but {EVENTS_JSONL} "
+                       f"records {events[-1][:12]} last")
+        if list(dict.fromkeys(events)) != list(dict.fromkeys(chain)):
+            bad.append(f"{EVENTS_JSONL} and provenance.txt record different runbooks "
+                       f"({len(events)} vs {len(chain)})")
+    known = set(chain) | set(events or [])
     for _key, cell in sorted(upload.cells.items()):
         own = (cell.provenance or {}).get("runbook.sha256")
-        if own and own != upload.runbook_sha256:
+        if own and own not in known:
             bad.append(f"{cell.provenance_at}: runbook.sha256 {own[:12]} is another runbook's "
                        f"(a cell spliced from another run)")
     if upload.runbook_problem:
