@@ -17,4 +17,4 @@ def make_launcher(name: str, runbook=None):
         cls = load_launcher_class(name)
     except ImportError as exc:
         raise BadInput(f"the {name} launcher is not available: {exc}", field="launcher") from exc
-    return cls(runbook) if runbook is not None and name != "local" else cls()
+    return cls(runbook)

@@ -133,7 +133,8 @@ class LocalLauncher(Launcher):
 
     name = "local"
 
-    def __init__(self) -> None:
+    def __init__(self, runbook=None) -> None:
+        """`runbook` is accepted like every launcher's; local runs need nothing from it."""
         self._jobs: dict[str, _Job] = {}
         self._servers: dict[tuple[str, ...], ForkServer] = {}
 
