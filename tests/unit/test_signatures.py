@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import errno
+import functools
 import json
 import os
 import re
@@ -102,9 +103,34 @@ FAMILY_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "classify" / "fa
 STORAGE_ERRNOS = ("ENOSPC", "EDQUOT", "EIO", "EROFS", "ESTALE", "EFBIG")
 
 
+DUMPED = ("cuda-runtime-errors", "nccl-result-codes", "pytorch-out-of-memory",
+          "slurm-step-messages", "slurm-job-states")
+FAMILIES = ("cuda-runtime-errors", "nccl-result-codes", "storage-errno",
+            "python-top-level-exceptions", "pytorch-out-of-memory", "slurm-step-messages",
+            "slurm-job-states")
+
+
+def torch_oom_types() -> set[str] | None:
+    """The out-of-memory exception types the installed torch exports, as tracebacks name
+    them (None without torch)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    found = set()
+    for module in (torch, torch.cuda):
+        for name, value in vars(module).items():
+            if isinstance(value, type) and issubclass(value, BaseException) \
+                    and "OutOfMemory" in name:
+                found.add(f"{module.__name__}.{name}")
+    return found
+
+
 def enumerated(family: str) -> dict[str, str]:
-    """name -> message of every member of a family, read from its source (not the table)."""
-    if family in ("cuda-runtime-errors", "nccl-result-codes"):
+    """name -> message of every member of a family, read from its source (not the table):
+    a dump of the source (families/*.json: libcudart, NCCL init.cc, PyTorch's allocators and
+    status tables, Slurm via extract_slurm.py), or the running interpreter and libc."""
+    if family in DUMPED:
         doc = json.loads((FAMILY_DIR / f"{family}.json").read_text(encoding="utf-8"))
         return {m["name"]: m["text"] for m in doc["members"]}
     if family == "storage-errno":
@@ -141,8 +167,27 @@ NCCL_RULE = {"ncclSuccess": "none", "ncclInProgress": "none", "ncclSystemError":
              "ncclRemoteError": "infra", "ncclUnhandledCudaError": "infra"}
 
 
-def rule_class(family: str, name: str) -> str:
+SLURM_STEP_RULE = (("DUE TO TIME LIMIT", "timeout"), ("DUE TO PREEMPTION", "infra"),
+                   ("DUE TO NODE FAILURE", "infra"), ("DUE TO JOB REQUEUE", "infra"),
+                   ("DUE to SIGNAL", "infra"), ("STEPD TERMINATED", "infra"),
+                   ("oom_kill event", "does_not_fit"), ("exceeded memory limit", "does_not_fit"),
+                   ("Out Of Memory", "does_not_fit"), ("Node failure on", "infra"))
+SLURM_STATE_RULE = {"TIMEOUT": "timeout", "DEADLINE": "timeout", "NODE_FAIL": "infra",
+                    "BOOT_FAIL": "infra", "PREEMPTED": "infra", "OUT_OF_MEMORY": "does_not_fit",
+                    "CANCELLED": "infra", "REVOKED": "infra"}
+
+# Ends whose class the logs decide; every other `none` state is no end at all.
+SLURM_ENDS_LOGS_DECIDE = {"COMPLETED", "FAILED", "SPECIAL_EXIT"}
+
+
+def rule_class(family: str, name: str, text: str = "") -> str:
     """The class the family's documented rule gives a member."""
+    if family == "pytorch-out-of-memory":
+        return "does_not_fit"
+    if family == "slurm-step-messages":
+        return next((cls for key, cls in SLURM_STEP_RULE if key in text), "none")
+    if family == "slurm-job-states":
+        return SLURM_STATE_RULE.get(name, "none")
     if family == "cuda-runtime-errors":
         return {"cudaSuccess": "none", "cudaErrorApiFailureBase": "none",
                 "cudaErrorMemoryAllocation": "does_not_fit", "cudaErrorAssert": "assert"}.get(
@@ -168,8 +213,7 @@ def coverage_problems(doc: dict) -> list[str]:
     table = parse_table(doc)
     matcher = Matcher(table.signatures)
     families = {f["id"]: f for f in doc.get("families") or []}
-    for fid in ("cuda-runtime-errors", "nccl-result-codes", "storage-errno",
-                "python-top-level-exceptions"):
+    for fid in FAMILIES:
         fam = families.get(fid)
         if fam is None:
             problems.append(f"{fid}: family missing")
@@ -182,9 +226,11 @@ def coverage_problems(doc: dict) -> list[str]:
                 continue
             if row["text"] != text:
                 problems.append(f"{fid}: {name} text {row['text']!r} is not {text!r}")
-            if row["class"] != rule_class(fid, name):
+            if row["class"] != rule_class(fid, name, text):
                 problems.append(f"{fid}: {name}: row class {row['class']} is not the rule's "
-                                f"{rule_class(fid, name)}")
+                                f"{rule_class(fid, name, text)}")
+            if fid == "slurm-job-states":
+                problems += state_problems(name, row)
             if row["class"] == "none":
                 if not row.get("why"):
                     problems.append(f"{fid}: {name} has no class and no why")
@@ -200,9 +246,47 @@ def coverage_problems(doc: dict) -> list[str]:
     return problems
 
 
+def state_problems(name: str, row: dict) -> list[str]:
+    """A Slurm job state read by the launcher (harness/launch/slurm.py map_state) and judged
+    with no deciding log line must come out as its row's class: `none` rows are no end (the
+    launcher keeps polling) or leave the decision to the logs (crash when they say nothing)."""
+    from harness.launch.slurm import SlurmState, map_state
+    from harness.taxonomy.judge import classify
+
+    state = map_state(SlurmState(name, "1:0", "", "sacct"))
+    if state is None:
+        got = "none" if name not in SLURM_ENDS_LOGS_DECIDE else "no end"
+    else:
+        got = classify(1, state, [], None, 0).status
+        if name in SLURM_ENDS_LOGS_DECIDE and got == "crash":
+            got = "none"                  # an end the logs decide: nothing in them -> crash
+    if got != row["class"]:
+        return [f"slurm-job-states: {name}: the launcher reads {state!r}, judged {got}, "
+                f"row says {row['class']}"]
+    return []
+
+
+def fill_printf(text: str, words: list[str]) -> str:
+    """A line a C format prints, its `%s` filled from `words` in turn."""
+    values = iter(words)
+    return re.sub(r"%(ps|s|u|d)", lambda m: {"ps": "StepId=481516.0", "u": "2", "d": "-9"}.get(
+        m.group(1)) or next(values, "x"), text)
+
+
 def member_lines(fam: dict, row: dict) -> list[str]:
     """One realistic line per print format of a family member."""
     fid, text, name = fam["id"], row["text"], row["name"]
+    if not fam.get("formats", ["{text}"]):
+        return []                       # a state the launcher reads, printed in no log
+    if fid == "pytorch-out-of-memory":
+        return [f"[rank1]: RuntimeError: {text} 7.50 GiB", f"1: [default1]: {text}"]
+    if fid == "slurm-step-messages":
+        if text.startswith("***"):
+            words = ["JOB 481516", "node001", "2026-12-01T09:31:50", "Terminated"]
+            return ["slurmstepd: error: " + fill_printf(text, words),
+                    "slurmstepd-node001: error: " + fill_printf(text, ["STEP 481516.0"] + words[1:])]
+        return ["srun: error: " + fill_printf(text, ["node002", "task", "3"]),
+                "slurmstepd: error: " + fill_printf(text, ["node002", "tasks", "0-3"])]
     if fid == "cuda-runtime-errors":
         return [f"[rank3]: torch.AcceleratorError: CUDA error: {text}",
                 f"node003:2201:2209 [3] include/alloc.h:189 NCCL WARN Cuda failure {1} '{text}'",
@@ -234,6 +318,46 @@ def test_coverage_fails_when_a_member_row_is_removed(data):
     else:
         member["class"] = "timeout" if member["class"] != "timeout" else "crash"
         assert any(f": {member['name']}:" in p for p in coverage_problems(doc))
+
+
+@pytest.mark.parametrize("fid", ["pytorch-out-of-memory", "slurm-step-messages",
+                                 "slurm-job-states"])
+def test_coverage_names_the_removed_member_of_each_new_family(fid):
+    """Issue 24 part B: for each family enumerated here, delete one classed member's row from
+    a copy of the table and the coverage check names exactly that member; reclass another
+    and it names that one."""
+    doc = table_doc()
+    fam = next(f for f in doc["families"] if f["id"] == fid)
+    classed = [i for i, m in enumerate(fam["members"]) if m["class"] != "none"]
+    gone = fam["members"].pop(classed[0])
+    problems = coverage_problems(doc)
+    assert f"{fid}: {gone['name']} has no row" in problems, problems
+    other = fam["members"][classed[1] - 1]
+    other["class"] = "crash" if other["class"] != "crash" else "timeout"
+    assert any(p.startswith(f"{fid}: {other['name']}:") for p in coverage_problems(doc))
+
+
+SLURM_STEP_ROWS = [m for f in table_doc()["families"] if f["id"] == "slurm-step-messages"
+                   for m in f["members"] if m["class"] != "none"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_slurm_printf_members_match_whatever_fills_them(data):
+    """The Slurm members are C formats: any host, job, time or signal text a `%s` takes
+    still gives the member's class (generated fills, not the ones written above)."""
+    row = data.draw(st.sampled_from(SLURM_STEP_ROWS))
+    words = data.draw(st.lists(st.text(st.characters(blacklist_categories=("Cc", "Cs")),
+                                       min_size=1, max_size=30), min_size=4, max_size=4))
+    line = data.draw(st.sampled_from(["slurmstepd: error: ", "srun: error: ", ""])) + \
+        fill_printf(row["text"], words)
+    got = table_matcher().match(line)
+    assert got is not None and got[0].cls == row["class"], (line, got and got[0])
+
+
+@functools.cache
+def table_matcher() -> Matcher:
+    return Matcher(load_table().signatures)
 
 
 def test_wrapper_carries_the_decision_and_backend_patterns_keep_fallout():
