@@ -104,10 +104,11 @@ STORAGE_ERRNOS = ("ENOSPC", "EDQUOT", "EIO", "EROFS", "ESTALE", "EFBIG")
 
 
 DUMPED = ("cuda-runtime-errors", "nccl-result-codes", "pytorch-out-of-memory",
-          "slurm-step-messages", "slurm-job-states", "megatron-flag-validation")
+          "slurm-step-messages", "slurm-job-states", "megatron-flag-validation",
+          "deepep-exceptions")
 FAMILIES = ("cuda-runtime-errors", "nccl-result-codes", "storage-errno",
             "python-top-level-exceptions", "pytorch-out-of-memory", "slurm-step-messages",
-            "slurm-job-states", "megatron-flag-validation")
+            "slurm-job-states", "megatron-flag-validation", "deepep-exceptions")
 
 
 def torch_oom_types() -> set[str] | None:
@@ -186,6 +187,9 @@ def rule_class(family: str, name: str, text: str = "") -> str:
         return "does_not_fit"
     if family == "megatron-flag-validation":
         return "badflag"
+    if family == "deepep-exceptions":
+        return {"EP_HOST_ASSERT": "assert", "EP_DEVICE_ASSERT": "assert",
+                "cpu-recv-timeout": "infra"}.get(name, "none")
     if family == "slurm-step-messages":
         return next((cls for key, cls in SLURM_STEP_RULE if key in text), "none")
     if family == "slurm-job-states":
@@ -282,6 +286,10 @@ def member_lines(fam: dict, row: dict) -> list[str]:
         return []                       # a state the launcher reads, printed in no log
     if fid == "pytorch-out-of-memory":
         return [f"[rank1]: RuntimeError: {text} 7.50 GiB", f"1: [default1]: {text}"]
+    if fid == "deepep-exceptions":
+        return ["[rank5]: RuntimeError: " + fill_printf(text, ["/workspace/DeepEP/csrc/deep_ep.cpp",
+                                                               "num_ranks <= NUM_MAX_NVL_PEERS"]),
+                "[rank5]: " + fill_printf(text, ["/w/csrc/kernels/intranode.cu", "x == 0"])]
     if fid == "megatron-flag-validation":
         return [f'[rank0]:   File "/opt/Megatron-LM/{row["file"]}", line 512, in '
                 f'{name.split(":")[1]}', f'  File "/workspace/megatron-lm/{row["file"]}", line 9, '
@@ -296,7 +304,9 @@ def member_lines(fam: dict, row: dict) -> list[str]:
     if fid == "cuda-runtime-errors":
         return [f"[rank3]: torch.AcceleratorError: CUDA error: {text}",
                 f"node003:2201:2209 [3] include/alloc.h:189 NCCL WARN Cuda failure {1} '{text}'",
-                f"[rank3]: CUDA error encountered at: file=a.cu, line=8, Reason={name}:{text}"]
+                f"[rank3]: CUDA error encountered at: file=a.cu, line=8, Reason={name}:{text}",
+                f"[rank3]: RuntimeError: Failed: CUDA error /workspace/DeepEP/csrc/deep_ep.cpp:1"
+                f"20 '{text}'"]
     if fid == "nccl-result-codes":
         return [f"[rank1]: torch.distributed.DistBackendError: NCCL error in: /opt/pytorch/"
                 f"torch/csrc/distributed/c10d/NCCLUtils.cpp:77, {text}, NCCL version 2.27.3"]
@@ -327,7 +337,8 @@ def test_coverage_fails_when_a_member_row_is_removed(data):
 
 
 @pytest.mark.parametrize("fid", ["pytorch-out-of-memory", "slurm-step-messages",
-                                 "slurm-job-states", "megatron-flag-validation"])
+                                 "slurm-job-states", "megatron-flag-validation",
+                                 "deepep-exceptions"])
 def test_coverage_names_the_removed_member_of_each_new_family(fid):
     """Issue 24 part B: for each family enumerated here, delete one classed member's row from
     a copy of the table and the coverage check names exactly that member; reclass another
