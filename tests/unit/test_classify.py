@@ -81,6 +81,8 @@ def test_cli_classifies_case_as_documented(case, cli_doc):
     assert got["stated_demand"] == case["stated_demand"]
     if case.get("attributed"):
         assert got["deciding"]["attributed_by"] == case["attributed"], got["deciding"]
+    if case.get("decided_by"):          # the table's row by source, not a backend's regex
+        assert got["deciding"]["source"]["id"] == case["decided_by"], got["deciding"]
 
 
 def test_issue24_cases_cover_every_flaw():
