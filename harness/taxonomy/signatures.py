@@ -143,7 +143,18 @@ def family_signatures(fam: dict, where: str = str(TABLE_PATH)
         out.append(Signature(member["class"], regex, fid, bool(member.get("fallout", False)),
                              None, libs, table=True, member=str(member.get("name")), gate=gate))
     src = {k: fam.get(k) for k in ("id", "repo", "file", "commit")}
+    # a member read from another file or commit than the family's names its own
+    src["members"] = {str(m.get("name")): {k: m[k] for k in ("repo", "file", "commit") if k in m}
+                      for m in fam.get("members") or []
+                      if any(k in m for k in ("repo", "file", "commit"))}
     return out, src
+
+
+def member_source(src: dict, member: str | None) -> dict:
+    """The repository, file and commit a signature was read from: its family member's own
+    when the member names them, else its source's (id, repo, file, commit)."""
+    own = (src.get("members") or {}).get(member or "", {})
+    return {k: own.get(k, src.get(k)) for k in ("id", "repo", "file", "commit")}
 
 
 PRINTF = re.compile(r"%(ps|s|u|d)")
