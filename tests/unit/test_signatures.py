@@ -377,6 +377,31 @@ def table_matcher() -> Matcher:
     return Matcher(load_table().signatures)
 
 
+OOM_ROWS = [m for f in table_doc()["families"] if f["id"] == "pytorch-out-of-memory"
+            for m in f["members"]]
+LINE_TEXT = st.text(st.characters(blacklist_categories=("Cc", "Cs")), max_size=60)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(OOM_ROWS), LINE_TEXT, LINE_TEXT)
+def test_pytorch_oom_members_inside_any_line_are_does_not_fit(row, before, after):
+    """Whatever a rank prints around a PyTorch out-of-memory member (generated text), the
+    line is does_not_fit, unless the generated text itself states an overflow."""
+    got = table_matcher().match(f"{before} {row['text']} {after}")
+    assert got is not None and got[0].cls in ("does_not_fit", "overflow"), (row, got)
+
+
+@settings(max_examples=200, deadline=None)
+@given(LINE_TEXT)
+def test_part_b_families_do_not_match_lines_without_their_words(text):
+    """Generated lines without any member's fixed words match none of the part-B families
+    (the printf members' `%s` must not make them match anything)."""
+    got = table_matcher().match(text)
+    families = {"pytorch-out-of-memory", "slurm-step-messages", "megatron-flag-validation",
+                "deepep-exceptions"}
+    assert got is None or got[0].source not in families, (text, got[0].source, got[0].member)
+
+
 def site_traceback(site: list, doc: dict) -> list[str]:
     """The traceback a Megatron validation site prints on rank 0: the entry's frame, the
     raising function's frame when it is another, the exception line."""
