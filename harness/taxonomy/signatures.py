@@ -108,7 +108,8 @@ def family_signatures(fam: dict, where: str = str(TABLE_PATH)
                       ) -> tuple[list[Signature], dict]:
     """The signatures of one enumerated family: every member's text in each of the family's
     print formats (`{text}` is the member's message, `{name}` its enum name; with `printf:
-    true` the text is a C format whose `%s`/`%u`/`%d`/`%ps` match what they print), classed
+    true` the text is a C format whose `%s`, `%u`/`%d`/`%ld`/`%zu`, `%ps` match what they
+    print), classed
     by the member's row; a member without a class, or an unknown one, is BadInput. A family
     with `formats: []` (a state the launcher reads, printed in no log) yields no signature."""
     fid = str(fam.get("id"))
@@ -157,13 +158,14 @@ def member_source(src: dict, member: str | None) -> dict:
     return {k: own.get(k, src.get(k)) for k in ("id", "repo", "file", "commit")}
 
 
-PRINTF = re.compile(r"%(ps|s|u|d)")
-PRINTF_REGEX = {"ps": r"\S+", "s": ".*?", "u": r"\d+", "d": r"-?\d+"}
+PRINTF = re.compile(r"%(ps|s|u|d|ld|zu)")
+PRINTF_REGEX = {"ps": r"\S+", "s": ".*?", "u": r"\d+", "d": r"-?\d+", "ld": r"-?\d+",
+                "zu": r"\d+"}
 
 
 def printf_regex(fmt: str) -> str:
     """A regex for the lines a C format prints: the literal parts escaped, `%s` any text,
-    `%u`/`%d` a number, `%ps` (Slurm's step id) one word."""
+    `%u`/`%d`/`%ld`/`%zu` a number, `%ps` (Slurm's step id) one word."""
     parts, pos = [], 0
     for found in PRINTF.finditer(fmt):
         parts.append(re.escape(fmt[pos:found.start()]))

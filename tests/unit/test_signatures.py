@@ -105,10 +105,11 @@ STORAGE_ERRNOS = ("ENOSPC", "EDQUOT", "EIO", "EROFS", "ESTALE", "EFBIG")
 
 DUMPED = ("cuda-runtime-errors", "nccl-result-codes", "pytorch-out-of-memory",
           "slurm-step-messages", "slurm-job-states", "megatron-flag-validation",
-          "deepep-exceptions")
+          "deepep-exceptions", "nccl-alloc-warnings")
 FAMILIES = ("cuda-runtime-errors", "nccl-result-codes", "storage-errno",
             "python-top-level-exceptions", "pytorch-out-of-memory", "slurm-step-messages",
-            "slurm-job-states", "megatron-flag-validation", "deepep-exceptions")
+            "slurm-job-states", "megatron-flag-validation", "deepep-exceptions",
+            "nccl-alloc-warnings")
 
 
 def torch_oom_types() -> set[str] | None:
@@ -187,6 +188,8 @@ def rule_class(family: str, name: str, text: str = "") -> str:
         return "does_not_fit"
     if family == "megatron-flag-validation":
         return "badflag"
+    if family == "nccl-alloc-warnings":
+        return "infra" if "not supported" in text else "does_not_fit"
     if family == "deepep-exceptions":
         return {"EP_HOST_ASSERT": "assert", "EP_DEVICE_ASSERT": "assert",
                 "cpu-recv-timeout": "infra"}.get(name, "none")
@@ -272,10 +275,16 @@ def state_problems(name: str, row: dict) -> list[str]:
     return []
 
 
+def nccl_warn(msg: str) -> str:
+    """An NCCL WARN line as NCCL prints it (host:pid:tid [dev] NCCL WARN msg)."""
+    return f"node003:2201:2209 [2] NCCL WARN {msg}"
+
+
 def fill_printf(text: str, words: list[str]) -> str:
     """A line a C format prints, its `%s` filled from `words` in turn."""
     values = iter(words)
-    return re.sub(r"%(ps|s|u|d)", lambda m: {"ps": "StepId=481516.0", "u": "2", "d": "-9"}.get(
+    return re.sub(r"%(ps|s|u|d|ld|zu)", lambda m: {
+        "ps": "StepId=481516.0", "u": "2", "d": "-9", "ld": "17179869184", "zu": "4096"}.get(
         m.group(1)) or next(values, "x"), text)
 
 
@@ -286,6 +295,8 @@ def member_lines(fam: dict, row: dict) -> list[str]:
         return []                       # a state the launcher reads, printed in no log
     if fid == "pytorch-out-of-memory":
         return [f"[rank1]: RuntimeError: {text} 7.50 GiB", f"1: [default1]: {text}"]
+    if fid == "nccl-alloc-warnings":
+        return [nccl_warn(fill_printf(text, [])), "[rank2]: " + nccl_warn(fill_printf(text, []))]
     if fid == "deepep-exceptions":
         return ["[rank5]: RuntimeError: " + fill_printf(text, ["/workspace/DeepEP/csrc/deep_ep.cpp",
                                                                "num_ranks <= NUM_MAX_NVL_PEERS"]),
@@ -338,7 +349,7 @@ def test_coverage_fails_when_a_member_row_is_removed(data):
 
 @pytest.mark.parametrize("fid", ["pytorch-out-of-memory", "slurm-step-messages",
                                  "slurm-job-states", "megatron-flag-validation",
-                                 "deepep-exceptions"])
+                                 "deepep-exceptions", "nccl-alloc-warnings"])
 def test_coverage_names_the_removed_member_of_each_new_family(fid):
     """Issue 24 part B: for each family enumerated here, delete one classed member's row from
     a copy of the table and the coverage check names exactly that member; reclass another
@@ -398,7 +409,7 @@ def test_part_b_families_do_not_match_lines_without_their_words(text):
     (the printf members' `%s` must not make them match anything)."""
     got = table_matcher().match(text)
     families = {"pytorch-out-of-memory", "slurm-step-messages", "megatron-flag-validation",
-                "deepep-exceptions"}
+                "deepep-exceptions", "nccl-alloc-warnings"}
     assert got is None or got[0].source not in families, (text, got[0].source, got[0].member)
 
 
