@@ -317,7 +317,7 @@ def member_lines(fam: dict, row: dict) -> list[str]:
                 f"node003:2201:2209 [3] include/alloc.h:189 NCCL WARN Cuda failure {1} '{text}'",
                 f"[rank3]: CUDA error encountered at: file=a.cu, line=8, Reason={name}:{text}",
                 f"[rank3]: RuntimeError: Failed: CUDA error /workspace/DeepEP/csrc/deep_ep.cpp:1"
-                f"20 '{text}'"]
+                f"20 '{text}'", f"[rank3]: RuntimeError: CUDA driver error: {text}"]
     if fid == "nccl-result-codes":
         return [f"[rank1]: torch.distributed.DistBackendError: NCCL error in: /opt/pytorch/"
                 f"torch/csrc/distributed/c10d/NCCLUtils.cpp:77, {text}, NCCL version 2.27.3"]
