@@ -347,13 +347,11 @@ def test_coverage_fails_when_a_member_row_is_removed(data):
         assert any(f": {member['name']}:" in p for p in coverage_problems(doc))
 
 
-@pytest.mark.parametrize("fid", ["pytorch-out-of-memory", "slurm-step-messages",
-                                 "slurm-job-states", "megatron-flag-validation",
-                                 "deepep-exceptions", "nccl-alloc-warnings"])
-def test_coverage_names_the_removed_member_of_each_new_family(fid):
-    """Issue 24 part B: for each family enumerated here, delete one classed member's row from
-    a copy of the table and the coverage check names exactly that member; reclass another
-    and it names that one."""
+@pytest.mark.parametrize("fid", FAMILIES)
+def test_coverage_names_the_removed_member_of_each_family(fid):
+    """For each enumerated family, delete one classed member's row from a copy of the table
+    and the coverage check names exactly that member; reclass another and it names that
+    one."""
     doc = table_doc()
     fam = next(f for f in doc["families"] if f["id"] == fid)
     classed = [i for i, m in enumerate(fam["members"]) if m["class"] != "none"]
