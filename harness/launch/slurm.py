@@ -56,7 +56,7 @@ JOB_FILE = "slurm_job.json"
 
 RUNNING_STATES = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED",
                             "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SIGNALING",
-                            "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD"})
+                            "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD", "EXPEDITING"})
 TERMINAL_STATES = {"COMPLETED": LauncherState.COMPLETED, "FAILED": LauncherState.FAILED, "TIMEOUT": LauncherState.TIMEOUT,
                    "DEADLINE": LauncherState.TIMEOUT, "NODE_FAIL": LauncherState.NODE_FAIL, "BOOT_FAIL": LauncherState.NODE_FAIL,
                    "PREEMPTED": LauncherState.NODE_FAIL, "OUT_OF_MEMORY": LauncherState.OOM, "CANCELLED": LauncherState.CANCELLED,

@@ -20,7 +20,7 @@ from harness.taxonomy.judge import (  # noqa: F401 - cell_logs/read_cell_json re
     judge_run,
     read_cell_json,
 )
-from harness.taxonomy.signatures import layout_of, load_table
+from harness.taxonomy.signatures import layout_of, load_table, member_source
 
 
 def _backend_patterns(name: str | None, runbook) -> tuple[dict | None, str | None, dict | None]:
@@ -72,7 +72,8 @@ def classify_cell(cell_dir: Path, runbook=None, backend: str | None = None,
         src = next((s for s in load_table().sources if s["id"] == out.deciding["source"]),
                    {"id": out.deciding["source"], "repo": None, "file": None, "commit": None})
         deciding = {"rank": out.deciding["rank"], "attributed_by": out.deciding["attributed_by"],
-                    "source": dict(src), "member": out.deciding["member"],
+                    "source": member_source(src, out.deciding["member"]),
+                    "member": out.deciding["member"],
                     "fallout": out.deciding["fallout"]}
 
     def line(d: dict) -> dict:

@@ -107,10 +107,15 @@ def parse_table(doc: dict, where: str = str(TABLE_PATH)) -> Table:
 def family_signatures(fam: dict, where: str = str(TABLE_PATH)
                       ) -> tuple[list[Signature], dict]:
     """The signatures of one enumerated family: every member's text in each of the family's
-    print formats (`{text}` is the member's message, `{name}` its enum name), classed by the
-    member's row; a member without a class, or an unknown one, is BadInput."""
+    print formats (`{text}` is the member's message, `{name}` its enum name; with `printf:
+    true` the text is a C format whose `%s`, `%u`/`%d`/`%ld`/`%zu`, `%ps` match what they
+    print), classed
+    by the member's row; a member without a class, or an unknown one, is BadInput. A family
+    with `formats: []` (a state the launcher reads, printed in no log) yields no signature."""
     fid = str(fam.get("id"))
-    formats = list(fam.get("formats") or ["{text}"])
+    # `formats: []`: a family the launcher reads (Slurm's job states), printed in no log
+    formats = list(fam["formats"] if "formats" in fam else ["{text}"])
+    printf = bool(fam.get("printf", False))
     gate = _compile(fam["gate"], f"families.{fid}.gate") if fam.get("gate") else None
     libs = tuple(fam.get("libraries") or ())
     out = []
@@ -125,18 +130,48 @@ def family_signatures(fam: dict, where: str = str(TABLE_PATH)
                            field=field)
         texts = [member.get("text")] if isinstance(member.get("text"), str) else \
             list(member.get("text") or [])
+        if not texts or not all(isinstance(t, str) and t for t in texts):
+            raise BadInput("family member without text", field=field)
+        if not formats:
+            continue
         alts = []
         for fmt in formats:
             for text in texts:
-                alts.append(fmt.replace("{text}", re.escape(text))
+                body = printf_regex(text) if printf else re.escape(text)
+                alts.append(fmt.replace("{text}", body)
                             .replace("{name}", re.escape(str(member.get("name")))))
-        if not alts:
-            raise BadInput("family member without text", field=field)
         regex = _compile("|".join(f"(?:{a})" for a in dict.fromkeys(alts)), field)
         out.append(Signature(member["class"], regex, fid, bool(member.get("fallout", False)),
                              None, libs, table=True, member=str(member.get("name")), gate=gate))
     src = {k: fam.get(k) for k in ("id", "repo", "file", "commit")}
+    # a member read from another file or commit than the family's names its own
+    src["members"] = {str(m.get("name")): {k: m[k] for k in ("repo", "file", "commit") if k in m}
+                      for m in fam.get("members") or []
+                      if any(k in m for k in ("repo", "file", "commit"))}
     return out, src
+
+
+def member_source(src: dict, member: str | None) -> dict:
+    """The repository, file and commit a signature was read from: its family member's own
+    when the member names them, else its source's (id, repo, file, commit)."""
+    own = (src.get("members") or {}).get(member or "", {})
+    return {k: own.get(k, src.get(k)) for k in ("id", "repo", "file", "commit")}
+
+
+PRINTF = re.compile(r"%(ps|s|u|d|ld|zu)")
+PRINTF_REGEX = {"ps": r"\S+", "s": ".*?", "u": r"\d+", "d": r"-?\d+", "ld": r"-?\d+",
+                "zu": r"\d+"}
+
+
+def printf_regex(fmt: str) -> str:
+    """A regex for the lines a C format prints: the literal parts escaped, `%s` any text,
+    `%u`/`%d`/`%ld`/`%zu` a number, `%ps` (Slurm's step id) one word."""
+    parts, pos = [], 0
+    for found in PRINTF.finditer(fmt):
+        parts.append(re.escape(fmt[pos:found.start()]))
+        parts.append(PRINTF_REGEX[found.group(1)])
+        pos = found.end()
+    return "".join(parts) + re.escape(fmt[pos:])
 
 
 @functools.lru_cache(maxsize=4)

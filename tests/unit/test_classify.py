@@ -81,6 +81,8 @@ def test_cli_classifies_case_as_documented(case, cli_doc):
     assert got["stated_demand"] == case["stated_demand"]
     if case.get("attributed"):
         assert got["deciding"]["attributed_by"] == case["attributed"], got["deciding"]
+    if case.get("decided_by"):          # the table's row by source, not a backend's regex
+        assert got["deciding"]["source"]["id"] == case["decided_by"], got["deciding"]
 
 
 def test_issue24_cases_cover_every_flaw():
@@ -212,3 +214,15 @@ def test_cli_prints_the_deciding_rank_its_rule_and_source(capsys):
             "0109fc4eac46a2f56a2197a9f757ed42d5a817aa)") in text
     assert "deciding rank: 3 (torchrun [rankN]: prefix (global rank))" in text
     assert "source: cuda-runtime-errors cudaErrorIllegalAddress (pypi:nvidia-cuda-runtime" in text
+
+
+def test_cli_prints_the_member_own_source_when_it_has_one(capsys):
+    """A family member read from another file or commit than its family's (PyTorch's host
+    allocator; a Slurm srun message) is printed with its own file and commit."""
+    assert cli_classify((str(CORPUS / "cpu_allocator_oom_ultraep"),
+                         str(CORPUS / "srun_task_out_of_memory_two_nodes"))) == 0
+    text = capsys.readouterr().out
+    assert ("source: pytorch-out-of-memory cpu-allocator-posix-memalign (pytorch/pytorch "
+            "c10/core/impl/alloc_cpu.cpp @ 0803da8282cbd1bfea99f8bdd19f1dcf49a7ca0f)") in text
+    assert ("source: slurm-step-messages launch.c:377 (SchedMD/slurm src/srun/launch.c @ "
+            "284c3b95f08a2dc2478499837b03355e1b9c5c75)") in text
