@@ -14,30 +14,32 @@ from typing import Any
 
 from harness.errors import BadInput
 from harness.io.atomic import write_text_atomic
-from harness.io.redact import redact_text
+from harness.io.redact import redact_text, secret_values
 from harness.io.safeio import TABLE_MAX_BYTES, read_bytes
 from harness.results.rows import Row
 
 RowLike = Row | Mapping[str, Any]       # a typed row, or a dict (audit, forecast, tests)
 
 
-def cell_text(value) -> str:
-    """One TSV cell: '' for None, true/false for booleans, no tabs or newlines."""
+def cell_text(value, secrets: list[str] | None = None) -> str:
+    """One TSV cell: '' for None, true/false for booleans, no tabs or newlines. `secrets`:
+    the secret values to scrub (harness.io.redact.secret_values(), read once per table)."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
         return repr(round(value, 6))
-    text = redact_text(str(value))
+    text = redact_text(str(value), secrets)
     return text.replace("\t", " ").replace("\r", " ").replace("\n", " ")
 
 
-def format_row(columns: Iterable[str], row: RowLike) -> str:
+def format_row(columns: Iterable[str], row: RowLike, secrets: list[str] | None = None) -> str:
     """A row as one tab-separated line (with the trailing newline); a column the row lacks
     is an empty cell."""
     values = row.as_dict() if isinstance(row, Row) else row
-    return "\t".join(cell_text(values.get(c)) for c in columns) + "\n"
+    secrets = secret_values() if secrets is None else secrets
+    return "\t".join(cell_text(values.get(c), secrets) for c in columns) + "\n"
 
 
 def append_row(path: Path, columns: Iterable[str], row: RowLike) -> None:
@@ -132,7 +134,18 @@ def read_rows(path: Path) -> list[dict]:
 
 
 def write_table_atomic(path: Path, columns: Iterable[str], rows: Iterable[RowLike]) -> None:
-    """Replace a whole TSV atomically (header + rows)."""
+    """Replace a whole TSV atomically (header + rows). The environment's secret values are
+    read once per table, not once per cell; a file that already holds exactly this text is
+    left alone (the driver rewrites its derived tables after every cell: no fsync for an
+    unchanged one)."""
     columns = tuple(columns)
-    text = "\t".join(columns) + "\n" + "".join(format_row(columns, r) for r in rows)
+    secrets = secret_values()
+    text = "\t".join(columns) + "\n" + "".join(format_row(columns, r, secrets) for r in rows)
+    path = Path(path)
+    try:
+        if path.is_file() and path.stat().st_size == len(text.encode("utf-8")) \
+                and path.read_text(encoding="utf-8") == text:
+            return
+    except (OSError, UnicodeDecodeError):
+        pass            # unreadable or odd: rewrite it
     write_text_atomic(path, text)
