@@ -124,7 +124,9 @@ def _cells(line: str) -> list[str] | None:
 
 def narrow_lines(lines: list[str], width: int = REPORT_WIDTH) -> list[str]:
     """Every table refitted (fit_table) and every prose line wrapped (wrap), so no line of
-    the result is longer than `width`; fenced code and lines that fit are left as they are."""
+    the result is longer than `width`; fenced code, headings (a heading cannot wrap: one
+    naming a model of near 100 characters stays longer) and lines that fit are left as
+    they are."""
     out: list[str] = []
     i, fenced = 0, False
     while i < len(lines):
@@ -142,7 +144,8 @@ def narrow_lines(lines: list[str], width: int = REPORT_WIDTH) -> list[str]:
             out += block if max(map(len, block)) <= width else fit_table(head, rows, width)
             i = j
             continue
-        out += [line] if fenced or len(line) <= width else wrap(line, width)
+        heading = line.startswith("#")     # a heading is one line: a 100-character name
+        out += [line] if fenced or heading or len(line) <= width else wrap(line, width)
         i += 1
     return out
 

@@ -73,6 +73,11 @@ def test_prose_is_wrapped_without_losing_a_word(words, lead, width):
         assert all(ln.startswith(">" if lead == "> " else " " * len(lead)) for ln in body[1:])
 
 
+def test_a_heading_is_never_wrapped():
+    heading = "### " + "M" * 100                     # a model name at the 100-character bound
+    assert narrow_lines([heading, "", "x " * 80])[0] == heading
+
+
 def test_a_wide_table_is_split_with_its_keys_repeated():
     headers = ["model", "backend", *(f"column_{i:02d}" for i in range(12))]
     rows = [["QWEN3_235B", "ultraep", *(f"{i * 1.234567:.6f}" for i in range(12))]]
