@@ -307,10 +307,41 @@ def _placeholder(ax, x: float, status: str) -> None:
             bbox={"facecolor": "white", "edgecolor": "0.45", "pad": 2})
 
 
+TICK_FONT = 8.0              # points: the backend names under the timing panels
+PANEL_MAX_IN = 6.0           # widest panel (inches) before the names turn vertical
+PLOT_SHARE = 0.7             # of a panel's width left to the plot (y ticks, padding aside)
+
+
+def _text_width_pt(text: str, size: float) -> float:
+    """The drawn width of a string in points (matplotlib's text-to-path metrics)."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    width, _, _ = TextToPath().get_text_width_height_descent(text, FontProperties(size=size),
+                                                              ismath=False)
+    return width
+
+
+def name_layout(names_per_panel: list[list[str]], size: float = TICK_FONT,
+                min_width: float = 3.4) -> tuple[float, int, float]:
+    """(panel width in inches, label rotation, extra height in inches) for backend names
+    that must not overlap: horizontal when each name fits its slot in a panel of at most
+    PANEL_MAX_IN, else vertical (a vertical name is one line high, the slot never too
+    narrow), the figure taller by the longest name."""
+    n = max((len(ns) for ns in names_per_panel), default=1) or 1
+    widest = max((_text_width_pt(t, size) for ns in names_per_panel for t in ns), default=0.0)
+    flat = n * (widest + 2 * size) / 72 / PLOT_SHARE
+    if flat <= PANEL_MAX_IN:
+        return max(min_width, flat), 0, 0.0
+    return max(min_width, n * 3 * size / 72 / PLOT_SHARE), 90, widest / 72
+
+
 def plot_timing(points: list[TimePoint], path: Path, missing_p10: bool,
                 colors: dict[str, str] | None = None) -> Figure:
     """Figure 4: dispatch and combine median with p10-p90 and the noise floor, per model."""
-    fig, panels, colors = _model_panels(points, colors, 3.4, 4.8)
+    width, rotation, taller = name_layout([[p.backend for p in ps]
+                                           for ps in _by_model(points).values()])
+    fig, panels, colors = _model_panels(points, colors, width, 4.8 + taller)
     for ax, (model, pts) in panels:
         highs = [v for p in pts if p.status == Status.OK for v in (*p.dispatch, *p.combine)
                  if v is not None]
@@ -334,8 +365,8 @@ def plot_timing(points: list[TimePoint], path: Path, missing_p10: bool,
                             textcoords="offset points", ha="center", fontsize=6.5, color="0.3")
         ax.set_ylim(0, (max(highs) * 1.15) if highs else 1.0)
         ax.set_xlim(-0.6, len(pts) - 0.4)
-        ax.set_xticks(range(len(pts)), [p.backend for p in pts], rotation=30, ha="right",
-                      rotation_mode="anchor", fontsize=8)      # long names never overlap
+        ax.set_xticks(range(len(pts)), [p.backend for p in pts], rotation=rotation,
+                      fontsize=TICK_FONT)     # name_layout: the names never overlap
         caps = sorted({p.capacity for p in pts if p.capacity})
         ax.set_title(f"{model}\ncapacity {', '.join(caps) or '?'}", fontsize=9)
     panels[0][0].set_ylabel("time per call (ms)")

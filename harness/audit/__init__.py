@@ -1,4 +1,4 @@
-"""`epcap audit`: sort uploaded results into VALID, INVALID and UNKNOWN (SPEC sections 6, 7).
+"""`epcap audit`: sort uploaded results into VALID, INVALID and UNKNOWN (docs/spec.md#audit-rules, docs/spec.md#command-line).
 
 An upload is someone else's data: it is read through bounded readers (`readers`), loaded
 into a pure model (`model`, `load`), and judged by rules kept as data (`rules`), which

@@ -2,7 +2,7 @@
 revision), load each through the bounded readers, apply every rule, fold the verdict.
 
 Nothing to judge (no attempt rows, or stopped before any selection) is UNKNOWN whatever the
-other rules say: there is no result to call valid or invalid (SPEC section 6).
+other rules say: there is no result to call valid or invalid (docs/spec.md#audit-rules).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class UploadVerdict:
             setattr(self, name, items)
 
     def to_dict(self) -> dict:
-        """The SPEC section 7 keys, plus `why`, `unknown` and `notes`."""
+        """The docs/spec.md#command-line keys, plus `why`, `unknown` and `notes`."""
         return {"path": self.path, "verdict": self.verdict, "reasons": self.reasons,
                 "ignored_cells": self.ignored_cells, "why": self.why, "unknown": self.unknown,
                 "notes": self.notes}

@@ -1,4 +1,4 @@
-"""The errata registry (SPEC section 7 shape) and the `predates-fix:<id>` rule: does a
+"""The errata registry (docs/spec.md#command-line shape) and the `predates-fix:<id>` rule: does a
 run-scripts commit named in provenance contain each fix? Ancestry from a --git-repo clone,
 else commit dates, else UNKNOWN."""
 
@@ -229,7 +229,7 @@ def repo_values(upload: Upload, repository: str) -> tuple[dict[str, str], list[s
 def check_predates(upload: Upload, fix: Fix, order: CommitOrder) -> Check:
     """predates-fix:<id>: a run-scripts commit named in provenance lacks a registry fix.
 
-    Provenance written by epcap lists every repository a run used (SPEC section 5), so an
+    Provenance written by epcap lists every repository a run used (docs/spec.md#provenance), so an
     epcap provenance without `repo.<repository>` did not use that repository: not applicable.
     Provenance not written by epcap that does not name the repository cannot be ordered.
     """

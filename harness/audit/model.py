@@ -1,7 +1,7 @@
 """What the audit rules see of one upload (pure data, no I/O), and the shared helpers.
 
 Names (model, backend, purpose, status) compare after Unicode NFKC normalisation and case
-folding (SPEC section 6: ECHO = echo = ＥＣＨＯ), so a name spelled another way can neither
+folding (docs/spec.md#audit-rules: ECHO = echo = ＥＣＨＯ), so a name spelled another way can neither
 split a model nor hide a backend from a rule.
 """
 
@@ -53,7 +53,7 @@ class Table:
 
 @dataclass
 class LogFacts:
-    """What a cell's own logs say (SPEC section 1 rows), read through the bounded reader."""
+    """What a cell's own logs say (docs/spec.md#telemetry rows), read through the bounded reader."""
 
     files: list[str]
     rows: int

@@ -1,4 +1,4 @@
-"""The audit's words: reason codes (SPEC section 6), the table names it reads, and the
+"""The audit's words: reason codes (docs/spec.md#audit-rules), the table names it reads, and the
 purposes and statuses it compares (normalised with harness.audit.model.norm)."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ S_OK, S_DROPS, S_LOWER_BOUND, S_DOES_NOT_FIT = (Status.OK, Status.DROPS, Status.
                                                 Status.DOES_NOT_FIT)
 TRUE, FALSE = "true", "false"        # TSV booleans (docs/spec.md: results layout)
 
-IGNORED_TAG = re.compile(r"__cap1p75(?:__|$)")   # abandoned descent capacity (SPEC section 6)
+IGNORED_TAG = re.compile(r"__cap1p75(?:__|$)")   # abandoned descent capacity (docs/spec.md#audit-rules)
 IGNORED_CAPACITY_TAG = "cap1p75"
 CELL_TAG = re.compile(r"__cap(\d+)p(\d+)(?:__|$)")
 

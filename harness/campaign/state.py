@@ -67,7 +67,7 @@ def utc(t: float | None) -> str | None:
 
 
 def campaign_state(root: Path, probe_lock: bool = True) -> dict[str, Any]:
-    """The `status --json` document of one campaign directory (SPEC section 7 keys, plus
+    """The `status --json` document of one campaign directory (docs/spec.md#command-line keys, plus
     `signal`, `when`, `stopped` and `report_path`); `probe_lock=False` for the driver that holds
     the lock itself."""
     events = read_events(root / EVENTS_JSONL)

@@ -1,4 +1,4 @@
-"""`epcap forecast TRACE...` (SPEC section 7): read a trace, forecast, write forecast.tsv,
+"""`epcap forecast TRACE...` (docs/spec.md#command-line): read a trace, forecast, write forecast.tsv,
 the figure and/or one JSON document. Every refusal is BadInput naming file:line: field."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`epcap forecast` core (SPEC section 7, docs/forecast.md): the per-rank demand that recorded
+"""`epcap forecast` core (docs/spec.md#command-line, docs/forecast.md): the per-rank demand that recorded
 routing puts on another EP size, micro-batch, placement and personality, and the capacity the
 harness would select for it. Pure: arrays in, rows out (harness/forecast/cli.py does the I/O).
 
@@ -145,7 +145,7 @@ class Forecaster:
     def row(self, s: Setting, home: np.ndarray, planner, pad_multiple: int = DEFAULT_PAD_MULTIPLE,
             decimals: int | None = None, model: str | None = None, hidden: int | None = None,
             bytes_per_element: int = 2) -> dict:
-        """One forecast.tsv row (SPEC section 4)."""
+        """One forecast.tsv row (docs/spec.md#tsv-columns)."""
         r = self.r
         tokens = per_rank_tokens(r.tokens, s.ep, s.micro_batch, r.seq)
         n = tokens * r.topk

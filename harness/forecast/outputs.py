@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from decimal import Decimal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.forecast.core import COLUMNS
 from harness.results.tables import write_table_atomic
 from harness.vocab import DEFAULT_PAD_MULTIPLE
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 FORECAST_TSV = "forecast.tsv"
 FORECAST_PNG = "forecast.png"
@@ -26,8 +30,18 @@ def _label(row: dict) -> str:
     return f"{row['personality']} {row['placement']}{mb} {row['unit']}"
 
 
-def plot_forecast(rows: list[dict], path: Path, pad_multiple: int = DEFAULT_PAD_MULTIPLE) -> None:
-    """Required (open) and selected (filled) capacity against EP size; one panel per model."""
+# one style per series of a panel, so that no series is drawn exactly over another: the
+# selected line's marker and line style, and a sideways offset (in octaves of EP size)
+SELECTED_MARKERS = ("D", "s", "^", "v", "P", "X", "p", "h")
+SELECTED_STYLES = ("-", "-.", ":", (0, (6, 2)), (0, (3, 1, 1, 1, 1, 1)))
+DODGE_OCTAVES = 0.08
+
+
+def plot_forecast(rows: list[dict], path: Path,
+                  pad_multiple: int = DEFAULT_PAD_MULTIPLE) -> Figure:
+    """Required (open) and selected (filled) capacity against EP size; one panel per model.
+    Series side by side (offset sideways, each its own marker and line style) and the open
+    required markers above the filled ones: equal values never hide a series."""
     from matplotlib.figure import Figure
 
     from harness.figures import backend_colors, save_png
@@ -42,23 +56,28 @@ def plot_forecast(rows: list[dict], path: Path, pad_multiple: int = DEFAULT_PAD_
         series: dict[str, list[dict]] = {}
         for r in pts:
             series.setdefault(_label(r), []).append(r)
-        for label, rs in series.items():
+        for i, (label, rs) in enumerate(series.items()):
             rs = sorted(rs, key=lambda r: r["ep"])
-            xs = [r["ep"] for r in rs]
+            shift = 2 ** (DODGE_OCTAVES * (i - (len(series) - 1) / 2))
+            xs = [r["ep"] * shift for r in rs]
             c = colors[label]
-            ax.plot(xs, [r["required_capacity"] for r in rs], "o--", mfc="white", mec=c,
-                    color=c, lw=1, label=f"{label}: required")
-            ax.plot(xs, [float(Decimal(r["selected_capacity"])) for r in rs], "D-", color=c,
-                    lw=1.4, label=f"{label}: selected")
+            ax.plot(xs, [float(Decimal(r["selected_capacity"])) for r in rs],
+                    marker=SELECTED_MARKERS[i % len(SELECTED_MARKERS)],
+                    ls=SELECTED_STYLES[i % len(SELECTED_STYLES)], color=c, lw=1.4, ms=6,
+                    zorder=2 + i / 100, label=f"{label}: selected")
+            ax.plot(xs, [r["required_capacity"] for r in rs], "o--", mfc="none", mec=c,
+                    mew=1.3, ms=8, color=c, lw=1, zorder=3 + i / 100, label=f"{label}: required")
         eps = sorted({r["ep"] for r in pts})
         ax.set_xscale("log", base=2)
         ax.set_xticks(eps, [str(e) for e in eps])
-        ax.set_xlabel("EP size")
+        ax.minorticks_off()
+        ax.set_xlabel("EP size" + (" (series side by side)" if len(series) > 1 else ""))
         ax.set_title(f"{name}\nsteps = {pts[0]['steps']}, grid pad {pad_multiple}", fontsize=8)
         ax.legend(fontsize=6)
     axes[0].set_ylabel("capacity = budget / (S'·K)")
     fig.suptitle("Forecast: required and selected capacity against EP size", fontsize=10)
     save_png(fig, path)
+    return fig
 
 
 def routing_header(path: Path) -> dict:

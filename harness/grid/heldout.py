@@ -1,4 +1,4 @@
-"""Held-out validation decisions (SPEC section 3 step 4), pure: no I/O, no campaign state.
+"""Held-out validation decisions (docs/spec.md#pipeline, step 4), pure: no I/O, no campaign state.
 
 - `resolve_validate`: the runbook's `validate: {seed, iters}` with its defaults (campaign
   seed + 1, the measure iterations) and whether the routing is held out.

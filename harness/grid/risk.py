@@ -1,4 +1,4 @@
-"""Per-step drop risk of a budget (SPEC section 3 step 4): two figures, each with its method.
+"""Per-step drop risk of a budget (docs/spec.md#pipeline, step 4): two figures, each with its method.
 
 - `drop_risk_95(n)`: the exact one-sided 95% upper bound on the per-step drop probability
   after n held-out steps with no drop, 1 - 0.05^(1/n) (the "rule of three", about 3/n).

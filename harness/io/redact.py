@@ -40,7 +40,7 @@ _ASSIGN_IN_TEXT = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z_][A-Za-z0-9_]*)=(\"[^\"
 
 
 def is_secret_name(name: str) -> bool:
-    """True for environment variable names that may hold a secret (SPEC section 5)."""
+    """True for environment variable names that may hold a secret (docs/spec.md#provenance)."""
     upper = name.upper()
     return any(word in upper for word in SECRET_WORDS)
 

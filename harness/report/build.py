@@ -25,6 +25,7 @@ from harness.report.inputs import (
     read_pad_multiple,
     read_tsv,
 )
+from harness.report.narrow import narrow_lines
 from harness.report.sections import (
     audit,
     balance,
@@ -82,8 +83,10 @@ def render_report(results_dir: Path | str, out: Path | str | None = None) -> Con
     body: list[str] = []
     for section in SECTIONS:
         body += section.render(ctx)
-    # one redaction pass (harness.io.redact): a failure line or path may carry a token
-    write_text_atomic(out / "report.md", redact_text("\n".join(body).rstrip() + "\n"))
+    # one redaction pass (harness.io.redact): a failure line or path may carry a token;
+    # then every line fitted to REPORT_WIDTH (tables split, prose wrapped: narrow.py)
+    lines = narrow_lines(redact_text("\n".join(body).rstrip()).splitlines())
+    write_text_atomic(out / "report.md", "\n".join(lines) + "\n")
     return ctx
 
 

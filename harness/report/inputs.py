@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import BadInput
+from harness.report.narrow import fit_table
 from harness.results.facts import read_facts
 from harness.results.layout import ATTEMPTS_TSV, COMPARISON_TSV, SELECTION_TSV, TIMING_TSV
 from harness.results.tables import Table, read_table
@@ -119,13 +120,12 @@ def md_escape(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def md_table(headers: list[str], rows: list[list[str]]) -> str:
-    """A Markdown table padded to column width, so it reads in a terminal too."""
-    cells = [[md_escape(h) for h in headers]] + [[md_escape(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in cells]
-    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    return "\n".join(lines)
+def md_table(headers: list[str], rows: list[list[str]], keys: int | None = None) -> str:
+    """A Markdown table padded to column width, so it reads in a terminal too; wider than
+    REPORT_WIDTH, it is split into narrower tables that repeat the `keys` leading columns
+    (harness.report.narrow.fit_table)."""
+    return "\n".join(fit_table([md_escape(h) for h in headers],
+                               [[md_escape(c) for c in r] for r in rows], keys=keys))
 
 
 def na(why: str) -> str:

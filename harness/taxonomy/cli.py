@@ -1,4 +1,4 @@
-"""`epcap classify`: re-classify finished runs from their cell directories (SPEC section 7).
+"""`epcap classify`: re-classify finished runs from their cell directories (docs/spec.md#command-line).
 
 Reads each cell's logs, and its cell.json for the launcher's state and exit code and the
 backend (options override them), then runs the same taxonomy the campaign runs
@@ -46,7 +46,7 @@ def _backend_patterns(name: str | None, runbook) -> tuple[dict | None, str | Non
 
 def classify_cell(cell_dir: Path, runbook=None, backend: str | None = None,
                   exit_code: int | None = None, state: str | None = None) -> dict:
-    """The SPEC section 7 `classify --json` object of one cell directory."""
+    """The docs/spec.md#command-line `classify --json` object of one cell directory."""
     if not cell_dir.is_dir():
         raise BadInput("not a cell directory", path=str(cell_dir))
     doc = read_cell_json(cell_dir)

@@ -1,4 +1,4 @@
-"""Failure taxonomy of one run (SPEC section 3): exit status + logs -> class and why.
+"""Failure taxonomy of one run (docs/spec.md#pipeline): exit status + logs -> class and why.
 
 Pure: takes the launcher's view, a stream of (path, line_no, text) and the signatures
 (harness/taxonomy/signatures.yaml plus a backend's and the runbook's regexes) and returns an

@@ -21,7 +21,7 @@ from harness.vocab import Status
 
 TABLE_PATH = Path(__file__).with_name("signatures.yaml")
 # A signature kind that is no failure class: a stated receive demand over the budget (the
-# run's status is then drops, SPEC section 1). The other kinds are the taxonomy's classes.
+# run's status is then drops, docs/spec.md#telemetry). The other kinds are the taxonomy's classes.
 OVERFLOW = "overflow"
 SIGNATURE_CLASSES = (OVERFLOW, Status.BADFLAG, Status.ASSERT, Status.DOES_NOT_FIT,
                      Status.CRASH, Status.INFRA, Status.TIMEOUT)

@@ -1,4 +1,4 @@
-/* harness.telemetry._scan: the optional compiled scanner of harness/telemetry/summary.py (SPEC section 1).
+/* harness.telemetry._scan: the optional compiled scanner of harness/telemetry/summary.py (docs/spec.md#telemetry).
  *
  * It walks a block of whole lines once, finds the tags, and parses each well-formed ASCII
  * dispatch row's six integers and each setup row's rank, with exact line numbers. Rows it

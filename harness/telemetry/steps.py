@@ -1,4 +1,4 @@
-"""Per-step peaks of a run (SPEC section 1): one step = one iteration, all layers and ranks.
+"""Per-step peaks of a run (docs/spec.md#telemetry): one step = one iteration, all layers and ranks.
 
 A step's peak is the maximum `actual_valid_recv` over its dispatch rows; the step dropped
 when any of its rows is saturated (`actual_valid_recv >= budget`), and its peak is then only

@@ -195,6 +195,16 @@ def test_default_campaign_shows_each_library_rebalancing(default_run):
 
 
 @pytest.mark.slow
+def test_default_campaign_report_reads_in_less(default_run):
+    """Issue 27: every line of the default campaign's report.md within REPORT_WIDTH (before
+    harness.report.narrow, 161 lines were over 100 characters, the longest 465)."""
+    from harness.report.narrow import REPORT_WIDTH
+
+    lines = (default_run / "report" / "report.md").read_text(encoding="utf-8").splitlines()
+    assert max(map(len, lines)) <= REPORT_WIDTH, max(lines, key=len)
+
+
+@pytest.mark.slow
 def test_a_a_pairs_are_never_winners_and_moonep_has_a_ci(default_run):
     """The A/A control (echo timed twice) comes out indistinguishable or too_noisy, never
     faster/slower; every judged row (ultraep and moonep too) carries its CI; 3 launches per

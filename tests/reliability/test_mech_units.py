@@ -9,6 +9,7 @@ from pathlib import Path
 
 from backends.reference.routing import route
 from harness.loadmodel.trace_io import write_epcap
+from harness.report.narrow import read_tables
 from harness.report.sections.forecast import campaign_forecast
 from harness.results.layout import ATTEMPTS_TSV
 from harness.results.rows import ATTEMPT_COLUMNS
@@ -31,12 +32,12 @@ def test_forecast_table_risk_in_percent_named_in_its_header(tmp_path):
     _cell(tmp_path, "M__echo__measure__cap2p00__a1")
     write_table_atomic(tmp_path / ATTEMPTS_TSV, ATTEMPT_COLUMNS,
                        [{"cell_dir": "cells/M__echo__measure__cap2p00__a1"}])
-    lines = "\n".join(campaign_forecast(tmp_path, tmp_path / "report", pad_multiple=8)).splitlines()
-    header = next(ln for ln in lines if ln.startswith("| model"))
-    names = [c.strip() for c in header.split("|")[1:-1]]
+    text = "\n".join(campaign_forecast(tmp_path, tmp_path / "report", pad_multiple=8))
+    # the table's parts (split to fit 100 characters) joined again
+    names, rows = next((h, r) for h, r in read_tables(text) if h[0] == "model")
     risk = next(i for i, n in enumerate(names) if "drop risk" in n)
     assert "%" in names[risk].replace("95%", ""), names[risk]     # the unit, not the level
-    rows = [[c.strip() for c in ln.split("|")[1:-1]] for ln in lines if ln.startswith("| M ")]
+    rows = [r for r in rows if r[0] == "M"]
     with open(tmp_path / "report" / "forecast.tsv", encoding="utf-8") as fh:
         tsv = list(csv.DictReader(fh, delimiter="\t"))
     assert len(rows) == len(tsv) > 0

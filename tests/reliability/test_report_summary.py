@@ -1,5 +1,5 @@
-"""The report opens with a narrow summary (every line at most 100 characters, the summary
-table right after the header) and embeds the audit verdict with the hash of the TSVs it
+"""The report opens with a narrow summary (the summary table right after the header), every
+line of it at most 100 characters, and embeds the audit verdict with the hash of the TSVs it
 judged, which changes with any byte of them."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.report.build import render_report
+from harness.report.narrow import REPORT_WIDTH
 from harness.report.sections.audit import JUDGED, judged_digest
 
 from .conftest import run_cli
@@ -27,6 +28,8 @@ def test_summary_first_narrow_and_audit_hash(tiny, tmp_path, fake_launcher):
     summary = text.split("## Summary", 1)[1].split("\n## ", 1)[0]
     assert "| QWEN3_30B" in summary
     assert max(map(len, summary.splitlines())) <= 100
+    # the whole report, not only its summary, reads in `less` (failed before narrow.py)
+    assert max(map(len, text.splitlines())) <= REPORT_WIDTH, max(text.splitlines(), key=len)
     assert f"Judged: {judged_digest(root)}" in text
 
 

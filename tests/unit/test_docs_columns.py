@@ -1,6 +1,7 @@
 """docs/spec.md's TSV column lists are the typed rows' columns (harness/results/rows.py and
-forecast's COLUMNS), in order, appended ones included: a column added in code and not in the
-spec (or the reverse) fails here."""
+forecast's COLUMNS, the report's demand.tsv), in order, appended ones included: a column
+added in code and not in the spec (or the reverse) fails here; timing_launches.tsv and
+demand.tsv were missing from the spec (failed before)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,27 @@ from pathlib import Path
 import pytest
 
 from harness.forecast.core import COLUMNS as FORECAST_COLUMNS
-from harness.results.layout import ATTEMPTS_TSV, COMPARISON_TSV, SELECTION_TSV, TIMING_TSV
-from harness.results.rows import AttemptRow, ComparisonRow, SelectionRow, TimingRow
+from harness.report.inputs import DEMAND_COLUMNS
+from harness.results.layout import (
+    ATTEMPTS_TSV,
+    COMPARISON_TSV,
+    SELECTION_TSV,
+    TIMING_LAUNCHES_TSV,
+    TIMING_TSV,
+)
+from harness.results.rows import (
+    AttemptRow,
+    ComparisonRow,
+    SelectionRow,
+    TimingLaunchRow,
+    TimingRow,
+)
 
 SPEC = Path(__file__).resolve().parents[2] / "docs" / "spec.md"
 CODE = {ATTEMPTS_TSV: AttemptRow.columns(), SELECTION_TSV: SelectionRow.columns(),
         TIMING_TSV: TimingRow.columns(), COMPARISON_TSV: ComparisonRow.columns(),
-        "forecast.tsv": tuple(FORECAST_COLUMNS)}
+        TIMING_LAUNCHES_TSV: TimingLaunchRow.columns(), "forecast.tsv": tuple(FORECAST_COLUMNS),
+        "demand.tsv": tuple(DEMAND_COLUMNS)}
 
 
 def spec_columns(text: str) -> dict[str, tuple[str, ...]]:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from backends.reference.routing import route
 from harness.loadmodel.trace_io import write_epcap
+from harness.report.narrow import read_tables
 from harness.report.sections.forecast import campaign_forecast
 from harness.results.layout import ATTEMPTS_TSV
 from harness.results.rows import ATTEMPT_COLUMNS
@@ -32,8 +33,7 @@ def test_section_forecasts_around_the_campaign_ep(tmp_path):
                          "peak_actual_valid_recv": "171"}])
     lines = campaign_forecast(tmp_path, tmp_path / "report", pad_multiple=8)
     text = "\n".join(lines)
-    rows = [[c.strip() for c in ln.split("|")[1:-1]] for ln in text.splitlines()
-            if ln.startswith("| M ")]
+    rows = [r for _, rows in read_tables(text) for r in rows if r[0] == "M"]
     assert [r[2] for r in rows] == ["2", "4 (campaign)", "8", "16"]
     assert "measure__cap3p00__a2" in (tmp_path / "report" / "forecast.tsv").read_text()
     assert "cap2p00" not in (tmp_path / "report" / "forecast.tsv").read_text()
@@ -59,8 +59,7 @@ def test_section_reads_a_cluster_cell_megatron_trace(tmp_path):
         write_megatron(trace_dir, r, [(it, 0, r, route(1, "Q", 0, it, r, 16, 128, 8, 1.0)
                                        .ids.tolist(), None) for it in range(2)])
     lines = campaign_forecast(tmp_path, tmp_path / "report")
-    rows = [[c.strip() for c in ln.split("|")[1:-1]] for ln in "\n".join(lines).splitlines()
-            if ln.startswith("| QWEN3_30B ")]
+    rows = [r for _, rows in read_tables("\n".join(lines)) for r in rows if r[0] == "QWEN3_30B"]
     assert [r[2] for r in rows] == ["2", "4 (campaign)", "8", "16"]
     assert rows[1][3] == str(16 * 8)                       # N = 16 tokens x top-8 at EP 4
 

@@ -8,7 +8,6 @@ moonep timed only), one lower-bound re-measure, one validation step-up and one d
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import struct
 import subprocess
@@ -21,6 +20,7 @@ import pytest
 from harness.errors import BadInput
 from harness.report.build import build_report, load_context
 from harness.report.demand import build_demand, demand_maps
+from harness.report.narrow import REPORT_WIDTH, read_tables
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 N = 2048                                  # S·K = 256 x 8
@@ -207,18 +207,11 @@ def make_sample(root: Path, extras: bool = True) -> Path:
 
 
 def md_tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
-    """Every Markdown table in text as (headers, rows), cells stripped and unescaped."""
-    tables, block = [], []
-    for line in text.splitlines() + [""]:
-        if line.startswith("|"):
-            block.append(line)
-            continue
-        if len(block) >= 2:
-            split = [[c.strip().replace("\\|", "|")
-                      for c in re.split(r"(?<!\\)\|", row.strip())[1:-1]] for row in block]
-            tables.append((split[0], split[2:]))
-        block = []
-    return tables
+    """Every Markdown table in text as (headers, rows), cells stripped and unescaped, the
+    parts of a table split to fit the width joined again (harness.report.narrow)."""
+    return [([h.replace("\\|", "|") for h in head],
+             [[c.replace("\\|", "|") for c in r] for r in rows])
+            for head, rows in read_tables(text)]
 
 
 def tsv_rows(path: Path) -> list[dict[str, str]]:
@@ -352,6 +345,14 @@ def test_report_on_sample_campaign(built):
     assert len(list(path.parent.glob("fig3_demand_*.png"))) == 2
 
 
+def test_every_line_of_the_report_fits_the_width(built):
+    """report.md reads in `less` (README): no line over REPORT_WIDTH, tables and prose alike
+    (failed on the report before harness.report.narrow: 13-column tables, 465 characters)."""
+    _, path, _ = built
+    lines = path.read_text().splitlines()
+    assert max(map(len, lines)) <= REPORT_WIDTH, max(lines, key=len)
+
+
 def test_report_names_every_pair_and_every_does_not_fit(built):
     res, path, _ = built
     tables = md_tables(path.read_text())
@@ -381,18 +382,22 @@ def test_numbers_in_report_equal_the_tsvs(built):
 def test_emulation_is_named_and_timing_shows_verdicts_with_ci(built):
     _, path, _ = built
     text = path.read_text()
-    assert "backend_impl=reference" in text and "not ECHO, UltraEP or MoonEP" in text
+    # prose is wrapped at 100 characters (a quote's lines each start with '>')
+    flat = " ".join(" ".join(ln.removeprefix(">").split()) for ln in text.splitlines())
+    assert "backend_impl=reference" in flat and "not ECHO, UltraEP or MoonEP" in flat
     assert "EXCEEDS" not in text and "within noise" not in text
     headers, rows = next((h, r) for h, r in md_tables(text) if "dispatch vs echo" in h)
     col = {(r[0], r[1]): dict(zip(headers, r, strict=True)) for r in rows}
-    assert col[("QWEN3_30B", "ultraep")]["dispatch vs echo"] == \
-        "slower ×1.215 (95% CI 1.100–1.340)"
-    assert col[("QWEN3_30B", "moonep")]["dispatch vs echo"].startswith(
-        "too_noisy ×1.021 (95% CI 0.700–1.500); cv_backend 0.0900 > max_cv 0.05")
-    assert col[("QWEN2_57B", "moonep")]["dispatch vs echo"] == \
-        "n/a: no usable launch (timing status does_not_fit)"
+    assert col[("QWEN3_30B", "ultraep")]["dispatch vs echo"] == "slower ×1.215"
+    assert col[("QWEN3_30B", "moonep")]["dispatch vs echo"] == "too_noisy ×1.021"
+    assert col[("QWEN2_57B", "moonep")]["dispatch vs echo"] == "n/a (see above)"
     assert col[("QWEN2_57B", "echo")]["combine vs echo"] == "baseline"
     assert col[("QWEN2_57B", "ultraep")]["dispatch vs echo"] == "n/a: no comparison row"
+    # the verdict list above the table carries each CI and reason
+    assert "dispatch: slower ×1.215 (95% CI 1.100–1.340)" in flat
+    assert ("dispatch: too_noisy ×1.021 (95% CI 0.700–1.500); cv_backend 0.0900 > max_cv "
+            "0.05") in flat
+    assert "dispatch: n/a: no usable launch (timing status does_not_fit)" in flat
 
 
 def test_control_that_is_not_indistinguishable_marks_the_table_unreliable(built):

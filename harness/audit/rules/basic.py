@@ -1,4 +1,4 @@
-"""The first audit rules (SPEC section 6): old selection, missing stages, a fabricated
+"""The first audit rules (docs/spec.md#audit-rules): old selection, missing stages, a fabricated
 requirement, unexecutable capacities and mixed timing capacities. Pure, over the model."""
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def executable_row(row: Row, upload: Upload) -> tuple[bool | None, str]:
 
 
 def check_unexecutable(table: Table, upload: Upload) -> Check:
-    """A capacity that is not executable for its shape can only have crashed (SPEC section 2).
+    """A capacity that is not executable for its shape can only have crashed (docs/spec.md#grid).
 
     Rows are checked, and so are cell directories no row names (e.g. `__cap1p02` crash
     cells); a directory whose shape cannot be found is not a recorded result and is skipped.

@@ -1,4 +1,4 @@
-"""Rules that re-derive a row from its cell (SPEC section 6): `missing-cell` and
+"""Rules that re-derive a row from its cell (docs/spec.md#audit-rules): `missing-cell` and
 `inconsistent-requirement`. The audit believes no summary it can recompute: a row's
 requirement must be its own peak / N at the precision written, its budget int(capacity x N),
 and its capacity, N, budget, peak and saturation must agree with the cell's `cell.json`
@@ -112,7 +112,7 @@ def same(column: str, written: str, stated: object) -> bool:
 
 def clipped(cell: Cell, written: str) -> bool:
     """A saturated run's logs show the budget, not the demand: a written peak at or above
-    the logs' (an overflow report's stated demand, SPEC section 1) is not a disagreement."""
+    the logs' (an overflow report's stated demand, docs/spec.md#telemetry) is not a disagreement."""
     logs, value = cell.logs, int_of(written)
     return (logs is not None and logs.saturated_rows > 0 and logs.peak is not None
             and value is not None and value >= logs.peak)

@@ -293,7 +293,7 @@ def check_runbook(upload: Upload) -> Check:
     return verdict_of(bad, [], RUNBOOK_ALTERED, unknown)
 
 
-# SPEC section 5: the keys every harness-written provenance.txt carries
+# docs/spec.md#provenance: the keys every harness-written provenance.txt carries
 REQUIRED_PROVENANCE = ("harness.version", "harness.commit", "command_line", "utc_start",
                        "hostnames", "gpu.model", "gpu.count", "gpu.driver", "torch", "cuda",
                        "nccl", "nvshmem", "python", "runbook.sha256")
@@ -313,7 +313,7 @@ def provenance_pairs(upload: Upload) -> tuple[list[tuple[str, str]] | None, str 
 
 
 def check_provenance_keys(upload: Upload) -> Check:
-    """SPEC section 5's keys, and one `repo.<name>` line, spelt exactly, per repository the
+    """The docs/spec.md#provenance keys, and one `repo.<name>` line, spelt exactly, per repository the
     runbook as run names."""
     if not as_run(upload):
         return Check(PROVENANCE_INCOMPLETE, NOT_APPLICABLE, ["no runbook as run"])
@@ -321,7 +321,7 @@ def check_provenance_keys(upload: Upload) -> Check:
     if pairs is None:
         return Check(PROVENANCE_INCOMPLETE, "unknown", [f"provenance.txt: {problem}"])
     keys = [k for k, _ in pairs]
-    bad = [f"provenance.txt: field {k} missing (SPEC section 5)"
+    bad = [f"provenance.txt: field {k} missing (docs/spec.md#provenance)"
            for k in REQUIRED_PROVENANCE if k not in keys]
     bad += [f"provenance.txt: field {k} written {keys.count(k)} times"
             for k in sorted(set(keys)) if keys.count(k) > 1]
@@ -387,7 +387,7 @@ def identity_problems(table: Table, row: Row, cell: Cell, campaign: str,
 
 def names_problems(upload: Upload) -> list[str]:
     """Every model and backend a row names is the runbook's (after NFKC and case folding,
-    SPEC section 6: an invisible character still splits a name)."""
+    docs/spec.md#audit-rules: an invisible character still splits a name)."""
     rb = upload.runbook
     models = {norm(m.name) for m in rb.models}
     backends = {norm(b.name) for b in rb.backends}

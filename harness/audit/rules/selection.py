@@ -1,4 +1,4 @@
-"""Selection-consistency rules (SPEC section 6): `validated-but-saturated`,
+"""Selection-consistency rules (docs/spec.md#audit-rules): `validated-but-saturated`,
 `selection-below-peak`, `timing-not-max`, `unvalidated-selection` (every select backend,
 not only ECHO), and `nothing-to-judge`; plus the selection-row cross-checks that
 `inconsistent-requirement` uses and the held-out note (issue 12)."""

@@ -7,7 +7,7 @@ arrived after the library's own rebalancing) and, from backends that report it,
 load that DeepEP, HybridEP or NCCL EP would have to hold). Per (model, backend) the section
 shows the peak of each over N, like UltraEP's load profiler shows load before and after
 reroute. Raw is not a backend run: it is the pre-balance demand of the same routing, so it
-does not enter the timing capacity (SPEC section 3).
+does not enter the timing capacity (docs/spec.md#pipeline).
 """
 
 from __future__ import annotations

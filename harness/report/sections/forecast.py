@@ -92,7 +92,7 @@ def campaign_forecast(results_dir: Path, out: Path,
         rows += got
     lines += [md_table(["model", "backend", "EP", "N", "forecast peak", "measured peak",
                         "required", "selected", "over-provision", RISK_HEADER,
-                        "buffer MiB/rank"], table), ""]
+                        "buffer MiB/rank"], table, keys=3), ""]
     if rows:
         write_outputs(out, rows, pad_multiple)
         lines += [f"![forecast]({FORECAST_PNG})", "", f"Rows: `{FORECAST_TSV}` (columns: docs/spec.md#tsv-columns; "

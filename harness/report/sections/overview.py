@@ -19,7 +19,7 @@ def render(ctx: Context) -> list[str]:
     out = ["## Overview", ""]
     if not rows:
         return out + [ctx.missing("overview", "no rows in any TSV"), ""]
-    out += [md_table(["model", "backend", "selected_capacity", "timing_capacity",
-                      "timing status", "fit"], rows), "",
+    out += [md_table(["model", "backend", "selected", "timed at", "timing status", "fit"],
+                     rows), "",
             "Empty cell = not applicable (e.g. a backend that is timed but not selected).", ""]
     return out

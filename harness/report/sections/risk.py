@@ -2,7 +2,7 @@
 
 Per model, a figure of the per-step peaks of the measure run and the accepted validate run
 of each select backend with the selected budget drawn on it; per (model, backend), the
-selection's risk columns (capacity_selection.tsv, SPEC section 4) written as a sentence a
+selection's risk columns (capacity_selection.tsv, docs/spec.md#tsv-columns) written as a sentence a
 reader can act on. Figures come only from the cells' telemetry; a missing input is a stated
 absence, never an invented value.
 """

@@ -7,7 +7,6 @@ from __future__ import annotations
 from harness.report.inputs import Context, md_table
 from harness.vocab import Verdict
 
-SUMMARY_WIDTH = 100             # characters per line the summary table must fit in
 # the verdicts in a word each (the legend under the table spells them out)
 SHORT = {Verdict.FASTER: "faster", Verdict.SLOWER: "slower", Verdict.INDISTINGUISHABLE: "same",
          Verdict.TOO_NOISY: "noisy"}

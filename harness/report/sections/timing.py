@@ -26,7 +26,9 @@ def render(ctx: Context) -> list[str]:
         main += [c for c in (f"{m}_ms_p10", f"{m}_ms_median", f"{m}_ms_p90") if t.has(c)]
     main += ["noise_floor_pct"]
     rows = [[r[c] for c in main] + versus(r) for r in t.rows]
-    out += [md_table(main + [f"dispatch vs {baseline}", f"combine vs {baseline}"], rows), ""]
+    out += [md_table(main + [f"dispatch vs {baseline}", f"combine vs {baseline}"], rows), "",
+            f"The `vs {baseline}` columns give the verdict and ratio only; the 95% CI and "
+            "the reason of each are in the verdict list above.", ""]
     extra = ["model", "backend", "trials", "iters", "step_cv", "algbw_gbps", "peak_mem_bytes"]
     extra += [c for c in ("timer", "backend_impl") if t.has(c)] + ["cell_dir"]
     out += [md_table(extra, [[r[c] for c in extra] for r in t.rows]), ""]
@@ -52,7 +54,7 @@ def _verdict_cells(ctx: Context, baseline: str):
     """Row -> [dispatch verdict, combine verdict] against the baseline (comparison.tsv)."""
     by_pair: dict[tuple[str, str], dict[str, str]] = {}
     for r in ctx.comparison.rows if ctx.comparison else []:
-        by_pair.setdefault((r["model"], r["backend"]), {})[r["phase"]] = verdicts.verdict_text(r)
+        by_pair.setdefault((r["model"], r["backend"]), {})[r["phase"]] = _short(r)
 
     def cells(r: dict[str, str]) -> list[str]:
         if r["backend"] == baseline:
@@ -64,3 +66,12 @@ def _verdict_cells(ctx: Context, baseline: str):
         return [got.get(phase, "n/a: no comparison row") for phase in verdicts.PHASES]
 
     return cells
+
+
+def _short(row: dict[str, str]) -> str:
+    """'slower ×1.215': the verdict and ratio of a comparison row; 'n/a' when there is none
+    (the CI, the reason and why not are in the verdict list above)."""
+    if not row.get("verdict"):
+        return "n/a (see above)"
+    ratio = row.get("ratio_median")
+    return f"{row['verdict']} ×{float(ratio):.3f}" if ratio else row["verdict"]
