@@ -25,7 +25,7 @@ def test_read_text_refuses_special_files_without_blocking(tmp_path):
     for path, word in [(fifo, "FIFO"), ("/dev/zero", "character device"), (tmp_path, "directory")]:
         with pytest.raises(BadInput, match=word):
             read_text(path, max_bytes=1024)
-    assert time.monotonic() - start < 2
+    assert time.monotonic() - start < 30         # a hang guard, not a speed target
 
 
 def test_read_text_caps_size_and_never_quotes_content(tmp_path):
@@ -64,7 +64,7 @@ def test_compose_refuses_expansion_recursion_and_depth_quickly(doc, message):
     start = time.monotonic()
     with pytest.raises(BadInput, match=message):
         compose(doc, "r.yaml")
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 30         # a hang guard, not a speed target
 
 
 def test_compose_accepts_small_aliases():

@@ -7,7 +7,6 @@ import os
 import shlex
 import subprocess
 import sys
-import time
 import types
 from pathlib import Path
 
@@ -196,9 +195,12 @@ def test_write_failure_leaves_no_partial_file(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_capture_is_fast_after_the_first(repo):
+def test_capture_reuses_the_process_facts_after_the_first(repo):
+    """Every cell captures provenance: the facts fixed for the process (harness commit, GPU,
+    libraries) are probed once, not per cell (a count, not a timing: the machine is shared)."""
     capture_provenance(["x"], {"run_scripts": repo})
-    start = time.perf_counter()
+    before = prov._static_facts.cache_info()
     for _ in range(5):
         capture_provenance(["x"], {"run_scripts": repo})
-    assert (time.perf_counter() - start) / 5 < 0.5
+    after = prov._static_facts.cache_info()
+    assert (after.misses, after.hits) == (before.misses, before.hits + 5)

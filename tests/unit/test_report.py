@@ -538,29 +538,24 @@ def test_rebuild_replaces_stale_figures_and_is_fast(built, tmp_path):
     shutil.copytree(res, copy)
     stale = copy / "report" / "fig3_demand_OLD.png"
     stale.write_bytes(PNG_MAGIC)
-    cpu0 = time.process_time()           # CPU, not wall: the test machine is shared
-    build_report(copy)
+    build_report(copy)                   # its speed: tests/benchmarks (no timed asserts here)
     assert not stale.exists()
-    assert time.process_time() - cpu0 < 5.0
 
 
-REDUCED = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "runbooks" / "reduced.yaml"
+CORPUS_PY = Path(__file__).resolve().parents[1] / "fixtures" / "uploads" / "corpus.py"
 
 
 @pytest.mark.slow
-def test_report_on_a_real_reduced_campaign(tmp_path):
-    """Run the campaign room's reduced runbook up to timing, then build and check the report."""
-    exe = Path(sys.executable).parent / "epcap"
-    run = subprocess.run([str(exe), "run", str(REDUCED), "--results", str(tmp_path),
-                          "--until", "time"], capture_output=True, text=True, timeout=600,
-                         cwd=REDUCED.parents[3])
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    (res,) = [p for p in tmp_path.iterdir() if (p / "capacity_attempts.tsv").exists()]
-    t0 = time.perf_counter()
+def test_report_on_a_real_reduced_campaign(tmp_path, tmp_path_factory):
+    """The reduced runbook run for real by `epcap run` (the session's shared campaign,
+    tests/fixtures/uploads/corpus.py), its report rebuilt in a copy and checked."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("upload_corpus_report", CORPUS_PY)
+    corpus = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(corpus)
+    res = corpus.copy(corpus.harness_campaign(tmp_path_factory.getbasetemp()), tmp_path / "c")
     path = build_report(res)
-    took = time.perf_counter() - t0
     check_report(res, path)
-    assert took < 10.0, f"report took {took:.1f} s"
 
 
 def _selection_cell(text: str, model: str, backend: str, column: str) -> str:
