@@ -64,6 +64,7 @@ class LogFacts:
     expected_recv: list[int]
     malformed_rows: int
     summary: object = None                               # the harness's LogSummary, as run
+    plain: object = None                                 # its LogSummary with no shape given
 
 
 @dataclass

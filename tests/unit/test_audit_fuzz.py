@@ -22,12 +22,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from harness.audit import audit_target
-from harness.audit.evidence import evidence_columns
+from harness.audit.evidence import CONTEXT, EVIDENCE, evidence_columns
+from harness.audit.evidence import PROVENANCE_KEYS as PROVENANCE_TXT_KEYS
 from harness.audit.model import decimal_of, norm
 from harness.results.layout import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
 from harness.telemetry.summary import summarize
+from harness.vocab import DEFAULT_PAD_MULTIPLE
 
 CORPUS_PY = Path(__file__).resolve().parents[1] / "fixtures" / "uploads" / "corpus.py"
 _spec = importlib.util.spec_from_file_location("upload_corpus_fuzz", CORPUS_PY)
@@ -49,6 +53,7 @@ class Mutation:
     kind: str
     what: str
     equivalent: bool = False
+    context: bool = False        # a value the evidence map calls context (no rule reads it)
 
 
 class Skip(Exception):
@@ -151,8 +156,23 @@ def mutate_cell_json(rng: random.Random, root: Path) -> Mutation:
     return Mutation("cell.json", f"{cell.name}/cell.json {key} {old!r} -> {holder[field]!r}")
 
 
+SHAPES: dict[str, dict] = {}     # cell name -> the ranks x layers x iterations as run
+
+
+def shapes_as_run(valid: Path) -> dict[str, dict]:
+    """The expected log shape the upload's runbook as run gives each cell (the shape the
+    harness summarises with), read once from the VALID upload; {} without a runbook."""
+    from harness.audit.load import load_upload
+    from harness.audit.rules.rederive import expected_shape
+    upload = load_upload(valid.parent, valid, DEFAULT_PAD_MULTIPLE)
+    found = {c.name: expected_shape(upload, c) for c in upload.cells.values()}
+    return {name: shape for name, shape in found.items() if shape}
+
+
 def summary_key(cell: Path):
-    s = summarize(sorted(cell.glob("rank*.log")))
+    """The harness's own summary of a cell, with the shape the runbook as run gives it (the
+    summary analysis.py writes; without a runbook, the logs' own grid)."""
+    s = summarize(sorted(cell.glob("rank*.log")), **SHAPES.get(cell.name, {}))
     return (s.rows, s.malformed_rows, s.saturated_rows, s.peak_actual_valid_recv,
             s.expected_recv, s.budget, s.iterations, s.layers, s.ranks, s.missing_rows,
             s.duplicate_rows)
@@ -199,7 +219,15 @@ def mutate_provenance(rng: random.Random, root: Path) -> Mutation:
         del lines[at[0]]
         what = "deleted"
     corpus.replace_file(path, ("\n".join(lines) + "\n").encode())
-    return Mutation("provenance", f"{path.relative_to(root)} {key} {what}")
+    context = what == "changed" and provenance_kind(key) == CONTEXT
+    return Mutation("provenance", f"{path.relative_to(root)} {key} {what}", context=context)
+
+
+def provenance_kind(key: str) -> str:
+    """The evidence map's kind of a provenance key (its value; presence is checked apart)."""
+    entries = EVIDENCE[PROVENANCE_TXT_KEYS]
+    entry = entries.get("repo.<name>" if key.startswith("repo.") else key)
+    return entry.kind if entry is not None else entries["(SPEC 5 values)"].kind
 
 
 def mutate_runbook(rng: random.Random, root: Path) -> Mutation:
@@ -234,6 +262,8 @@ MUTATORS = (mutate_tsv, mutate_tsv, mutate_tsv, mutate_rows, mutate_cell_json,
 def fuzz(valid: Path, work: Path, size: int, seed: int, **audit) -> tuple[list, list, list]:
     """(killed, survivors, equivalents) of `size` random single mutations of `valid`."""
     rng = random.Random(seed)
+    SHAPES.clear()
+    SHAPES.update(shapes_as_run(valid))
     killed, survivors, equivalents = [], [], []
     n = 0
     while len(killed) + len(survivors) + len(equivalents) < size:
@@ -244,7 +274,7 @@ def fuzz(valid: Path, work: Path, size: int, seed: int, **audit) -> tuple[list, 
         except Skip:
             continue
         (u,) = audit_target(root, **audit).uploads
-        if m.equivalent and u.verdict == "VALID":
+        if (m.equivalent or m.context) and u.verdict == "VALID":
             equivalents.append(m)
         elif u.verdict == "VALID":
             survivors.append(m)
@@ -259,8 +289,14 @@ def report(name: str, killed: list, survivors: list, equivalents: list) -> float
     judged = len(killed) + len(survivors)
     rate = len(killed) / judged if judged else 1.0
     kinds = Counter(m.kind for m, _, _ in killed)
-    print(f"\n{name}: {len(killed)}/{judged} killed ({rate:.2%}); {len(equivalents)} "
-          f"equivalent log mutants; killed by kind {dict(kinds)}")
+    context = [m for m in equivalents if m.context]
+    print(f"\n{name}: {len(killed)}/{judged} killed ({rate:.2%}); "
+          f"{len(equivalents) - len(context)} equivalent log mutants; {len(context)} changes "
+          f"of context values (not evidence in the map; with them {len(killed)}/"
+          f"{judged + len(context)} = {len(killed) / max(judged + len(context), 1):.2%}); "
+          f"killed by kind {dict(kinds)}")
+    for m in context:
+        print(f"  CONTEXT [{m.kind}] {m.what}")
     codes = Counter(c for _, _, rs in killed for c in rs)
     print(f"  reasons: {dict(codes.most_common())}")
     for m in survivors:
@@ -301,3 +337,150 @@ def test_a_survivor_is_reported(tmp_path, capsys):
     """The fuzzer's own check can fail: a mutation the audit cannot see is a survivor."""
     rate = report("synthetic", [], [Mutation("tsv", "x")], [])
     assert rate == 0.0 and "SURVIVOR [tsv] x" in capsys.readouterr().out
+
+
+# ------------------------------------------------ the checks the fuzzer's survivors asked for
+
+def legacy_upload(tmp_path: Path) -> tuple[Path, Path]:
+    """The earlier layout, and an errata registry under which it audits VALID."""
+    errata = tmp_path / "errata.yaml"
+    errata.write_text("repository: blackwell_run_scripts\nfixes:\n"
+                      "  - {id: executable-capacity, commit: 'e3f7c0b', date: null}\n")
+    return corpus.write_legacy(tmp_path / "legacy"), errata
+
+
+LV = "validate/cells/QWEN3_30B__echo__validate__cap1p25__a1"
+LT = "time/cells/DEEPSEEK_V2_LITE__moonep__time__cap1p25__a1"
+
+
+def legacy_verdict(root: Path, errata: Path) -> tuple[str, list[str], list[str]]:
+    (u,) = audit_target(root, errata=errata).uploads
+    return u.verdict, u.reasons, u.why
+
+
+def edit_cell_json(cell: Path, **values) -> None:
+    data = json.loads((cell / "cell.json").read_text())
+    data.update(values)
+    corpus.replace_file(cell / "cell.json", json.dumps(data).encode())
+
+
+def test_earlier_layout_status_is_rederived_from_its_cell(tmp_path):
+    """A cell.json status the logs do not bear out (a clean, unclipped run called `drops`)
+    is INVALID on the earlier layout too, where no runbook as run exists (seen failing: the
+    fuzzer's earlier survivors `cell.json status 'ok' -> 'drops'`)."""
+    root, errata = legacy_upload(tmp_path)
+    assert legacy_verdict(root, errata)[0] == "VALID"
+    edit_cell_json(root / LV, status="drops")
+    v, codes, why = legacy_verdict(root, errata)
+    assert v == "INVALID" and "earlier-not-rederived" in codes, why
+    assert any("status 'drops' but the harness derives 'ok'" in w for w in why)
+
+
+def test_earlier_layout_row_columns_are_rederived(tmp_path):
+    """Columns no older rule read (capacity_tag, malformed_rows, an emptied peak) are
+    re-derived from the cell: a change is INVALID."""
+    root, errata = legacy_upload(tmp_path)
+    for column, value in (("capacity_tag", "cap2p00"), ("malformed_rows", ""),
+                          ("peak_actual_valid_recv", ""), ("status", "")):
+        mutant = corpus.link_copy(root, tmp_path / f"m-{column}")
+        corpus.edit(mutant, ATTEMPTS_TSV, corpus.set_where(
+            column, value, cell_dir=LV))
+        v, codes, why = legacy_verdict(mutant, errata)
+        assert v == "INVALID" and "earlier-not-rederived" in codes, (column, why)
+
+
+def test_earlier_layout_telemetry_must_be_whole(tmp_path):
+    """A row index moved in a time cell's log (a repeated row, a hole) is INVALID: the logs'
+    own grid must be whole even where the runbook as run is not there to give it."""
+    root, errata = legacy_upload(tmp_path)
+    log = root / LT / "rank0.log"
+    text = log.read_text().replace("iter=1 layer=0 rank=3 ", "iter=1 layer=0 rank=2 ", 1)
+    corpus.replace_file(log, text.encode())
+    v, codes, why = legacy_verdict(root, errata)
+    assert v == "INVALID" and "earlier-not-rederived" in codes, why
+    assert any("telemetry not whole" in w for w in why)
+
+
+def test_earlier_layout_cell_without_its_row(tmp_path):
+    """A cell whose cell.json states a finished status but no row names is INVALID."""
+    root, errata = legacy_upload(tmp_path)
+    corpus.edit(root, ATTEMPTS_TSV, lambda r: None if r["cell_dir"] == LT else r)
+    v, codes, why = legacy_verdict(root, errata)
+    assert v == "INVALID" and "earlier-not-rederived" in codes, why
+
+
+def test_earlier_layout_without_shape_is_unknown(tmp_path):
+    """N that no evidence in the upload states cannot back a VALID verdict: a cell.json with
+    no shape makes the rule UNKNOWN, naming the file and field."""
+    root, errata = legacy_upload(tmp_path)
+    data = json.loads((root / LV / "cell.json").read_text())
+    del data["shape"]
+    corpus.replace_file(root / LV / "cell.json", json.dumps(data).encode())
+    v, codes, why = legacy_verdict(root, errata)
+    assert v != "VALID" and "earlier-not-rederived" in codes, why
+    assert any(f"{LV}/cell.json: field shape missing" in w for w in why)
+
+
+def test_earlier_layout_selection_measurement(tmp_path):
+    """measured_at_capacity and over_provision are the last measure's (grid.capacity's
+    formula) on the earlier layout too."""
+    root, errata = legacy_upload(tmp_path)
+    for column, value in (("measured_at_capacity", "1"), ("over_provision", "1.1668")):
+        mutant = corpus.link_copy(root, tmp_path / f"s-{column}")
+        corpus.edit(mutant, SELECTION_TSV, corpus.set_where(column, value, model="QWEN3_30B",
+                                                            backend="ultraep"))
+        v, codes, why = legacy_verdict(mutant, errata)
+        assert v == "INVALID" and "earlier-not-rederived" in codes, (column, why)
+
+
+@pytest.mark.slow
+def test_a_deleted_canary_cell_is_missing(tmp_path_factory, tmp_path):
+    """The driver writes no attempts row for a canary: events.jsonl, replayed through the
+    harness's own reader, is what says it ran (seen failing: the fuzzer's survivor `canary
+    ... deleted` before check_replay)."""
+    valid = corpus.harness_campaign(tmp_path_factory.getbasetemp())
+    root = corpus.link_copy(valid, tmp_path / "lie")
+    (canary, *_) = sorted((root / "cells").glob("*__canary__*"))
+    import shutil
+    shutil.rmtree(canary)
+    (u,) = audit_target(root).uploads
+    assert u.verdict == "INVALID" and "missing-cell" in u.reasons, u.why
+    assert any(canary.name in w and "events.jsonl" in w for w in u.why)
+
+
+# ------------------------------------------------ the audit's one shortcut over the logs
+
+LINE = st.one_of(
+    st.sampled_from(["[rank0]: [MOE_DROP_DEBUG][dispatch] iter=0 layer=0 rank=0 "
+                     "expected_recv=8 actual_valid_recv=7 budget=9",
+                     '[EPCAP_TIMING] {"dispatch_ms": [1.5]}', "x [EPCAP_TIMING] not json",
+                     "[EPCAP_TIMING]", "", "\r", "plain text"]),
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40))
+
+
+@settings(max_examples=150, deadline=None)
+@given(files=st.lists(st.lists(LINE, max_size=12), min_size=1, max_size=3),
+       block=st.integers(min_value=1, max_value=64), newline_at_end=st.booleans())
+def test_tagged_lines_give_parse_timing_what_every_line_gives(tmp_path_factory, files, block,
+                                                              newline_at_end):
+    """readers.tagged_lines (a bytes search, block by block) yields exactly the lines holding
+    the tag that judge.iter_log_lines yields, so the backend's own parse_timing answers the
+    same over either (seen failing with a block cut that dropped a line's head)."""
+    from harness.api.backend import TIMING_TAG, Backend
+    from harness.audit import readers
+    from harness.taxonomy.judge import iter_log_lines
+    folder = tmp_path_factory.mktemp("tagged")
+    paths = []
+    for i, lines in enumerate(files):
+        path = folder / f"rank{i}.log"
+        text = "\n".join(lines) + ("\n" if newline_at_end else "")
+        path.write_bytes(text.encode("utf-8", "surrogatepass"))
+        paths.append(path)
+    old, readers.TAG_BLOCK_BYTES = readers.TAG_BLOCK_BYTES, block
+    try:
+        fast = list(readers.tagged_lines(paths, TIMING_TAG))
+    finally:
+        readers.TAG_BLOCK_BYTES = old
+    every = [t for _, _, t in iter_log_lines(paths)]
+    assert fast == [t for t in every if TIMING_TAG in t]
+    assert Backend.parse_timing(None, iter(fast)) == Backend.parse_timing(None, iter(every))
