@@ -3,10 +3,12 @@ a VALID upload (a TSV cell of a column the evidence map calls evidence, a cell.j
 number in a log line, a provenance key, a runbook byte, a deleted or duplicated file or row)
 must leave it not VALID.
 
-A log mutation after which the harness's own summary and verdict of that cell are unchanged
-(a non-peak value moved below the peak) is an *equivalent mutant*: the evidence supports the
-same rows, so it is counted apart, not as a survivor. Default size fits the suite's CPU
-budget; `EPCAP_AUDIT_FUZZ=N` runs N mutations per upload and prints the kill rate and every
+A log mutation after which the harness's own summary of that cell is unchanged (a non-peak
+value moved below the peak; a setup_metadata index, which the summary with the shape the
+runbook as run gives does not read) is an *equivalent mutant*: the evidence supports the same
+rows, so it is counted apart, not as a survivor. A changed provenance value the evidence map
+calls context (a host name, a torch version) is counted apart too, and listed; the rate is
+printed with and without them. Default size fits the suite's CPU budget; `EPCAP_AUDIT_FUZZ=N` runs N mutations per upload and prints the kill rate and every
 survivor (`-s` shows them).
 """
 
@@ -41,7 +43,9 @@ _spec.loader.exec_module(corpus)
 SIZE = int(os.environ.get("EPCAP_AUDIT_FUZZ", "24"))
 SEED = int(os.environ.get("EPCAP_AUDIT_FUZZ_SEED", "23"))
 GOAL = 0.99
-LEGACY_FLOOR = 0.4           # measured 55.6% over 277 mutations (closing note); no runbook as run
+# measured 99.27%-99.64% over 274-277 mutations (seeds 7, 41; docs/audit.md): at the default
+# size one argued survivor in 24 is 95.8%, so the floor leaves room for one and no more
+LEGACY_FLOOR = 0.95
 TABLES = (ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV)
 NUMBER = re.compile(r"(?<=[=\[ ])(\d+)")
 PROVENANCE_KEYS = ("harness.version", "harness.commit", "command_line", "utc_start",
@@ -316,9 +320,9 @@ def test_mutations_of_the_harness_campaign_are_not_valid(tmp_path_factory, tmp_p
 
 @pytest.mark.slow
 def test_mutations_of_the_earlier_layout(tmp_path):
-    """The earlier campaign's layout has no runbook as run: only the older rules apply there,
-    so its kill rate is measured and printed, and held to the floor measured when the
-    re-derivation landed (docs/audit.md says why the rest survive)."""
+    """The earlier campaign's layout has no runbook as run: it is re-derived from the
+    evidence it carries (rules/legacy.py); its kill rate is printed and held to the floor
+    measured when that landed (docs/audit.md argues each survivor)."""
     valid = corpus.write_legacy(tmp_path / "legacy")
     errata = tmp_path / "errata.yaml"                 # dated, so commit order is decidable
     errata.write_text("repository: blackwell_run_scripts\nfixes:\n"
