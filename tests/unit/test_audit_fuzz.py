@@ -488,3 +488,57 @@ def test_tagged_lines_give_parse_timing_what_every_line_gives(tmp_path_factory, 
     every = [t for _, _, t in iter_log_lines(paths)]
     assert fast == [t for t in every if TIMING_TAG in t]
     assert Backend.parse_timing(None, iter(fast)) == Backend.parse_timing(None, iter(every))
+
+
+def oom_at_measure(root: Path, line: str) -> None:
+    """The earlier layout with DEEPSEEK_V2_LITE/echo's measure ended does_not_fit (no
+    validate, no selection), its log holding `line` after a few rows."""
+    cell = root / "measure/cells/DEEPSEEK_V2_LITE__echo__measure__cap2p00__a1"
+
+    def oom(row):
+        if (row["model"], row["backend"]) != ("DEEPSEEK_V2_LITE", "echo"):
+            return row
+        if row["purpose"] == "validate":
+            return None
+        if row["purpose"] == "measure":
+            row.update(status="does_not_fit", required_capacity="", peak_actual_valid_recv="",
+                       rows="0")
+        return row
+    corpus.edit(root, ATTEMPTS_TSV, oom)
+    corpus.edit(root, SELECTION_TSV, lambda r: None if (r["model"], r["backend"]) ==
+                ("DEEPSEEK_V2_LITE", "echo") else r)
+    import shutil
+    shutil.rmtree(root / "validate/cells/DEEPSEEK_V2_LITE__echo__validate__cap1p25__a1")
+    edit_cell_json(cell, status="does_not_fit")
+    corpus.replace_file(cell / "rank0.log", (line + "\n").encode())
+
+
+def test_earlier_layout_out_of_memory_at_measure_stays_valid(tmp_path):
+    """Legitimate variety: an out-of-memory at measure, its signature in the log, is data."""
+    root, errata = legacy_upload(tmp_path)
+    oom_at_measure(root, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB")
+    assert legacy_verdict(root, errata)[:2] == ("VALID", [])
+
+
+@pytest.mark.parametrize("line", ["rank 3 exited", "AssertionError: bad split"])
+def test_earlier_layout_does_not_fit_needs_its_signature(tmp_path, line):
+    """A does_not_fit whose log shows no out-of-memory (or an assertion: a bug, not data) is
+    INVALID: the taxonomy, not the upload, says what the run was."""
+    root, errata = legacy_upload(tmp_path)
+    oom_at_measure(root, line)
+    v, codes, why = legacy_verdict(root, errata)
+    assert v == "INVALID" and "earlier-not-rederived" in codes, why
+
+
+def test_earlier_layout_timeout_without_a_launcher_record_is_unknown(tmp_path):
+    """A timeout only the launcher could state, with no launcher record: undecided, with why
+    (the upload is INVALID anyway: a measure that timed out leaves no validate)."""
+    root, errata = legacy_upload(tmp_path)
+    oom_at_measure(root, "rank 3 exited")
+    corpus.edit(root, ATTEMPTS_TSV, corpus.set_where("status", "timeout",
+                                                     status="does_not_fit"))
+    edit_cell_json(root / "measure/cells/DEEPSEEK_V2_LITE__echo__measure__cap2p00__a1",
+                   status="timeout")
+    (u,) = audit_target(root, errata=errata).uploads
+    assert u.verdict != "VALID" and "earlier-not-rederived" in u.unknown, u.why
+    assert any("field launcher missing" in w for w in u.why)

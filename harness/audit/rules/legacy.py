@@ -54,11 +54,12 @@ from harness.results.layout import (
     parse_cell_name,
 )
 from harness.results.rows import AttemptRow
-from harness.taxonomy.judge import STATE_CLASSES, judge_run
+from harness.taxonomy.judge import judge_run
 from harness.telemetry.summary import LogSummary, summarize
 from harness.vocab import FAILURE_CLASSES, LauncherState, Purpose, Status
 
 DATA_STATUSES = (Status.OK, Status.DROPS, Status.LOWER_BOUND)
+LAUNCHER_CLAIMS = (Status.TIMEOUT, Status.INFRA)    # classes only a launcher's record decides
 STEP_PURPOSES = (Purpose.MEASURE, Purpose.VALIDATE)
 KEY = "earlier:"                       # upload.derived keys of this family
 
@@ -84,9 +85,11 @@ def applies(upload: Upload) -> bool:
 
 def implied_run(cell_json: dict, claim: str) -> tuple[int | None, str] | str:
     """(exit code, launcher state) the cell's own `launcher` record states; without one, the
-    end its claimed status implies (a data status: a clean exit; a launcher-state class: that
-    state; any other failure: a failed run), for judge_run to bear out or contradict. A
-    launcher record without its state, or with a non-integer exit code, is a problem."""
+    end its claimed status implies, for judge_run to bear out or contradict: a data status, a
+    clean exit; any failure, a failed run (so a does_not_fit needs its out-of-memory
+    signature in the logs, an assert is an assert). A timeout or infra claim only the
+    launcher could state, a launcher record without its state, or a non-integer exit code, is
+    a problem (UNKNOWN)."""
     launcher = cell_json.get("launcher")
     if launcher is not None:
         if not isinstance(launcher, dict) or "state" not in launcher:
@@ -97,9 +100,8 @@ def implied_run(cell_json: dict, claim: str) -> tuple[int | None, str] | str:
         return code, str(launcher["state"])
     if claim in DATA_STATUSES:
         return 0, LauncherState.COMPLETED
-    for state, cls in STATE_CLASSES.items():
-        if claim == cls:
-            return None, str(state)
+    if claim in LAUNCHER_CLAIMS:
+        return f"status {claim!r} with no launcher record (field launcher missing)"
     return None, LauncherState.FAILED
 
 
