@@ -20,7 +20,7 @@ from harness.audit.model import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, Check, Uplo
 from harness.audit.readers import find_uploads
 from harness.audit.rules import RULES, apply_rule, check_missing_provenance
 from harness.audit.rules.rederive import check_provenance_keys, check_runbook
-from harness.audit.rules.replay import check_replay
+from harness.audit.rules.replay import check_replay, check_repo_lines
 from harness.audit.rules.selection import check_nothing_to_judge, held_out_notes
 from harness.audit.vocab import NOTHING_TO_JUDGE, UPLOAD_MARKERS, VERDICTS
 from harness.errors import BadInput
@@ -110,6 +110,7 @@ def audit_upload(upload: Upload, errata: Errata, order: GitClones) -> UploadVerd
     checks.append(check_runbook(upload))
     checks.append(check_provenance_keys(upload))
     checks.append(check_replay(upload))
+    checks.append(check_repo_lines(upload))
     checks += [check_predates(upload, fix, order) for fix in errata.fixes]
     checks = merge_codes(checks)
     empty = check_nothing_to_judge(upload)

@@ -58,6 +58,7 @@ class Mutation:
     what: str
     equivalent: bool = False
     context: bool = False        # a value the evidence map calls context (no rule reads it)
+    unclaimed: bool = False      # only a peak changed that no row nor cell.json of it states
 
 
 class Skip(Exception):
@@ -199,8 +200,28 @@ def mutate_log(rng: random.Random, root: Path) -> Mutation:
         raise Skip
     lines[i] = lines[i][:a] + str(new) + lines[i][b:]
     corpus.replace_file(log, ("\n".join(lines) + "\n").encode())
-    equivalent = summary_key(cell) == before
-    return Mutation("log", f"{cell.name}/{log.name}:{i + 1} {old} -> {new}", equivalent)
+    after = summary_key(cell)
+    equivalent = after == before
+    unclaimed = not equivalent and states_no_peak(root, cell) and all(
+        x == y for k, (x, y) in enumerate(zip(before, after, strict=True)) if k != PEAK_AT)
+    return Mutation("log", f"{cell.name}/{log.name}:{i + 1} {old} -> {new}", equivalent,
+                    unclaimed=unclaimed)
+
+
+PEAK_AT = 3                      # summary_key's peak_actual_valid_recv
+
+
+def states_no_peak(root: Path, cell: Path) -> bool:
+    """Neither the cell's attempts row nor its cell.json states a peak (the earlier campaign
+    wrote none for a time run): a change of that peak alone changes no claim of the upload."""
+    header, rows = tsv_rows(root / ATTEMPTS_TSV)
+    named = [dict(zip(header, r, strict=False)) for r in rows
+             if r[header.index("cell_dir")].rstrip("/").endswith("/" + cell.name)]
+    data = json.loads((cell / "cell.json").read_text())
+    summary = data.get("summary") if isinstance(data.get("summary"), dict) else {}
+    return bool(named) and all(not r.get("peak_actual_valid_recv") and
+                               not r.get("required_capacity") for r in named) \
+        and summary.get("peak_actual_valid_recv") is None
 
 
 def mutate_provenance(rng: random.Random, root: Path) -> Mutation:
@@ -278,7 +299,7 @@ def fuzz(valid: Path, work: Path, size: int, seed: int, **audit) -> tuple[list, 
         except Skip:
             continue
         (u,) = audit_target(root, **audit).uploads
-        if (m.equivalent or m.context) and u.verdict == "VALID":
+        if (m.equivalent or m.context or m.unclaimed) and u.verdict == "VALID":
             equivalents.append(m)
         elif u.verdict == "VALID":
             survivors.append(m)
@@ -293,14 +314,15 @@ def report(name: str, killed: list, survivors: list, equivalents: list) -> float
     judged = len(killed) + len(survivors)
     rate = len(killed) / judged if judged else 1.0
     kinds = Counter(m.kind for m, _, _ in killed)
-    context = [m for m in equivalents if m.context]
+    apart = [m for m in equivalents if m.context or m.unclaimed]
+    raw = judged + len(apart)
     print(f"\n{name}: {len(killed)}/{judged} killed ({rate:.2%}); "
-          f"{len(equivalents) - len(context)} equivalent log mutants; {len(context)} changes "
-          f"of context values (not evidence in the map; with them {len(killed)}/"
-          f"{judged + len(context)} = {len(killed) / max(judged + len(context), 1):.2%}); "
+          f"{len(equivalents) - len(apart)} equivalent log mutants; {len(apart)} counted "
+          f"apart (a context value, or a peak no row states; counted as survivors: "
+          f"{len(killed)}/{raw} = {len(killed) / max(raw, 1):.2%}); "
           f"killed by kind {dict(kinds)}")
-    for m in context:
-        print(f"  CONTEXT [{m.kind}] {m.what}")
+    for m in apart:
+        print(f"  {'CONTEXT' if m.context else 'UNCLAIMED'} [{m.kind}] {m.what}")
     codes = Counter(c for _, _, rs in killed for c in rs)
     print(f"  reasons: {dict(codes.most_common())}")
     for m in survivors:
@@ -542,3 +564,34 @@ def test_earlier_layout_timeout_without_a_launcher_record_is_unknown(tmp_path):
     (u,) = audit_target(root, errata=errata).uploads
     assert u.verdict != "VALID" and "earlier-not-rederived" in u.unknown, u.why
     assert any("field launcher missing" in w for w in u.why)
+
+
+def test_repo_lines_have_the_form_the_harness_writes(tmp_path):
+    """replay.repo_value_problem accepts every form harness.results.provenance.repo_line
+    writes (a checkout, a missing path, a folder that is no checkout) and refuses a changed
+    dirty flag, a cut sha, a date that is not ISO (seen failing: the fuzzer's `repo.<name>`
+    survivors)."""
+    from harness.audit.rules.replay import repo_value_problem
+    from harness.results.provenance import repo_line
+    (tmp_path / "plain").mkdir()
+    good = [repo_line(corpus.REPO), repo_line(tmp_path / "gone"), repo_line(tmp_path / "plain")]
+    assert [repo_value_problem(v) for v in good] == [None, None, None], good
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    for bad in (f"{sha} 2026-12-01T18:12:59+00:00 main dirty=tru0",
+                f"{sha[:-1]} 2026-12-01T18:12:59+00:00 main dirty=true",
+                f"{sha} 2026-13-01T18:12:59+00:00 main dirty=true",
+                f"{sha} 2026-12-01T18:12:59+00:00 dirty=true", "missing", ""):
+        assert repo_value_problem(bad) is not None, bad
+
+
+@pytest.mark.slow
+def test_a_changed_repo_line_is_provenance_incomplete(tmp_path_factory, tmp_path):
+    valid = corpus.harness_campaign(tmp_path_factory.getbasetemp())
+    root = corpus.link_copy(valid, tmp_path / "lie")
+    path = root / "provenance.txt"
+    text = path.read_text()
+    assert "dirty=" in text
+    corpus.replace_file(path, text.replace("dirty=true", "dirty=tru0").replace(
+        "dirty=false", "dirty=fals0").encode())
+    (u,) = audit_target(root).uploads
+    assert u.verdict == "INVALID" and "provenance-incomplete" in u.reasons, u.why
