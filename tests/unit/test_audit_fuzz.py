@@ -484,7 +484,7 @@ LINE = st.one_of(
     st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(files=st.lists(st.lists(LINE, max_size=12), min_size=1, max_size=3),
        block=st.integers(min_value=1, max_value=64), newline_at_end=st.booleans())
 def test_tagged_lines_give_parse_timing_what_every_line_gives(tmp_path_factory, files, block,
