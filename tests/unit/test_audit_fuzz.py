@@ -595,3 +595,22 @@ def test_a_changed_repo_line_is_provenance_incomplete(tmp_path_factory, tmp_path
         "dirty=false", "dirty=fals0").encode())
     (u,) = audit_target(root).uploads
     assert u.verdict == "INVALID" and "provenance-incomplete" in u.reasons, u.why
+
+
+def test_earlier_layout_variety_stays_valid(tmp_path):
+    """Legitimate variety on the earlier layout: CRLF logs, BOM and CRLF tables, an extra file
+    and column, side by side with an untouched twin: both VALID under rules/legacy.py."""
+    errata = tmp_path / "errata.yaml"
+    errata.write_text("repository: blackwell_run_scripts\nfixes:\n"
+                      "  - {id: executable-capacity, commit: 'e3f7c0b', date: null}\n")
+    varied = corpus.write_legacy(tmp_path / "both" / "varied")
+    corpus.write_legacy(tmp_path / "both" / "twin")
+    for log in varied.rglob("*.log"):
+        log.write_bytes(log.read_bytes().replace(b"\n", b"\r\n"))
+    header, rows = tsv_rows(varied / ATTEMPTS_TSV)
+    write_tsv(varied / ATTEMPTS_TSV, [*header, "note"], [[*r, "x"] for r in rows])
+    for table in varied.glob("*.tsv"):
+        table.write_bytes(b"\xef\xbb\xbf" + table.read_bytes().replace(b"\n", b"\r\n"))
+    (varied / "README.txt").write_text("notes\n")
+    uploads = audit_target(tmp_path / "both", errata=errata).uploads
+    assert [(u.verdict, u.why) for u in uploads] == [("VALID", []), ("VALID", [])]
