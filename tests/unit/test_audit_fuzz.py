@@ -614,3 +614,34 @@ def test_earlier_layout_variety_stays_valid(tmp_path):
     (varied / "README.txt").write_text("notes\n")
     uploads = audit_target(tmp_path / "both", errata=errata).uploads
     assert [(u.verdict, u.why) for u in uploads] == [("VALID", []), ("VALID", [])]
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="forked workers need two cores")
+def test_forked_summaries_and_judgements_equal_the_serial_ones(tmp_path, monkeypatch):
+    """The Tier B path (logs summarised on forked workers, load.read_pending_logs) gives what
+    the serial path gives, on a harness-like upload with a planted lie and on the earlier
+    layout (seen failing with the workers' summaries dropped)."""
+    from harness.audit import load
+    from harness.audit.rules import rederive
+    root, errata = legacy_upload(tmp_path)
+    lie = corpus.write_valid(tmp_path / "valid")
+    corpus.edit(lie, ATTEMPTS_TSV, corpus.set_where("peak_actual_valid_recv", "4000",
+                                                    purpose="measure", model="QWEN3_30B",
+                                                    backend="echo"))
+
+    def outcome():
+        return [[(u.verdict, u.reasons, u.why, u.unknown) for u in
+                 audit_target(path, errata=errata).uploads] for path in (root, lie)]
+    serial = outcome()
+    monkeypatch.setattr(load, "PARALLEL_LOG_BYTES", 0)
+    monkeypatch.setattr(rederive, "PARALLEL_BYTES", 0)
+    assert outcome() == serial
+    assert serial[0][0][0] == "VALID" and serial[1][0][0] == "INVALID"
+
+
+def test_only_a_peak_no_row_states_is_counted_apart(tmp_path):
+    """The fuzzer's `unclaimed` class: a time cell of the earlier layout (its row states no
+    peak) qualifies; a measure cell (its row states one) never does."""
+    root, _ = legacy_upload(tmp_path)
+    assert states_no_peak(root, root / LT)
+    assert not states_no_peak(root, root / "measure/cells/QWEN3_30B__echo__measure__cap2p00__a1")
