@@ -16,10 +16,11 @@ from pathlib import Path
 
 from harness.audit.errata import Errata, GitClones, check_predates, load_errata
 from harness.audit.load import load_upload
-from harness.audit.model import FAIL, UNKNOWN, Check, Upload
+from harness.audit.model import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, Check, Upload
 from harness.audit.readers import find_uploads
 from harness.audit.rules import RULES, apply_rule, check_missing_provenance
 from harness.audit.rules.rederive import check_provenance_keys, check_runbook
+from harness.audit.rules.replay import check_replay, check_repo_lines
 from harness.audit.rules.selection import check_nothing_to_judge, held_out_notes
 from harness.audit.vocab import NOTHING_TO_JUDGE, UPLOAD_MARKERS, VERDICTS
 from harness.errors import BadInput
@@ -83,13 +84,35 @@ class AuditResult:
                 "summary": self.summary, "elapsed_s": round(self.elapsed_s, 3)}
 
 
+def merge_codes(checks: list[Check]) -> list[Check]:
+    """One check per reason code, in first-seen order (a code two checks decide, such as
+    `missing-cell` from the tables and from events.jsonl): fail, else unknown, else pass."""
+    by_code: dict[str, list[Check]] = {}
+    for check in checks:
+        by_code.setdefault(check.code, []).append(check)
+    merged = []
+    for code, group in by_code.items():
+        if len(group) == 1:
+            merged.append(group[0])
+            continue
+        for state in (FAIL, UNKNOWN, PASS, NOT_APPLICABLE):
+            same = [c for c in group if c.state == state]
+            if same:
+                merged.append(Check(code, state, [w for c in same for w in c.why]))
+                break
+    return merged
+
+
 def audit_upload(upload: Upload, errata: Errata, order: GitClones) -> UploadVerdict:
     """Apply every rule; nothing to judge is UNKNOWN; else INVALID beats UNKNOWN beats VALID."""
     checks = [apply_rule(rule, upload) for rule in RULES]
     checks.append(check_missing_provenance(upload))
     checks.append(check_runbook(upload))
     checks.append(check_provenance_keys(upload))
+    checks.append(check_replay(upload))
+    checks.append(check_repo_lines(upload))
     checks += [check_predates(upload, fix, order) for fix in errata.fixes]
+    checks = merge_codes(checks)
     empty = check_nothing_to_judge(upload)
     notes = upload.notes + held_out_notes(upload)
     failed = [c for c in checks if c.state == FAIL]

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from harness.audit.vocab import (
     CELL_IDENTITY,
+    EARLIER_NOT_REDERIVED,
     INCOMPLETE,
     INCONSISTENT,
     MISSING_CELL,
@@ -24,6 +25,7 @@ from harness.audit.vocab import (
     MIXED_TIMING,
     NOT_REDERIVED,
     PREDATES,
+    PROVENANCE_INCOMPLETE,
     RUNBOOK_ALTERED,
     SELECTION_NOT_REDERIVED,
     TIMING_CELL,
@@ -173,6 +175,9 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
                        "must be in the logs", NOT_REDERIVED),
         "summary": _e(CHECKED, "capacity, N, budget, rows, peak, saturation vs the row",
                       INCONSISTENT),
+        "shape": _e(CHECKED, "seq x micro_batch x topk = N, with the logs' own grid, status "
+                    "and peak: the earlier layout's evidence (audit/rules/legacy.py)",
+                    EARLIER_NOT_REDERIVED),
     },
     PROVENANCE_KEYS: {
         "runbook.sha256": _e(HASHED, "sha256 of runbook.yaml; also events.jsonl "
@@ -186,6 +191,15 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
                         INCOMPLETE),
         "validate at selection": _e(CHECKED, "a validate attempt at the selected capacity",
                                     UNVALIDATED),
+        "(SPEC 5 keys present)": _e(CHECKED, "a harness-written provenance.txt carries every "
+                                    "SPEC section 5 key, once", PROVENANCE_INCOMPLETE),
+        "(SPEC 5 values)": _e(CONTEXT, "command_line, utc_start, hostnames, gpu.*, torch, "
+                              "cuda, nccl, nvshmem, python, harness.*: facts of the machine "
+                              "and the invocation, recorded once; nothing in an upload "
+                              "re-derives them"),
+        "events.jsonl cell_finish": _e(CHECKED, "results.events.read_events: every cell the "
+                                       "run recorded as finished (canaries too) is in the "
+                                       "upload", MISSING_CELL),
     },
 }
 

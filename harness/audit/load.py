@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing as mp
 import os
 import shutil
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path, PurePosixPath
 
 from harness.audit.model import Cell, Upload, cell_key, norm
@@ -88,9 +90,45 @@ def load_cell(root: Path, folder: Path, path: Path, coverage: Coverage,
     parts = path.name.split("__")
     backend = backend or (norm(parts[1]) if len(parts) > 1 else "")
     shape = expected_shape(upload, cell) if upload is not None else None
-    cell.logs, cell.logs_problem = read_logs(root, path, cell.cell_json, tags.get(backend),
-                                             shape)
+    job = (root, path, cell.cell_json, tags.get(backend), shape)
+    if upload is not None:
+        upload.pending_logs[cell.path] = job        # read by read_pending_logs, once each
+    else:
+        cell.logs, cell.logs_problem = read_logs(*job)
     return cell
+
+
+PARALLEL_LOG_BYTES = 64 << 20       # logs this large are summarised on several cores
+_JOBS: list[dict] = []              # the jobs a forked worker reads (inherited, not pickled)
+
+
+def _read_job(key: str) -> tuple[str, tuple]:
+    return key, read_logs(*_JOBS[0][key])
+
+
+def read_pending_logs(upload: Upload) -> None:
+    """Summarise every loaded cell's logs once (the harness's summarize, through the bounded
+    reader), on several forked workers when they are large: it is half the audit's cost."""
+    jobs, upload.pending_logs = dict(upload.pending_logs), {}
+    size = 0
+    for _, path, *_rest in jobs.values():
+        try:
+            size += sum(e.stat(follow_symlinks=False).st_size for e in os.scandir(path)
+                        if e.name.endswith(".log") and e.is_file(follow_symlinks=False))
+        except OSError:
+            continue
+    workers = min(len(jobs), os.cpu_count() or 1, 16)
+    if workers >= 2 and size >= PARALLEL_LOG_BYTES and "fork" in mp.get_all_start_methods():
+        _JOBS[:] = [jobs]
+        try:
+            with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
+                done = dict(pool.map(_read_job, sorted(jobs), chunksize=1))
+        finally:
+            _JOBS.clear()
+    else:
+        done = {key: read_logs(*job) for key, job in sorted(jobs.items())}
+    for key, (facts, problem) in done.items():
+        upload.cells[key].logs, upload.cells[key].logs_problem = facts, problem
 
 
 def scan_cells(root: Path, folder: Path, cells: Path, upload: Upload, coverage: Coverage,
@@ -226,6 +264,7 @@ def load_upload(root: Path, folder: Path, pad_multiple: int) -> Upload:
     load_as_run(root, folder, upload)
     # the telemetry format is the SPEC's and the backend's, never the upload's runbook's
     load_cells(root, folder, upload, coverage, {})
+    read_pending_logs(upload)
     upload.ignored_cells = sorted(set(upload.ignored_cells))
     upload.runbook_pad_multiple = runbook_pad_multiple(book)
     if upload.runbook_pad_multiple is not None and upload.runbook_pad_multiple != pad_multiple:

@@ -64,6 +64,7 @@ class LogFacts:
     expected_recv: list[int]
     malformed_rows: int
     summary: object = None                               # the harness's LogSummary, as run
+    plain: object = None                                 # its LogSummary with no shape given
 
 
 @dataclass
@@ -100,6 +101,7 @@ class Upload:
     runbook: object = None                               # harness Runbook of runbook.yaml
     runbook_problem: str | None = None                   # why it could not be loaded
     derived: dict = field(default_factory=dict)          # cell path -> what the harness derives
+    pending_logs: dict = field(default_factory=dict)     # cell path -> its logs, to be read
 
     def cell_for(self, row: Row) -> Cell | None:
         """The cell a row names: by its path in the upload, else by a unique directory name."""

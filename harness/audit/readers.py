@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 from harness.audit.model import LogFacts, Row, Table
@@ -198,10 +199,40 @@ def read_logs(root: Path, cell: Path, cell_json: dict | None,
     facts = LogFacts([f.name for f in files], summary.rows, summary.saturated_rows,
                      summary.peak_actual_valid_recv, late, list(summary.budget_values),
                      list(summary.expected_recv_values), summary.malformed_rows,
-                     summary if shape is not None else None)
+                     summary if shape is not None else None,
+                     summary if shape is None else None)
     if key is not None and len(_FACTS) < FACTS_KEPT:
         _FACTS[key] = facts
     return facts, None
+
+
+TAG_BLOCK_BYTES = 4 << 20            # bytes read per block when looking for a tag
+
+
+def tagged_lines(paths: list[Path], tag: str) -> Iterator[str]:
+    """The lines of the logs that contain `tag`, in file order, decoded and stripped as
+    harness.taxonomy.judge.iter_log_lines yields them; found with a bytes search, block by
+    block (bounded memory). A function that reads only the lines holding its tag (the
+    backend's parse_timing) gives the same answer over these as over every line, without
+    turning a few hundred MB of dispatch rows into Python strings."""
+    needle = tag.encode()
+    for path in paths:
+        with open(path, "rb") as handle:
+            carry = b""
+            while True:
+                data = handle.read(TAG_BLOCK_BYTES)
+                block = carry + data
+                cut = len(block) if not data else block.rfind(b"\n") + 1
+                carry, block = block[cut:], block[:cut]
+                at = block.find(needle)
+                while at >= 0:
+                    start = block.rfind(b"\n", 0, at) + 1
+                    end = block.find(b"\n", at)
+                    end = len(block) if end < 0 else end
+                    yield block[start:end].decode("utf-8", "replace").rstrip("\r\n")
+                    at = block.find(needle, end)
+                if not data:
+                    break
 
 
 MAX_UPLOAD_DEPTH = 32      # directory levels searched for uploads (os.walk recurses)

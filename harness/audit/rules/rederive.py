@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from harness.api.backend import RunRequest
+from harness.api.backend import TIMING_TAG, RunRequest
 from harness.api.registry import load_backend
 from harness.audit.model import (
     NOT_APPLICABLE,
@@ -39,6 +39,7 @@ from harness.audit.model import (
     verdict_of,
     where,
 )
+from harness.audit.readers import tagged_lines
 from harness.audit.vocab import (
     CELL_IDENTITY,
     INCOMPLETE,
@@ -63,7 +64,8 @@ from harness.results.layout import (
 )
 from harness.results.provenance import parse_provenance
 from harness.results.rows import AttemptRow, SelectionRow
-from harness.taxonomy.judge import iter_log_lines, judge_run
+from harness.taxonomy.judge import judge_run
+from harness.taxonomy.signatures import load_table
 from harness.telemetry.summary import LogSummary, summarize
 from harness.timing.verdicts import backend_of, is_control
 from harness.vocab import FAILURE_CLASSES, TIMED_OK, Event, Purpose, Status
@@ -122,6 +124,7 @@ def derive_all(upload: Upload) -> None:
                if p.is_file() and not p.is_symlink())
     if workers < 2 or size < PARALLEL_BYTES or "fork" not in mp.get_all_start_methods():
         return
+    load_table()                 # the signature table, read once here, inherited by workers
     _FORKED[:] = [upload]
     try:
         with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
@@ -167,7 +170,7 @@ def _derive(upload: Upload, cell: Cell) -> Derived:
         return Derived({}, None, f"{cell.path}: logs unreadable ({str(exc)[:120]})")
     status, timing = verdict.status, None
     if named.purpose == Purpose.TIME and status in TIMED_OK:
-        timing = backend.parse_timing(t for _, _, t in iter_log_lines(logs))
+        timing = backend.parse_timing(tagged_lines(logs, TIMING_TAG))
         if timing is None:
             status = Status.CRASH
     n = req.shape.uniform_tokens(req.model.topk)
