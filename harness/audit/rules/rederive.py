@@ -79,6 +79,7 @@ class Derived:
     columns: dict[str, object]
     summary: LogSummary | None
     problem: str | None = None                     # why it could not be derived (UNKNOWN)
+    timing: dict | None = None                     # a time run's [EPCAP_TIMING] object
 
 
 def as_run(upload: Upload) -> bool:
@@ -185,7 +186,7 @@ def _derive(upload: Upload, cell: Cell) -> Derived:
                               if measured and summary.expected_recv else None),
         "exit_code": exit_code, "backend_impl": backend.implementation(timing),
     }
-    return Derived(cols, summary)
+    return Derived(cols, summary, timing=timing)
 
 
 def differs(column: str, written: str, derived: object) -> bool:
