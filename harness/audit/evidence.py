@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from harness.audit.vocab import (
     CELL_IDENTITY,
+    HELD_OUT_NOT_REDERIVED,
     INCOMPLETE,
     INCONSISTENT,
     MISSING_CELL,
@@ -71,6 +72,9 @@ TIMED = ("rules.timing: the model's time cells walked in the runbook's rotated s
 AGG = TIMED + "; timing.verdicts.aggregate of the launches' [EPCAP_TIMING] objects"
 COMPARE = (TIMED + "; timing.verdicts.comparison_rows (the paired bootstrap, timing.stats "
            "with its fixed SEED) over each launch's per-trial medians")
+WALK = ("rules.heldout: the pair's validate cells walked as validate_step makes its "
+        "requests (step_up after drops, stop at the first accepted or at "
+        "max_validate_steps; infra retries and bug re-runs as the driver replays them)")
 NAME = "the cell's directory name (results.layout.parse_cell_name), cell.json cell.*, argv"
 
 EVIDENCE: dict[str, dict[str, Evidence]] = {
@@ -128,10 +132,13 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
                              SELECTION_NOT_REDERIVED),
         "validated": _e(CHECKED, "an ok validate at the selected capacity",
                         VALIDATED_SATURATED),
-        "validate_attempts": _e(NOT_YET, "count of validate rows; not re-derived"),
+        "validate_attempts": _e(REDERIVED, WALK + ": how many validate requests it made",
+                                HELD_OUT_NOT_REDERIVED),
         "timing_capacity": _e(CHECKED, "grid.selection.timing_capacity of the pair's "
                               "selections", TIMING_NOT_MAX),
-        "validate_seed": _e(NOT_YET, "runbook validate seed (grid.heldout); not re-derived"),
+        "validate_seed": _e(REDERIVED, "harness.vocab.run_seed(runbook as run, validate); "
+                            "each validate cell's argv --seed is the backend's own command's",
+                            HELD_OUT_NOT_REDERIVED),
         "validate_steps": _e(REDERIVED, SUMMARY + ": iterations of the accepted validate",
                              SELECTION_NOT_REDERIVED),
         "validate_peak": _e(CHECKED, "the accepted validate's peak", INCONSISTENT),
@@ -141,7 +148,9 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
         "predicted_drop_risk": _e(NOT_YET, "grid.risk.fit_risk of routing traces; not "
                                   "re-derived"),
         "predicted_drop_risk_hi": _e(NOT_YET, "grid.risk.fit_risk; not re-derived"),
-        "held_out": _e(NOT_YET, "validate seed != measure seed; stated as a note"),
+        "held_out": _e(REDERIVED, "the runbook as run: validate.held_out and no routing "
+                       "trace (campaign.decisions.held_out_routing); false is stated as a note",
+                       HELD_OUT_NOT_REDERIVED),
     },
     TIMING_TSV: {
         "campaign": _e(CONTEXT, "the campaign name"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -290,3 +291,87 @@ def test_publish_dry_run_refuses_a_new_lie(lie, capsys, monkeypatch):
     assert cli_publish(str(lie), "org/runs", dry_run=True) != 0
     said = capsys.readouterr()
     assert "runbook-altered" in said.out + said.err
+
+
+# ------------------------------------------------------------ the validate step, held out
+
+def without_codes(monkeypatch, *codes: str) -> None:
+    """The audit with these rules disabled: how a check is seen failing on its lie."""
+    from harness.audit import engine
+    monkeypatch.setattr(engine, "RULES", tuple(r for r in engine.RULES if r.code not in codes))
+
+
+def caught_by(root: Path, monkeypatch, *codes: str) -> None:
+    """Each code is among the reasons, and the upload is VALID with all of them disabled."""
+    (u,) = audit_target(root).uploads
+    assert u.verdict == "INVALID" and set(codes) <= set(u.reasons), u.why
+    with monkeypatch.context() as m:
+        without_codes(m, *codes)
+        (again,) = audit_target(root).uploads
+        assert (again.verdict, again.why) == ("VALID", []), again.why
+
+
+def restate(root: Path, key: str) -> None:
+    """The careful forger: re-state a cell's attempts row, cell.json status and summary from
+    the harness's own derivation of its (edited) logs."""
+    from fractions import Fraction
+
+    from harness.audit.load import load_upload
+    from harness.audit.rules.rederive import SUMMARY_KEYS, derive
+    from harness.results.tables import cell_text
+    upload = load_upload(root.parent, root, 128)
+    got = derive(upload, upload.cells[key])
+
+    def text(v):
+        return cell_text(float(v) if isinstance(v, Fraction) else v)
+    set_row(root, ATTEMPTS_TSV, {"cell_dir": key},
+            **{c: text(v) for c, v in got.columns.items() if c != "campaign"})
+
+    def change(d):
+        d["status"] = got.columns["status"]
+        d["summary"].update({k: getattr(got.summary, k) for k in SUMMARY_KEYS})
+    json_edit(root / key / "cell.json", change)
+
+
+def clip_first_dispatch_row(text: str) -> str:
+    """One dispatch row clipped at its budget: the buffer was full (a drop)."""
+    lines = text.splitlines()
+    at = next(i for i, x in enumerate(lines) if "[dispatch]" in x)
+    budget = lines[at].rsplit("budget=", 1)[1].split()[0]
+    head, _, tail = lines[at].partition("actual_valid_recv=")
+    lines[at] = head + f"actual_valid_recv={budget} " + tail.split(" ", 1)[1]
+    return "\n".join(lines) + "\n"
+
+
+def test_dropping_validate_hidden_behind_a_later_pass(lie, monkeypatch):
+    """QWEN3_30B echo's validate at 1.125 dropped (a1, its row and cell.json re-stated from
+    its logs); a later passing validate at the same 1.125 (a2) is the one accepted. The
+    harness steps up after drops: the selection must be 1.25, and a2 cannot have run."""
+    a2 = QV.replace("__a1", "__a2")
+    shutil.copytree(lie / QV, lie / a2)
+    json_edit(lie / a2 / "cell.json", lambda d: (d.update(name=Path(a2).name),
+                                                 d["cell"].update(attempt=2)))
+    row = next(r for r in corpus.read_rows(lie / ATTEMPTS_TSV) if r["cell_dir"] == QV)
+    corpus.append(lie, ATTEMPTS_TSV, {**row, "attempt": "2", "cell_dir": a2})
+    log_edit(lie / QV, clip_first_dispatch_row)
+    restate(lie, QV)
+    set_row(lie, SELECTION_TSV, {"model": "QWEN3_30B", "backend": "echo"},
+            validate_attempts="2")
+    caught_by(lie, monkeypatch, "selection-not-rederived", "held-out-not-rederived")
+
+
+def test_held_out_claim_whose_validate_cell_ran_the_measure_seed(lie, monkeypatch):
+    """The validate cell's argv says it ran --seed 1234, the measure seed; the runbook gives
+    validate runs 1235 and the selection claims held_out=true."""
+    def measure_seed(d):
+        d["argv"][d["argv"].index("--seed") + 1] = "1234"
+    json_edit(lie / QV / "cell.json", measure_seed)
+    caught_by(lie, monkeypatch, "held-out-not-rederived")
+
+
+@pytest.mark.parametrize("column,value", [("validate_attempts", "2"), ("validate_seed", "1234"),
+                                          ("held_out", "false"), ("validated", "false")])
+def test_validate_step_column_not_rederived(lie, monkeypatch, column, value):
+    set_row(lie, SELECTION_TSV, {"model": "QWEN3_30B", "backend": "echo"}, **{column: value})
+    (u,) = audit_target(lie).uploads
+    assert u.verdict == "INVALID" and "held-out-not-rederived" in u.reasons, u.why
