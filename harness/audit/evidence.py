@@ -75,6 +75,8 @@ COMPARE = (TIMED + "; timing.verdicts.comparison_rows (the paired bootstrap, tim
 WALK = ("rules.heldout: the pair's validate cells walked as validate_step makes its "
         "requests (step_up after drops, stop at the first accepted or at "
         "max_validate_steps; infra retries and bug re-runs as the driver replays them)")
+RISK = (WALK + "; grid.heldout.risk_columns (grid.risk.fit_risk, its fixed seed) over "
+        "telemetry.steps.step_peaks of the last measure and the last validate")
 NAME = "the cell's directory name (results.layout.parse_cell_name), cell.json cell.*, argv"
 
 EVIDENCE: dict[str, dict[str, Evidence]] = {
@@ -145,9 +147,8 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
         "headroom": _e(CHECKED, "selected budget / validate_peak", INCONSISTENT),
         "drop_risk_95": _e(REDERIVED, "grid.risk.drop_risk_95(validate_steps)",
                            SELECTION_NOT_REDERIVED),
-        "predicted_drop_risk": _e(NOT_YET, "grid.risk.fit_risk of routing traces; not "
-                                  "re-derived"),
-        "predicted_drop_risk_hi": _e(NOT_YET, "grid.risk.fit_risk; not re-derived"),
+        "predicted_drop_risk": _e(REDERIVED, RISK, HELD_OUT_NOT_REDERIVED),
+        "predicted_drop_risk_hi": _e(REDERIVED, RISK, HELD_OUT_NOT_REDERIVED),
         "held_out": _e(REDERIVED, "the runbook as run: validate.held_out and no routing "
                        "trace (campaign.decisions.held_out_routing); false is stated as a note",
                        HELD_OUT_NOT_REDERIVED),

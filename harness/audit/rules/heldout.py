@@ -4,12 +4,15 @@ infra retries, bug re-runs), each request's capacity is the previous one stepped
 (grid.capacity.step_up on the runbook's grid and the audit's pad multiple) after drops, the
 walk stops at the first accepted run (grid.selection.validation_verdict) or at
 capacity.max_validate_steps, and the selection row's `validate_attempts`, `validated`,
-`validate_seed` (harness.vocab.run_seed of a validate run) and `held_out` are what that walk
-and the runbook say. A validate cell whose argv ran another seed than the one the runbook
+and the risk columns (`validate_seed` .. `held_out`: grid.heldout.risk_columns over the
+per-step peaks of the last measure and the last validate, telemetry.steps.step_peaks) are
+what that walk and the runbook say. A validate cell whose argv ran another seed than the one the runbook
 gives it (the measure seed, under a held-out claim) is caught here too.
 """
 
 from __future__ import annotations
+
+from decimal import Decimal
 
 from harness.api.backend import RunRequest
 from harness.api.registry import load_backend
@@ -29,13 +32,16 @@ from harness.audit.model import (
     where,
 )
 from harness.audit.rules.rederive import as_run
-from harness.audit.rules.timing import requests
+from harness.audit.rules.timing import Launch, requests
 from harness.audit.vocab import HELD_OUT_NOT_REDERIVED
 from harness.errors import BadInput, EpcapError
 from harness.grid import capacity as cap
+from harness.grid.heldout import risk_columns
 from harness.grid.selection import validation_verdict
 from harness.results.layout import SELECTION_TSV, parse_cell_name
-from harness.vocab import Purpose, Status, run_seed
+from harness.results.tables import cell_text
+from harness.telemetry.steps import StepPeaks, step_peaks
+from harness.vocab import FAILURE_CLASSES, Purpose, Status, run_seed
 
 
 def validate_cells(upload: Upload, model: str, backend: str) -> list[Cell]:
@@ -95,6 +101,47 @@ def seed_problem(upload: Upload, cell: Cell) -> str | None:
     return None
 
 
+def last_measure(upload: Upload, model: str, backend: str, unknown: list[str]) -> Launch | None:
+    """The measure outcome the selection came from: the last request of the measure step."""
+    cells = [c for c in upload.cells.values()
+             if (n := parse_cell_name(c.name, upload.runbook.campaign)) is not None
+             and n.purpose == Purpose.MEASURE and norm(n.model) == norm(model)
+             and norm(n.backend) == norm(backend)]
+    cells.sort(key=lambda c: parse_cell_name(c.name).attempt)
+    steps = requests(cells, upload, upload.runbook.limits.infra_retries, unknown)
+    last = None
+    while (out := next(steps)) is not None:
+        last = out
+    return last
+
+
+def steps_of(out: Launch | None) -> StepPeaks | None:
+    """harness.campaign.analysis: a measure or validate run's per-step peaks (every
+    iteration a step), only for a run counted as data."""
+    if out is None or out.derived.summary is None or not out.derived.summary.rows \
+            or out.status in FAILURE_CLASSES:
+        return None
+    logs = sorted(p for p in out.cell.where.glob("rank*.log")
+                  if p.is_file() and not p.is_symlink())
+    return step_peaks(logs)
+
+
+def differs(written: object, derived: object) -> bool:
+    """A written selection cell against a derived value, as harness.results.tables writes
+    it (numbers compare as numbers, booleans as true/false)."""
+    if isinstance(written, str) and not isinstance(derived, str):
+        if derived is None:
+            return written != ""
+        if isinstance(derived, bool):
+            return norm(written) != cell_text(derived)
+        value = decimal_of(written)
+        return value is None or value != Decimal(cell_text(derived))
+    if isinstance(derived, str) and isinstance(written, str):
+        a, b = decimal_of(written), decimal_of(derived)
+        return written != derived if a is None or b is None else a != b
+    return written != derived
+
+
 def walk_problems(table: Table, row: Row, upload: Upload) -> tuple[list[str], list[str]]:
     """The pair's validate requests as validate_step makes them, against the row."""
     rb, at = upload.runbook, where(table, row)
@@ -135,16 +182,17 @@ def walk_problems(table: Table, row: Row, upload: Upload) -> tuple[list[str], li
             decimal_of(row.get("selected_capacity")) != decimal_of(last.capacity):
         bad.append(f"{at}: selected_capacity {row.get('selected_capacity')!r} but the last "
                    f"validate request {outs[-1].cell.path} ran at {last.capacity}")
-    if "validate_seed" in table.columns:
-        checks["validate_seed"] = (int_of(row.get("validate_seed")),
-                                   run_seed(rb, Purpose.VALIDATE))
-    if "held_out" in table.columns:
-        checks["held_out"] = (norm(row.get("held_out")),
-                              "true" if held_out_routing(upload, backend) else "false")
+    budget = cap.budget_tokens(last.capacity, outs[-1].derived.columns.get("uniform_tokens"))
+    risk = risk_columns(budget, run_seed(rb, Purpose.VALIDATE), held_out_routing(upload, backend),
+                        steps_of(last_measure(upload, model, backend, unknown)),
+                        steps_of(outs[-1]), ok)
+    for column, value in risk.items():
+        checks[column] = (row.get(column), value)
     for column, (written, derived) in checks.items():
-        if column in table.columns and written != derived:
+        if column in table.columns and differs(written, derived):
             bad.append(f"{at}: {column} {row.get(column)!r} but the harness derives "
-                       f"{derived!r} from {len(outs)} validate request(s) and the runbook")
+                       f"{cell_text(derived)!r} from {len(outs)} validate request(s) and the "
+                       f"runbook as run")
     return bad, unknown
 
 
