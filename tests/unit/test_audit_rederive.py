@@ -377,3 +377,60 @@ def test_validate_step_column_not_rederived(lie, monkeypatch, column, value):
     set_row(lie, SELECTION_TSV, {"model": "QWEN3_30B", "backend": "echo"}, **{column: value})
     (u,) = audit_target(lie).uploads
     assert u.verdict == "INVALID" and "held-out-not-rederived" in u.reasons, u.why
+
+
+# ------------------------------------------------------------ the rest of the named lies
+
+def test_validate_lacking_a_rank(lie, monkeypatch):
+    """Every telemetry row of rank 1 removed from the validate's log (rows and cell.json
+    summary re-stated from the edited log by the harness's own code)."""
+    log_edit(lie / QV, lambda t: "\n".join(
+        x for x in t.splitlines() if "[dispatch]" not in x or " rank=1 " not in x) + "\n")
+    restate(lie, QV)
+    caught_by(lie, monkeypatch, "incomplete-telemetry", "held-out-not-rederived",
+              "selection-not-rederived")
+
+
+def test_cell_json_says_assert_row_says_ok(lie):
+    def assertion(d):
+        d["status"] = "assert"
+        d["launcher"]["exit_code"] = 1
+    json_edit(lie / QV / "cell.json", assertion)
+    v, codes = verdict(lie)
+    assert v == "INVALID" and "not-rederived" in codes
+
+
+def test_finished_crash_attempt_with_no_row(lie, monkeypatch):
+    """A crashed second measure of QWEN3_30B echo (exit 1, cell.json says crash) whose row
+    was deleted: every finished cell has its row."""
+    a2 = QM.replace("__a1", "__a2")
+    shutil.copytree(lie / QM, lie / a2)
+
+    def crashed(d):
+        d.update(name=Path(a2).name, status="crash")
+        d["cell"].update(attempt=2)
+        d["launcher"].update(exit_code=1)
+    json_edit(lie / a2 / "cell.json", crashed)
+    log_edit(lie / a2, lambda t: "\n".join(t.splitlines()[: len(t.splitlines()) // 2]) + "\n")
+    restate(lie, a2)
+    (u,) = audit_target(lie).uploads
+    assert u.verdict == "INVALID" and "cell-identity" in u.reasons
+    assert any("a finished attempt" in w and a2 in w for w in u.why)
+
+
+def test_one_cell_backing_two_models_rows(lie):
+    """DEEPSEEK_V2_LITE's measure row names QWEN3_30B's measure cell."""
+    set_row(lie, ATTEMPTS_TSV, {"cell_dir": DM}, cell_dir=QM)
+    v, codes = verdict(lie)
+    assert v == "INVALID" and "cell-identity" in codes
+
+
+def test_runbook_read_only_through_the_bounded_reader(lie):
+    """A billion-laughs runbook.yaml: the bounded YAML reader refuses it (no expansion, no
+    hang), and the edit itself is a runbook-altered."""
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{n}: &{n} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+        for p, n in zip("abcdefgh", "bcdefghi", strict=True))
+    corpus.replace_file(lie / "runbook.yaml", bomb.encode())
+    (u,) = audit_target(lie).uploads
+    assert u.verdict == "INVALID" and "runbook-altered" in u.reasons

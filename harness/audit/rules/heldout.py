@@ -31,6 +31,7 @@ from harness.audit.model import (
     verdict_of,
     where,
 )
+from harness.audit.rules.apply import blanked
 from harness.audit.rules.rederive import as_run
 from harness.audit.rules.timing import Launch, requests
 from harness.audit.vocab import HELD_OUT_NOT_REDERIVED
@@ -178,7 +179,7 @@ def walk_problems(table: Table, row: Row, upload: Upload) -> tuple[list[str], li
     last = parse_cell_name(outs[-1].cell.name)
     checks = {"validate_attempts": (int_of(row.get("validate_attempts")), len(outs)),
               "validated": (norm(row.get("validated")), "true" if ok else "false")}
-    if "selected_capacity" in table.columns and \
+    if "selected_capacity" in table.columns and not blanked(table, row, "selected_capacity") and \
             decimal_of(row.get("selected_capacity")) != decimal_of(last.capacity):
         bad.append(f"{at}: selected_capacity {row.get('selected_capacity')!r} but the last "
                    f"validate request {outs[-1].cell.path} ran at {last.capacity}")
@@ -189,7 +190,8 @@ def walk_problems(table: Table, row: Row, upload: Upload) -> tuple[list[str], li
     for column, value in risk.items():
         checks[column] = (row.get(column), value)
     for column, (written, derived) in checks.items():
-        if column in table.columns and differs(written, derived):
+        if column in table.columns and not blanked(table, row, column) \
+                and differs(written, derived):
             bad.append(f"{at}: {column} {row.get(column)!r} but the harness derives "
                        f"{cell_text(derived)!r} from {len(outs)} validate request(s) and the "
                        f"runbook as run")

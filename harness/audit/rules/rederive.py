@@ -12,7 +12,6 @@ but holds no runbook fails `runbook-altered`.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import multiprocessing as mp
 import os
@@ -39,6 +38,7 @@ from harness.audit.model import (
     verdict_of,
     where,
 )
+from harness.audit.rules.apply import blanked
 from harness.audit.vocab import (
     CELL_IDENTITY,
     INCOMPLETE,
@@ -62,7 +62,6 @@ from harness.results.layout import (
     parse_cell_name,
 )
 from harness.results.provenance import parse_provenance
-from harness.results.rows import AttemptRow, SelectionRow
 from harness.taxonomy.judge import iter_log_lines, judge_run
 from harness.telemetry.summary import LogSummary, summarize
 from harness.timing.verdicts import backend_of, is_control
@@ -358,7 +357,7 @@ def identity_problems(table: Table, row: Row, cell: Cell, campaign: str,
                    f"{campaign!r}")
     for col, value in (("model", named.model), ("backend", named.backend),
                        ("purpose", named.purpose), ("attempt", str(named.attempt))):
-        if norm(row.get(col)) != norm(value):
+        if norm(row.get(col)) != norm(value) and not blanked(table, row, col):
             bad.append(f"{at}: {col} {row.get(col)!r} but its cell is {cell.name}")
     if decimal_of(row.get("capacity")) != decimal_of(named.capacity):
         bad.append(f"{at}: capacity {row.get('capacity')!r} but its cell is {cell.name}")
@@ -481,28 +480,6 @@ def check_timing_cells(table: Table, upload: Upload) -> Check:
 
 # ---------------------------------------------------------------- not-rederived, incomplete
 
-def typed_problems(table: Table, row_type: type) -> list[str]:
-    """Evidence columns whose written value is not of the row field's type (an int, a
-    number, true/false): a value the audit cannot read is never passed over."""
-    from harness.audit.evidence import evidence_columns
-    kinds = {f.name: str(f.type) for f in dataclasses.fields(row_type)}
-    bad = []
-    for column in evidence_columns(table.name):
-        kind = kinds.get(column, "")
-        if column not in table.columns:
-            continue
-        for row in table.rows:
-            value = row.get(column)
-            ok = (not value or ("bool" in kind and norm(value) in ("true", "false"))
-                  or ("int" in kind and int_of(value) is not None)
-                  or ("float" in kind and decimal_of(value) is not None)
-                  or not any(k in kind for k in ("bool", "int", "float")))
-            if not ok:
-                bad.append(f"{where(table, row)}: field {column} {value!r} is not "
-                           f"{kind.replace(' | None', '')}")
-    return bad
-
-
 def check_rederived(table: Table, upload: Upload) -> Check:
     """Every evidence column of an attempts row equals what the harness derives from its cell."""
     if not as_run(upload):
@@ -510,7 +487,7 @@ def check_rederived(table: Table, upload: Upload) -> Check:
     from harness.audit.evidence import rederived_columns
     columns = rederived_columns(ATTEMPTS_TSV)
     derive_all(upload)
-    bad, unknown = typed_problems(table, AttemptRow), []
+    bad, unknown = [], []            # unreadable values: rules.apply.blank_unreadable
     for row in table.rows:
         cell = upload.cell_for(row)
         if cell is None or cell.where is None:
@@ -523,6 +500,8 @@ def check_rederived(table: Table, upload: Upload) -> Check:
             if column not in table.columns or column not in got.columns:
                 continue
             written = row.get(column)
+            if blanked(table, row, column):
+                continue                              # unreadable: the rule is UNKNOWN
             if differs(column, written, got.columns[column]):
                 shown = got.columns[column]
                 shown = format(float(shown), ".6g") if isinstance(shown, Fraction) else shown
@@ -626,7 +605,8 @@ def selection_problems(table: Table, row: Row, upload: Upload) -> tuple[list[str
     if decimal_of(row.get("measured_at_capacity")) != decimal_of(last.get("capacity")):
         bad.append(f"{at}: measured_at_capacity {row.get('measured_at_capacity')!r} but the "
                    f"last measure ran at {last.get('capacity')}")
-    if int_of(row.get("peak_actual_valid_recv")) != req.peak:
+    if int_of(row.get("peak_actual_valid_recv")) != req.peak and \
+            not blanked(table, row, "peak_actual_valid_recv"):
         bad.append(f"{at}: peak_actual_valid_recv {row.get('peak_actual_valid_recv')!r} but "
                    f"{cell.path} derives {req.peak}")
     rung = sel.capacity
@@ -644,10 +624,12 @@ def selection_problems(table: Table, row: Row, upload: Upload) -> tuple[list[str
                    f"zero-drop rung of the {rb.capacity.decimals or 'exact'} grid above peak "
                    f"{req.peak} (after step-ups) is {rung}")
     budget = cap.budget_tokens(rung, req.uniform_tokens)
-    if int_of(row.get("selected_budget_tokens")) != budget:
+    if int_of(row.get("selected_budget_tokens")) != budget and \
+            not blanked(table, row, "selected_budget_tokens"):
         bad.append(f"{at}: selected_budget_tokens {row.get('selected_budget_tokens')!r} but "
                    f"int({rung} x {req.uniform_tokens}) = {budget}")
-    if int_of(row.get("uniform_tokens")) != req.uniform_tokens:
+    if int_of(row.get("uniform_tokens")) != req.uniform_tokens and \
+            not blanked(table, row, "uniform_tokens"):
         bad.append(f"{at}: uniform_tokens {row.get('uniform_tokens')!r} but the measure's N "
                    f"is {req.uniform_tokens}")
     written = row.get("over_provision")
@@ -671,11 +653,17 @@ def selection_problems(table: Table, row: Row, upload: Upload) -> tuple[list[str
     return bad, []
 
 
+# empty when the harness's risk fit has too few peaks (grid.heldout.risk_columns); whether
+# they should be is re-derived by rules.heldout
+MAY_BE_EMPTY = ("predicted_drop_risk", "predicted_drop_risk_hi")
+
+
 def check_selection(table: Table, upload: Upload) -> Check:
     """Each selection row equals what harness.grid.selection derives from the cells (with the
     runbook as run); one row per pair, no evidence column empty or unreadable (any layout)."""
     from harness.audit.evidence import evidence_columns
-    needed = [c for c in evidence_columns(SELECTION_TSV) if c in table.columns]
+    needed = [c for c in evidence_columns(SELECTION_TSV) if c in table.columns
+              and c not in MAY_BE_EMPTY]
     bad, unknown = [], []
     seen: dict[tuple[str, str], int] = {}
     for row in table.rows:
@@ -684,8 +672,8 @@ def check_selection(table: Table, upload: Upload) -> Check:
             bad.append(f"{where(table, row)}: {'/'.join(pair)} already selected at line "
                        f"{seen[pair]}")
         seen.setdefault(pair, row.line)
-        bad += [f"{where(table, row)}: field {c} empty" for c in needed if not row.get(c)]
-    bad += typed_problems(table, SelectionRow)
+        bad += [f"{where(table, row)}: field {c} empty" for c in needed
+                if not row.get(c) and not blanked(table, row, c)]
     for row in table.rows if as_run(upload) else []:
         b, u = selection_problems(table, row, upload)
         bad += b

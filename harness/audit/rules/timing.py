@@ -38,6 +38,7 @@ from harness.audit.model import (
     verdict_of,
     where,
 )
+from harness.audit.rules.apply import blanked
 from harness.audit.rules.rederive import Derived, as_run, derive
 from harness.audit.vocab import TIMING_INCOMPLETE, TIMING_NOT_REDERIVED
 from harness.errors import EpcapError
@@ -267,8 +268,11 @@ def compare_table(table: Table | None, derived: dict[tuple, dict], key_of, what:
                   bad: list[str], missing: list[str], skip: tuple[str, ...] = ()) -> None:
     """Rows of a written table against the derived rows with the same key, column by column;
     a derived row with no written row is missing, a written row with no derived one is bad."""
-    seen = set()
+    seen, excused = set(), set()
     for row in table.rows if table is not None else []:
+        if any(blanked(table, row, c) for c in ("model", "backend", "launch", "phase")):
+            excused |= {k for k in derived if k[:2] == key_of(row)[:2]}
+            continue                                  # unreadable key: the rule is UNKNOWN
         key = key_of(row)
         if key not in derived:
             bad.append(f"{where(table, row)}: a {what} row the harness does not derive "
@@ -278,14 +282,14 @@ def compare_table(table: Table | None, derived: dict[tuple, dict], key_of, what:
             bad.append(f"{where(table, row)}: {' '.join(map(str, key))} written twice")
         seen.add(key)
         for column, value in derived[key].items():
-            if column in skip or column not in table.columns:
+            if column in skip or column not in table.columns or blanked(table, row, column):
                 continue
             if differs(column, row.get(column), value):
                 shown = cell_text(value)
                 bad.append(f"{where(table, row)}: {column} {row.get(column)!r} but the "
                            f"harness derives {shown!r}")
     missing += [f"{table.name if table else what}: no row for {' '.join(map(str, k))}"
-                for k in derived if k not in seen]
+                for k in derived if k not in seen and k not in excused]
 
 
 def timing_key(row: Row) -> tuple[str, str]:
@@ -329,6 +333,8 @@ def check_timing(table: Table, upload: Upload) -> Check:
     for name, t in tables.items():
         if t is not None and (t.unreadable or t.malformed):
             unknown.append(f"{name}: {t.unreadable or t.malformed[0]}")
+        if t is not None and t.blanked:                  # rules.apply.blank_unreadable
+            unknown += list(t.blanked.values())
     timing = {k: v for _, m in models for k, v in m.timing.items()}
     comparison = {k: v for _, m in models for k, v in m.comparison.items()}
     launches = {k: v for _, m in models for k, v in m.launches.items()}
