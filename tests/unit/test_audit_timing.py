@@ -8,9 +8,11 @@ VALID."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -43,17 +45,39 @@ def campaign(tmp_path_factory) -> Path:
     return corpus.harness_campaign(tmp_path_factory.getbasetemp())
 
 
+def run_killed_then_resumed(runbook: Path, results: Path, at: str) -> None:
+    """`epcap run`, its driver killed (SIGKILL) once a cell whose name holds `at` has
+    started, then `epcap run` again: a resumed campaign (the cell abandoned, re-run as a new
+    attempt)."""
+    cmd = [sys.executable, "-m", "harness.cli", "run", str(runbook), "--results", str(results)]
+    first = subprocess.Popen(cmd, cwd=corpus.REPO, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline and first.poll() is None:
+            events = list(results.rglob("events.jsonl"))
+            text = events[0].read_text(encoding="utf-8") if events else ""
+            if any('"cell_start"' in x and at in x for x in text.splitlines()):
+                break
+            time.sleep(0.1)
+    finally:
+        first.kill()
+        first.wait()
+    run = subprocess.run(cmd, cwd=corpus.REPO, capture_output=True, text=True, timeout=600,
+                         check=False)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+
+
 @pytest.fixture(scope="module")
 def control(tmp_path_factory) -> Path:
-    """control.yaml run once per session: echo and echo~control, 2 launches each."""
+    """control.yaml run once per session: echo and echo~control, 2 launches each, on the
+    decimals-2 grid, moonep out of memory at measure; the driver killed while echo's
+    validate ran, then resumed."""
     results = tmp_path_factory.getbasetemp() / "control-campaign"
     if not (results / ".complete").exists():
         if results.exists():
             shutil.rmtree(results)
-        run = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(CONTROL_RUNBOOK),
-                              "--results", str(results)], cwd=corpus.REPO, capture_output=True,
-                             text=True, timeout=600, check=False)
-        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+        run_killed_then_resumed(CONTROL_RUNBOOK, results, "__echo__validate__")
         (results / ".complete").touch()
     (root,) = [p.parent for p in results.rglob(ATTEMPTS_TSV)]
     return root
@@ -119,6 +143,47 @@ def test_the_campaigns_timing_layer_is_rederived_and_valid(campaign, control):
         assert (u.verdict, u.why) == ("VALID", [])
         states = {c.code: c.state for c in u.checks}
         assert states[NOT_REDERIVED] == states[INCOMPLETE] == "pass"
+
+
+def test_variety_resumed_out_of_memory_at_measure_decimals_2_grid_stays_valid(control):
+    """The control campaign also holds legitimate variety: a resumed campaign (its first
+    validate abandoned when the driver was killed, re-run as attempt 2: an extra cell and
+    attempt number), a select backend (moonep) out of memory at measure (its empty
+    selection row re-derived as select_step writes it) and the legacy decimals-2 grid (echo
+    selected 1.25, not the exact grid's 1.125)."""
+    abandoned = json.loads((control / "cells" / "QWEN3_30B__echo__validate__cap1p25__a1" /
+                            "cell.json").read_text())
+    assert abandoned["status"] == "abandoned"
+    rows = corpus.read_rows(control / ATTEMPTS_TSV)
+    assert [r["attempt"] for r in rows if r["purpose"] == "validate"] == ["2"]
+    assert [r["status"] for r in rows if r["backend"] == "moonep"] == ["does_not_fit"]
+    sel = {r["backend"]: r for r in corpus.read_rows(control / SELECTION_TSV)}
+    assert sel["echo"]["selected_capacity"] == "1.25" and sel["moonep"]["selected_capacity"] == ""
+    u = audit(control)
+    assert (u.verdict, u.why) == ("VALID", [])
+    assert {c.code: c.state for c in u.checks}["held-out-not-rederived"] == "pass"
+
+
+@pytest.mark.parametrize("column,value", [("validated", "true"), ("validate_attempts", "1"),
+                                          ("selected_capacity", "1.25"),
+                                          ("measured_at_capacity", "1.25")])
+def test_empty_selection_row_of_an_out_of_memory_pair_filled_in(control_lie, monkeypatch,
+                                                                column, value):
+    set_row(control_lie, SELECTION_TSV, {"backend": "moonep"}, **{column: value})
+    u = audit(control_lie)
+    assert u.verdict == "INVALID" and "held-out-not-rederived" in u.reasons, u.why
+
+
+def test_a_selection_emptied_as_if_its_measure_had_failed(control_lie):
+    """echo's measure ended ok: blanking its selection row is no empty row the harness
+    writes."""
+    keep = ("campaign", "model", "backend", "measured_at_capacity", "uniform_tokens",
+            "timing_capacity")
+    row = next(r for r in corpus.read_rows(control_lie / SELECTION_TSV) if r["backend"] == "echo")
+    set_row(control_lie, SELECTION_TSV, {"backend": "echo"},
+            **{c: "" for c in row if c not in keep}, validated="false", validate_attempts="0")
+    u = audit(control_lie)
+    assert u.verdict == "INVALID" and "selection-not-rederived" in u.reasons, u.why
 
 
 # ------------------------------------------------------------ timing.tsv
@@ -227,8 +292,69 @@ def test_control_arm_verdict_made_indistinguishable(control_lie, monkeypatch):
 
 
 def test_control_arm_deleted(control_lie, monkeypatch):
-    remove_arm(control_lie, DEEP, "echo~control")
+    remove_arm(control_lie, QWEN, "echo~control")
     caught_only_by(control_lie, INCOMPLETE, monkeypatch)
+
+
+# ------------------------------------------------------------ legitimate variety
+
+def test_crlf_bom_extra_columns_in_every_table_stay_valid(lie):
+    """Every TSV (comparison.tsv and timing_launches.tsv included) re-saved with a BOM, CRLF
+    line ends and an extra column; an extra file beside them."""
+    for table in (ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV, COMPARISON_TSV, TIMING_LAUNCHES_TSV):
+        lines = (lie / table).read_text().splitlines()
+        lines = [lines[0] + "\tnote"] + [x + "\textra" for x in lines[1:]]
+        corpus.replace_file(lie / table, ("\ufeff" + "\r\n".join(lines) + "\r\n").encode())
+    (lie / "notes.md").write_text("an extra file\n")
+    u = audit(lie)
+    assert (u.verdict, u.why) == ("VALID", [])
+
+
+def restate(root: Path, key: str) -> None:
+    """A cell's attempts row, cell.json status and summary as the harness derives them."""
+    from fractions import Fraction
+
+    from harness.audit.load import load_upload
+    from harness.audit.rules.rederive import SUMMARY_KEYS, derive
+    from harness.results.tables import cell_text
+    upload = load_upload(root.parent, root, 128)
+    got = derive(upload, upload.cells[key])
+    assert got.problem is None, got.problem
+    set_row(root, ATTEMPTS_TSV, {"cell_dir": key}, **{
+        c: cell_text(float(v) if isinstance(v, Fraction) else v)
+        for c, v in got.columns.items() if c != "campaign"})
+    data = json.loads((root / key / "cell.json").read_text())
+    data["status"] = got.columns["status"]
+    data["summary"] = None if got.summary is None else {
+        **(data.get("summary") or {}), **{k: getattr(got.summary, k) for k in SUMMARY_KEYS}}
+    corpus.replace_file(root / key / "cell.json", json.dumps(data, indent=1).encode())
+
+
+def test_an_infra_failure_retried_stays_valid(lie):
+    """QWEN3_30B echo's second launch first died with its node (launcher state node_fail:
+    infra, no logs) and was retried as attempt 3, as the driver does (limits.infra_retries
+    1): timing_launches numbers that retry launch 3; the tables are otherwise unchanged."""
+    old, infra, retry = (f"cells/{QWEN}__echo__time__cap1p125__a{i}" for i in (2, 2, 3))
+    (lie / old).rename(lie / retry)
+    data = json.loads((lie / retry / "cell.json").read_text())
+    data.update(name=Path(retry).name)
+    data["cell"]["attempt"] = 3
+    corpus.replace_file(lie / retry / "cell.json", json.dumps(data, indent=1).encode())
+    set_row(lie, ATTEMPTS_TSV, {"cell_dir": old}, attempt="3", cell_dir=retry)
+    set_row(lie, TIMING_LAUNCHES_TSV, {"cell_dir": old}, launch="3", cell_dir=retry)
+    (lie / infra).mkdir()
+    shutil.copy(lie / retry / "provenance.txt", lie / infra / "provenance.txt")
+    data.update(name=Path(infra).name, launcher={"state": "node_fail", "exit_code": None,
+                                                 "detail": "node lost", "wall_s": 1.0})
+    data["cell"]["attempt"] = 2
+    (lie / infra / "cell.json").write_text(json.dumps(data, indent=1))
+    row = next(r for r in corpus.read_rows(lie / ATTEMPTS_TSV) if r["cell_dir"] == retry)
+    corpus.append(lie, ATTEMPTS_TSV, {**row, "attempt": "2", "cell_dir": infra})
+    restate(lie, infra)
+    assert next(r for r in corpus.read_rows(lie / ATTEMPTS_TSV)
+                if r["cell_dir"] == infra)["status"] == "infra"
+    u = audit(lie)
+    assert (u.verdict, u.why) == ("VALID", [])
 
 
 # ------------------------------------------------------------ generated lies

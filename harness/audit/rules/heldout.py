@@ -32,7 +32,7 @@ from harness.audit.model import (
     where,
 )
 from harness.audit.rules.apply import blanked
-from harness.audit.rules.rederive import as_run
+from harness.audit.rules.rederive import abandoned_cells, as_run
 from harness.audit.rules.timing import Launch, requests
 from harness.audit.vocab import HELD_OUT_NOT_REDERIVED
 from harness.errors import BadInput, EpcapError
@@ -48,9 +48,10 @@ from harness.vocab import FAILURE_CLASSES, Purpose, Status, run_seed
 def validate_cells(upload: Upload, model: str, backend: str) -> list[Cell]:
     """The pair's validate cells in attempt order (the upload's cells, not its rows)."""
     found = []
+    dropped = abandoned_cells(upload)
     for cell in upload.cells.values():
         named = parse_cell_name(cell.name, upload.runbook.campaign)
-        if named is not None and named.purpose == Purpose.VALIDATE \
+        if named is not None and named.purpose == Purpose.VALIDATE and cell.path not in dropped \
                 and norm(named.model) == norm(model) and norm(named.backend) == norm(backend):
             found.append((named.attempt, cell))
     return [c for _, c in sorted(found, key=lambda x: x[0])]
@@ -104,8 +105,9 @@ def seed_problem(upload: Upload, cell: Cell) -> str | None:
 
 def last_measure(upload: Upload, model: str, backend: str, unknown: list[str]) -> Launch | None:
     """The measure outcome the selection came from: the last request of the measure step."""
-    cells = [c for c in upload.cells.values()
-             if (n := parse_cell_name(c.name, upload.runbook.campaign)) is not None
+    dropped = abandoned_cells(upload)
+    cells = [c for c in upload.cells.values() if c.path not in dropped
+             and (n := parse_cell_name(c.name, upload.runbook.campaign)) is not None
              and n.purpose == Purpose.MEASURE and norm(n.model) == norm(model)
              and norm(n.backend) == norm(backend)]
     cells.sort(key=lambda c: parse_cell_name(c.name).attempt)
@@ -143,6 +145,29 @@ def differs(written: object, derived: object) -> bool:
     return written != derived
 
 
+def empty_row_problems(table: Table, row: Row, measure: Launch, cells: list[Cell]) -> list[str]:
+    """The row select_step writes when the last measure did not end ok: its capacity in
+    measured_at_capacity, N, validated false, 0 validate attempts, every other column empty
+    (timing_capacity aside: the time step sets it), and no validate run."""
+    from harness.audit.evidence import evidence_columns
+    at = where(table, row)
+    capacity = parse_cell_name(measure.cell.name).capacity
+    expected = {c: "" for c in evidence_columns(SELECTION_TSV)
+                if c not in ("model", "backend", "timing_capacity")}   # timing-not-max's
+    expected.update(measured_at_capacity=capacity, validated="false", validate_attempts="0",
+                    uniform_tokens=str(measure.derived.columns.get("uniform_tokens")))
+    bad = [f"{at}: {c.path} is a validate run, but the last measure {measure.cell.path} "
+           f"ended {measure.status}: the harness validates nothing" for c in cells]
+    for column, value in expected.items():
+        if column not in table.columns or blanked(table, row, column):
+            continue
+        if differs(row.get(column), value):
+            bad.append(f"{at}: {column} {row.get(column)!r}, but the last measure "
+                       f"{measure.cell.path} ended {measure.status}: the harness writes "
+                       f"{value!r}")
+    return bad
+
+
 def walk_problems(table: Table, row: Row, upload: Upload) -> tuple[list[str], list[str]]:
     """The pair's validate requests as validate_step makes them, against the row."""
     rb, at = upload.runbook, where(table, row)
@@ -151,6 +176,9 @@ def walk_problems(table: Table, row: Row, upload: Upload) -> tuple[list[str], li
     bad: list[str] = []
     unknown: list[str] = []
     bad += [p for c in cells if (p := seed_problem(upload, c))]
+    measure = last_measure(upload, model, backend, unknown)
+    if measure is not None and measure.status != Status.OK:
+        return bad + empty_row_problems(table, row, measure, cells), unknown
     steps = requests(cells, upload, rb.limits.infra_retries, unknown)
     outs = []
     capacity = None

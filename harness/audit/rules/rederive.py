@@ -131,6 +131,37 @@ def derive_all(upload: Upload) -> None:
         _FORKED.clear()
 
 
+ABANDONED = "abandoned"           # cell.json status of a run whose driver stopped (campaign.store)
+
+
+def abandoned_cells(upload: Upload) -> set[str]:
+    """Cells a resumed campaign abandoned (the driver stopped mid-run; the request ran again
+    as a new attempt): a `cell_abandoned` event names it, no `cell_finish` does, and its
+    cell.json says `abandoned` without a launcher state. Such a cell is no run: no row, no
+    derivation."""
+    path = (upload.folder or Path(".")) / EVENTS_JSONL
+    gone, finished = set(), set()
+    if not path.is_file() or path.is_symlink():
+        return gone
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                if f'"{Event.CELL_ABANDONED}"' in line or f'"{Event.CELL_FINISH}"' in line:
+                    event = json.loads(line)
+                    into = gone if event.get("ev") == Event.CELL_ABANDONED else finished
+                    into.add(str(event.get("cell")))
+    except (OSError, ValueError, UnicodeDecodeError, AttributeError):
+        return set()
+    out = set()
+    for cell in upload.cells.values():
+        data = cell.cell_json or {}
+        launcher = data.get("launcher")
+        if cell.name in gone - finished and data.get("status") == ABANDONED and not (
+                isinstance(launcher, dict) and launcher.get("state")):
+            out.add(cell.path)
+    return out
+
+
 def derive(upload: Upload, cell: Cell) -> Derived:
     """The attempt columns of one cell, recomputed as harness.campaign.analysis does."""
     if cell.path not in upload.derived:
@@ -507,8 +538,10 @@ def check_rederived(table: Table, upload: Upload) -> Check:
                 shown = format(float(shown), ".6g") if isinstance(shown, Fraction) else shown
                 bad.append(f"{where(table, row)}: {column} {written!r} but the harness "
                            f"derives {shown!r} from {cell.path}")
+    gone = abandoned_cells(upload)
     for _key, cell in sorted(upload.cells.items()):
-        if cell.where is None or cell.problem or parse_cell_name(cell.name) is None:
+        if cell.where is None or cell.problem or parse_cell_name(cell.name) is None \
+                or cell.path in gone:
             continue
         got = derive(upload, cell)
         if got.problem:
@@ -653,6 +686,14 @@ def selection_problems(table: Table, row: Row, upload: Upload) -> tuple[list[str
     return bad, []
 
 
+def not_selected(upload: Upload, row: Row) -> bool:
+    """The pair's last measure did not end ok (out of memory, a failure, still a lower
+    bound): the harness writes an empty selection row (campaign.decisions.select_step)."""
+    measures = pair_rows(upload, row.get("model"), row.get("backend"), Purpose.MEASURE)
+    measures.sort(key=lambda r: int_of(r.get("attempt")) or 0)
+    return bool(measures) and measures[-1].get("status") != Status.OK
+
+
 # empty when the harness's risk fit has too few peaks (grid.heldout.risk_columns); whether
 # they should be is re-derived by rules.heldout
 MAY_BE_EMPTY = ("predicted_drop_risk", "predicted_drop_risk_hi")
@@ -673,8 +714,11 @@ def check_selection(table: Table, upload: Upload) -> Check:
                        f"{seen[pair]}")
         seen.setdefault(pair, row.line)
         bad += [f"{where(table, row)}: field {c} empty" for c in needed
-                if not row.get(c) and not blanked(table, row, c)]
+                if not row.get(c) and not blanked(table, row, c)
+                and not not_selected(upload, row)]
     for row in table.rows if as_run(upload) else []:
+        if not_selected(upload, row):
+            continue                     # the empty row: rules.heldout re-derives it
         b, u = selection_problems(table, row, upload)
         bad += b
         unknown += u

@@ -39,7 +39,7 @@ from harness.audit.model import (
     where,
 )
 from harness.audit.rules.apply import blanked
-from harness.audit.rules.rederive import Derived, as_run, derive
+from harness.audit.rules.rederive import Derived, abandoned_cells, as_run, derive
 from harness.audit.vocab import TIMING_INCOMPLETE, TIMING_NOT_REDERIVED
 from harness.errors import EpcapError
 from harness.grid import capacity as cap
@@ -110,9 +110,11 @@ def time_cells(upload: Upload, model: str) -> dict[str, list[Cell]]:
     """The upload's `time` cells of a model per arm, in attempt order."""
     found: dict[str, list[tuple[int, Cell]]] = {}
     gone = invalidated(upload)
+    dropped = abandoned_cells(upload)
     for cell in upload.cells.values():
         named = parse_cell_name(cell.name, upload.runbook.campaign)
         if named is None or named.purpose != Purpose.TIME or cell.name in gone \
+                or cell.path in dropped \
                 or norm(named.model) != norm(model):
             continue
         found.setdefault(named.backend, []).append((named.attempt, cell))
