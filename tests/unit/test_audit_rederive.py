@@ -434,3 +434,50 @@ def test_runbook_read_only_through_the_bounded_reader(lie):
     corpus.replace_file(lie / "runbook.yaml", bomb.encode())
     (u,) = audit_target(lie).uploads
     assert u.verdict == "INVALID" and "runbook-altered" in u.reasons
+
+
+# ------------------------------------------------------------ a real step-up
+
+STEPUP = corpus.REPO / "tests" / "fixtures" / "runbooks" / "stepup.yaml"
+DROPPED = "cells/QWEN3_30B__echo__validate__cap1p0938__a1"
+
+
+@pytest.fixture(scope="module")
+def stepup(tmp_path_factory) -> Path:
+    """stepup.yaml run once per session with --until validate: a validate that drops and
+    the step-up that passes (also a campaign stopped before its time stage)."""
+    import subprocess
+    import sys
+    results = tmp_path_factory.getbasetemp() / "stepup-campaign"
+    if not (results / ".complete").exists():
+        if results.exists():
+            shutil.rmtree(results)
+        run = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(STEPUP),
+                              "--results", str(results), "--until", "validate"],
+                             cwd=corpus.REPO, capture_output=True, text=True, timeout=600,
+                             check=False)
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+        (results / ".complete").touch()
+    (root,) = [p.parent for p in results.rglob(ATTEMPTS_TSV)]
+    return root
+
+
+def test_a_step_up_stays_valid(stepup):
+    rows = [r for r in corpus.read_rows(stepup / ATTEMPTS_TSV) if r["purpose"] == "validate"]
+    assert [(r["capacity"], r["status"]) for r in rows] == [("1.0938", "drops"),
+                                                            ("1.1094", "ok")]
+    (sel,) = corpus.read_rows(stepup / SELECTION_TSV)
+    assert (sel["selected_capacity"], sel["validate_attempts"]) == ("1.1094", "2")
+    (u,) = audit_target(stepup).uploads
+    assert (u.verdict, u.why) == ("VALID", [])
+
+
+def test_a_selection_that_ignores_its_dropping_validate(stepup, tmp_path):
+    """The selection re-stated at the lower rung 1.0938 whose validate dropped (the cells
+    kept): the lowest zero-drop rung given all validate attempts is 1.1094."""
+    lie = corpus.link_copy(stepup, tmp_path / "lie")
+    set_row(lie, SELECTION_TSV, {"model": "QWEN3_30B"}, selected_capacity="1.0938",
+            selected_budget_tokens="8960", validate_attempts="1")
+    (u,) = audit_target(lie).uploads
+    assert u.verdict == "INVALID", u.why
+    assert {"selection-not-rederived", "held-out-not-rederived"} <= set(u.reasons)

@@ -686,6 +686,14 @@ def selection_problems(table: Table, row: Row, upload: Upload) -> tuple[list[str
     return bad, []
 
 
+def timed(upload: Upload, row: Row) -> bool:
+    """The model has time attempts: its time step started (and set timing_capacity); a
+    campaign stopped before it (--until validate) leaves the column empty."""
+    table = upload.tables.get(ATTEMPTS_TSV)
+    return any(r.name("model") == row.name("model") and r.get("purpose") == Purpose.TIME
+               for r in (table.rows if table else []))
+
+
 def not_selected(upload: Upload, row: Row) -> bool:
     """The pair's last measure did not end ok (out of memory, a failure, still a lower
     bound): the harness writes an empty selection row (campaign.decisions.select_step)."""
@@ -715,7 +723,8 @@ def check_selection(table: Table, upload: Upload) -> Check:
         seen.setdefault(pair, row.line)
         bad += [f"{where(table, row)}: field {c} empty" for c in needed
                 if not row.get(c) and not blanked(table, row, c)
-                and not not_selected(upload, row)]
+                and not not_selected(upload, row)
+                and not (c == "timing_capacity" and not timed(upload, row))]
     for row in table.rows if as_run(upload) else []:
         if not_selected(upload, row):
             continue                     # the empty row: rules.heldout re-derives it
