@@ -101,6 +101,7 @@ class Upload:
     runbook: object = None                               # harness Runbook of runbook.yaml
     runbook_problem: str | None = None                   # why it could not be loaded
     derived: dict = field(default_factory=dict)          # cell path -> what the harness derives
+    abandoned: set[str] | None = None                    # cells a resumed campaign abandoned
 
     def cell_for(self, row: Row) -> Cell | None:
         """The cell a row names: by its path in the upload, else by a unique directory name."""

@@ -139,6 +139,13 @@ def abandoned_cells(upload: Upload) -> set[str]:
     as a new attempt): a `cell_abandoned` event names it, no `cell_finish` does, and its
     cell.json says `abandoned` without a launcher state. Such a cell is no run: no row, no
     derivation."""
+    if upload.abandoned is None:
+        upload.abandoned = read_abandoned(upload)
+    return upload.abandoned
+
+
+def read_abandoned(upload: Upload) -> set[str]:
+    """abandoned_cells, read once per upload."""
     path = (upload.folder or Path(".")) / EVENTS_JSONL
     gone, finished = set(), set()
     if not path.is_file() or path.is_symlink():
