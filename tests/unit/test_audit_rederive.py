@@ -388,7 +388,7 @@ def test_validate_lacking_a_rank(lie, monkeypatch):
         x for x in t.splitlines() if "[dispatch]" not in x or " rank=1 " not in x) + "\n")
     restate(lie, QV)
     caught_by(lie, monkeypatch, "incomplete-telemetry", "held-out-not-rederived",
-              "selection-not-rederived")
+              "inconsistent-requirement")
 
 
 def test_cell_json_says_assert_row_says_ok(lie):

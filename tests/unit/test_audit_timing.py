@@ -181,7 +181,8 @@ def test_a_selection_emptied_as_if_its_measure_had_failed(control_lie):
             "timing_capacity")
     row = next(r for r in corpus.read_rows(control_lie / SELECTION_TSV) if r["backend"] == "echo")
     set_row(control_lie, SELECTION_TSV, {"backend": "echo"},
-            **{c: "" for c in row if c not in keep}, validated="false", validate_attempts="0")
+            **{**{c: "" for c in row if c not in keep}, "validated": "false",
+               "validate_attempts": "0"})
     u = audit(control_lie)
     assert u.verdict == "INVALID" and "selection-not-rederived" in u.reasons, u.why
 

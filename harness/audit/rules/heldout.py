@@ -177,6 +177,8 @@ def walk_problems(table: Table, row: Row, upload: Upload) -> tuple[list[str], li
     unknown: list[str] = []
     bad += [p for c in cells if (p := seed_problem(upload, c))]
     measure = last_measure(upload, model, backend, unknown)
+    if unknown:
+        return bad, unknown          # a cell the harness's code cannot derive: UNKNOWN
     if measure is not None and measure.status != Status.OK:
         return bad + empty_row_problems(table, row, measure, cells), unknown
     steps = requests(cells, upload, rb.limits.infra_retries, unknown)
@@ -197,6 +199,8 @@ def walk_problems(table: Table, row: Row, upload: Upload) -> tuple[list[str], li
             break
         n = out.derived.columns.get("uniform_tokens")
         capacity = cap.step_up(named.capacity, n, upload.pad_multiple, rb.capacity.decimals)
+    if unknown:
+        return bad, unknown
     left = next(steps)
     if left is not None:
         bad.append(f"{at}: {left.cell.path} is a validate run after the harness's validate "

@@ -212,6 +212,8 @@ def derive_model(upload: Upload, model: str) -> ModelTiming | None:
             bad.append(f"{out.cell.path}: timed at {named.capacity}, but {model}'s timing "
                        f"capacity is {tcap} (max of its select backends' selections "
                        f"{', '.join(f'{b} {c}' for b, c in sorted(chosen.items()))})")
+    if unknown:                      # a time cell the harness's code cannot derive: UNKNOWN
+        return ModelTiming({}, {}, {}, [], bad, unknown)
     extra = {arm: cells for arm, cells in cells.items() if arm not in arms}
     for arm in arms:
         used = {o.cell.path for o in outs[arm]}
@@ -267,11 +269,14 @@ def differs(column: str, written: str, derived: object) -> bool:
 
 
 def compare_table(table: Table | None, derived: dict[tuple, dict], key_of, what: str,
-                  bad: list[str], missing: list[str], skip: tuple[str, ...] = ()) -> None:
+                  bad: list[str], missing: list[str], skip: tuple[str, ...] = (),
+                  undecided: frozenset[str] = frozenset()) -> None:
     """Rows of a written table against the derived rows with the same key, column by column;
     a derived row with no written row is missing, a written row with no derived one is bad."""
     seen, excused = set(), set()
     for row in table.rows if table is not None else []:
+        if row.name("model") in undecided:
+            continue                                  # its cells are UNKNOWN: not compared
         if any(blanked(table, row, c) for c in ("model", "backend", "launch", "phase")):
             excused |= {k for k in derived if k[:2] == key_of(row)[:2]}
             continue                                  # unreadable key: the rule is UNKNOWN
@@ -343,15 +348,16 @@ def check_timing(table: Table, upload: Upload) -> Check:
     for _, m in models:
         bad += m.bad
         unknown += m.unknown
+    undecided = frozenset(norm(name) for name, m in models if m.unknown)
     if timing or tables[TIMING_TSV] is not None:
         compare_table(tables[TIMING_TSV], timing, timing_key, TIMING_TSV, bad, missing,
-                      skip=("campaign",))
+                      skip=("campaign",), undecided=undecided)
     if comparison or tables[COMPARISON_TSV] is not None:
         compare_table(tables[COMPARISON_TSV], comparison, comparison_key, COMPARISON_TSV,
-                      bad, missing)
+                      bad, missing, undecided=undecided)
     if tables[TIMING_LAUNCHES_TSV] is not None:          # older harnesses did not write it
         compare_table(tables[TIMING_LAUNCHES_TSV], launches, launch_key, TIMING_LAUNCHES_TSV,
-                      bad, missing, skip=("campaign",))
+                      bad, missing, skip=("campaign",), undecided=undecided)
     return verdict_of(bad, [], TIMING_NOT_REDERIVED, unknown)
 
 
@@ -366,8 +372,10 @@ def check_timing_complete(table: Table, upload: Upload) -> Check:
         return Check(TIMING_INCOMPLETE, "unknown", [f"timing not derivable ({exc})"])
     tables = timing_tables(upload)
     missing: list[str] = []
+    unknown: list[str] = []
     for _, m in models:
         missing += m.missing
+        unknown += m.unknown
     timing = {k: v for _, m in models for k, v in m.timing.items()}
     comparison = {k: v for _, m in models for k, v in m.comparison.items()}
     for name, derived, key_of in ((TIMING_TSV, timing, timing_key),
@@ -386,7 +394,7 @@ def check_timing_complete(table: Table, upload: Upload) -> Check:
                 row.name("model") not in {norm(m) for m in started}:
             missing.append(f"{where(selection, row)}: {row.get('model')} has timing_capacity "
                            f"{row.get('timing_capacity')} but no time cell or timing row")
-    return verdict_of(missing, [], TIMING_INCOMPLETE, [])
+    return verdict_of(missing, [], TIMING_INCOMPLETE, unknown)
 
 
 RULES: tuple[Rule, ...] = (
