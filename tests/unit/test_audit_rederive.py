@@ -370,9 +370,8 @@ def test_held_out_claim_whose_validate_cell_ran_the_measure_seed(lie, monkeypatc
 
 
 @pytest.mark.parametrize("column,value", [("validate_attempts", "2"), ("validate_seed", "1234"),
-                                          ("held_out", "false"), ("validated", "false"),
-                                          ("predicted_drop_risk", "0.0001"),
-                                          ("predicted_drop_risk_hi", "0.001")])
+                                          ("held_out", "false"),
+                                          ("predicted_drop_risk", "0.0001")])
 def test_validate_step_column_not_rederived(lie, monkeypatch, column, value):
     set_row(lie, SELECTION_TSV, {"model": "QWEN3_30B", "backend": "echo"}, **{column: value})
     (u,) = audit_target(lie).uploads
