@@ -383,3 +383,21 @@ def test_any_single_timing_figure_changed_is_not_valid(campaign, tmp_path_factor
     set_row(root, table, dict(rows[i]), **{column: text})
     u = audit(root)
     assert u.verdict != "VALID", (table, i, column, text)
+
+
+def test_publish_dry_run_refuses_a_timing_lie(lie, capsys, monkeypatch):
+    """publish --dry-run still refuses anything not VALID: a re-stated comparison verdict."""
+    import huggingface_hub
+
+    from harness.publish import cli_publish
+
+    class Offline:
+        def list_repo_files(self, *a, **k):
+            raise OSError("offline")
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", Offline)
+    set_row(lie, COMPARISON_TSV, {"model": QWEN, "backend": "ultraep", "phase": "dispatch"},
+            verdict="faster")
+    assert cli_publish(str(lie), "org/runs", dry_run=True) != 0
+    said = capsys.readouterr()
+    assert NOT_REDERIVED in said.out + said.err
