@@ -656,7 +656,8 @@ def selection_problems(table: Table, row: Row, upload: Upload) -> tuple[list[str
                    if decimal_of(v.get("capacity")) == decimal_of(rung)
                    and v.get("status") not in (Status.INFRA,)]
         if at_rung and any(v.get("status") == Status.DROPS for v in at_rung):
-            rung = cap.step_up(rung, req.uniform_tokens, upload.pad_multiple)
+            rung = cap.step_up(rung, req.uniform_tokens, upload.pad_multiple,
+                               rb.capacity.decimals)
             continue
         break
     if decimal_of(row.get("selected_capacity")) != decimal_of(rung):
