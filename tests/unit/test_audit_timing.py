@@ -266,6 +266,21 @@ def test_a_launch_removed(lie):
     assert any("launch 2 of 2" in w for w in u.why)
 
 
+def test_a_launch_missing_from_a_campaign_that_did_not_finish_is_unknown(lie):
+    """The same missing launch in a campaign whose last run stopped (campaign_stopped, not
+    campaign_done in events.jsonl): runs not made, not a lie: UNKNOWN."""
+    name = f"{DEEP}__moonep__time__cap1p167__a2"
+    drop_rows(lie, ATTEMPTS_TSV, cell_dir=f"cells/{name}")
+    drop_rows(lie, TIMING_LAUNCHES_TSV, cell_dir=f"cells/{name}")
+    shutil.rmtree(lie / "cells" / name)
+    events = (lie / "events.jsonl").read_text().replace('"ev": "campaign_done"',
+                                                        '"ev": "campaign_stopped"')
+    corpus.replace_file(lie / "events.jsonl", events.encode())
+    u = audit(lie)
+    assert INCOMPLETE in u.unknown            # (timing.tsv still aggregates the launch: a lie)
+    assert any("without campaign_done" in w for w in u.why)
+
+
 def test_time_cells_at_another_capacity_than_the_models_timing_capacity(lie, monkeypatch):
     """The selection (and so max(ECHO, UltraEP)) says 1.25 for QWEN3_30B; its time cells
     ran at 1.125. With timing-not-max and selection-not-rederived disabled, the timing

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from harness.audit.model import (
     NOT_APPLICABLE,
+    UNKNOWN,
     Cell,
     Check,
     Row,
@@ -104,6 +105,25 @@ def invalidated(upload: Upload) -> set[str]:
     except (OSError, ValueError, UnicodeDecodeError, AttributeError, TypeError):
         return gone
     return gone
+
+
+def campaign_finished(upload: Upload) -> bool | None:
+    """Whether the campaign's last run ended with `campaign_done` (events.jsonl), None when
+    the upload holds no event log: a campaign stopped mid-stage has missing runs, not lies."""
+    path = (upload.folder or Path(".")) / EVENTS_JSONL
+    if not path.is_file() or path.is_symlink():
+        return None
+    last = None
+    marks = (Event.RUN_START, Event.CAMPAIGN_DONE, Event.CAMPAIGN_STOPPED)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                if any(f'"{m}"' in line for m in marks):
+                    event = json.loads(line)
+                    last = event.get("ev") if event.get("ev") in marks else last
+    except (OSError, ValueError, UnicodeDecodeError, AttributeError):
+        return None
+    return last == Event.CAMPAIGN_DONE
 
 
 def time_cells(upload: Upload, model: str) -> dict[str, list[Cell]]:
@@ -394,6 +414,11 @@ def check_timing_complete(table: Table, upload: Upload) -> Check:
                 row.name("model") not in {norm(m) for m in started}:
             missing.append(f"{where(selection, row)}: {row.get('model')} has timing_capacity "
                            f"{row.get('timing_capacity')} but no time cell or timing row")
+    if missing and campaign_finished(upload) is False:
+        return Check(TIMING_INCOMPLETE, UNKNOWN, [
+            f"{missing[0]}; and {len(missing) - 1} more" if len(missing) > 1 else missing[0],
+            f"{EVENTS_JSONL}: the campaign's last run ended without campaign_done (stopped "
+            f"before its time stage ended?)"])
     return verdict_of(missing, [], TIMING_INCOMPLETE, unknown)
 
 
