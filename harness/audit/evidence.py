@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from harness.audit.vocab import (
     CELL_IDENTITY,
     EARLIER_NOT_REDERIVED,
+    HELD_OUT_NOT_REDERIVED,
     INCOMPLETE,
     INCONSISTENT,
     MISSING_CELL,
@@ -29,11 +30,19 @@ from harness.audit.vocab import (
     RUNBOOK_ALTERED,
     SELECTION_NOT_REDERIVED,
     TIMING_CELL,
+    TIMING_INCOMPLETE,
     TIMING_NOT_MAX,
+    TIMING_NOT_REDERIVED,
     UNVALIDATED,
     VALIDATED_SATURATED,
 )
-from harness.results.layout import ATTEMPTS_TSV, COMPARISON_TSV, SELECTION_TSV, TIMING_TSV
+from harness.results.layout import (
+    ATTEMPTS_TSV,
+    COMPARISON_TSV,
+    SELECTION_TSV,
+    TIMING_LAUNCHES_TSV,
+    TIMING_TSV,
+)
 
 CELL_JSON_KEYS = "cell.json"
 PROVENANCE_KEYS = "provenance.txt"
@@ -59,14 +68,25 @@ def _e(kind: str, source: str, code: str = "") -> Evidence:
 
 SUMMARY = "telemetry.summary.summarize over the cell's rank*.log (backend's expected shape)"
 JUDGE = "taxonomy.judge.judge_run(cell.json launcher.exit_code/state, logs, backend patterns)"
+TIMED = ("rules.timing: the model's time cells walked in the runbook's rotated schedule "
+         "(timing.verdicts.arms/schedule, infra retries and bug re-runs as the driver "
+         "replays them)")
+AGG = TIMED + "; timing.verdicts.aggregate of the launches' [EPCAP_TIMING] objects"
+COMPARE = (TIMED + "; timing.verdicts.comparison_rows (the paired bootstrap, timing.stats "
+           "with its fixed SEED) over each launch's per-trial medians")
+WALK = ("rules.heldout: the pair's validate cells walked as validate_step makes its "
+        "requests (step_up after drops, stop at the first accepted or at "
+        "max_validate_steps; infra retries and bug re-runs as the driver replays them)")
+RISK = (WALK + "; grid.heldout.risk_columns (grid.risk.fit_risk, its fixed seed) over "
+        "telemetry.steps.step_peaks of the last measure and the last validate")
 NAME = "the cell's directory name (results.layout.parse_cell_name), cell.json cell.*, argv"
 
 EVIDENCE: dict[str, dict[str, Evidence]] = {
     ATTEMPTS_TSV: {
         "campaign": _e(IDENTITY, "runbook as run: campaign; cell.json cell.campaign",
                        CELL_IDENTITY),
-        "model": _e(IDENTITY, NAME + "; a runbook model as SPEC 6 compares names", CELL_IDENTITY),
-        "backend": _e(IDENTITY, NAME + "; a runbook backend as SPEC 6 compares names", CELL_IDENTITY),
+        "model": _e(IDENTITY, NAME + "; a runbook model as docs/spec.md#audit-rules compares names", CELL_IDENTITY),
+        "backend": _e(IDENTITY, NAME + "; a runbook backend as docs/spec.md#audit-rules compares names", CELL_IDENTITY),
         "purpose": _e(IDENTITY, NAME, CELL_IDENTITY),
         "attempt": _e(IDENTITY, NAME, CELL_IDENTITY),
         "capacity": _e(IDENTITY, NAME + " (--capacity)", CELL_IDENTITY),
@@ -97,8 +117,8 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
     },
     SELECTION_TSV: {
         "campaign": _e(CONTEXT, "the campaign name; rows are matched by model/backend"),
-        "model": _e(IDENTITY, "a runbook model as SPEC 6 compares names", CELL_IDENTITY),
-        "backend": _e(IDENTITY, "a runbook backend as SPEC 6 compares names", CELL_IDENTITY),
+        "model": _e(IDENTITY, "a runbook model as docs/spec.md#audit-rules compares names", CELL_IDENTITY),
+        "backend": _e(IDENTITY, "a runbook backend as docs/spec.md#audit-rules compares names", CELL_IDENTITY),
         "required_capacity": _e(CHECKED, "peak / N of the row (cells.requirement_problem)",
                                 INCONSISTENT),
         "peak_actual_valid_recv": _e(REDERIVED, "grid.selection.requirement(summary of the "
@@ -116,55 +136,76 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
                              SELECTION_NOT_REDERIVED),
         "validated": _e(CHECKED, "an ok validate at the selected capacity",
                         VALIDATED_SATURATED),
-        "validate_attempts": _e(NOT_YET, "count of validate rows; not re-derived"),
+        "validate_attempts": _e(REDERIVED, WALK + ": how many validate requests it made",
+                                HELD_OUT_NOT_REDERIVED),
         "timing_capacity": _e(CHECKED, "grid.selection.timing_capacity of the pair's "
                               "selections", TIMING_NOT_MAX),
-        "validate_seed": _e(NOT_YET, "runbook validate seed (grid.heldout); not re-derived"),
+        "validate_seed": _e(REDERIVED, "harness.vocab.run_seed(runbook as run, validate); "
+                            "each validate cell's argv --seed is the backend's own command's",
+                            HELD_OUT_NOT_REDERIVED),
         "validate_steps": _e(REDERIVED, SUMMARY + ": iterations of the accepted validate",
                              SELECTION_NOT_REDERIVED),
         "validate_peak": _e(CHECKED, "the accepted validate's peak", INCONSISTENT),
         "headroom": _e(CHECKED, "selected budget / validate_peak", INCONSISTENT),
         "drop_risk_95": _e(REDERIVED, "grid.risk.drop_risk_95(validate_steps)",
                            SELECTION_NOT_REDERIVED),
-        "predicted_drop_risk": _e(NOT_YET, "grid.risk.fit_risk of routing traces; not "
-                                  "re-derived"),
-        "predicted_drop_risk_hi": _e(NOT_YET, "grid.risk.fit_risk; not re-derived"),
-        "held_out": _e(NOT_YET, "validate seed != measure seed; stated as a note"),
+        "predicted_drop_risk": _e(REDERIVED, RISK, HELD_OUT_NOT_REDERIVED),
+        "predicted_drop_risk_hi": _e(REDERIVED, RISK, HELD_OUT_NOT_REDERIVED),
+        "held_out": _e(REDERIVED, "the runbook as run: validate.held_out and no routing "
+                       "trace (campaign.decisions.held_out_routing); false is stated as a note",
+                       HELD_OUT_NOT_REDERIVED),
     },
     TIMING_TSV: {
         "campaign": _e(CONTEXT, "the campaign name"),
-        "model": _e(IDENTITY, "a runbook model as SPEC 6 compares names; the time cell's name",
+        "model": _e(IDENTITY, "a runbook model as docs/spec.md#audit-rules compares names; the time cell's name",
                     CELL_IDENTITY),
-        "backend": _e(IDENTITY, "a runbook backend as SPEC 6 compares names; the time cell's name",
+        "backend": _e(IDENTITY, "a runbook backend as docs/spec.md#audit-rules compares names; the time cell's name",
                       CELL_IDENTITY),
         "timing_capacity": _e(IDENTITY, "the time cell's capacity; one per model",
                               MIXED_TIMING),
-        "budget_tokens": _e(NOT_YET, "int(timing_capacity x N); not re-derived"),
-        "status": _e(NOT_YET, "the launches' statuses; not re-derived"),
-        "trials": _e(NOT_YET, "runbook timing.trials; not re-derived"),
-        "iters": _e(NOT_YET, "runbook timing.iters; not re-derived"),
-        "dispatch_ms_median": _e(NOT_YET, "timing.verdicts over [EPCAP_TIMING]; not "
-                                 "re-derived"),
-        "dispatch_ms_p90": _e(NOT_YET, "timing.verdicts; not re-derived"),
-        "combine_ms_median": _e(NOT_YET, "timing.verdicts; not re-derived"),
-        "combine_ms_p90": _e(NOT_YET, "timing.verdicts; not re-derived"),
-        "step_cv": _e(NOT_YET, "timing.verdicts; not re-derived"),
-        "noise_floor_pct": _e(NOT_YET, "timing.verdicts; not re-derived"),
-        "algbw_gbps": _e(NOT_YET, "timing line; not re-derived"),
-        "peak_mem_bytes": _e(NOT_YET, "timing line; not re-derived"),
+        "budget_tokens": _e(REDERIVED, TIMED + ": grid.capacity.budget_tokens(timing "
+                            "capacity, N)", TIMING_NOT_REDERIVED),
+        "status": _e(REDERIVED, TIMED + ": the first launch status that is not ok "
+                     "(judge_run per launch)", TIMING_NOT_REDERIVED),
+        "trials": _e(REDERIVED, AGG, TIMING_NOT_REDERIVED),
+        "iters": _e(REDERIVED, AGG, TIMING_NOT_REDERIVED),
+        "dispatch_ms_median": _e(REDERIVED, AGG, TIMING_NOT_REDERIVED),
+        "dispatch_ms_p90": _e(REDERIVED, AGG, TIMING_NOT_REDERIVED),
+        "combine_ms_median": _e(REDERIVED, AGG, TIMING_NOT_REDERIVED),
+        "combine_ms_p90": _e(REDERIVED, AGG, TIMING_NOT_REDERIVED),
+        "step_cv": _e(REDERIVED, AGG, TIMING_NOT_REDERIVED),
+        "noise_floor_pct": _e(REDERIVED, AGG, TIMING_NOT_REDERIVED),
+        "algbw_gbps": _e(REDERIVED, AGG, TIMING_NOT_REDERIVED),
+        "peak_mem_bytes": _e(REDERIVED, AGG, TIMING_NOT_REDERIVED),
         "cell_dir": _e(IDENTITY, "a time cell of the row's model/backend at its capacity",
                        TIMING_CELL),
-        "launches": _e(NOT_YET, "count of time cells; not re-derived"),
-        "dispatch_ms_p10": _e(NOT_YET, "timing.verdicts; not re-derived"),
-        "combine_ms_p10": _e(NOT_YET, "timing.verdicts; not re-derived"),
-        "timer": _e(NOT_YET, "timing line; not re-derived"),
-        "backend_impl": _e(NOT_YET, "timing line; not re-derived"),
+        "launches": _e(REDERIVED, AGG + "; every launch the runbook's timing.launches asks "
+                       "for has its cell", TIMING_NOT_REDERIVED),
+        "dispatch_ms_p10": _e(REDERIVED, AGG, TIMING_NOT_REDERIVED),
+        "combine_ms_p10": _e(REDERIVED, AGG, TIMING_NOT_REDERIVED),
+        "timer": _e(REDERIVED, AGG, TIMING_NOT_REDERIVED),
+        "backend_impl": _e(REDERIVED, AGG, TIMING_NOT_REDERIVED),
     },
-    COMPARISON_TSV: {column: _e(NOT_YET, "timing.stats paired bootstrap over the launches' "
-                                "medians; comparison.tsv is not yet read by the audit")
-                     for column in ("campaign", "model", "backend", "baseline", "phase",
-                                    "launches", "ratio_median", "ci_low", "ci_high",
-                                    "cv_backend", "cv_baseline", "verdict", "reason")},
+    COMPARISON_TSV: {
+        **{column: _e(REDERIVED, COMPARE + ": the row's key; one row per (model, arm other "
+                      "than the baseline, phase), the A/A control arm included",
+                      TIMING_NOT_REDERIVED)
+           for column in ("model", "backend", "baseline", "phase")},
+        "campaign": _e(REDERIVED, COMPARE + ": the runbook's campaign", TIMING_NOT_REDERIVED),
+        **{column: _e(REDERIVED, COMPARE, TIMING_NOT_REDERIVED)
+           for column in ("launches", "ratio_median", "ci_low", "ci_high", "cv_backend",
+                          "cv_baseline", "verdict", "reason")},
+    },
+    TIMING_LAUNCHES_TSV: {
+        "campaign": _e(CONTEXT, "the campaign name"),
+        **{column: _e(REDERIVED, "the row's key: a time cell of the model/arm (attempt order, "
+                      "invalidated cells left out) whose run measured timing",
+                      TIMING_NOT_REDERIVED)
+           for column in ("model", "backend", "launch", "phase")},
+        **{column: _e(REDERIVED, "that launch's [EPCAP_TIMING] object (Backend.parse_timing "
+                      "over its logs)", TIMING_NOT_REDERIVED)
+           for column in ("median_ms", "p10_ms", "p90_ms", "trials", "cell_dir")},
+    },
     CELL_JSON_KEYS: {
         "name": _e(IDENTITY, "the directory name", CELL_IDENTITY),
         "cell": _e(IDENTITY, "campaign/model/backend/purpose/capacity/attempt of the name",
@@ -191,15 +232,18 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
                         INCOMPLETE),
         "validate at selection": _e(CHECKED, "a validate attempt at the selected capacity",
                                     UNVALIDATED),
-        "(SPEC 5 keys present)": _e(CHECKED, "a harness-written provenance.txt carries every "
-                                    "SPEC section 5 key, once", PROVENANCE_INCOMPLETE),
-        "(SPEC 5 values)": _e(CONTEXT, "command_line, utc_start, hostnames, gpu.*, torch, "
+        "(provenance keys present)": _e(CHECKED, "a harness-written provenance.txt carries every "
+                                    "docs/spec.md#provenance key, once", PROVENANCE_INCOMPLETE),
+        "(provenance values)": _e(CONTEXT, "command_line, utc_start, hostnames, gpu.*, torch, "
                               "cuda, nccl, nvshmem, python, harness.*: facts of the machine "
                               "and the invocation, recorded once; nothing in an upload "
                               "re-derives them"),
         "events.jsonl cell_finish": _e(CHECKED, "results.events.read_events: every cell the "
                                        "run recorded as finished (canaries too) is in the "
                                        "upload", MISSING_CELL),
+        "timed arms and launches": _e(CHECKED, "a time cell and rows for every arm (the A/A "
+                                      "control included) and launch the runbook as run asks "
+                                      "for (timing.verdicts.arms/schedule)", TIMING_INCOMPLETE),
     },
 }
 

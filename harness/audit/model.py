@@ -49,6 +49,7 @@ class Table:
     rows: list[Row] = field(default_factory=list)
     malformed: list[str] = field(default_factory=list)   # "file:line: why"
     unreadable: str | None = None
+    blanked: dict[tuple[int, str], str] | None = None   # (line, column) -> why unreadable
 
 
 @dataclass
@@ -102,6 +103,7 @@ class Upload:
     runbook_problem: str | None = None                   # why it could not be loaded
     derived: dict = field(default_factory=dict)          # cell path -> what the harness derives
     pending_logs: dict = field(default_factory=dict)     # cell path -> its logs, to be read
+    abandoned: set[str] | None = None                    # cells a resumed campaign abandoned
 
     def cell_for(self, row: Row) -> Cell | None:
         """The cell a row names: by its path in the upload, else by a unique directory name."""
@@ -195,6 +197,20 @@ def budget_of(capacity: str, n: int) -> int | None:
         return int(float(value) * n)
     except (OverflowError, ValueError):
         return None
+
+
+def unreadable(table: Table, row: Row, column: str, kind: str) -> str:
+    """The one message for a value the audit cannot read: file, line and field (UNKNOWN)."""
+    return f"{where(table, row)}: field {column} {row.get(column)!r} unreadable (not {kind})"
+
+
+def readable(value: str, kind: str) -> bool:
+    """A written value of a row field's type (its annotation): an int as digits, a number,
+    true/false; any text for a text field; an empty cell is not stated, not unreadable."""
+    return (not value or ("bool" in kind and norm(value) in ("true", "false"))
+            or ("int" in kind and int_of(value) is not None)
+            or ("float" in kind and decimal_of(value) is not None)
+            or not any(k in kind for k in ("bool", "int", "float")))
 
 
 def where(table: Table, row: Row) -> str:

@@ -6,7 +6,13 @@ from __future__ import annotations
 import re
 
 from harness.audit.model import Row, cell_name
-from harness.results.layout import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
+from harness.results.layout import (
+    ATTEMPTS_TSV,
+    COMPARISON_TSV,
+    SELECTION_TSV,
+    TIMING_LAUNCHES_TSV,
+    TIMING_TSV,
+)
 from harness.vocab import Purpose, Status
 
 NATURAL = "natural-selection"
@@ -30,15 +36,19 @@ NOT_REDERIVED = "not-rederived"
 INCOMPLETE = "incomplete-telemetry"
 SELECTION_NOT_REDERIVED = "selection-not-rederived"
 EARLIER_NOT_REDERIVED = "earlier-not-rederived"
+TIMING_NOT_REDERIVED = "timing-not-rederived"
+TIMING_INCOMPLETE = "timing-incomplete"
+HELD_OUT_NOT_REDERIVED = "held-out-not-rederived"
 PREDATES = "predates-fix"            # emitted as predates-fix:<id>
 REASON_CODES = (NATURAL, NO_MEASURE_VALIDATE, FABRICATED, UNEXECUTABLE, MIXED_TIMING,
                 VALIDATED_SATURATED, INCONSISTENT, BELOW_PEAK, TIMING_NOT_MAX, UNVALIDATED,
                 MISSING_CELL, PREDATES + ":<id>", MISSING_PROVENANCE, NOTHING_TO_JUDGE,
                 RUNBOOK_ALTERED, CELL_IDENTITY, NOT_REDERIVED, INCOMPLETE,
                 SELECTION_NOT_REDERIVED, PROVENANCE_INCOMPLETE, TIMING_CELL,
+                TIMING_INCOMPLETE, TIMING_NOT_REDERIVED, HELD_OUT_NOT_REDERIVED,
                 EARLIER_NOT_REDERIVED)
 
-TABLES = (ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV)
+TABLES = (ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV, COMPARISON_TSV, TIMING_LAUNCHES_TSV)
 UPLOAD_MARKERS = (ATTEMPTS_TSV, SELECTION_TSV)
 VERDICTS = ("VALID", "INVALID", "UNKNOWN")
 

@@ -252,7 +252,7 @@ def provenance_kind(key: str) -> str:
     """The evidence map's kind of a provenance key (its value; presence is checked apart)."""
     entries = EVIDENCE[PROVENANCE_TXT_KEYS]
     entry = entries.get("repo.<name>" if key.startswith("repo.") else key)
-    return entry.kind if entry is not None else entries["(SPEC 5 values)"].kind
+    return entry.kind if entry is not None else entries["(provenance values)"].kind
 
 
 def mutate_runbook(rng: random.Random, root: Path) -> Mutation:

@@ -432,3 +432,140 @@ def test_validate_peak_no_validate_run_saw(lie):
     assert reasons(lie) == ("INVALID", ["inconsistent-requirement"])
     assert "validate_peak 4800 but its validate run's peak is 4936" in " ".join(
         only(audit_target(lie)).why)
+
+
+# ------------------------------------------------------------ issue 23: every named lie
+
+REDERIVE, TIMING = "test_audit_rederive.py", "test_audit_timing.py"
+# Each lie the issue names, planted by hand, and the test(s) that plant it (the harness
+# campaign's lies are slow: they run on a real `epcap run` campaign).
+NAMED_LIES: dict[str, tuple[tuple[str, str], ...]] = {
+    "a row naming another model's cell": ((REDERIVE, "test_row_naming_another_models_cell"),),
+    "one cell backing two models' rows": ((REDERIVE, "test_one_cell_backing_two_models_rows"),
+                                          (REDERIVE, "test_one_cell_backing_two_rows")),
+    "a phantom model in no runbook": ((REDERIVE, "test_phantom_model"),),
+    "a model name with an invisible character":
+        ((REDERIVE, "test_model_name_with_an_invisible_character"),),
+    "a validate whose telemetry lacks iterations":
+        ((REDERIVE, "test_validate_lacking_an_iteration"),),
+    "a validate whose telemetry lacks a rank": ((REDERIVE, "test_validate_lacking_a_rank"),),
+    "a validate with malformed rows": ((REDERIVE, "test_validate_with_a_malformed_row"),),
+    "cell.json says crash, ok recorded": ((REDERIVE, "test_cell_json_says_crash_row_says_ok"),),
+    "cell.json says assert, ok recorded": ((REDERIVE, "test_cell_json_says_assert_row_says_ok"),),
+    "a does_not_fit whose log shows an assertion":
+        ((REDERIVE, "test_does_not_fit_whose_log_shows_an_assertion"),),
+    "a does_not_fit with no out-of-memory at all":
+        ((REDERIVE, "test_does_not_fit_without_an_out_of_memory_in_its_log"),),
+    "a finished crash attempt with no row": ((REDERIVE, "test_finished_crash_attempt_with_no_row"),
+                                             (REDERIVE, "test_finished_attempt_with_no_row")),
+    "a dropping validate hidden behind a later passing one":
+        ((REDERIVE, "test_dropping_validate_hidden_behind_a_later_pass"),),
+    "over_provision, measured_at_capacity, the drop risk columns, validate_steps":
+        ((REDERIVE, "test_selection_column_not_rederived"),
+         (REDERIVE, "test_validate_step_column_not_rederived"),
+         ("test_audit_lies.py", "test_drop_risk_that_is_not_the_rule_of_three")),
+    "a held-out claim whose validate cell ran the measure seed":
+        ((REDERIVE, "test_held_out_claim_whose_validate_cell_ran_the_measure_seed"),),
+    "the selection not the lowest zero-drop rung of the grid":
+        ((REDERIVE, "test_selection_column_not_rederived"),),
+    "a requirement taken from a saturated lower-bound measure":
+        ((REDERIVE, "test_requirement_from_a_saturated_lower_bound_measure"),),
+    "comparison.tsv not read at all": ((TIMING, "test_comparison_value_not_rederived"),
+                                       (TIMING, "test_comparison_deleted_or_a_row_removed")),
+    "timing.tsv medians": ((TIMING, "test_timing_tsv_value_not_rederived"),),
+    "timing.tsv launch counts": ((TIMING, "test_timing_tsv_value_not_rederived"),
+                                 (TIMING, "test_a_launch_removed")),
+    "the A/A control arm": ((TIMING, "test_control_arm_verdict_made_indistinguishable"),
+                            (TIMING, "test_control_arm_deleted")),
+    "a timed backend removed for one model": ((TIMING, "test_a_timed_backend_removed_for_one_model"),),
+    "backend_impl": ((TIMING, "test_timing_tsv_value_not_rederived"),
+                     (REDERIVE, "test_attempt_column_not_rederived")),
+    "timing rows whose cells ran at another capacity":
+        ((REDERIVE, "test_timing_row_whose_cell_ran_at_another_capacity"),
+         (TIMING, "test_time_cells_at_another_capacity_than_the_models_timing_capacity")),
+    "a runbook.yaml edited after the run": ((REDERIVE, "test_runbook_edited_after_the_run"),),
+    "a cell spliced from another run": ((REDERIVE, "test_cell_spliced_from_another_run"),),
+    "provenance stripped to one line": ((REDERIVE, "test_provenance_stripped_to_one_line"),),
+    "a scripts repository absent from provenance, spelt differently, or named twice":
+        ((REDERIVE, "test_runbook_repository_absent_respelt_or_twice"),),
+    "telemetry tags in the upload's runbook pointing at decoy rows":
+        ((REDERIVE, "test_decoy_telemetry_tags_in_the_runbook"),),
+    "numbers the audit cannot read skipped here and INVALID there":
+        (("test_audit_lies.py", "test_unreadable_numbers_are_unknown_everywhere"),),
+    "the upload's YAML read without the bounded reader":
+        ((REDERIVE, "test_runbook_read_only_through_the_bounded_reader"),),
+}
+
+
+def test_every_named_lie_has_its_planted_test():
+    """Issue 23's list, one entry per lie: each names tests that exist (a test renamed or
+    removed fails here)."""
+    import ast
+    here = Path(__file__).resolve().parent
+    defined = {}
+    for name in {f for tests in NAMED_LIES.values() for f, _ in tests}:
+        tree = ast.parse((here / name).read_text(encoding="utf-8"))
+        defined[name] = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    absent = [f"{lie}: {f}::{t}" for lie, tests in NAMED_LIES.items() for f, t in tests
+              if t not in defined[f]]
+    assert absent == []
+
+
+# ------------------------------------------------------------ one treatment of unreadable numbers
+
+def typed_evidence() -> list[tuple[str, str, str]]:
+    """(table, column, kind) of every evidence column the harness writes as a number or a
+    boolean (harness/results/rows.py field types) that the corpus's tables state."""
+    from dataclasses import fields
+
+    from harness.audit.evidence import evidence_columns
+    from harness.audit.rules.apply import ROW_TYPES
+    out = []
+    for table, rows in zip((ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV), corpus.all_rows(),
+                           strict=True):
+        kinds = {f.name: str(f.type) for f in fields(ROW_TYPES[table])}
+        out += [(table, c, kinds[c]) for c in evidence_columns(table)
+                if any(k in kinds.get(c, "") for k in ("int", "float", "bool"))
+                and any(str(r.get(c, "")) for r in rows)]
+    return out
+
+
+def plant_unreadable(root: Path, table: str, column: str) -> int:
+    """'n/a' in the first row that states the column; returns that row's line."""
+    rows = corpus.read_rows(root / table)
+    index = next(i for i, r in enumerate(rows) if r.get(column))
+    counter = iter(range(len(rows)))
+
+    def change(row: dict) -> dict:
+        if next(counter) == index:
+            row[column] = "n/a"
+        return row
+    corpus.edit(root, table, change)
+    return index + 2
+
+
+@pytest.mark.parametrize("table,column,kind", typed_evidence())
+def test_unreadable_numbers_are_unknown_everywhere(lie, table, column, kind):
+    """A value the audit cannot read is UNKNOWN with file, line and field, whichever rule
+    reads it (rules.apply.blank_unreadable): never skipped by one rule and INVALID by
+    another."""
+    line = plant_unreadable(lie, table, column)
+    u = only(audit_target(lie))
+    assert u.verdict == "UNKNOWN", u.why
+    assert any(f"{table}:{line}: field {column} 'n/a' unreadable" in w for w in u.why)
+
+
+def test_unreadable_numbers_without_the_one_treatment(valid, tmp_path, monkeypatch):
+    """Seen failing: without rules.apply.blank_unreadable the same plant is passed over
+    (VALID) in one column and INVALID in another, and no message names the field."""
+    from harness.audit.rules import apply
+    monkeypatch.setattr(apply, "blank_unreadable", lambda upload: None)
+    got = {}
+    for table, column in ((SELECTION_TSV, "selected_budget_tokens"),
+                          (ATTEMPTS_TSV, "peak_actual_valid_recv")):
+        root = corpus.copy(valid, tmp_path / column)
+        plant_unreadable(root, table, column)
+        u = only(audit_target(root))
+        assert not any("unreadable" in w for w in u.why)
+        got[column] = u.verdict
+    assert got == {"selected_budget_tokens": "VALID", "peak_actual_valid_recv": "INVALID"}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -290,3 +291,192 @@ def test_publish_dry_run_refuses_a_new_lie(lie, capsys, monkeypatch):
     assert cli_publish(str(lie), "org/runs", dry_run=True) != 0
     said = capsys.readouterr()
     assert "runbook-altered" in said.out + said.err
+
+
+# ------------------------------------------------------------ the validate step, held out
+
+def without_codes(monkeypatch, *codes: str) -> None:
+    """The audit with these rules disabled: how a check is seen failing on its lie."""
+    from harness.audit import engine
+    monkeypatch.setattr(engine, "RULES", tuple(r for r in engine.RULES if r.code not in codes))
+
+
+def caught_by(root: Path, monkeypatch, *codes: str) -> None:
+    """Each code is among the reasons, and the upload is VALID with all of them disabled."""
+    (u,) = audit_target(root).uploads
+    assert u.verdict == "INVALID" and set(codes) <= set(u.reasons), u.why
+    with monkeypatch.context() as m:
+        without_codes(m, *codes)
+        (again,) = audit_target(root).uploads
+        assert (again.verdict, again.why) == ("VALID", []), again.why
+
+
+def restate(root: Path, key: str) -> None:
+    """The careful forger: re-state a cell's attempts row, cell.json status and summary from
+    the harness's own derivation of its (edited) logs."""
+    from fractions import Fraction
+
+    from harness.audit.load import load_upload
+    from harness.audit.rules.rederive import SUMMARY_KEYS, derive
+    from harness.results.tables import cell_text
+    upload = load_upload(root.parent, root, 128)
+    got = derive(upload, upload.cells[key])
+
+    def text(v):
+        return cell_text(float(v) if isinstance(v, Fraction) else v)
+    set_row(root, ATTEMPTS_TSV, {"cell_dir": key},
+            **{c: text(v) for c, v in got.columns.items() if c != "campaign"})
+
+    def change(d):
+        d["status"] = got.columns["status"]
+        d["summary"].update({k: getattr(got.summary, k) for k in SUMMARY_KEYS})
+    json_edit(root / key / "cell.json", change)
+
+
+def clip_first_dispatch_row(text: str) -> str:
+    """One dispatch row clipped at its budget: the buffer was full (a drop)."""
+    lines = text.splitlines()
+    at = next(i for i, x in enumerate(lines) if "[dispatch]" in x)
+    budget = lines[at].rsplit("budget=", 1)[1].split()[0]
+    head, _, tail = lines[at].partition("actual_valid_recv=")
+    lines[at] = head + f"actual_valid_recv={budget} " + tail.split(" ", 1)[1]
+    return "\n".join(lines) + "\n"
+
+
+def test_dropping_validate_hidden_behind_a_later_pass(lie, monkeypatch):
+    """QWEN3_30B echo's validate at 1.125 dropped (a1, its row and cell.json re-stated from
+    its logs); a later passing validate at the same 1.125 (a2) is the one accepted. The
+    harness steps up after drops: the selection must be 1.25, and a2 cannot have run."""
+    a2 = QV.replace("__a1", "__a2")
+    shutil.copytree(lie / QV, lie / a2)
+    json_edit(lie / a2 / "cell.json", lambda d: (d.update(name=Path(a2).name),
+                                                 d["cell"].update(attempt=2)))
+    row = next(r for r in corpus.read_rows(lie / ATTEMPTS_TSV) if r["cell_dir"] == QV)
+    corpus.append(lie, ATTEMPTS_TSV, {**row, "attempt": "2", "cell_dir": a2})
+    log_edit(lie / QV, clip_first_dispatch_row)
+    restate(lie, QV)
+    set_row(lie, SELECTION_TSV, {"model": "QWEN3_30B", "backend": "echo"},
+            validate_attempts="2")
+    caught_by(lie, monkeypatch, "selection-not-rederived", "held-out-not-rederived")
+
+
+def test_held_out_claim_whose_validate_cell_ran_the_measure_seed(lie, monkeypatch):
+    """The validate cell's argv says it ran --seed 1234, the measure seed; the runbook gives
+    validate runs 1235 and the selection claims held_out=true."""
+    def measure_seed(d):
+        d["argv"][d["argv"].index("--seed") + 1] = "1234"
+    json_edit(lie / QV / "cell.json", measure_seed)
+    caught_by(lie, monkeypatch, "held-out-not-rederived")
+
+
+@pytest.mark.parametrize("column,value", [("validate_attempts", "2"), ("validate_seed", "1234"),
+                                          ("held_out", "false"),
+                                          ("predicted_drop_risk", "0.0001")])
+def test_validate_step_column_not_rederived(lie, monkeypatch, column, value):
+    set_row(lie, SELECTION_TSV, {"model": "QWEN3_30B", "backend": "echo"}, **{column: value})
+    (u,) = audit_target(lie).uploads
+    assert u.verdict == "INVALID" and "held-out-not-rederived" in u.reasons, u.why
+
+
+# ------------------------------------------------------------ the rest of the named lies
+
+def test_validate_lacking_a_rank(lie, monkeypatch):
+    """Every telemetry row of rank 1 removed from the validate's log (rows and cell.json
+    summary re-stated from the edited log by the harness's own code)."""
+    log_edit(lie / QV, lambda t: "\n".join(
+        x for x in t.splitlines() if "[dispatch]" not in x or " rank=1 " not in x) + "\n")
+    restate(lie, QV)
+    caught_by(lie, monkeypatch, "incomplete-telemetry", "held-out-not-rederived",
+              "inconsistent-requirement")
+
+
+def test_cell_json_says_assert_row_says_ok(lie):
+    def assertion(d):
+        d["status"] = "assert"
+        d["launcher"]["exit_code"] = 1
+    json_edit(lie / QV / "cell.json", assertion)
+    v, codes = verdict(lie)
+    assert v == "INVALID" and "not-rederived" in codes
+
+
+def test_finished_crash_attempt_with_no_row(lie, monkeypatch):
+    """A crashed second measure of QWEN3_30B echo (exit 1, cell.json says crash) whose row
+    was deleted: every finished cell has its row."""
+    a2 = QM.replace("__a1", "__a2")
+    shutil.copytree(lie / QM, lie / a2)
+
+    def crashed(d):
+        d.update(name=Path(a2).name, status="crash")
+        d["cell"].update(attempt=2)
+        d["launcher"].update(exit_code=1)
+    json_edit(lie / a2 / "cell.json", crashed)
+    log_edit(lie / a2, lambda t: "\n".join(t.splitlines()[: len(t.splitlines()) // 2]) + "\n")
+    restate(lie, a2)
+    (u,) = audit_target(lie).uploads
+    assert u.verdict == "INVALID" and "cell-identity" in u.reasons
+    assert any("a finished attempt" in w and a2 in w for w in u.why)
+
+
+def test_one_cell_backing_two_models_rows(lie):
+    """DEEPSEEK_V2_LITE's measure row names QWEN3_30B's measure cell."""
+    set_row(lie, ATTEMPTS_TSV, {"cell_dir": DM}, cell_dir=QM)
+    v, codes = verdict(lie)
+    assert v == "INVALID" and "cell-identity" in codes
+
+
+def test_runbook_read_only_through_the_bounded_reader(lie):
+    """A billion-laughs runbook.yaml: the bounded YAML reader refuses it (no expansion, no
+    hang), and the edit itself is a runbook-altered."""
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{n}: &{n} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+        for p, n in zip("abcdefgh", "bcdefghi", strict=True))
+    corpus.replace_file(lie / "runbook.yaml", bomb.encode())
+    (u,) = audit_target(lie).uploads
+    assert u.verdict == "INVALID" and "runbook-altered" in u.reasons
+
+
+# ------------------------------------------------------------ a real step-up
+
+STEPUP = corpus.REPO / "tests" / "fixtures" / "runbooks" / "stepup.yaml"
+DROPPED = "cells/QWEN3_30B__echo__validate__cap1p0938__a1"
+
+
+@pytest.fixture(scope="module")
+def stepup(tmp_path_factory) -> Path:
+    """stepup.yaml run once per session with --until validate: a validate that drops and
+    the step-up that passes (also a campaign stopped before its time stage)."""
+    import subprocess
+    import sys
+    results = tmp_path_factory.getbasetemp() / "stepup-campaign"
+    if not (results / ".complete").exists():
+        if results.exists():
+            shutil.rmtree(results)
+        run = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(STEPUP),
+                              "--results", str(results), "--until", "validate"],
+                             cwd=corpus.REPO, capture_output=True, text=True, timeout=600,
+                             check=False)
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+        (results / ".complete").touch()
+    (root,) = [p.parent for p in results.rglob(ATTEMPTS_TSV)]
+    return root
+
+
+def test_a_step_up_stays_valid(stepup):
+    rows = [r for r in corpus.read_rows(stepup / ATTEMPTS_TSV) if r["purpose"] == "validate"]
+    assert [(r["capacity"], r["status"]) for r in rows] == [("1.0938", "drops"),
+                                                            ("1.1094", "ok")]
+    (sel,) = corpus.read_rows(stepup / SELECTION_TSV)
+    assert (sel["selected_capacity"], sel["validate_attempts"]) == ("1.1094", "2")
+    (u,) = audit_target(stepup).uploads
+    assert (u.verdict, u.why) == ("VALID", [])
+
+
+def test_a_selection_that_ignores_its_dropping_validate(stepup, tmp_path):
+    """The selection re-stated at the lower rung 1.0938 whose validate dropped (the cells
+    kept): the lowest zero-drop rung given all validate attempts is 1.1094."""
+    lie = corpus.link_copy(stepup, tmp_path / "lie")
+    set_row(lie, SELECTION_TSV, {"model": "QWEN3_30B"}, selected_capacity="1.0938",
+            selected_budget_tokens="8960", validate_attempts="1")
+    (u,) = audit_target(lie).uploads
+    assert u.verdict == "INVALID", u.why
+    assert {"selection-not-rederived", "held-out-not-rederived"} <= set(u.reasons)

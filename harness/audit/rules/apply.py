@@ -3,29 +3,82 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 from harness.audit.model import (
     FAIL,
     NOT_APPLICABLE,
     PASS,
     UNKNOWN,
     Check,
+    Row,
     Rule,
+    Table,
     Upload,
     first,
+    readable,
+    unreadable,
     verdict_of,
 )
 from harness.audit.vocab import (
     MISSING_PROVENANCE,
 )
+from harness.results.layout import (
+    ATTEMPTS_TSV,
+    COMPARISON_TSV,
+    SELECTION_TSV,
+    TIMING_LAUNCHES_TSV,
+    TIMING_TSV,
+)
+from harness.results.rows import (
+    AttemptRow,
+    ComparisonRow,
+    SelectionRow,
+    TimingLaunchRow,
+    TimingRow,
+)
+
+ROW_TYPES = {ATTEMPTS_TSV: AttemptRow, SELECTION_TSV: SelectionRow, TIMING_TSV: TimingRow,
+             COMPARISON_TSV: ComparisonRow, TIMING_LAUNCHES_TSV: TimingLaunchRow}
+
+
+def blank_unreadable(upload: Upload) -> None:
+    """One treatment of unreadable evidence, for every rule: an evidence cell whose value is
+    not of its row field's type (harness/results/rows.py) is taken out (read as not stated)
+    and recorded with file, line and field; a rule reading that table is then UNKNOWN
+    unless other evidence fails it. Done once per table."""
+    from harness.audit.evidence import evidence_columns
+    for table in upload.tables.values():
+        if table.blanked is not None:
+            continue
+        table.blanked = {}
+        row_type = ROW_TYPES.get(table.name)
+        if row_type is None:
+            continue
+        kinds = {f.name: str(f.type).replace(" | None", "") for f in fields(row_type)}
+        columns = [c for c in evidence_columns(table.name) if c in table.columns]
+        for row in table.rows:
+            for column in columns:
+                if not readable(row.get(column), kinds.get(column, "")):
+                    table.blanked[(row.line, column)] = unreadable(table, row, column,
+                                                                   kinds[column])
+                    row.values[column] = ""
+
+
+def blanked(table: Table, row: Row, column: str) -> bool:
+    """Was this cell taken out as unreadable (blank_unreadable)?"""
+    return bool(table.blanked) and (row.line, column) in table.blanked
 
 
 def apply_rule(rule: Rule, upload: Upload) -> Check:
     """Run a rule over every usable source.
 
-    A present table that cannot be read, or has malformed rows, leaves the rule UNKNOWN
-    unless some source fails it; a source lacking a column is skipped when another decides
-    (every source must be read for an `all_sources` rule).
+    A present table that cannot be read, has malformed rows or unreadable evidence values
+    leaves the rule UNKNOWN (file, line, field) unless some source fails it; a source
+    lacking a column is skipped when another decides (every source must be read for an
+    `all_sources` rule).
     """
+    blank_unreadable(upload)
     checks, missing, broken = [], [], []
     for source in rule.sources:
         table = upload.tables.get(source.table)
@@ -42,6 +95,8 @@ def apply_rule(rule: Rule, upload: Upload) -> Check:
         if table.malformed and check.state in (PASS, NOT_APPLICABLE):
             check = Check(rule.code, UNKNOWN, [f"malformed rows not read: "
                                                f"{first(table.malformed)}"])
+        if table.blanked and check.state in (PASS, NOT_APPLICABLE):
+            check = Check(rule.code, UNKNOWN, [first(list(table.blanked.values()))])
         checks.append(check)
     return fold(rule, checks, missing, broken)
 

@@ -136,7 +136,7 @@ def row_vs_cell(table: Table, row: Row, cell: Cell) -> tuple[list[str], list[str
             if not written or column not in table.columns:
                 continue
             if column == "peak_actual_valid_recv" and source == "logs" and clipped(cell, written):
-                continue                              # a stated pre-drop demand (SPEC 1)
+                continue                              # a stated pre-drop demand (docs/spec.md#telemetry)
             if not same(column, written, value):
                 shown = value[0] if isinstance(value, tuple) and column != "budget_tokens" \
                     else value

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
+from harness.api.backend import TIMING_TAG, first_timing_object
 from harness.audit.evidence import rederived_columns
 from harness.audit.model import (
     NOT_APPLICABLE,
@@ -40,9 +41,12 @@ from harness.audit.model import (
     verdict_of,
     where,
 )
+from harness.audit.readers import tagged_lines
+from harness.audit.rules.apply import blanked
 from harness.audit.rules.basic import find_uniform_tokens
 from harness.audit.rules.cells import clipped
-from harness.audit.rules.rederive import LOG_GLOB, differs, harness_written, typed_problems
+from harness.audit.rules.rederive import LOG_GLOB, differs, harness_written
+from harness.audit.rules.timing import differs as timing_differs
 from harness.audit.vocab import EARLIER_NOT_REDERIVED
 from harness.errors import EpcapError
 from harness.grid import capacity as cap
@@ -53,10 +57,11 @@ from harness.results.layout import (
     TIMING_TSV,
     parse_cell_name,
 )
-from harness.results.rows import AttemptRow
+from harness.results.rows import TIMING_COLUMNS
 from harness.taxonomy.judge import judge_run
 from harness.telemetry.summary import LogSummary, summarize
-from harness.vocab import FAILURE_CLASSES, LauncherState, Purpose, Status
+from harness.timing import verdicts
+from harness.vocab import FAILURE_CLASSES, TIMED_OK, LauncherState, Purpose, Status
 
 DATA_STATUSES = (Status.OK, Status.DROPS, Status.LOWER_BOUND)
 LAUNCHER_CLAIMS = (Status.TIMEOUT, Status.INFRA)    # classes only a launcher's record decides
@@ -218,7 +223,7 @@ def check_earlier_attempts(table: Table, upload: Upload) -> Check:
     if not applies(upload):
         return Check(EARLIER_NOT_REDERIVED, NOT_APPLICABLE, ["the runbook as run decides"])
     columns = [c for c in rederived_columns(ATTEMPTS_TSV) if c in table.columns]
-    bad, unknown = typed_problems(table, AttemptRow), []
+    bad, unknown = [], []            # unreadable values: rules.apply.blank_unreadable
     shapes: dict[str, dict[tuple[int, int], list[str]]] = defaultdict(lambda: defaultdict(list))
     for row in table.rows:
         cell = upload.cell_for(row)
@@ -229,6 +234,8 @@ def check_earlier_attempts(table: Table, upload: Upload) -> Check:
             unknown.append(got.problem)
             continue
         for column in columns:
+            if blanked(table, row, column):
+                continue                              # unreadable: the rule is UNKNOWN
             if column in got.columns and differs(column, row.get(column), got.columns[column]):
                 bad.append(f"{at}: {column} {row.get(column)!r} but the harness derives "
                            f"{got.columns[column]!r} from {cell.path}")
@@ -309,14 +316,65 @@ def check_earlier_timing(table: Table, upload: Upload) -> Check:
     for a in attempts.rows if attempts else []:
         if norm(a.get("purpose")) == Purpose.TIME and norm(a.get("status")) in DATA_STATUSES:
             ran[(norm(a.get("model")), norm(a.get("backend")))].add(decimal_of(a.get("capacity")))
-    bad = []
+    bad, unknown = [], []
+    figures = [c for c in TIMING_COLUMNS if c in table.columns and c not in TIMING_NAMED]
     for row in table.rows:
         capacities = ran.get((norm(row.get("model")), norm(row.get("backend"))), set())
         if decimal_of(row.get("timing_capacity")) not in capacities:
             bad.append(f"{where(table, row)}: timing_capacity {row.get('timing_capacity')!r} "
                        f"but its time attempts ran at "
                        f"{' or '.join(sorted(map(str, capacities))) or 'no capacity'}")
-    return verdict_of(bad, [], EARLIER_NOT_REDERIVED, [])
+        derived = earlier_figures(upload, row, unknown)
+        if derived is None:
+            continue
+        for column in figures:
+            if blanked(table, row, column):
+                continue                              # unreadable: the rule is UNKNOWN
+            if timing_differs(column, row.get(column), derived.get(column)):
+                bad.append(f"{where(table, row)}: {column} {row.get(column)!r} but the "
+                           f"pair's time cells give {derived.get(column)!r} "
+                           f"(timing.verdicts.aggregate of their [EPCAP_TIMING] objects)")
+    return verdict_of(bad, [], EARLIER_NOT_REDERIVED, unknown)
+
+
+# timing.tsv columns that name the row rather than state a figure of its launches
+TIMING_NAMED = ("campaign", "model", "backend", "timing_capacity", "budget_tokens", "status",
+                "cell_dir")
+
+
+def earlier_figures(upload: Upload, row, unknown: list[str]) -> dict | None:
+    """A timing row's figures as the harness aggregates them (timing.verdicts.aggregate) over
+    the [EPCAP_TIMING] objects of its pair's time cells at its capacity that ran to the end;
+    None (said in `unknown`) when a cell cannot be derived."""
+    model, backend = norm(row.get("model")), norm(row.get("backend"))
+    objects = []
+    for _key, cell in sorted(upload.cells.items()):
+        named = parse_cell_name(cell.name)
+        if named is None or named.purpose != Purpose.TIME or cell.where is None \
+                or norm(named.model) != model or norm(named.backend) != backend \
+                or decimal_of(named.capacity) != decimal_of(row.get("timing_capacity")):
+            continue
+        got = derive_earlier(upload, cell)
+        if got.problem:
+            unknown.append(got.problem)
+            return None
+        if got.columns.get("status") not in TIMED_OK:
+            continue
+        logs = sorted(p for p in Path(cell.where).glob(LOG_GLOB)
+                      if p.is_file() and not p.is_symlink())
+        try:
+            obj = first_timing_object(tagged_lines(logs, TIMING_TAG))
+        except (OSError, UnicodeDecodeError) as exc:
+            unknown.append(f"{cell.path}: logs unreadable ({str(exc)[:120]})")
+            return None
+        if obj is not None:
+            objects.append(obj)
+    try:
+        return verdicts.aggregate(objects)
+    except (ValueError, KeyError, TypeError) as exc:
+        unknown.append(f"{where(upload.tables[TIMING_TSV], row)}: the time cells' timing "
+                       f"objects give no figures ({str(exc)[:120]})")
+        return None
 
 
 def check_earlier(table: Table, upload: Upload) -> Check:

@@ -12,7 +12,6 @@ but holds no runbook fails `runbook-altered`.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import multiprocessing as mp
 import os
@@ -40,6 +39,7 @@ from harness.audit.model import (
     where,
 )
 from harness.audit.readers import tagged_lines
+from harness.audit.rules.apply import blanked
 from harness.audit.vocab import (
     CELL_IDENTITY,
     INCOMPLETE,
@@ -63,7 +63,6 @@ from harness.results.layout import (
     parse_cell_name,
 )
 from harness.results.provenance import parse_provenance
-from harness.results.rows import AttemptRow, SelectionRow
 from harness.taxonomy.judge import judge_run
 from harness.taxonomy.signatures import load_table
 from harness.telemetry.summary import LogSummary, summarize
@@ -81,6 +80,7 @@ class Derived:
     columns: dict[str, object]
     summary: LogSummary | None
     problem: str | None = None                     # why it could not be derived (UNKNOWN)
+    timing: dict | None = None                     # a time run's [EPCAP_TIMING] object
 
 
 def as_run(upload: Upload) -> bool:
@@ -132,6 +132,44 @@ def derive_all(upload: Upload) -> None:
                 upload.derived[key] = got
     finally:
         _FORKED.clear()
+
+
+ABANDONED = "abandoned"           # cell.json status of a run whose driver stopped (campaign.store)
+
+
+def abandoned_cells(upload: Upload) -> set[str]:
+    """Cells a resumed campaign abandoned (the driver stopped mid-run; the request ran again
+    as a new attempt): a `cell_abandoned` event names it, no `cell_finish` does, and its
+    cell.json says `abandoned` without a launcher state. Such a cell is no run: no row, no
+    derivation."""
+    if upload.abandoned is None:
+        upload.abandoned = read_abandoned(upload)
+    return upload.abandoned
+
+
+def read_abandoned(upload: Upload) -> set[str]:
+    """abandoned_cells, read once per upload."""
+    path = (upload.folder or Path(".")) / EVENTS_JSONL
+    gone, finished = set(), set()
+    if not path.is_file() or path.is_symlink():
+        return gone
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                if f'"{Event.CELL_ABANDONED}"' in line or f'"{Event.CELL_FINISH}"' in line:
+                    event = json.loads(line)
+                    into = gone if event.get("ev") == Event.CELL_ABANDONED else finished
+                    into.add(str(event.get("cell")))
+    except (OSError, ValueError, UnicodeDecodeError, AttributeError):
+        return set()
+    out = set()
+    for cell in upload.cells.values():
+        data = cell.cell_json or {}
+        launcher = data.get("launcher")
+        if cell.name in gone - finished and data.get("status") == ABANDONED and not (
+                isinstance(launcher, dict) and launcher.get("state")):
+            out.add(cell.path)
+    return out
 
 
 def derive(upload: Upload, cell: Cell) -> Derived:
@@ -188,7 +226,7 @@ def _derive(upload: Upload, cell: Cell) -> Derived:
                               if measured and summary.expected_recv else None),
         "exit_code": exit_code, "backend_impl": backend.implementation(timing),
     }
-    return Derived(cols, summary)
+    return Derived(cols, summary, timing=timing)
 
 
 def differs(column: str, written: str, derived: object) -> bool:
@@ -360,7 +398,7 @@ def identity_problems(table: Table, row: Row, cell: Cell, campaign: str,
                    f"{campaign!r}")
     for col, value in (("model", named.model), ("backend", named.backend),
                        ("purpose", named.purpose), ("attempt", str(named.attempt))):
-        if norm(row.get(col)) != norm(value):
+        if norm(row.get(col)) != norm(value) and not blanked(table, row, col):
             bad.append(f"{at}: {col} {row.get(col)!r} but its cell is {cell.name}")
     if decimal_of(row.get("capacity")) != decimal_of(named.capacity):
         bad.append(f"{at}: capacity {row.get('capacity')!r} but its cell is {cell.name}")
@@ -483,28 +521,6 @@ def check_timing_cells(table: Table, upload: Upload) -> Check:
 
 # ---------------------------------------------------------------- not-rederived, incomplete
 
-def typed_problems(table: Table, row_type: type) -> list[str]:
-    """Evidence columns whose written value is not of the row field's type (an int, a
-    number, true/false): a value the audit cannot read is never passed over."""
-    from harness.audit.evidence import evidence_columns
-    kinds = {f.name: str(f.type) for f in dataclasses.fields(row_type)}
-    bad = []
-    for column in evidence_columns(table.name):
-        kind = kinds.get(column, "")
-        if column not in table.columns:
-            continue
-        for row in table.rows:
-            value = row.get(column)
-            ok = (not value or ("bool" in kind and norm(value) in ("true", "false"))
-                  or ("int" in kind and int_of(value) is not None)
-                  or ("float" in kind and decimal_of(value) is not None)
-                  or not any(k in kind for k in ("bool", "int", "float")))
-            if not ok:
-                bad.append(f"{where(table, row)}: field {column} {value!r} is not "
-                           f"{kind.replace(' | None', '')}")
-    return bad
-
-
 def check_rederived(table: Table, upload: Upload) -> Check:
     """Every evidence column of an attempts row equals what the harness derives from its cell."""
     if not as_run(upload):
@@ -512,7 +528,7 @@ def check_rederived(table: Table, upload: Upload) -> Check:
     from harness.audit.evidence import rederived_columns
     columns = rederived_columns(ATTEMPTS_TSV)
     derive_all(upload)
-    bad, unknown = typed_problems(table, AttemptRow), []
+    bad, unknown = [], []            # unreadable values: rules.apply.blank_unreadable
     for row in table.rows:
         cell = upload.cell_for(row)
         if cell is None or cell.where is None:
@@ -525,13 +541,17 @@ def check_rederived(table: Table, upload: Upload) -> Check:
             if column not in table.columns or column not in got.columns:
                 continue
             written = row.get(column)
+            if blanked(table, row, column):
+                continue                              # unreadable: the rule is UNKNOWN
             if differs(column, written, got.columns[column]):
                 shown = got.columns[column]
                 shown = format(float(shown), ".6g") if isinstance(shown, Fraction) else shown
                 bad.append(f"{where(table, row)}: {column} {written!r} but the harness "
                            f"derives {shown!r} from {cell.path}")
+    gone = abandoned_cells(upload)
     for _key, cell in sorted(upload.cells.items()):
-        if cell.where is None or cell.problem or parse_cell_name(cell.name) is None:
+        if cell.where is None or cell.problem or parse_cell_name(cell.name) is None \
+                or cell.path in gone:
             continue
         got = derive(upload, cell)
         if got.problem:
@@ -628,7 +648,8 @@ def selection_problems(table: Table, row: Row, upload: Upload) -> tuple[list[str
     if decimal_of(row.get("measured_at_capacity")) != decimal_of(last.get("capacity")):
         bad.append(f"{at}: measured_at_capacity {row.get('measured_at_capacity')!r} but the "
                    f"last measure ran at {last.get('capacity')}")
-    if int_of(row.get("peak_actual_valid_recv")) != req.peak:
+    if int_of(row.get("peak_actual_valid_recv")) != req.peak and \
+            not blanked(table, row, "peak_actual_valid_recv"):
         bad.append(f"{at}: peak_actual_valid_recv {row.get('peak_actual_valid_recv')!r} but "
                    f"{cell.path} derives {req.peak}")
     rung = sel.capacity
@@ -638,7 +659,8 @@ def selection_problems(table: Table, row: Row, upload: Upload) -> tuple[list[str
                    if decimal_of(v.get("capacity")) == decimal_of(rung)
                    and v.get("status") not in (Status.INFRA,)]
         if at_rung and any(v.get("status") == Status.DROPS for v in at_rung):
-            rung = cap.step_up(rung, req.uniform_tokens, upload.pad_multiple)
+            rung = cap.step_up(rung, req.uniform_tokens, upload.pad_multiple,
+                               rb.capacity.decimals)
             continue
         break
     if decimal_of(row.get("selected_capacity")) != decimal_of(rung):
@@ -646,10 +668,12 @@ def selection_problems(table: Table, row: Row, upload: Upload) -> tuple[list[str
                    f"zero-drop rung of the {rb.capacity.decimals or 'exact'} grid above peak "
                    f"{req.peak} (after step-ups) is {rung}")
     budget = cap.budget_tokens(rung, req.uniform_tokens)
-    if int_of(row.get("selected_budget_tokens")) != budget:
+    if int_of(row.get("selected_budget_tokens")) != budget and \
+            not blanked(table, row, "selected_budget_tokens"):
         bad.append(f"{at}: selected_budget_tokens {row.get('selected_budget_tokens')!r} but "
                    f"int({rung} x {req.uniform_tokens}) = {budget}")
-    if int_of(row.get("uniform_tokens")) != req.uniform_tokens:
+    if int_of(row.get("uniform_tokens")) != req.uniform_tokens and \
+            not blanked(table, row, "uniform_tokens"):
         bad.append(f"{at}: uniform_tokens {row.get('uniform_tokens')!r} but the measure's N "
                    f"is {req.uniform_tokens}")
     written = row.get("over_provision")
@@ -673,11 +697,33 @@ def selection_problems(table: Table, row: Row, upload: Upload) -> tuple[list[str
     return bad, []
 
 
+def timed(upload: Upload, row: Row) -> bool:
+    """The model has time attempts: its time step started (and set timing_capacity); a
+    campaign stopped before it (--until validate) leaves the column empty."""
+    table = upload.tables.get(ATTEMPTS_TSV)
+    return any(r.name("model") == row.name("model") and r.get("purpose") == Purpose.TIME
+               for r in (table.rows if table else []))
+
+
+def not_selected(upload: Upload, row: Row) -> bool:
+    """The pair's last measure did not end ok (out of memory, a failure, still a lower
+    bound): the harness writes an empty selection row (campaign.decisions.select_step)."""
+    measures = pair_rows(upload, row.get("model"), row.get("backend"), Purpose.MEASURE)
+    measures.sort(key=lambda r: int_of(r.get("attempt")) or 0)
+    return bool(measures) and measures[-1].get("status") != Status.OK
+
+
+# empty when the harness's risk fit has too few peaks (grid.heldout.risk_columns); whether
+# they should be is re-derived by rules.heldout
+MAY_BE_EMPTY = ("predicted_drop_risk", "predicted_drop_risk_hi")
+
+
 def check_selection(table: Table, upload: Upload) -> Check:
     """Each selection row equals what harness.grid.selection derives from the cells (with the
     runbook as run); one row per pair, no evidence column empty or unreadable (any layout)."""
     from harness.audit.evidence import evidence_columns
-    needed = [c for c in evidence_columns(SELECTION_TSV) if c in table.columns]
+    needed = [c for c in evidence_columns(SELECTION_TSV) if c in table.columns
+              and c not in MAY_BE_EMPTY]
     bad, unknown = [], []
     seen: dict[tuple[str, str], int] = {}
     for row in table.rows:
@@ -686,9 +732,13 @@ def check_selection(table: Table, upload: Upload) -> Check:
             bad.append(f"{where(table, row)}: {'/'.join(pair)} already selected at line "
                        f"{seen[pair]}")
         seen.setdefault(pair, row.line)
-        bad += [f"{where(table, row)}: field {c} empty" for c in needed if not row.get(c)]
-    bad += typed_problems(table, SelectionRow)
+        bad += [f"{where(table, row)}: field {c} empty" for c in needed
+                if not row.get(c) and not blanked(table, row, c)
+                and not not_selected(upload, row)
+                and not (c == "timing_capacity" and not timed(upload, row))]
     for row in table.rows if as_run(upload) else []:
+        if not_selected(upload, row):
+            continue                     # the empty row: rules.heldout re-derives it
         b, u = selection_problems(table, row, upload)
         bad += b
         unknown += u
