@@ -409,6 +409,172 @@ static void scan_block(const char *b, Py_ssize_t n, int64_t first_line, const ta
     s->newlines = line - first_line + count_newlines(b + counted, b + n);
 }
 
+/* ---- sifting a block's lines for the taxonomy (harness.taxonomy.judge) ------------------
+ *
+ * The taxonomy reads every line that is not a canonical dispatch-row line (judge.row_line:
+ * launcher prefixes, the tag, the six fields in order, then only numeric key=value tokens)
+ * and, among those, needs the full line only when it may hold a signature or a row: it holds
+ * an ESC byte (colour may hide text), either tag, or one of the signatures' literal anchors
+ * (harness.taxonomy.prefilter; "folded" anchors compare ASCII-case-insensitively). */
+
+static int is_dig(char c) { return (unsigned)(c - '0') <= 9; }
+/* ASCII classes (a bytes regex's), never the C locale's */
+static int word_start(char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_'; }
+static int word(char c) { return word_start(c) || is_dig(c); }
+
+/* `\d{lo,hi}` followed by a non-digit or the end (greedy; shorter never helps there). */
+static const char *digits_between(const char *p, const char *e, Py_ssize_t lo, Py_ssize_t hi) {
+    const char *d = p;
+    while (p < e && is_dig(*p)) p++;
+    return (p - d >= lo && p - d <= hi) ? p : NULL;
+}
+
+static const char *literal(const char *p, const char *e, const char *s, Py_ssize_t n) {
+    return (e - p >= n && !memcmp(p, s, (size_t)n)) ? p + n : NULL;
+}
+
+/* The six fields and the tail of judge.row_line from p (just after the tag): the end of the
+ * line (its newline, or e) when they match up to it, else NULL. No part of the rule matches
+ * a newline, so e may be the end of the block: a canonical line is read once. */
+static const char *canonical_rest(const char *p, const char *e) {
+    static const char *keys[NFIELDS] = {" iter=", " layer=", " rank=", " expected_recv=",
+                                        " actual_valid_recv=", " budget="};
+    static const Py_ssize_t lens[NFIELDS] = {6, 7, 6, 15, 19, 8};
+    for (int i = 0; i < NFIELDS; i++) {
+        if (!(p = literal(p, e, keys[i], lens[i]))) return NULL;
+        if (i == F_EXP) {
+            if (p >= e || *p < '1' || *p > '9') return NULL;
+            if (!(p = digits_between(p + 1, e, 0, 17))) return NULL;
+        } else if (!(p = digits_between(p, e, 1, 18))) {
+            return NULL;
+        }
+    }
+    /* (?: (?!dup)[A-Za-z_]\w*=-?\d+(?:\.\d+)?)* then [ \t]*\r?$ ; dup: keys[i] + 1 */
+    while (p + 1 < e && *p == ' ' && word_start(p[1])) {
+        const char *q = p + 1;
+        for (int i = 0; i < NFIELDS; i++)
+            if (*q == keys[i][1] && literal(q, e, keys[i] + 1, lens[i] - 1)) return NULL;
+        while (q < e && word(*q)) q++;
+        if (q >= e || *q != '=') return NULL;
+        q++;
+        if (q < e && *q == '-') q++;
+        if (!(q = digits_between(q, e, 1, PY_SSIZE_T_MAX))) return NULL;
+        if (q + 1 < e && *q == '.' && is_dig(q[1]))
+            q = digits_between(q + 1, e, 1, PY_SSIZE_T_MAX);
+        p = q;
+    }
+    while (p < e && (*p == ' ' || *p == '\t')) p++;
+    if (p < e && *p == '\r') p++;
+    return (p == e || *p == '\n') ? p : NULL;
+}
+
+/* The tag, then canonical_rest. */
+static const char *canonical_from(const char *p, const char *e, const char *tag,
+                                  Py_ssize_t n) {
+    return (p = literal(p, e, tag, n)) != NULL ? canonical_rest(p, e) : NULL;
+}
+
+/* judge.row_line on the line starting at s (e: the end of the block): the end of the line
+ * when it is a canonical dispatch-row line, else NULL. The rule is
+ * ^(?:\d+: )?(?:\[(?:rank|default)\d+\]: ?)?TAG..., every choice of the optional prefixes
+ * tried (a custom tag may start like a prefix). */
+static const char *canonical_line(const char *s, const char *e, const char *tag,
+                                  Py_ssize_t n) {
+    const char *starts[2] = {s, NULL}, *q = s, *end;
+    while (q < e && is_dig(*q)) q++;
+    if (q > s && e - q >= 2 && q[0] == ':' && q[1] == ' ') starts[1] = q + 2;
+    for (int i = 0; i < 2; i++) {
+        const char *p = starts[i], *r;
+        if (!p) continue;
+        if ((end = canonical_from(p, e, tag, n))) return end;
+        if (!(r = literal(p, e, "[rank", 5)) && !(r = literal(p, e, "[default", 8))) continue;
+        if (!(r = digits_between(r, e, 1, PY_SSIZE_T_MAX)) || !(r = literal(r, e, "]:", 2)))
+            continue;
+        if (r < e && *r == ' ' && (end = canonical_from(r + 1, e, tag, n))) return end;
+        if ((end = canonical_from(r, e, tag, n))) return end;
+    }
+    return NULL;
+}
+
+typedef struct {
+    const char **text; Py_ssize_t *len; int *folded; Py_ssize_t n;
+    unsigned *key;                    /* per anchor: its first two bytes, ASCII lower-cased */
+    Py_ssize_t *order;                /* anchors of two bytes or more, sorted by key */
+    Py_ssize_t n_order;
+    unsigned char one[256];           /* an anchor of one byte is this byte */
+    unsigned char two[65536 / 8];     /* bit: some anchor's key is these two bytes lowered */
+} anchors_t;
+
+static unsigned char lower(unsigned char c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
+static unsigned char upper(unsigned char c) { return (c >= 'a' && c <= 'z') ? c - 32 : c; }
+static unsigned key_of(const char *p) {
+    return (unsigned)lower((unsigned char)p[0]) << 8 | lower((unsigned char)p[1]);
+}
+
+static const anchors_t *sorting;      /* qsort's context (the GIL is held while indexing) */
+static int by_key(const void *x, const void *y) {
+    unsigned a = sorting->key[*(const Py_ssize_t *)x], b = sorting->key[*(const Py_ssize_t *)y];
+    return (a > b) - (a < b);
+}
+
+static void anchors_index(anchors_t *a) {
+    memset(a->one, 0, sizeof a->one);
+    memset(a->two, 0, sizeof a->two);
+    a->n_order = 0;
+    for (Py_ssize_t i = 0; i < a->n; i++) {
+        const unsigned char *t = (const unsigned char *)a->text[i];
+        if (a->len[i] == 1) {
+            a->one[t[0]] = 1;
+            if (a->folded[i]) a->one[lower(t[0])] = a->one[upper(t[0])] = 1;
+            continue;
+        }
+        a->key[i] = key_of(a->text[i]);
+        a->two[a->key[i] >> 3] |= (unsigned char)(1u << (a->key[i] & 7));
+        a->order[a->n_order++] = i;
+    }
+    sorting = a;
+    qsort(a->order, (size_t)a->n_order, sizeof *a->order, by_key);
+    sorting = NULL;
+}
+
+static int anchor_here(const anchors_t *a, Py_ssize_t i, const char *p, const char *e) {
+    Py_ssize_t n = a->len[i];
+    if (e - p < n) return 0;
+    if (!a->folded[i]) return !memcmp(p, a->text[i], (size_t)n);
+    for (Py_ssize_t k = 0; k < n; k++)
+        if (lower((unsigned char)p[k]) != (unsigned char)a->text[i][k]) return 0;
+    return 1;
+}
+
+/* Whether an anchor starts at p (bucketed by the lowered first two bytes). */
+static int anchor_at(const anchors_t *a, const char *p, const char *e) {
+    if (a->one[(unsigned char)*p])
+        for (Py_ssize_t i = 0; i < a->n; i++)
+            if (a->len[i] == 1 && anchor_here(a, i, p, e)) return 1;
+    if (e - p < 2) return 0;
+    unsigned k = key_of(p);
+    if (!(a->two[k >> 3] >> (k & 7) & 1)) return 0;
+    Py_ssize_t lo = 0, hi = a->n_order;           /* first anchor whose key >= k */
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (a->key[a->order[mid]] < k) lo = mid + 1; else hi = mid;
+    }
+    for (; lo < a->n_order && a->key[a->order[lo]] == k; lo++)
+        if (anchor_here(a, a->order[lo], p, e)) return 1;
+    return 0;
+}
+
+/* Whether the line b[s:e) holds one of the anchors. */
+static int has_anchor(const anchors_t *a, const char *s, const char *e) {
+    for (const char *p = s; p < e; p++)
+        if (anchor_at(a, p, e)) return 1;
+    return 0;
+}
+
+static int contains(const char *s, const char *e, const char *t, Py_ssize_t n) {
+    return e - s >= n && memmem(s, (size_t)(e - s), t, (size_t)n) != NULL;
+}
+
 /* ---- Python glue ----------------------------------------------------------------------- */
 
 static int get_tags(Py_buffer *d, Py_buffer *u, tags_t *t) {
@@ -479,6 +645,102 @@ done:
     PyBuffer_Release(&u);
     free(s->deferred);
     free(s->ranks.v);
+    return out;
+}
+
+/* Anchors from a tuple of bytes; folded: compare ASCII-case-insensitively (given lower). */
+static int anchors_add(anchors_t *a, PyObject *seq, int folded, Py_ssize_t at) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(seq); i++) {
+        PyObject *item = PyTuple_GET_ITEM(seq, i);
+        if (!PyBytes_Check(item) || PyBytes_GET_SIZE(item) == 0) {
+            PyErr_SetString(PyExc_TypeError, "anchors must be non-empty bytes");
+            return -1;
+        }
+        a->text[at + i] = PyBytes_AS_STRING(item);
+        a->len[at + i] = PyBytes_GET_SIZE(item);
+        a->folded[at + i] = folded;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(sift_doc,
+"sift(buf, length, dispatch_tag, setup_tag, exact, folded) -> (candidates, others, lines)\n\n"
+"The lines of buf[:length] (whole lines) that are not canonical dispatch-row lines\n"
+"(harness.taxonomy.judge.row_line), as int64 bytes, 3 per line: 0-based line index in the\n"
+"block, start, end (without the newline). candidates: the lines holding an ESC byte, a tag\n"
+"or an anchor (exact: tuple of bytes; folded: tuple of lower-case bytes compared\n"
+"ASCII-case-insensitively); others: the rest. exact=None: every such line is a candidate.\n"
+"lines: the number of lines.");
+
+static PyObject *py_sift(PyObject *self, PyObject *args) {
+    Py_buffer buf, d, u;
+    Py_ssize_t length;
+    PyObject *exact, *folded, *out = NULL;
+    anchors_t *a = NULL;
+    vec_t spans[2] = {{0}, {0}};
+    int oom = 0;
+    int64_t index = 0;
+    if (!PyArg_ParseTuple(args, "y*ny*y*OO", &buf, &length, &d, &u, &exact, &folded))
+        return NULL;
+    if (length < 0 || length > buf.len || d.len == 0 || u.len == 0
+        || memchr(d.buf, '\n', (size_t)d.len) || memchr(u.buf, '\n', (size_t)u.len)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "length outside the buffer, or a tag empty or holding a newline");
+        goto done;
+    }
+    if (exact != Py_None && (!PyTuple_Check(exact) || !PyTuple_Check(folded))) {
+        PyErr_SetString(PyExc_TypeError, "anchors must be tuples of bytes (or exact=None)");
+        goto done;
+    }
+    if (exact != Py_None) {
+        Py_ssize_t n = PyTuple_GET_SIZE(exact) + PyTuple_GET_SIZE(folded);
+        a = calloc(1, sizeof *a);
+        if (a) {
+            a->n = n;
+            a->text = calloc((size_t)(n ? n : 1), sizeof *a->text);
+            a->len = calloc((size_t)(n ? n : 1), sizeof *a->len);
+            a->folded = calloc((size_t)(n ? n : 1), sizeof *a->folded);
+            a->key = calloc((size_t)(n ? n : 1), sizeof *a->key);
+            a->order = calloc((size_t)(n ? n : 1), sizeof *a->order);
+        }
+        if (!a || !a->text || !a->len || !a->folded || !a->key || !a->order) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        if (anchors_add(a, exact, 0, 0)
+            || anchors_add(a, folded, 1, PyTuple_GET_SIZE(exact))) goto done;
+        anchors_index(a);
+    }
+    Py_BEGIN_ALLOW_THREADS
+    const char *b = buf.buf, *end = b + length, *s = b;
+    while (s < end && !oom) {
+        const char *e = canonical_line(s, end, d.buf, d.len);
+        if (!e) {
+            const char *nl = memchr(s, '\n', (size_t)(end - s));
+            e = nl ? nl : end;
+            int kind = a == NULL || memchr(s, 0x1b, (size_t)(e - s)) != NULL
+                || contains(s, e, d.buf, d.len) || contains(s, e, u.buf, u.len)
+                || has_anchor(a, s, e);
+            oom |= vec_push(&spans[kind], index) | vec_push(&spans[kind], s - b)
+                | vec_push(&spans[kind], e - b);
+        }
+        index++;
+        s = e < end ? e + 1 : end;
+    }
+    Py_END_ALLOW_THREADS
+    if (oom) { PyErr_NoMemory(); goto done; }
+    /* y# of NULL is None: an empty list is b"" */
+    out = Py_BuildValue("(y#y#L)", spans[1].v ? (const char *)spans[1].v : "",
+                        (Py_ssize_t)(spans[1].n * sizeof(int64_t)),
+                        spans[0].v ? (const char *)spans[0].v : "",
+                        (Py_ssize_t)(spans[0].n * sizeof(int64_t)), (long long)index);
+done:
+    if (a) { free(a->text); free(a->len); free(a->folded); free(a->key); free(a->order); free(a); }
+    free(spans[0].v);
+    free(spans[1].v);
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&d);
+    PyBuffer_Release(&u);
     return out;
 }
 
@@ -670,6 +932,7 @@ static PyTypeObject FolderType = {
 
 static PyMethodDef methods[] = {
     {"scan", py_scan, METH_VARARGS, scan_doc},
+    {"sift", py_sift, METH_VARARGS, sift_doc},
     {NULL, NULL, 0, NULL},
 };
 
