@@ -365,23 +365,37 @@ SURVIVED = [f"[rank3]: {SIG_LINES[0]}", " iteration        2/     100 | lm loss:
             *(f"[rank{k}]: {row(k, 2)}" for k in range(4))]
 
 
-def test_a_pending_signature_is_rescued_inside_a_quiet_stretch(tmp_path):
-    """A rank's out-of-memory followed by its own rows is survived: the rows are in a quiet
-    stretch (no candidate line), read because a signature is pending. Meta: a reader that
-    skipped quiet stretches always would call it fatal."""
-    path = tmp_path / "rank0.log"
-    path.write_text("\n".join(SURVIVED) + "\n")
+# A job-level line of slurm-7.out (no rank) is survived by a later unranked iteration line
+# of the same file, and only by that file's lines.
+JOB_LEVEL = [*(f"[rank{k}]: {row(k, 0)}" for k in range(4)), SIG_LINES[5],
+             *(f"[rank{k}]: {row(k, 1)}" for k in range(4)),
+             " iteration        2/     100 | lm loss: 1.0 |",
+             *(f"[rank{k}]: {row(k, 2)}" for k in range(4))]
+
+
+@pytest.mark.parametrize(("name", "lines", "mutant"), [
+    ("rank0.log", SURVIVED, "skip every quiet stretch"),
+    ("slurm-7.out", JOB_LEVEL, "a file: key never rescuable"),
+])
+def test_a_pending_signature_is_rescued_inside_a_quiet_stretch(tmp_path, monkeypatch, name,
+                                                               lines, mutant):
+    """A signature followed by progress of its own printer is survived, the progress being
+    in a quiet stretch (no candidate line) read because a signature is pending. Meta: a
+    reader that skipped those stretches, or never saw a job-level key as rescuable, would
+    call it fatal."""
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n")
     rows = tm.summarize([path]).rows
     want = classify(1, "failed", iter_log_events([path]), None, rows)
     got = classify(1, "failed", sift_log_events([path], ANCHORS), None, rows)
     assert got.to_dict() == want.to_dict() and got.warnings_total == 1
-    skip = judge._Scan.feed_quiet
-    judge._Scan.feed_quiet = lambda self, *a: None
-    try:
-        broken = classify(1, "failed", sift_log_events([path], ANCHORS), None, rows)
-    finally:
-        judge._Scan.feed_quiet = skip
-    assert broken.status == "does_not_fit" and broken.to_dict() != want.to_dict()
+    if mutant == "skip every quiet stretch":
+        monkeypatch.setattr(judge._Scan, "feed_quiet", lambda self, *a: None)
+    else:
+        monkeypatch.setattr(judge._Scan, "_rescuable", lambda self, path: any(
+            kept for who, kept in self.pending.items() if not who.startswith("file:")))
+    broken = classify(1, "failed", sift_log_events([path], ANCHORS), None, rows)
+    assert broken.status is not None and broken.warnings_total == 0
 
 
 def test_summarize_hands_every_line_to_its_observer_once(tmp_path, monkeypatch):
