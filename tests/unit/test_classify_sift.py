@@ -208,11 +208,15 @@ INSERTS = (" iter=1", " rank=2", " foo=1.5", " x=-3", "  ", " budget=", "1: ", "
 @st.composite
 def mutated_rows(draw, tag: bytes):
     """A canonical row line (with a launcher prefix), then a few edits anywhere in it."""
-    k, i = draw(st.integers(0, 12)), draw(st.integers(0, 10 ** 19))
+    odd = st.sampled_from(["0", "7", "01", "00", "8" * 18, "1" + "0" * 18, "", "-1", "1.5",
+                           "\u0663"])
+    values = [draw(st.one_of(st.integers(0, 10 ** 19).map(str), odd)) for _ in range(6)]
     prefix = draw(st.sampled_from(["", "[rank3]:", "[rank3]: ", "[default0]: ", "12: ",
                                    "12: [rank3]: ", "3:", "[rank]: "]))
-    text = prefix + tag.decode() + (f" iter={i} layer=2 rank={k} expected_recv=8 "
-                                    f"actual_valid_recv=9 budget=16")
+    text = prefix + tag.decode() + "".join(
+        f" {key}={value}" for key, value in zip(("iter", "layer", "rank", "expected_recv",
+                                                 "actual_valid_recv", "budget"), values,
+                                                strict=True))
     if draw(st.booleans()):
         text += draw(st.sampled_from([" observed_loss=-5", " a=1 b=2.5", " \t", "\r", " \r"]))
     for _ in range(draw(st.integers(0, 3))):
@@ -277,7 +281,11 @@ def all_signatures():
             pats.setdefault(cls, []).extend(regexes)
     for cls, regexes in DEFAULT_FAILURE_PATTERNS.items():
         pats.setdefault(cls, []).extend(regexes)
+    pats.setdefault("crash", []).extend(FOLDED)   # runbook regexes, case-insensitive
     return run_signatures(pats)
+
+
+FOLDED = (r"(?i)segmentation fault \(core dumped\)", r"(?i)Illegal Instruction", r"(?i)ÉCHEC")
 
 
 SIGNATURES = all_signatures()
@@ -315,6 +323,10 @@ def test_anchor_check_catches_a_dropped_anchor():
     line holds dropped, the check names that line."""
     lines = list(SIG_LINES) + ["[rank3]: " + SIG_LINES[0]]
     assert missed(ANCHORS, lines) == []
+    assert ANCHORS.folded                         # the runbook's (?i) regexes
+    folded = ["[rank1]: SEGMENTATION FAULT (CORE DUMPED)", "illegal INSTRUCTION at 0x0"]
+    assert missed(ANCHORS, folded) == []
+    assert missed(Anchors(ANCHORS.exact, ()), folded) == folded
     oom = SIG_LINES[0].encode()
     dropped = Anchors(tuple(a for a in ANCHORS.exact if a not in oom),
                       tuple(a for a in ANCHORS.folded if a not in oom.lower()))
