@@ -4,9 +4,11 @@
  * dispatch row's six integers and each setup row's rank, with exact line numbers. Rows it
  * cannot judge alone (malformed, or holding a non-ASCII byte) are handed back as "deferred"
  * (kind, line, start, end, index) entries for the reference Python code to judge, so reasons
- * and edge cases stay those of telemetry.py. Two entry points:
+ * and edge cases stay those of telemetry.py. Three entry points:
  *   scan(buf, length, first_line, dispatch, setup) -> rows, line numbers (int64 bytes), ...
- *   Folder(warmup).feed(...) folds rows straight into counts, peaks and distinct keys.
+ *   Folder(warmup).feed(...) folds rows straight into counts, peaks and distinct keys;
+ *   sift(buf, length, dispatch, setup, exact, folded) -> the lines the taxonomy must read
+ *   (harness.taxonomy.judge: not canonical rows; holding a tag, colour or an anchor).
  * The GIL is released while a block is scanned. No dependency beyond CPython and libc.
  */
 #define PY_SSIZE_T_CLEAN

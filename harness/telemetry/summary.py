@@ -12,6 +12,8 @@ judge alone (malformed, non-ASCII) back to the reference functions here, so resu
 same (property-tested). EPCAP_PURE_PYTHON_PARSE=1 forces the pure path. numpy is imported
 on first use: the compiled `summarize` never needs it. The rules for one block of lines live
 in harness.telemetry.lines; this module streams files through them and folds the summary.
+`summarize(..., observe=)` hands each block to the taxonomy as it is read (`epcap classify`
+reads its logs once), and `sifter()` is the compiled scanner's line sifter it uses.
 """
 
 from __future__ import annotations
