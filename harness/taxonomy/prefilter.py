@@ -11,6 +11,7 @@ checks `Matcher.match(line)` implies an anchor on generated lines).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -112,11 +113,18 @@ def required_literals(regex: re.Pattern) -> Options | None:
 
 
 def anchors_of(regexes: Iterable[re.Pattern]) -> Anchors | None:
-    """The anchors of all the regexes, or None when one of them has no literal anchor."""
+    """The anchors of all the regexes, or None when one of them has no literal anchor
+    (cached: a campaign judges many runs with the same signatures)."""
+    return _anchors(tuple((r.pattern, r.flags) for r in regexes))
+
+
+@functools.lru_cache(maxsize=16)
+def _anchors(regexes: tuple[tuple[str, int], ...]) -> Anchors | None:
     exact: set[bytes] = set()
     folded: set[bytes] = set()
-    for regex in regexes:
-        options = required_literals(regex)
+    for pattern, flags in regexes:
+        options = required_literals(re.compile(pattern, flags)) \
+            if isinstance(pattern, str) else None
         if options is None:
             return None
         for text, fold in options:
