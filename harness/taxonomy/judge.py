@@ -520,7 +520,7 @@ class LineReader:
         usable = all(t and "\n" not in t for t in (dispatch, setup))
         self.sift = sifter() if usable else None
         self.tags = dispatch.encode(), setup.encode()
-        self.anchors = anchors_of(s.regex for s in signatures) if self.sift else None
+        self.anchors = anchors_of(signatures) if self.sift else None
         self.rows_re = None if self.sift else row_runs(dispatch)
 
     def __call__(self, path: str, lines: bytes | memoryview, first_line: int) -> None:

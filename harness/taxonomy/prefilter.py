@@ -16,6 +16,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from harness.taxonomy.signatures import Signature
+
 try:                                  # the stdlib's regex parser (CPython Lib/re/_parser.py)
     import re._parser as sre  # Python >= 3.11
 except ImportError:                   # pragma: no cover - Python 3.10
@@ -112,9 +114,12 @@ def required_literals(regex: re.Pattern) -> Options | None:
     return _required(list(parsed), bool(regex.flags & re.IGNORECASE))
 
 
-def anchors_of(regexes: Iterable[re.Pattern]) -> Anchors | None:
-    """The anchors of all the regexes, or None when one of them has no literal anchor
-    (cached: a campaign judges many runs with the same signatures)."""
+def anchors_of(signatures: Iterable[Signature]) -> Anchors | None:
+    """The anchors of the signatures, or None when one of them has no literal anchor. A
+    family member is matched only on a line its family's gate matches (Matcher.match), so
+    the gate's anchors stand for the member's (a few regexes to parse, not hundreds).
+    Cached: a campaign judges many runs with the same signatures."""
+    regexes = dict.fromkeys(s.gate or s.regex for s in signatures)
     return _anchors(tuple((r.pattern, r.flags) for r in regexes))
 
 

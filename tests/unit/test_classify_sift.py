@@ -290,7 +290,7 @@ FOLDED = (r"(?i)segmentation fault \(core dumped\)", r"(?i)Illegal Instruction",
 
 SIGNATURES = all_signatures()
 MATCHER = Matcher(SIGNATURES)
-ANCHORS = anchors_of(s.regex for s in SIGNATURES)
+ANCHORS = anchors_of(SIGNATURES)
 
 
 def missed(anchors: Anchors, texts: list[str]) -> list[str]:
@@ -365,7 +365,7 @@ def test_required_literals(regex, expected):
 def test_no_anchor_turns_the_prefilter_off():
     """A regex every match of which need not hold a literal: every line is a candidate."""
     sigs = run_signatures(NO_ANCHOR)
-    assert anchors_of(s.regex for s in sigs) is None
+    assert anchors_of(sigs) is None
     assert set(sift_kinds(b"plain\nABC1\n", DISPATCH, None).values()) == {"candidate"}
 
 
