@@ -1,11 +1,11 @@
 """Literal anchors of a run's signatures: a line holding none of them matches no signature.
 
-Computed once per run from the signatures' own regexes (the table's, a backend's, the
-runbook's), so a new row of signatures.yaml needs no change here. The compiled sifter
+Computed from the signatures' own regexes (the table's, a backend's, the runbook's; a family
+member's from its family's gate), so a new row of signatures.yaml needs no change here. The compiled sifter
 (`harness.telemetry._scan.sift`) uses them to hand the taxonomy only the lines that may hold
 a signature or a row; a regex without a literal every match must contain (`.*`, `\\d+`)
 turns the prefilter off (every line is read, as the pure path does). Sound by construction
-(each anchor is a substring every match contains) and by test (tests/unit/test_classify_speed.py
+(each anchor is a substring every match contains) and by test (tests/unit/test_classify_sift.py
 checks `Matcher.match(line)` implies an anchor on generated lines).
 """
 

@@ -435,27 +435,45 @@ static const char *literal(const char *p, const char *e, const char *s, Py_ssize
     return (e - p >= n && !memcmp(p, s, (size_t)n)) ? p + n : NULL;
 }
 
+/* Whether a token at q starts with one of the six keys and '=' (judge.row_line's (?!dup)). */
+static int dup_key(const char *q, const char *e) {
+#define IS(key) (e - q >= (Py_ssize_t)sizeof(key) - 1 && !memcmp(q, key, sizeof(key) - 1))
+    switch (*q) {
+    case 'i': return IS("iter=");
+    case 'l': return IS("layer=");
+    case 'r': return IS("rank=");
+    case 'e': return IS("expected_recv=");
+    case 'a': return IS("actual_valid_recv=");
+    case 'b': return IS("budget=");
+    default: return 0;
+    }
+#undef IS
+}
+
 /* The six fields and the tail of judge.row_line from p (just after the tag): the end of the
  * line (its newline, or e) when they match up to it, else NULL. No part of the rule matches
  * a newline, so e may be the end of the block: a canonical line is read once. */
 static const char *canonical_rest(const char *p, const char *e) {
-    static const char *keys[NFIELDS] = {" iter=", " layer=", " rank=", " expected_recv=",
-                                        " actual_valid_recv=", " budget="};
-    static const Py_ssize_t lens[NFIELDS] = {6, 7, 6, 15, 19, 8};
-    for (int i = 0; i < NFIELDS; i++) {
-        if (!(p = literal(p, e, keys[i], lens[i]))) return NULL;
-        if (i == F_EXP) {
-            if (p >= e || *p < '1' || *p > '9') return NULL;
-            if (!(p = digits_between(p + 1, e, 0, 17))) return NULL;
-        } else if (!(p = digits_between(p, e, 1, 18))) {
-            return NULL;
-        }
-    }
-    /* (?: (?!dup)[A-Za-z_]\w*=-?\d+(?:\.\d+)?)* then [ \t]*\r?$ ; dup: keys[i] + 1 */
+/* the literal key (a constant: the compiler compares it inline), then 1-18 digits */
+#define KEY_DIGITS(key, lo, hi)                                                   \
+    if (e - p < (Py_ssize_t)sizeof(key) - 1 || memcmp(p, key, sizeof(key) - 1))   \
+        return NULL;                                                              \
+    p += sizeof(key) - 1;                                                         \
+    if (!(p = digits_between(p, e, lo, hi))) return NULL;
+    KEY_DIGITS(" iter=", 1, 18)
+    KEY_DIGITS(" layer=", 1, 18)
+    KEY_DIGITS(" rank=", 1, 18)
+    if (e - p < 16 || memcmp(p, " expected_recv=", 15) || p[15] < '1' || p[15] > '9')
+        return NULL;
+    p += 15;
+    if (!(p = digits_between(p, e, 1, 18))) return NULL;     /* [1-9]\d{0,17} */
+    KEY_DIGITS(" actual_valid_recv=", 1, 18)
+    KEY_DIGITS(" budget=", 1, 18)
+#undef KEY_DIGITS
+    /* (?: (?!dup)[A-Za-z_]\w*=-?\d+(?:\.\d+)?)* then [ \t]*\r?$ */
     while (p + 1 < e && *p == ' ' && word_start(p[1])) {
         const char *q = p + 1;
-        for (int i = 0; i < NFIELDS; i++)
-            if (*q == keys[i][1] && literal(q, e, keys[i] + 1, lens[i] - 1)) return NULL;
+        if (dup_key(q, e)) return NULL;
         while (q < e && word(*q)) q++;
         if (q >= e || *q != '=') return NULL;
         q++;

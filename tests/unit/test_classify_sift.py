@@ -201,8 +201,9 @@ def test_compiled_and_pure_readers_classify_alike(tmp_path_factory, files, block
 
 TAGS = (DISPATCH, b"7: [T]", b"[rank9]: X", b"[default", b"[MOE_DROP_DEBUG][dispatch]x")
 ALPHABET = "0123456789 =-.\t\r[]:abcerz_\x1b\u00e9"
-INSERTS = (" iter=1", " rank=2", " foo=1.5", " x=-3", "  ", " budget=", "1: ", "[rank3]:",
-           "[default1]: ", " observed_loss=7", "=", " 5=6")
+INSERTS = (" iter=1", " layer=3", " rank=2", " expected_recv=4", " actual_valid_recv=5",
+           " budget=6", " foo=1.5", " x=-3", "  ", " budget=", "1: ", "[rank3]:",
+           "[default1]: ", " observed_loss=7", "=", " 5=6", " layers=1", " ranking=2")
 
 
 @st.composite
