@@ -200,6 +200,7 @@ def test_compiled_and_pure_readers_classify_alike(tmp_path_factory, files, block
 # ---- the canonical-row rule in C is judge.row_line --------------------------------------
 
 TAGS = (DISPATCH, b"7: [T]", b"[rank9]: X", b"[default", b"[MOE_DROP_DEBUG][dispatch]x")
+KEYS = ("iter", "layer", "rank", "expected_recv", "actual_valid_recv", "budget")
 ALPHABET = "0123456789 =-.\t\r[]:abcerz_\x1b\u00e9"
 INSERTS = (" iter=1", " layer=3", " rank=2", " expected_recv=4", " actual_valid_recv=5",
            " budget=6", " foo=1.5", " x=-3", "  ", " budget=", "1: ", "[rank3]:",
@@ -215,11 +216,10 @@ def mutated_rows(draw, tag: bytes):
     prefix = draw(st.sampled_from(["", "[rank3]:", "[rank3]: ", "[default0]: ", "12: ",
                                    "12: [rank3]: ", "3:", "[rank]: "]))
     text = prefix + tag.decode() + "".join(
-        f" {key}={value}" for key, value in zip(("iter", "layer", "rank", "expected_recv",
-                                                 "actual_valid_recv", "budget"), values,
-                                                strict=True))
+        f" {key}={value}" for key, value in zip(KEYS, values, strict=True))
     if draw(st.booleans()):
-        text += draw(st.sampled_from([" observed_loss=-5", " a=1 b=2.5", " \t", "\r", " \r"]))
+        text += draw(st.sampled_from([" observed_loss=-5", " a=1 b=2.5", " \t", "\r", " \r",
+                                      *(f" x=1 {key}=2" for key in KEYS), " layers=1"]))
     for _ in range(draw(st.integers(0, 3))):
         at = draw(st.integers(0, len(text)))
         edit = draw(st.sampled_from(["insert", "delete", "replace", "token"]))
