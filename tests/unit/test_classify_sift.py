@@ -212,7 +212,7 @@ def mutated_rows(draw, tag: bytes):
     """A canonical row line (with a launcher prefix), then a few edits anywhere in it."""
     odd = st.sampled_from(["0", "7", "01", "00", "8" * 18, "1" + "0" * 18, "", "-1", "1.5",
                            "\u0663", str(10 ** 19)])
-    values = [draw(odd if draw(st.integers(0, 7)) == 0 else
+    values = [draw(odd if draw(st.integers(0, 7)) == 7 else
                    st.integers(1, 10 ** 6).map(str)) for _ in range(6)]
     prefix = draw(st.sampled_from(["", "[rank3]:", "[rank3]: ", "[default0]: ", "12: ",
                                    "12: [rank3]: ", "3:", "[rank]: "]))
