@@ -263,6 +263,31 @@ def test_sift_canonical_rows_are_row_line_matches(data, tag):
     assert canonical_mismatches(lines, tag) == []
 
 
+ODD_VALUES = ("0", "7", "01", "00", "8" * 18, "1" + "0" * 18, "", "-1", "1.5", "\u0663",
+              "12a", " 5")
+PREFIXES_ROW = ("", "[rank3]:", "[rank3]: ", "[rank3]:  ", "[default0]: ", "12: ",
+                "12: [rank3]: ", "3:", "[rank]: ", "12:[rank3]: ", " [rank3]: ")
+TAILS = ("", " observed_loss=-5", " a=1 b=2.5", " \t", "\r", " \r", "\r ", " x=1.", " x=.5",
+         " x=-", " _x9=1", " 9x=1", " x=1\t", " layers=1", " ranking=2",
+         *(f" x=1 {key}=2" for key in KEYS), *(f" {key}=2" for key in KEYS))
+
+
+@pytest.mark.parametrize("tag", TAGS)
+def test_every_odd_value_prefix_and_tail_is_judged_as_row_line(tag):
+    """Every odd value in every field, every launcher prefix and every tail, one by one
+    from a canonical row: sift and judge.row_line agree line by line."""
+    good = dict(zip(KEYS, ("3", "2", "1", "8", "9", "16"), strict=True))
+    lines = []
+    for key in KEYS:
+        for value in ODD_VALUES:
+            fields = {**good, key: value}
+            lines.append(tag + "".join(f" {k}={v}" for k, v in fields.items()).encode())
+    body = "".join(f" {k}={v}" for k, v in good.items()).encode()
+    lines += [pre.encode() + tag + body + tail.encode() for pre in PREFIXES_ROW
+              for tail in TAILS]
+    assert canonical_mismatches(lines, tag) == []
+
+
 def test_canonical_check_catches_a_rule_that_differs():
     """Meta: with a regex that allows a signed iter= value (a rule differing from C's), the
     mutated-row check names the line."""
