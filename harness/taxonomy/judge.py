@@ -484,16 +484,20 @@ def sift_log_events(paths: Iterable[Path], anchors: Anchors | None,
                                       str(path), block, line_no)
 
 
+def _sift_with(anchors: Anchors | None) -> tuple:
+    """The anchors as `_scan.sift` takes them (exact None: every line a candidate)."""
+    return (None, ()) if anchors is None else (anchors.exact, anchors.folded)
+
+
 def _sifted_events(sift, anchors: Anchors | None, tags: tuple[bytes, bytes], name: str,
-                   block: bytes | memoryview, line_no: int) -> Iterator[tuple]:
-    """One block sifted in C (`_scan.sift`): ("line", path, line_no, text) for each line
-    that may hold a signature or a row (not a canonical row, and holding a tag, colour or
-    one of the signatures' anchors), ("quiet", path, line_no, block, start, stop, others)
-    for the stretch between two of them (see `_Scan.feed_quiet`). Decides as
-    iter_log_events does (property-tested)."""
-    exact = None if anchors is None else anchors.exact
-    folded = () if anchors is None else anchors.folded
-    found, others, _lines = sift(block, len(block), *tags, exact, folded)
+                   block: bytes | memoryview, line_no: int, sifted: tuple | None = None
+                   ) -> Iterator[tuple]:
+    """One block sifted in C (`_scan.sift`, or `sifted`, its result from the summary's
+    pass): ("line", path, line_no, text) for each line that may hold a signature or a row
+    (not a canonical row, and holding a tag, colour or one of the signatures' anchors),
+    ("quiet", path, line_no, block, start, stop, others) for the stretch between two of
+    them (see `_Scan.feed_quiet`). Decides as iter_log_events does (property-tested)."""
+    found, others, _lines = sifted or sift(block, len(block), *tags, *_sift_with(anchors))
     cand, others = memoryview(found).cast("q"), memoryview(others).cast("q")
     pos = 0
     for k in range(0, len(cand), 3):
@@ -522,12 +526,16 @@ class LineReader:
         self.tags = dispatch.encode(), setup.encode()
         self.anchors = anchors_of(signatures) if self.sift else None
         self.rows_re = None if self.sift else row_runs(dispatch)
+        # asks `summarize` for each block's sift from its own pass (Folder.sift_feed)
+        self.sift_with = _sift_with(self.anchors) if self.sift else None
 
-    def __call__(self, path: str, lines: bytes | memoryview, first_line: int) -> None:
-        """Read one block (`first_line`: the 1-based number of its first line)."""
+    def __call__(self, path: str, lines: bytes | memoryview, first_line: int,
+                 sifted: tuple | None = None) -> None:
+        """Read one block (`first_line`: the 1-based number of its first line; `sifted`:
+        the summary's sift of it, when it made one)."""
         if self.sift is not None:
             events = _sifted_events(self.sift, self.anchors, self.tags, path, lines,
-                                    first_line - 1)
+                                    first_line - 1, sifted)
         else:
             events = _block_events(path, bytes(lines), first_line - 1, self.rows_re)
         for event in events:

@@ -425,6 +425,16 @@ static int word_start(char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c 
 static int word(char c) { return word_start(c) || is_dig(c); }
 
 /* `\d{lo,hi}` followed by a non-digit or the end (greedy; shorter never helps there). */
+/* digits_between, their value in *v (only ever asked of at most 18 digits) */
+static const char *digits_value(const char *p, const char *e, Py_ssize_t lo, Py_ssize_t hi,
+                                int64_t *v) {
+    const char *d = p;
+    int64_t x = 0;
+    while (p < e && is_dig(*p)) x = 10 * x + (*p++ - '0');
+    *v = x;
+    return (p - d >= lo && p - d <= hi) ? p : NULL;
+}
+
 static const char *digits_between(const char *p, const char *e, Py_ssize_t lo, Py_ssize_t hi) {
     const char *d = p;
     while (p < e && is_dig(*p)) p++;
@@ -451,24 +461,25 @@ static int dup_key(const char *q, const char *e) {
 }
 
 /* The six fields and the tail of judge.row_line from p (just after the tag): the end of the
- * line (its newline, or e) when they match up to it, else NULL. No part of the rule matches
+ * line (its newline, or e) when they match up to it (the six values in v), else NULL. No
+ * part of the rule matches
  * a newline, so e may be the end of the block: a canonical line is read once. */
-static const char *canonical_rest(const char *p, const char *e) {
+static const char *canonical_rest(const char *p, const char *e, int64_t *v) {
 /* the literal key (a constant: the compiler compares it inline), then 1-18 digits */
-#define KEY_DIGITS(key, lo, hi)                                                   \
+#define KEY_DIGITS(key, field)                                                    \
     if (e - p < (Py_ssize_t)sizeof(key) - 1 || memcmp(p, key, sizeof(key) - 1))   \
         return NULL;                                                              \
     p += sizeof(key) - 1;                                                         \
-    if (!(p = digits_between(p, e, lo, hi))) return NULL;
-    KEY_DIGITS(" iter=", 1, 18)
-    KEY_DIGITS(" layer=", 1, 18)
-    KEY_DIGITS(" rank=", 1, 18)
+    if (!(p = digits_value(p, e, 1, 18, &v[field]))) return NULL;
+    KEY_DIGITS(" iter=", F_ITER)
+    KEY_DIGITS(" layer=", F_LAYER)
+    KEY_DIGITS(" rank=", F_RANK)
     if (e - p < 16 || memcmp(p, " expected_recv=", 15) || p[15] < '1' || p[15] > '9')
         return NULL;
     p += 15;
-    if (!(p = digits_between(p, e, 1, 18))) return NULL;     /* [1-9]\d{0,17} */
-    KEY_DIGITS(" actual_valid_recv=", 1, 18)
-    KEY_DIGITS(" budget=", 1, 18)
+    if (!(p = digits_value(p, e, 1, 18, &v[F_EXP]))) return NULL;   /* [1-9]\d{0,17} */
+    KEY_DIGITS(" actual_valid_recv=", F_ACT)
+    KEY_DIGITS(" budget=", F_BUD)
 #undef KEY_DIGITS
     /* (?: (?!dup)[A-Za-z_]\w*=-?\d+(?:\.\d+)?)* then [ \t]*\r?$ */
     while (p + 1 < e && *p == ' ' && word_start(p[1])) {
@@ -490,8 +501,8 @@ static const char *canonical_rest(const char *p, const char *e) {
 
 /* The tag, then canonical_rest. */
 static const char *canonical_from(const char *p, const char *e, const char *tag,
-                                  Py_ssize_t n) {
-    return (p = literal(p, e, tag, n)) != NULL ? canonical_rest(p, e) : NULL;
+                                  Py_ssize_t n, int64_t *v) {
+    return (p = literal(p, e, tag, n)) != NULL ? canonical_rest(p, e, v) : NULL;
 }
 
 /* judge.row_line on the line starting at s (e: the end of the block): the end of the line
@@ -499,19 +510,19 @@ static const char *canonical_from(const char *p, const char *e, const char *tag,
  * ^(?:\d+: )?(?:\[(?:rank|default)\d+\]: ?)?TAG..., every choice of the optional prefixes
  * tried (a custom tag may start like a prefix). */
 static const char *canonical_line(const char *s, const char *e, const char *tag,
-                                  Py_ssize_t n) {
+                                  Py_ssize_t n, int64_t *v) {
     const char *starts[2] = {s, NULL}, *q = s, *end;
     while (q < e && is_dig(*q)) q++;
     if (q > s && e - q >= 2 && q[0] == ':' && q[1] == ' ') starts[1] = q + 2;
     for (int i = 0; i < 2; i++) {
         const char *p = starts[i], *r;
         if (!p) continue;
-        if ((end = canonical_from(p, e, tag, n))) return end;
+        if ((end = canonical_from(p, e, tag, n, v))) return end;
         if (!(r = literal(p, e, "[rank", 5)) && !(r = literal(p, e, "[default", 8))) continue;
         if (!(r = digits_between(r, e, 1, PY_SSIZE_T_MAX)) || !(r = literal(r, e, "]:", 2)))
             continue;
-        if (r < e && *r == ' ' && (end = canonical_from(r + 1, e, tag, n))) return end;
-        if ((end = canonical_from(r, e, tag, n))) return end;
+        if (r < e && *r == ' ' && (end = canonical_from(r + 1, e, tag, n, v))) return end;
+        if ((end = canonical_from(r, e, tag, n, v))) return end;
     }
     return NULL;
 }
@@ -692,14 +703,96 @@ PyDoc_STRVAR(sift_doc,
 "ASCII-case-insensitively); others: the rest. exact=None: every such line is a candidate.\n"
 "lines: the number of lines.");
 
+static void anchors_free(anchors_t *a) {
+    if (a) { free(a->text); free(a->len); free(a->folded); free(a->key); free(a->order); }
+    free(a);
+}
+
+/* The anchors of (exact, folded) tuples of bytes; exact None: *a = NULL (every line a
+ * candidate). -1 with an exception set on bad arguments or no memory. */
+static int anchors_new(PyObject *exact, PyObject *folded, anchors_t **out) {
+    anchors_t *a;
+    *out = NULL;
+    if (exact == Py_None) return 0;
+    if (!PyTuple_Check(exact) || !PyTuple_Check(folded)) {
+        PyErr_SetString(PyExc_TypeError, "anchors must be tuples of bytes (or exact=None)");
+        return -1;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(exact) + PyTuple_GET_SIZE(folded);
+    size_t m = (size_t)(n ? n : 1);
+    a = calloc(1, sizeof *a);
+    if (a) {
+        a->n = n;
+        a->text = calloc(m, sizeof *a->text), a->len = calloc(m, sizeof *a->len);
+        a->folded = calloc(m, sizeof *a->folded), a->key = calloc(m, sizeof *a->key);
+        a->order = calloc(m, sizeof *a->order);
+    }
+    if (!a || !a->text || !a->len || !a->folded || !a->key || !a->order) {
+        anchors_free(a);
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (anchors_add(a, exact, 0, 0) || anchors_add(a, folded, 1, PyTuple_GET_SIZE(exact))) {
+        anchors_free(a);
+        return -1;
+    }
+    anchors_index(a);
+    *out = a;
+    return 0;
+}
+
+/* Sift the block b[0:length) (whole lines) into spans[1] (candidates) and spans[0] (the other
+ * non-canonical lines); with a sink, also fold it: a canonical line's six values straight
+ * into the sink's fold (what scan_block would fold for it), any other line through
+ * scan_block (rows, deferred rows, setup rows). Returns the number of lines. */
+static int64_t sift_block(const char *b, Py_ssize_t length, int64_t first_line,
+                          const Py_buffer *d, const Py_buffer *u, const anchors_t *a,
+                          vec_t spans[2], sink_t *sink, const tags_t *t, int *oom) {
+    const char *end = b + length, *s = b;
+    int64_t index = 0, v[NFIELDS];
+    while (s < end && !*oom) {
+        const char *e = canonical_line(s, end, d->buf, d->len, v);
+        if (e && sink) {
+            sink->oom |= fold_row(sink->fold, v);
+            sink->n_rows++;
+        } else if (!e) {
+            const char *nl = memchr(s, '\n', (size_t)(end - s));
+            e = nl ? nl : end;
+            int kind = a == NULL || memchr(s, 0x1b, (size_t)(e - s)) != NULL
+                || contains(s, e, d->buf, d->len) || contains(s, e, u->buf, u->len)
+                || has_anchor(a, s, e);
+            *oom |= vec_push(&spans[kind], index) | vec_push(&spans[kind], s - b)
+                | vec_push(&spans[kind], e - b);
+            if (sink) {
+                size_t before = sink->n_deferred;
+                scan_block(s, (nl ? e + 1 : e) - s, first_line + index, t, sink);
+                for (size_t i = before; i < sink->n_deferred; i++)
+                    sink->deferred[i].start += s - b, sink->deferred[i].end += s - b;
+            }
+        }
+        if (sink) *oom |= sink->oom;
+        index++;
+        s = e < end ? e + 1 : end;
+    }
+    return index;
+}
+
+/* (candidates, others) as int64 bytes; y# of NULL is None, so an empty list is b"". */
+static PyObject *spans_out(vec_t spans[2]) {
+    return Py_BuildValue("(y#y#)", spans[1].v ? (const char *)spans[1].v : "",
+                         (Py_ssize_t)(spans[1].n * sizeof(int64_t)),
+                         spans[0].v ? (const char *)spans[0].v : "",
+                         (Py_ssize_t)(spans[0].n * sizeof(int64_t)));
+}
+
 static PyObject *py_sift(PyObject *self, PyObject *args) {
     Py_buffer buf, d, u;
     Py_ssize_t length;
-    PyObject *exact, *folded, *out = NULL;
+    PyObject *exact, *folded, *out = NULL, *both = NULL;
     anchors_t *a = NULL;
     vec_t spans[2] = {{0}, {0}};
     int oom = 0;
-    int64_t index = 0;
+    int64_t lines = 0;
     if (!PyArg_ParseTuple(args, "y*ny*y*OO", &buf, &length, &d, &u, &exact, &folded))
         return NULL;
     if (length < 0 || length > buf.len || d.len == 0 || u.len == 0
@@ -708,54 +801,17 @@ static PyObject *py_sift(PyObject *self, PyObject *args) {
                         "length outside the buffer, or a tag empty or holding a newline");
         goto done;
     }
-    if (exact != Py_None && (!PyTuple_Check(exact) || !PyTuple_Check(folded))) {
-        PyErr_SetString(PyExc_TypeError, "anchors must be tuples of bytes (or exact=None)");
-        goto done;
-    }
-    if (exact != Py_None) {
-        Py_ssize_t n = PyTuple_GET_SIZE(exact) + PyTuple_GET_SIZE(folded);
-        a = calloc(1, sizeof *a);
-        if (a) {
-            a->n = n;
-            a->text = calloc((size_t)(n ? n : 1), sizeof *a->text);
-            a->len = calloc((size_t)(n ? n : 1), sizeof *a->len);
-            a->folded = calloc((size_t)(n ? n : 1), sizeof *a->folded);
-            a->key = calloc((size_t)(n ? n : 1), sizeof *a->key);
-            a->order = calloc((size_t)(n ? n : 1), sizeof *a->order);
-        }
-        if (!a || !a->text || !a->len || !a->folded || !a->key || !a->order) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        if (anchors_add(a, exact, 0, 0)
-            || anchors_add(a, folded, 1, PyTuple_GET_SIZE(exact))) goto done;
-        anchors_index(a);
-    }
+    if (anchors_new(exact, folded, &a)) goto done;
     Py_BEGIN_ALLOW_THREADS
-    const char *b = buf.buf, *end = b + length, *s = b;
-    while (s < end && !oom) {
-        const char *e = canonical_line(s, end, d.buf, d.len);
-        if (!e) {
-            const char *nl = memchr(s, '\n', (size_t)(end - s));
-            e = nl ? nl : end;
-            int kind = a == NULL || memchr(s, 0x1b, (size_t)(e - s)) != NULL
-                || contains(s, e, d.buf, d.len) || contains(s, e, u.buf, u.len)
-                || has_anchor(a, s, e);
-            oom |= vec_push(&spans[kind], index) | vec_push(&spans[kind], s - b)
-                | vec_push(&spans[kind], e - b);
-        }
-        index++;
-        s = e < end ? e + 1 : end;
-    }
+    lines = sift_block(buf.buf, length, 0, &d, &u, a, spans, NULL, NULL, &oom);
     Py_END_ALLOW_THREADS
     if (oom) { PyErr_NoMemory(); goto done; }
-    /* y# of NULL is None: an empty list is b"" */
-    out = Py_BuildValue("(y#y#L)", spans[1].v ? (const char *)spans[1].v : "",
-                        (Py_ssize_t)(spans[1].n * sizeof(int64_t)),
-                        spans[0].v ? (const char *)spans[0].v : "",
-                        (Py_ssize_t)(spans[0].n * sizeof(int64_t)), (long long)index);
+    if ((both = spans_out(spans)))
+        out = Py_BuildValue("(OOL)", PyTuple_GET_ITEM(both, 0), PyTuple_GET_ITEM(both, 1),
+                            (long long)lines);
 done:
-    if (a) { free(a->text); free(a->len); free(a->folded); free(a->key); free(a->order); free(a); }
+    Py_XDECREF(both);
+    anchors_free(a);
     free(spans[0].v);
     free(spans[1].v);
     PyBuffer_Release(&buf);
@@ -819,6 +875,68 @@ static PyObject *Folder_feed(FolderObject *self, PyObject *args) {
     sink_t s;
     if (!ready(self)) return NULL;
     return run_scan(args, &self->fold, &s);
+}
+
+/* Folder.feed and sift in one pass (the default tags only: a canonical row line then holds
+ * no other tag, so its row is exactly what scan_block would fold). */
+static PyObject *Folder_sift_feed(FolderObject *self, PyObject *args) {
+    Py_buffer buf, d, u;
+    Py_ssize_t length;
+    long long first_line;
+    PyObject *exact, *folded, *out = NULL, *deferred = NULL, *ranks = NULL, *both = NULL;
+    anchors_t *a = NULL;
+    vec_t spans[2] = {{0}, {0}};
+    sink_t s;
+    tags_t t;
+    int oom = 0;
+    int64_t lines = 0;
+    if (!ready(self)) return NULL;
+    memset(&s, 0, sizeof s);
+    s.fold = &self->fold;
+    if (!PyArg_ParseTuple(args, "y*nLy*y*OO", &buf, &length, &first_line, &d, &u, &exact,
+                          &folded))
+        return NULL;
+    if (length < 0 || length > buf.len) {
+        PyErr_SetString(PyExc_ValueError, "length outside the buffer");
+        goto done;
+    }
+    if (get_tags(&d, &u, &t) || anchors_new(exact, folded, &a)) goto done;
+    Py_BEGIN_ALLOW_THREADS
+    lines = sift_block(buf.buf, length, first_line, &d, &u, a, spans, &s, &t, &oom);
+    Py_END_ALLOW_THREADS
+    if (oom || s.oom) { PyErr_NoMemory(); goto done; }
+    deferred = PyList_New((Py_ssize_t)s.n_deferred);
+    ranks = PyList_New((Py_ssize_t)s.ranks.n);
+    if (!deferred || !ranks) goto done;
+    for (size_t i = 0; i < s.n_deferred; i++) {
+        deferred_t *e = &s.deferred[i];
+        PyObject *item = Py_BuildValue("(CLLLL)", e->kind, (long long)e->line,
+                                       (long long)e->start, (long long)e->end,
+                                       (long long)e->index);
+        if (!item) goto done;
+        PyList_SET_ITEM(deferred, i, item);
+    }
+    for (size_t i = 0; i < s.ranks.n; i++) {
+        PyObject *r = PyLong_FromLongLong(s.ranks.v[i]);
+        if (!r) goto done;
+        PyList_SET_ITEM(ranks, i, r);
+    }
+    if ((both = spans_out(spans)))
+        out = Py_BuildValue("(LOLOOO)", (long long)lines, deferred, (long long)s.setup_rows,
+                            ranks, PyTuple_GET_ITEM(both, 0), PyTuple_GET_ITEM(both, 1));
+done:
+    Py_XDECREF(both);
+    Py_XDECREF(deferred);
+    Py_XDECREF(ranks);
+    anchors_free(a);
+    free(spans[0].v);
+    free(spans[1].v);
+    free(s.deferred);
+    free(s.ranks.v);
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&d);
+    PyBuffer_Release(&u);
+    return out;
 }
 
 static PyObject *Folder_add_row(FolderObject *self, PyObject *args) {
@@ -926,6 +1044,10 @@ static PyMethodDef Folder_methods[] = {
     {"feed", (PyCFunction)Folder_feed, METH_VARARGS,
      "feed(buf, length, first_line, dispatch_tag, setup_tag) -> (newlines, deferred, "
      "setup_rows, setup_ranks): fold the block's well-formed rows in."},
+    {"sift_feed", (PyCFunction)Folder_sift_feed, METH_VARARGS,
+     "sift_feed(buf, length, first_line, dispatch_tag, setup_tag, exact, folded) -> "
+     "(newlines, deferred, setup_rows, setup_ranks, candidates, others): feed and sift in "
+     "one pass (default tags only)."},
     {"add_row", (PyCFunction)Folder_add_row, METH_VARARGS,
      "add_row(iter, layer, rank, expected_recv, actual_valid_recv, budget): fold one row."},
     {"counts", (PyCFunction)Folder_counts, METH_NOARGS,

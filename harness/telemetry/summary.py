@@ -139,8 +139,11 @@ _Parser = Callable[[bytearray, int, int], tuple[Block, int]]
 # Called with (path, whole lines ending in a newline, number of their first line) for every
 # block the summary reads, in order; the bytes are valid only during the call. A last line
 # without newline, and the first MAX_LINE bytes of an over-long line, come as one line with a
-# newline added. harness.taxonomy.judge reads the logs in the same pass through it.
-Observer = Callable[[str, "bytes | memoryview", int], None]
+# newline added. harness.taxonomy.judge reads the logs in the same pass through it; an
+# observer with a `sift_with` attribute also gets the compiled sift of each block
+# (_CompiledAccumulator.blocks).
+Observer = Callable[..., None]    # (path, lines, first line[, sifted]), see above
+DEFAULT_TAGS = (DISPATCH_TAG.encode(), SETUP_TAG.encode())
 
 
 def _tell(observe: Observer | None, path: PathLike, text: bytes, line_no: int) -> None:
@@ -387,15 +390,29 @@ class _CompiledAccumulator(_Accumulator):
 
     def blocks(self, path: PathLike, tags: Tags,
                observe: Observer | None = None) -> Iterator[Block]:
-        """The blocks of one log: setup rows and malformed rows only (the rows are folded)."""
+        """The blocks of one log: setup rows and malformed rows only (the rows are folded).
+        An observer that asks for the block's sift (`sift_with`: its anchors) gets it from
+        the same pass (`Folder.sift_feed`, the default tags only) as a 4th argument."""
+        sift_with = getattr(observe, "sift_with", None)
+        one_pass = sift_with is not None and (tags.dispatch, tags.setup) == DEFAULT_TAGS
+        sifted: list[tuple] = []     # the block's sift, taken by the observer call after it
+
         def parse(buf: bytearray, length: int, line_no: int) -> tuple[Block, int]:
-            newlines, deferred, setup_rows, ranks = self.folder.feed(
-                buf, length, line_no, tags.dispatch, tags.setup)
+            if one_pass:
+                newlines, deferred, setup_rows, ranks, cand, others = self.folder.sift_feed(
+                    buf, length, line_no, tags.dispatch, tags.setup, *sift_with)
+                sifted.append((cand, others, newlines))
+            else:
+                newlines, deferred, setup_rows, ranks = self.folder.feed(
+                    buf, length, line_no, tags.dispatch, tags.setup)
             block = Block(rows=(), setup_rows=setup_rows, setup_ranks=ranks)
             for _index, _line, values in _judge(buf, deferred, block):
                 self.folder.add_row(*values)
             return block, newlines
-        return _scan_compiled(path, tags, parse, observe)
+
+        def seen(name: str, lines, line_no: int) -> None:
+            observe(name, lines, line_no, sifted.pop() if sifted else None)
+        return _scan_compiled(path, tags, parse, seen if one_pass else observe)
 
     def finish(self, ranks: int | None, layers: int | None, iters: int | None) -> LogSummary:
         """Take the folded counts, peaks and budgets, then finish as the pure path does."""

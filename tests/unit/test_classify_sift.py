@@ -478,3 +478,40 @@ def test_bench_cell_classifies_alike(tmp_path):
     assert compiled == pure
     assert compiled["status"] == "does_not_fit" and compiled["first_failed_rank"] == "3"
     assert load_table() is not None
+
+
+class Sifting:
+    """An observer that asks the summary for each block's sift (Folder.sift_feed)."""
+
+    sift_with = (ANCHORS.exact, ANCHORS.folded)
+
+    def __init__(self) -> None:
+        self.sifted = 0
+
+    def __call__(self, path, lines, first_line, sifted=None) -> None:
+        self.sifted += sifted is not None
+
+
+SETUP_LINES = (SETUP_TAG + " iter=0 layer=1 rank=2 budget=16", "[rank1]:" + SETUP_TAG,
+               "noise", "", "[rank2]: " + row(2, 1) + " " + SETUP_TAG + " rank=5")
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(lines=st.lists(st.one_of(mutated_rows(DISPATCH), st.sampled_from(SETUP_LINES)
+                                .map(str.encode)), max_size=30),
+       block=st.sampled_from([64, 4096]), final=st.booleans())
+def test_the_one_pass_fold_is_the_fold(tmp_path_factory, lines, block, final):
+    """Folding while sifting (canonical lines folded from sift's own parse, the others by
+    scan_block) gives the summary Folder.feed gives, rows, malformed lines and setup ranks
+    included."""
+    path = tmp_path_factory.mktemp("fold") / "rank0.log"
+    path.write_bytes(b"\n".join(lines) + (b"\n" if final else b""))
+    mp = pytest.MonkeyPatch()
+    try:
+        mp.setattr(tm, "BLOCK_BYTES", block)
+        observer = Sifting()
+        assert tm.summarize([path], observe=observer).to_dict() == \
+            tm.summarize([path]).to_dict()
+        assert (observer.sifted > 0) == (b"\n" in path.read_bytes())  # the one-pass path ran
+    finally:
+        mp.undo()
