@@ -8,7 +8,8 @@
  *   scan(buf, length, first_line, dispatch, setup) -> rows, line numbers (int64 bytes), ...
  *   Folder(warmup).feed(...) folds rows straight into counts, peaks and distinct keys;
  *   sift(buf, length, dispatch, setup, exact, folded) -> the lines the taxonomy must read
- *   (harness.taxonomy.judge: not canonical rows; holding a tag, colour or an anchor).
+ *   (harness.taxonomy.judge: not canonical rows; holding a tag, colour or an anchor), and
+ *   Folder.sift_feed(...), the fold and the sift in one pass (`epcap classify`).
  * The GIL is released while a block is scanned. No dependency beyond CPython and libc.
  */
 #define PY_SSIZE_T_CLEAN
