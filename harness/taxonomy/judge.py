@@ -20,6 +20,7 @@ order are in docs/taxonomy.md; in short:
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -30,6 +31,7 @@ from harness.errors import BadInput
 from harness.io.bounds import clip_line, parse_int
 from harness.io.safeio import read_json
 from harness.results.layout import CELL_JSON
+from harness.taxonomy.prefilter import Anchors, anchors_of
 from harness.taxonomy.signatures import (
     NO_LAYOUT,
     OVERFLOW,
@@ -47,8 +49,9 @@ from harness.taxonomy.signatures import (
     load_table,
     timestamp_of,
 )
+from harness.telemetry import summary as telemetry
 from harness.telemetry.lines import DISPATCH_TAG, SETUP_TAG, line_rows
-from harness.telemetry.summary import LogSummary, summarize
+from harness.telemetry.summary import LogSummary, sifter, summarize
 from harness.vocab import BUG_CLASSES, FAILURE_CLASSES, LauncherState, Purpose, Status
 
 # The run's class: the first of these among the ranks' fatal signatures (docs/taxonomy.md).
@@ -244,6 +247,49 @@ class _Scan:
         for _, who, n in sorted(found):
             self._progress(who, self.row_kind, n)
 
+    def event(self, event: tuple) -> None:
+        """One reader event: (path, line_no, text) of iter_log_lines, or ("line" | "rows" |
+        "quiet", ...) of the block readers."""
+        if len(event) == 3:
+            self.feed(str(event[0]), event[1], event[2])
+        elif event[0] == "rows":
+            self.feed_rows(event[1], event[3])
+        elif event[0] == "quiet":
+            self.feed_quiet(*event[1:])
+        else:
+            self.feed(event[1], event[2], event[3])
+
+    def _rescuable(self, path: str) -> bool:
+        """Whether a pending signature could be rescued by a line of this file (a
+        `file:` key only by its own file's lines)."""
+        own = f"file:{path}"
+        return any(kept for who, kept in self.pending.items()
+                   if kept and (who == own or not who.startswith("file:")))
+
+    def feed_quiet(self, path: str, line_no: int, block: bytes | memoryview, start: int,
+                   stop: int, others: memoryview) -> None:
+        """block[start:stop]: lines the sifter found no tag, colour or signature anchor in
+        (canonical rows, and the `others` spans: (index, start, end) triples, index counted
+        from line_no + 1). They hold no signature, so they matter only as progress of a
+        rank with a pending signature: skipped when none is, else read as the block
+        reader reads them (stretches of rows, then each other line in full)."""
+        if not self._rescuable(path):
+            return
+        count = len(others) // 3
+        j = bisect.bisect_left(range(count), start, key=lambda k: others[3 * k + 1])
+        pos = start
+        while j < count and others[3 * j + 1] < stop:
+            index, begin, end = others[3 * j:3 * j + 3]
+            if begin > pos:
+                self.feed_rows(path, bytes(block[pos:begin]))
+            if not self._rescuable(path):
+                return                  # the rest is progress of no pending rank
+            self.feed(path, line_no + index + 1,
+                      bytes(block[begin:end]).decode("utf-8", "replace").rstrip("\r\n"))
+            pos, j = end + 1, j + 1
+        if stop > pos:
+            self.feed_rows(path, bytes(block[pos:stop]))
+
     def _warn(self, hit: Hit) -> None:
         self.warnings_total += 1
         if len(self.warnings) < MAX_WARNINGS:
@@ -285,23 +331,35 @@ def decide(ranks: dict[str, Hit], allow_fallout: bool = True) -> tuple[Hit | Non
     return deciding, first.rank
 
 
+def check_state(launcher_state: str) -> None:
+    """A launcher state the taxonomy knows, else BadInput."""
+    if launcher_state not in LAUNCHER_STATES:
+        raise BadInput(f"unknown launcher state {launcher_state!r}", field="launcher_state")
+
+
+def new_scan(patterns: dict[str, Iterable[str]] | None, library: str | None = None,
+             table: Table | None = None, layout: Layout = NO_LAYOUT,
+             tags: dict | None = None) -> tuple[_Scan, tuple[Signature, ...]]:
+    """An empty scan of one run and the signatures it matches."""
+    table = table or load_table()
+    signatures = run_signatures(patterns, library, table)
+    return _Scan(Matcher(signatures), table.progress, layout, tags), signatures
+
+
 def classify(exit_code: int | None, launcher_state: str, lines: Iterable[tuple],
              patterns: dict[str, Iterable[str]] | None, rows: int, *,
              library: str | None = None, table: Table | None = None,
              layout: Layout = NO_LAYOUT, tags: dict | None = None) -> Outcome:
     """The taxonomy class of one run (see the module docstring and docs/taxonomy.md)."""
-    if launcher_state not in LAUNCHER_STATES:
-        raise BadInput(f"unknown launcher state {launcher_state!r}", field="launcher_state")
-    table = table or load_table()
-    scan = _Scan(Matcher(run_signatures(patterns, library, table)), table.progress, layout,
-                 tags)
-    for event in lines:           # (path, line_no, text) or iter_log_events' 4-tuples
-        if len(event) == 3:
-            scan.feed(str(event[0]), event[1], event[2])
-        elif event[0] == "rows":
-            scan.feed_rows(event[1], event[3])
-        else:
-            scan.feed(event[1], event[2], event[3])
+    check_state(launcher_state)
+    scan, _ = new_scan(patterns, library, table, layout, tags)
+    for event in lines:           # (path, line_no, text) or the readers' events
+        scan.event(event)
+    return verdict(scan, exit_code, launcher_state, rows)
+
+
+def verdict(scan: _Scan, exit_code: int | None, launcher_state: str, rows: int) -> Outcome:
+    """The outcome of a scan that has read all of a run's lines (steps 2-5 above)."""
     fatal = scan.finish()
     ranks = per_rank(fatal)
     demand = scan.demand.demand if scan.demand else None
@@ -355,7 +413,6 @@ def iter_log_lines(paths: Iterable[Path]) -> Iterator[tuple[str, int, str]]:
                 yield str(path), line_no, raw.decode("utf-8", "replace").rstrip("\r\n")
 
 
-BLOCK_BYTES = 4 << 20      # bytes read per block (bounded memory)
 _PREFIX = rb"(?:\d+: )?(?:\[(?:rank|default)\d+\]: ?)?"
 
 
@@ -376,32 +433,120 @@ def row_runs(dispatch: str = DISPATCH_TAG) -> re.Pattern:
     return re.compile(rb"(?m)(?:^" + body + rb"\n)+")
 
 
+def _whole_line_blocks(path: Path) -> Iterator[tuple[bytes, int]]:
+    """(block, lines before it) of one log, cut where the telemetry summary cuts its blocks
+    (harness.telemetry.summary: BLOCK_BYTES reads, whole lines; a last line without newline
+    given one; an over-long line read by its first MAX_LINE bytes, the rest skipped), so
+    reading with the summary or alone yields the same lines."""
+    line_no = 0
+    with open(path, "rb") as handle:
+        carry = b""
+        while data := handle.read(telemetry.BLOCK_BYTES):
+            block = carry + data
+            cut = block.rfind(b"\n") + 1
+            if cut:
+                carry = block[cut:]
+                yield block[:cut], line_no
+                line_no += block.count(b"\n", 0, cut)
+            elif len(block) > telemetry.MAX_LINE:
+                yield block[:telemetry.MAX_LINE] + b"\n", line_no
+                data = handle.read(telemetry.BLOCK_BYTES)      # past its end, as the summary
+                while data and b"\n" not in data:
+                    data = handle.read(telemetry.BLOCK_BYTES)
+                handle.seek(-len(data.partition(b"\n")[2]), os.SEEK_CUR)
+                carry, line_no = b"", line_no + 1
+            else:
+                carry = block
+        if carry:                   # a last line without newline
+            yield carry + b"\n", line_no
+
+
 def iter_log_events(paths: Iterable[Path], dispatch: str = DISPATCH_TAG
                     ) -> Iterator[tuple[str, str, int, object]]:
     """The logs as ("line", path, line_no, text) for every line that is not a canonical
     dispatch row, and ("rows", path, 0, bytes) for each stretch of canonical rows between
     them, in file order; read in blocks of whole lines, so memory stays bounded and the
-    bulk of a large log (its rows) is never split into Python strings."""
+    bulk of a large log (its rows) is never split into Python strings. The pure reader."""
     rows_re = row_runs(dispatch)
     for path in paths:
-        name = str(path)
-        line_no = 0
-        with open(path, "rb") as handle:
-            carry = b""
-            while True:
-                data = handle.read(BLOCK_BYTES)
-                block = carry + data
-                if not data:
-                    if block:           # a last line without newline
-                        yield from _block_events(name, block + b"\n", line_no, rows_re)
-                    break
-                cut = block.rfind(b"\n") + 1
-                if cut == 0:
-                    carry = block
-                    continue
-                carry = block[cut:]
-                yield from _block_events(name, block[:cut], line_no, rows_re)
-                line_no += block.count(b"\n", 0, cut)
+        for block, line_no in _whole_line_blocks(path):
+            yield from _block_events(str(path), block, line_no, rows_re)
+
+
+def sift_log_events(paths: Iterable[Path], anchors: Anchors | None,
+                    dispatch: str = DISPATCH_TAG, setup: str = SETUP_TAG
+                    ) -> Iterator[tuple]:
+    """The compiled reader's events (`_sifted_events`) over whole files."""
+    sift = sifter()
+    for path in paths:
+        for block, line_no in _whole_line_blocks(path):
+            yield from _sifted_events(sift, anchors, (dispatch.encode(), setup.encode()),
+                                      str(path), block, line_no)
+
+
+def _sift_with(anchors: Anchors | None) -> tuple:
+    """The anchors as `_scan.sift` takes them (exact None: every line a candidate)."""
+    return (None, ()) if anchors is None else (anchors.exact, anchors.folded)
+
+
+def _sifted_events(sift, anchors: Anchors | None, tags: tuple[bytes, bytes], name: str,
+                   block: bytes | memoryview, line_no: int, sifted: tuple | None = None
+                   ) -> Iterator[tuple]:
+    """One block sifted in C (`_scan.sift`, or `sifted`, its result from the summary's
+    pass): ("line", path, line_no, text) for each line that may hold a signature or a row
+    (not a canonical row, and holding a tag, colour or one of the signatures' anchors),
+    ("quiet", path, line_no, block, start, stop, others) for the stretch between two of
+    them (see `_Scan.feed_quiet`). Decides as iter_log_events does (property-tested)."""
+    found, others, _lines = sifted or sift(block, len(block), *tags, *_sift_with(anchors))
+    cand, others = memoryview(found).cast("q"), memoryview(others).cast("q")
+    pos = 0
+    for k in range(0, len(cand), 3):
+        index, begin, end = cand[k:k + 3]
+        if begin > pos:
+            yield "quiet", name, line_no, block, pos, begin, others
+        yield "line", name, line_no + index + 1, \
+            bytes(block[begin:end]).decode("utf-8", "replace").rstrip("\r\n")
+        pos = end + 1
+    if pos < len(block):
+        yield "quiet", name, line_no, block, pos, len(block), others
+
+
+class LineReader:
+    """Feeds each block of whole lines to a scan: sifted in C when the compiled scanner is
+    built and takes the tags (non-empty, one line each), else by the pure block reader.
+    An observer of `summarize` (one pass for rows and signatures) or of `read_logs`."""
+
+    def __init__(self, scan: _Scan, signatures: Iterable[Signature],
+                 tags: dict | None = None) -> None:
+        tags = tags or {}
+        self.scan = scan
+        dispatch, setup = tags.get("dispatch", DISPATCH_TAG), tags.get("setup", SETUP_TAG)
+        usable = all(t and "\n" not in t for t in (dispatch, setup))
+        self.sift = sifter() if usable else None
+        self.tags = dispatch.encode(), setup.encode()
+        self.anchors = anchors_of(signatures) if self.sift else None
+        self.rows_re = None if self.sift else row_runs(dispatch)
+        # asks `summarize` for each block's sift from its own pass (Folder.sift_feed)
+        self.sift_with = _sift_with(self.anchors) if self.sift else None
+
+    def __call__(self, path: str, lines: bytes | memoryview, first_line: int,
+                 sifted: tuple | None = None) -> None:
+        """Read one block (`first_line`: the 1-based number of its first line; `sifted`:
+        the summary's sift of it, when it made one)."""
+        if self.sift is not None:
+            events = _sifted_events(self.sift, self.anchors, self.tags, path, lines,
+                                    first_line - 1, sifted)
+        else:
+            events = _block_events(path, bytes(lines), first_line - 1, self.rows_re)
+        for event in events:
+            self.scan.event(event)
+
+
+def read_logs(paths: Iterable[Path], reader: LineReader) -> None:
+    """Hand every block of the logs to the reader (no telemetry summary wanted)."""
+    for path in paths:
+        for block, line_no in _whole_line_blocks(path):
+            reader(str(path), block, line_no + 1)
 
 
 def _block_events(name: str, block: bytes, line_no: int, rows_re: re.Pattern):
@@ -457,12 +602,15 @@ def cell_layout(cell_dir: Path) -> Layout:
 
 
 def classify_logs(exit_code: int | None, launcher_state: str, log_paths: Iterable[Path],
-                  patterns: dict[str, Iterable[str]] | None, rows: int, **kw) -> Outcome:
+                  patterns: dict[str, Iterable[str]] | None, rows: int, *,
+                  library: str | None = None, table: Table | None = None,
+                  layout: Layout = NO_LAYOUT, tags: dict | None = None) -> Outcome:
     """`classify` over log files (missing files are skipped: a run may die before writing)."""
+    check_state(launcher_state)
     existing = [Path(p) for p in log_paths if Path(p).is_file()]
-    tags = kw.get("tags") or {}
-    events = iter_log_events(existing, tags.get("dispatch", DISPATCH_TAG))
-    return classify(exit_code, launcher_state, events, patterns, rows, **kw)
+    scan, signatures = new_scan(patterns, library, table, layout, tags)
+    read_logs(existing, LineReader(scan, signatures, tags))
+    return verdict(scan, exit_code, launcher_state, rows)
 
 
 @dataclass(frozen=True)
@@ -484,11 +632,15 @@ def judge_run(exit_code: int | None, state: str, logs: Iterable[Path], patterns:
     measure, drops otherwise). A measure whose overflow report said drops is a lower bound
     too: the demand it states is what the re-measure must cover."""
     logs = [Path(p) for p in logs if Path(p).is_file()]
-    if summary is None and logs:
-        summary = summarize(logs, tags=tags)
+    check_state(state)
+    scan, signatures = new_scan(patterns, library, None, layout, tags)
+    reader = LineReader(scan, signatures, tags)
+    if summary is None and logs:       # one pass: the summary's blocks feed the scan too
+        summary = summarize(logs, tags=tags, observe=reader)
+    else:
+        read_logs(logs, reader)
     rows = summary.rows if summary else 0
-    out = classify_logs(exit_code, state, logs, patterns, rows, library=library,
-                        layout=layout, tags=tags)
+    out = verdict(scan, exit_code, state, rows)
     status = out.status
     if status is None:
         saturated = summary.saturated_rows > 0

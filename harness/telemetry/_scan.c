@@ -4,9 +4,12 @@
  * dispatch row's six integers and each setup row's rank, with exact line numbers. Rows it
  * cannot judge alone (malformed, or holding a non-ASCII byte) are handed back as "deferred"
  * (kind, line, start, end, index) entries for the reference Python code to judge, so reasons
- * and edge cases stay those of telemetry.py. Two entry points:
+ * and edge cases stay those of telemetry.py. Three entry points:
  *   scan(buf, length, first_line, dispatch, setup) -> rows, line numbers (int64 bytes), ...
- *   Folder(warmup).feed(...) folds rows straight into counts, peaks and distinct keys.
+ *   Folder(warmup).feed(...) folds rows straight into counts, peaks and distinct keys;
+ *   sift(buf, length, dispatch, setup, exact, folded) -> the lines the taxonomy must read
+ *   (harness.taxonomy.judge: not canonical rows; holding a tag, colour or an anchor), and
+ *   Folder.sift_feed(...), the fold and the sift in one pass (`epcap classify`).
  * The GIL is released while a block is scanned. No dependency beyond CPython and libc.
  */
 #define PY_SSIZE_T_CLEAN
@@ -409,6 +412,201 @@ static void scan_block(const char *b, Py_ssize_t n, int64_t first_line, const ta
     s->newlines = line - first_line + count_newlines(b + counted, b + n);
 }
 
+/* ---- sifting a block's lines for the taxonomy (harness.taxonomy.judge) ------------------
+ *
+ * The taxonomy reads every line that is not a canonical dispatch-row line (judge.row_line:
+ * launcher prefixes, the tag, the six fields in order, then only numeric key=value tokens)
+ * and, among those, needs the full line only when it may hold a signature or a row: it holds
+ * an ESC byte (colour may hide text), either tag, or one of the signatures' literal anchors
+ * (harness.taxonomy.prefilter; "folded" anchors compare ASCII-case-insensitively). */
+
+static int is_dig(char c) { return (unsigned)(c - '0') <= 9; }
+/* ASCII classes (a bytes regex's), never the C locale's */
+static int word_start(char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_'; }
+static int word(char c) { return word_start(c) || is_dig(c); }
+
+/* `\d{lo,hi}` followed by a non-digit or the end (greedy; shorter never helps there). */
+/* digits_between, their value in *v (only ever asked of at most 18 digits) */
+static const char *digits_value(const char *p, const char *e, Py_ssize_t lo, Py_ssize_t hi,
+                                int64_t *v) {
+    const char *d = p;
+    int64_t x = 0;
+    while (p < e && is_dig(*p)) x = 10 * x + (*p++ - '0');
+    *v = x;
+    return (p - d >= lo && p - d <= hi) ? p : NULL;
+}
+
+static const char *digits_between(const char *p, const char *e, Py_ssize_t lo, Py_ssize_t hi) {
+    const char *d = p;
+    while (p < e && is_dig(*p)) p++;
+    return (p - d >= lo && p - d <= hi) ? p : NULL;
+}
+
+static const char *literal(const char *p, const char *e, const char *s, Py_ssize_t n) {
+    return (e - p >= n && !memcmp(p, s, (size_t)n)) ? p + n : NULL;
+}
+
+/* Whether a token at q starts with one of the six keys and '=' (judge.row_line's (?!dup)). */
+static int dup_key(const char *q, const char *e) {
+#define IS(key) (e - q >= (Py_ssize_t)sizeof(key) - 1 && !memcmp(q, key, sizeof(key) - 1))
+    switch (*q) {
+    case 'i': return IS("iter=");
+    case 'l': return IS("layer=");
+    case 'r': return IS("rank=");
+    case 'e': return IS("expected_recv=");
+    case 'a': return IS("actual_valid_recv=");
+    case 'b': return IS("budget=");
+    default: return 0;
+    }
+#undef IS
+}
+
+/* The six fields and the tail of judge.row_line from p (just after the tag): the end of the
+ * line (its newline, or e) when they match up to it (the six values in v), else NULL. No
+ * part of the rule matches
+ * a newline, so e may be the end of the block: a canonical line is read once. */
+static const char *canonical_rest(const char *p, const char *e, int64_t *v) {
+/* the literal key (a constant: the compiler compares it inline), then 1-18 digits */
+#define KEY_DIGITS(key, field)                                                    \
+    if (e - p < (Py_ssize_t)sizeof(key) - 1 || memcmp(p, key, sizeof(key) - 1))   \
+        return NULL;                                                              \
+    p += sizeof(key) - 1;                                                         \
+    if (!(p = digits_value(p, e, 1, 18, &v[field]))) return NULL;
+    KEY_DIGITS(" iter=", F_ITER)
+    KEY_DIGITS(" layer=", F_LAYER)
+    KEY_DIGITS(" rank=", F_RANK)
+    if (e - p < 16 || memcmp(p, " expected_recv=", 15) || p[15] < '1' || p[15] > '9')
+        return NULL;
+    p += 15;
+    if (!(p = digits_value(p, e, 1, 18, &v[F_EXP]))) return NULL;   /* [1-9]\d{0,17} */
+    KEY_DIGITS(" actual_valid_recv=", F_ACT)
+    KEY_DIGITS(" budget=", F_BUD)
+#undef KEY_DIGITS
+    /* (?: (?!dup)[A-Za-z_]\w*=-?\d+(?:\.\d+)?)* then [ \t]*\r?$ */
+    while (p + 1 < e && *p == ' ' && word_start(p[1])) {
+        const char *q = p + 1;
+        if (dup_key(q, e)) return NULL;
+        while (q < e && word(*q)) q++;
+        if (q >= e || *q != '=') return NULL;
+        q++;
+        if (q < e && *q == '-') q++;
+        if (!(q = digits_between(q, e, 1, PY_SSIZE_T_MAX))) return NULL;
+        if (q + 1 < e && *q == '.' && is_dig(q[1]))
+            q = digits_between(q + 1, e, 1, PY_SSIZE_T_MAX);
+        p = q;
+    }
+    while (p < e && (*p == ' ' || *p == '\t')) p++;
+    if (p < e && *p == '\r') p++;
+    return (p == e || *p == '\n') ? p : NULL;
+}
+
+/* The tag, then canonical_rest. */
+static const char *canonical_from(const char *p, const char *e, const char *tag,
+                                  Py_ssize_t n, int64_t *v) {
+    return (p = literal(p, e, tag, n)) != NULL ? canonical_rest(p, e, v) : NULL;
+}
+
+/* judge.row_line on the line starting at s (e: the end of the block): the end of the line
+ * when it is a canonical dispatch-row line, else NULL. The rule is
+ * ^(?:\d+: )?(?:\[(?:rank|default)\d+\]: ?)?TAG..., every choice of the optional prefixes
+ * tried (a custom tag may start like a prefix). */
+static const char *canonical_line(const char *s, const char *e, const char *tag,
+                                  Py_ssize_t n, int64_t *v) {
+    const char *starts[2] = {s, NULL}, *q = s, *end;
+    while (q < e && is_dig(*q)) q++;
+    if (q > s && e - q >= 2 && q[0] == ':' && q[1] == ' ') starts[1] = q + 2;
+    for (int i = 0; i < 2; i++) {
+        const char *p = starts[i], *r;
+        if (!p) continue;
+        if ((end = canonical_from(p, e, tag, n, v))) return end;
+        if (!(r = literal(p, e, "[rank", 5)) && !(r = literal(p, e, "[default", 8))) continue;
+        if (!(r = digits_between(r, e, 1, PY_SSIZE_T_MAX)) || !(r = literal(r, e, "]:", 2)))
+            continue;
+        if (r < e && *r == ' ' && (end = canonical_from(r + 1, e, tag, n, v))) return end;
+        if ((end = canonical_from(r, e, tag, n, v))) return end;
+    }
+    return NULL;
+}
+
+typedef struct {
+    const char **text; Py_ssize_t *len; int *folded; Py_ssize_t n;
+    unsigned *key;                    /* per anchor: its first two bytes, ASCII lower-cased */
+    Py_ssize_t *order;                /* anchors of two bytes or more, sorted by key */
+    Py_ssize_t n_order;
+    unsigned char one[256];           /* an anchor of one byte is this byte */
+    unsigned char two[65536 / 8];     /* bit: some anchor's key is these two bytes lowered */
+} anchors_t;
+
+static unsigned char lower(unsigned char c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
+static unsigned char upper(unsigned char c) { return (c >= 'a' && c <= 'z') ? c - 32 : c; }
+static unsigned key_of(const char *p) {
+    return (unsigned)lower((unsigned char)p[0]) << 8 | lower((unsigned char)p[1]);
+}
+
+static const anchors_t *sorting;      /* qsort's context (the GIL is held while indexing) */
+static int by_key(const void *x, const void *y) {
+    unsigned a = sorting->key[*(const Py_ssize_t *)x], b = sorting->key[*(const Py_ssize_t *)y];
+    return (a > b) - (a < b);
+}
+
+static void anchors_index(anchors_t *a) {
+    memset(a->one, 0, sizeof a->one);
+    memset(a->two, 0, sizeof a->two);
+    a->n_order = 0;
+    for (Py_ssize_t i = 0; i < a->n; i++) {
+        const unsigned char *t = (const unsigned char *)a->text[i];
+        if (a->len[i] == 1) {
+            a->one[t[0]] = 1;
+            if (a->folded[i]) a->one[lower(t[0])] = a->one[upper(t[0])] = 1;
+            continue;
+        }
+        a->key[i] = key_of(a->text[i]);
+        a->two[a->key[i] >> 3] |= (unsigned char)(1u << (a->key[i] & 7));
+        a->order[a->n_order++] = i;
+    }
+    sorting = a;
+    qsort(a->order, (size_t)a->n_order, sizeof *a->order, by_key);
+    sorting = NULL;
+}
+
+static int anchor_here(const anchors_t *a, Py_ssize_t i, const char *p, const char *e) {
+    Py_ssize_t n = a->len[i];
+    if (e - p < n) return 0;
+    if (!a->folded[i]) return !memcmp(p, a->text[i], (size_t)n);
+    for (Py_ssize_t k = 0; k < n; k++)
+        if (lower((unsigned char)p[k]) != (unsigned char)a->text[i][k]) return 0;
+    return 1;
+}
+
+/* Whether an anchor starts at p (bucketed by the lowered first two bytes). */
+static int anchor_at(const anchors_t *a, const char *p, const char *e) {
+    if (a->one[(unsigned char)*p])
+        for (Py_ssize_t i = 0; i < a->n; i++)
+            if (a->len[i] == 1 && anchor_here(a, i, p, e)) return 1;
+    if (e - p < 2) return 0;
+    unsigned k = key_of(p);
+    if (!(a->two[k >> 3] >> (k & 7) & 1)) return 0;
+    Py_ssize_t lo = 0, hi = a->n_order;           /* first anchor whose key >= k */
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (a->key[a->order[mid]] < k) lo = mid + 1; else hi = mid;
+    }
+    for (; lo < a->n_order && a->key[a->order[lo]] == k; lo++)
+        if (anchor_here(a, a->order[lo], p, e)) return 1;
+    return 0;
+}
+
+/* Whether the line b[s:e) holds one of the anchors. */
+static int has_anchor(const anchors_t *a, const char *s, const char *e) {
+    for (const char *p = s; p < e; p++)
+        if (anchor_at(a, p, e)) return 1;
+    return 0;
+}
+
+static int contains(const char *s, const char *e, const char *t, Py_ssize_t n) {
+    return e - s >= n && memmem(s, (size_t)(e - s), t, (size_t)n) != NULL;
+}
+
 /* ---- Python glue ----------------------------------------------------------------------- */
 
 static int get_tags(Py_buffer *d, Py_buffer *u, tags_t *t) {
@@ -482,6 +680,147 @@ done:
     return out;
 }
 
+/* Anchors from a tuple of bytes; folded: compare ASCII-case-insensitively (given lower). */
+static int anchors_add(anchors_t *a, PyObject *seq, int folded, Py_ssize_t at) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(seq); i++) {
+        PyObject *item = PyTuple_GET_ITEM(seq, i);
+        if (!PyBytes_Check(item) || PyBytes_GET_SIZE(item) == 0) {
+            PyErr_SetString(PyExc_TypeError, "anchors must be non-empty bytes");
+            return -1;
+        }
+        a->text[at + i] = PyBytes_AS_STRING(item);
+        a->len[at + i] = PyBytes_GET_SIZE(item);
+        a->folded[at + i] = folded;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(sift_doc,
+"sift(buf, length, dispatch_tag, setup_tag, exact, folded) -> (candidates, others, lines)\n\n"
+"The lines of buf[:length] (whole lines) that are not canonical dispatch-row lines\n"
+"(harness.taxonomy.judge.row_line), as int64 bytes, 3 per line: 0-based line index in the\n"
+"block, start, end (without the newline). candidates: the lines holding an ESC byte, a tag\n"
+"or an anchor (exact: tuple of bytes; folded: tuple of lower-case bytes compared\n"
+"ASCII-case-insensitively); others: the rest. exact=None: every such line is a candidate.\n"
+"lines: the number of lines.");
+
+static void anchors_free(anchors_t *a) {
+    if (a) { free(a->text); free(a->len); free(a->folded); free(a->key); free(a->order); }
+    free(a);
+}
+
+/* The anchors of (exact, folded) tuples of bytes; exact None: *a = NULL (every line a
+ * candidate). -1 with an exception set on bad arguments or no memory. */
+static int anchors_new(PyObject *exact, PyObject *folded, anchors_t **out) {
+    anchors_t *a;
+    *out = NULL;
+    if (exact == Py_None) return 0;
+    if (!PyTuple_Check(exact) || !PyTuple_Check(folded)) {
+        PyErr_SetString(PyExc_TypeError, "anchors must be tuples of bytes (or exact=None)");
+        return -1;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(exact) + PyTuple_GET_SIZE(folded);
+    size_t m = (size_t)(n ? n : 1);
+    a = calloc(1, sizeof *a);
+    if (a) {
+        a->n = n;
+        a->text = calloc(m, sizeof *a->text), a->len = calloc(m, sizeof *a->len);
+        a->folded = calloc(m, sizeof *a->folded), a->key = calloc(m, sizeof *a->key);
+        a->order = calloc(m, sizeof *a->order);
+    }
+    if (!a || !a->text || !a->len || !a->folded || !a->key || !a->order) {
+        anchors_free(a);
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (anchors_add(a, exact, 0, 0) || anchors_add(a, folded, 1, PyTuple_GET_SIZE(exact))) {
+        anchors_free(a);
+        return -1;
+    }
+    anchors_index(a);
+    *out = a;
+    return 0;
+}
+
+/* Sift the block b[0:length) (whole lines) into spans[1] (candidates) and spans[0] (the other
+ * non-canonical lines); with a sink, also fold it: a canonical line's six values straight
+ * into the sink's fold (what scan_block would fold for it), any other line through
+ * scan_block (rows, deferred rows, setup rows). Returns the number of lines. */
+static int64_t sift_block(const char *b, Py_ssize_t length, int64_t first_line,
+                          const Py_buffer *d, const Py_buffer *u, const anchors_t *a,
+                          vec_t spans[2], sink_t *sink, const tags_t *t, int *oom) {
+    const char *end = b + length, *s = b;
+    int64_t index = 0, v[NFIELDS];
+    while (s < end && !*oom) {
+        const char *e = canonical_line(s, end, d->buf, d->len, v);
+        if (e && sink) {
+            sink->oom |= fold_row(sink->fold, v);
+            sink->n_rows++;
+        } else if (!e) {
+            const char *nl = memchr(s, '\n', (size_t)(end - s));
+            e = nl ? nl : end;
+            int kind = a == NULL || memchr(s, 0x1b, (size_t)(e - s)) != NULL
+                || contains(s, e, d->buf, d->len) || contains(s, e, u->buf, u->len)
+                || has_anchor(a, s, e);
+            *oom |= vec_push(&spans[kind], index) | vec_push(&spans[kind], s - b)
+                | vec_push(&spans[kind], e - b);
+            if (sink) {
+                size_t before = sink->n_deferred;
+                scan_block(s, (nl ? e + 1 : e) - s, first_line + index, t, sink);
+                for (size_t i = before; i < sink->n_deferred; i++)
+                    sink->deferred[i].start += s - b, sink->deferred[i].end += s - b;
+            }
+        }
+        if (sink) *oom |= sink->oom;
+        index++;
+        s = e < end ? e + 1 : end;
+    }
+    return index;
+}
+
+/* (candidates, others) as int64 bytes; y# of NULL is None, so an empty list is b"". */
+static PyObject *spans_out(vec_t spans[2]) {
+    return Py_BuildValue("(y#y#)", spans[1].v ? (const char *)spans[1].v : "",
+                         (Py_ssize_t)(spans[1].n * sizeof(int64_t)),
+                         spans[0].v ? (const char *)spans[0].v : "",
+                         (Py_ssize_t)(spans[0].n * sizeof(int64_t)));
+}
+
+static PyObject *py_sift(PyObject *self, PyObject *args) {
+    Py_buffer buf, d, u;
+    Py_ssize_t length;
+    PyObject *exact, *folded, *out = NULL, *both = NULL;
+    anchors_t *a = NULL;
+    vec_t spans[2] = {{0}, {0}};
+    int oom = 0;
+    int64_t lines = 0;
+    if (!PyArg_ParseTuple(args, "y*ny*y*OO", &buf, &length, &d, &u, &exact, &folded))
+        return NULL;
+    if (length < 0 || length > buf.len || d.len == 0 || u.len == 0
+        || memchr(d.buf, '\n', (size_t)d.len) || memchr(u.buf, '\n', (size_t)u.len)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "length outside the buffer, or a tag empty or holding a newline");
+        goto done;
+    }
+    if (anchors_new(exact, folded, &a)) goto done;
+    Py_BEGIN_ALLOW_THREADS
+    lines = sift_block(buf.buf, length, 0, &d, &u, a, spans, NULL, NULL, &oom);
+    Py_END_ALLOW_THREADS
+    if (oom) { PyErr_NoMemory(); goto done; }
+    if ((both = spans_out(spans)))
+        out = Py_BuildValue("(OOL)", PyTuple_GET_ITEM(both, 0), PyTuple_GET_ITEM(both, 1),
+                            (long long)lines);
+done:
+    Py_XDECREF(both);
+    anchors_free(a);
+    free(spans[0].v);
+    free(spans[1].v);
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&d);
+    PyBuffer_Release(&u);
+    return out;
+}
+
 PyDoc_STRVAR(scan_doc,
 "scan(buf, length, first_line, dispatch_tag, setup_tag)\n"
 "-> (rows, line_nos, newlines, deferred, setup_rows, setup_ranks)\n\n"
@@ -537,6 +876,68 @@ static PyObject *Folder_feed(FolderObject *self, PyObject *args) {
     sink_t s;
     if (!ready(self)) return NULL;
     return run_scan(args, &self->fold, &s);
+}
+
+/* Folder.feed and sift in one pass (the default tags only: a canonical row line then holds
+ * no other tag, so its row is exactly what scan_block would fold). */
+static PyObject *Folder_sift_feed(FolderObject *self, PyObject *args) {
+    Py_buffer buf, d, u;
+    Py_ssize_t length;
+    long long first_line;
+    PyObject *exact, *folded, *out = NULL, *deferred = NULL, *ranks = NULL, *both = NULL;
+    anchors_t *a = NULL;
+    vec_t spans[2] = {{0}, {0}};
+    sink_t s;
+    tags_t t;
+    int oom = 0;
+    int64_t lines = 0;
+    if (!ready(self)) return NULL;
+    memset(&s, 0, sizeof s);
+    s.fold = &self->fold;
+    if (!PyArg_ParseTuple(args, "y*nLy*y*OO", &buf, &length, &first_line, &d, &u, &exact,
+                          &folded))
+        return NULL;
+    if (length < 0 || length > buf.len) {
+        PyErr_SetString(PyExc_ValueError, "length outside the buffer");
+        goto done;
+    }
+    if (get_tags(&d, &u, &t) || anchors_new(exact, folded, &a)) goto done;
+    Py_BEGIN_ALLOW_THREADS
+    lines = sift_block(buf.buf, length, first_line, &d, &u, a, spans, &s, &t, &oom);
+    Py_END_ALLOW_THREADS
+    if (oom || s.oom) { PyErr_NoMemory(); goto done; }
+    deferred = PyList_New((Py_ssize_t)s.n_deferred);
+    ranks = PyList_New((Py_ssize_t)s.ranks.n);
+    if (!deferred || !ranks) goto done;
+    for (size_t i = 0; i < s.n_deferred; i++) {
+        deferred_t *e = &s.deferred[i];
+        PyObject *item = Py_BuildValue("(CLLLL)", e->kind, (long long)e->line,
+                                       (long long)e->start, (long long)e->end,
+                                       (long long)e->index);
+        if (!item) goto done;
+        PyList_SET_ITEM(deferred, i, item);
+    }
+    for (size_t i = 0; i < s.ranks.n; i++) {
+        PyObject *r = PyLong_FromLongLong(s.ranks.v[i]);
+        if (!r) goto done;
+        PyList_SET_ITEM(ranks, i, r);
+    }
+    if ((both = spans_out(spans)))
+        out = Py_BuildValue("(LOLOOO)", (long long)lines, deferred, (long long)s.setup_rows,
+                            ranks, PyTuple_GET_ITEM(both, 0), PyTuple_GET_ITEM(both, 1));
+done:
+    Py_XDECREF(both);
+    Py_XDECREF(deferred);
+    Py_XDECREF(ranks);
+    anchors_free(a);
+    free(spans[0].v);
+    free(spans[1].v);
+    free(s.deferred);
+    free(s.ranks.v);
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&d);
+    PyBuffer_Release(&u);
+    return out;
 }
 
 static PyObject *Folder_add_row(FolderObject *self, PyObject *args) {
@@ -644,6 +1045,10 @@ static PyMethodDef Folder_methods[] = {
     {"feed", (PyCFunction)Folder_feed, METH_VARARGS,
      "feed(buf, length, first_line, dispatch_tag, setup_tag) -> (newlines, deferred, "
      "setup_rows, setup_ranks): fold the block's well-formed rows in."},
+    {"sift_feed", (PyCFunction)Folder_sift_feed, METH_VARARGS,
+     "sift_feed(buf, length, first_line, dispatch_tag, setup_tag, exact, folded) -> "
+     "(newlines, deferred, setup_rows, setup_ranks, candidates, others): feed and sift in "
+     "one pass (default tags only)."},
     {"add_row", (PyCFunction)Folder_add_row, METH_VARARGS,
      "add_row(iter, layer, rank, expected_recv, actual_valid_recv, budget): fold one row."},
     {"counts", (PyCFunction)Folder_counts, METH_NOARGS,
@@ -670,6 +1075,7 @@ static PyTypeObject FolderType = {
 
 static PyMethodDef methods[] = {
     {"scan", py_scan, METH_VARARGS, scan_doc},
+    {"sift", py_sift, METH_VARARGS, sift_doc},
     {NULL, NULL, 0, NULL},
 };
 

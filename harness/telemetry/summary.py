@@ -12,6 +12,8 @@ judge alone (malformed, non-ASCII) back to the reference functions here, so resu
 same (property-tested). EPCAP_PURE_PYTHON_PARSE=1 forces the pure path. numpy is imported
 on first use: the compiled `summarize` never needs it. The rules for one block of lines live
 in harness.telemetry.lines; this module streams files through them and folds the summary.
+`summarize(..., observe=)` hands each block to the taxonomy as it is read (`epcap classify`
+reads its logs once), and `sifter()` is the compiled scanner's line sifter it uses.
 """
 
 from __future__ import annotations
@@ -134,9 +136,24 @@ def _use_compiled(tags: Tags) -> bool:
 
 
 _Parser = Callable[[bytearray, int, int], tuple[Block, int]]
+# Called with (path, whole lines ending in a newline, number of their first line) for every
+# block the summary reads, in order; the bytes are valid only during the call. A last line
+# without newline, and the first MAX_LINE bytes of an over-long line, come as one line with a
+# newline added. harness.taxonomy.judge reads the logs in the same pass through it; an
+# observer with a `sift_with` attribute also gets the compiled sift of each block
+# (_CompiledAccumulator.blocks).
+Observer = Callable[..., None]    # (path, lines, first line[, sifted]), see above
+DEFAULT_TAGS = (DISPATCH_TAG.encode(), SETUP_TAG.encode())
 
 
-def _scan_compiled(path: PathLike, tags: Tags, parse: _Parser) -> Iterator[Block]:
+def _tell(observe: Observer | None, path: PathLike, text: bytes, line_no: int) -> None:
+    """Hand a last or over-long line to the observer as one line."""
+    if observe is not None:
+        observe(str(path), text[:MAX_LINE] + b"\n", line_no)
+
+
+def _scan_compiled(path: PathLike, tags: Tags, parse: _Parser,
+                   observe: Observer | None = None) -> Iterator[Block]:
     """_scan's blocks, cut at the same places, read into one reused buffer, parsed in C."""
     line_no, buf, have = 1, bytearray(), 0
     with _open(path) as fh:
@@ -150,17 +167,22 @@ def _scan_compiled(path: PathLike, tags: Tags, parse: _Parser) -> Iterator[Block
             cut = buf.rfind(b"\n", 0, have) + 1
             if cut:
                 block, newlines = parse(buf, cut, line_no)
+                if observe is not None:
+                    with memoryview(buf) as view, view[:cut] as lines:
+                        observe(str(path), lines, line_no)
                 yield block
                 line_no += newlines
                 buf[:have - cut] = buf[cut:have]
                 have -= cut
             elif have > MAX_LINE:
+                _tell(observe, path, bytes(buf[:MAX_LINE]), line_no)
                 yield unterminated(bytes(buf[:have]), line_no, tags,
                                     f"line longer than {MAX_LINE} bytes")
                 _skip_line(fh)
                 have = 0
                 line_no += 1
     if have:
+        _tell(observe, path, bytes(buf[:have]), line_no)
         yield unterminated(bytes(buf[:have]), line_no, tags, "truncated last line (no newline)")
 
 
@@ -202,10 +224,11 @@ def _compiled_rows(tags: Tags) -> _Parser:
     return parse
 
 
-def _scan(path: PathLike, tags: Tags, fast: bool = True) -> Iterator[Block]:
+def _scan(path: PathLike, tags: Tags, fast: bool = True,
+          observe: Observer | None = None) -> Iterator[Block]:
     """Yield the parsed blocks of one log, in order, with bounded memory."""
     if _use_compiled(tags):
-        yield from _scan_compiled(path, tags, _compiled_rows(tags))
+        yield from _scan_compiled(path, tags, _compiled_rows(tags), observe)
         return
     line_no, pending = 1, b""
     with _open(path) as fh:
@@ -215,15 +238,25 @@ def _scan(path: PathLike, tags: Tags, fast: bool = True) -> Iterator[Block]:
             if cut:
                 block, pending = pending[:cut], pending[cut:]
                 parsed = fast_block(block, tags) if fast else None
+                if observe is not None:
+                    observe(str(path), block, line_no)
                 yield parsed or slow_block(block, line_no, tags)
                 line_no += block.count(b"\n")
             elif len(pending) > MAX_LINE:
+                _tell(observe, path, pending, line_no)
                 yield unterminated(pending, line_no, tags, f"line longer than {MAX_LINE} bytes")
                 _skip_line(fh)
                 pending = b""
                 line_no += 1
     if pending:
+        _tell(observe, path, pending, line_no)
         yield unterminated(pending, line_no, tags, "truncated last line (no newline)")
+
+
+def sifter() -> Callable | None:
+    """The compiled line sifter (`_scan.sift`, for harness.taxonomy.judge), or None on the
+    pure path (no build, or EPCAP_PURE_PYTHON_PARSE=1)."""
+    return getattr(_compiled, "sift", None)
 
 
 def _as_paths(paths: PathLike | Iterable[PathLike]) -> list[PathLike]:
@@ -312,9 +345,10 @@ class _Accumulator:
                   for i, col in enumerate(columns)]
         return len(packed) + len(wide), values
 
-    def blocks(self, path: PathLike, tags: Tags) -> Iterator[Block]:
+    def blocks(self, path: PathLike, tags: Tags,
+               observe: Observer | None = None) -> Iterator[Block]:
         """The parsed blocks of one log."""
-        return _scan(path, tags)
+        return _scan(path, tags, observe=observe)
 
     def finish(self, ranks: int | None, layers: int | None, iters: int | None) -> LogSummary:
         """The summary, with requirement and completeness filled in."""
@@ -354,16 +388,31 @@ class _CompiledAccumulator(_Accumulator):
         super().__init__(warmup)
         self.folder = _compiled.Folder(warmup)
 
-    def blocks(self, path: PathLike, tags: Tags) -> Iterator[Block]:
-        """The blocks of one log: setup rows and malformed rows only (the rows are folded)."""
+    def blocks(self, path: PathLike, tags: Tags,
+               observe: Observer | None = None) -> Iterator[Block]:
+        """The blocks of one log: setup rows and malformed rows only (the rows are folded).
+        An observer that asks for the block's sift (`sift_with`: its anchors) gets it from
+        the same pass (`Folder.sift_feed`, the default tags only) as a 4th argument."""
+        sift_with = getattr(observe, "sift_with", None)
+        one_pass = sift_with is not None and (tags.dispatch, tags.setup) == DEFAULT_TAGS
+        sifted: list[tuple] = []     # the block's sift, taken by the observer call after it
+
         def parse(buf: bytearray, length: int, line_no: int) -> tuple[Block, int]:
-            newlines, deferred, setup_rows, ranks = self.folder.feed(
-                buf, length, line_no, tags.dispatch, tags.setup)
+            if one_pass:
+                newlines, deferred, setup_rows, ranks, cand, others = self.folder.sift_feed(
+                    buf, length, line_no, tags.dispatch, tags.setup, *sift_with)
+                sifted.append((cand, others, newlines))
+            else:
+                newlines, deferred, setup_rows, ranks = self.folder.feed(
+                    buf, length, line_no, tags.dispatch, tags.setup)
             block = Block(rows=(), setup_rows=setup_rows, setup_ranks=ranks)
             for _index, _line, values in _judge(buf, deferred, block):
                 self.folder.add_row(*values)
             return block, newlines
-        return _scan_compiled(path, tags, parse)
+
+        def seen(name: str, lines, line_no: int) -> None:
+            observe(name, lines, line_no, sifted.pop() if sifted else None)
+        return _scan_compiled(path, tags, parse, seen if one_pass else observe)
 
     def finish(self, ranks: int | None, layers: int | None, iters: int | None) -> LogSummary:
         """Take the folded counts, peaks and budgets, then finish as the pure path does."""
@@ -380,13 +429,15 @@ class _CompiledAccumulator(_Accumulator):
 def summarize(paths: PathLike | Iterable[PathLike], warmup: int = 0,
               expected_ranks: int | None = None, expected_layers: int | None = None,
               expected_iters: int | None = None,
-              tags: dict[str, str] | None = None) -> LogSummary:
-    """Summarize the logs of one run, read as one stream (see the module docstring)."""
+              tags: dict[str, str] | None = None,
+              observe: Observer | None = None) -> LogSummary:
+    """Summarize the logs of one run, read as one stream (see the module docstring);
+    `observe` sees every block of lines as it is read (see Observer)."""
     if warmup < 0:
         raise BadInput(f"must be >= 0, got {warmup}", field="warmup")
     compiled = make_tags(tags)
     acc = _CompiledAccumulator(warmup) if _use_compiled(compiled) else _Accumulator(warmup)
     for path in _as_paths(paths):
-        for block in acc.blocks(path, compiled):
+        for block in acc.blocks(path, compiled, observe):
             acc.add(path, block)
     return acc.finish(expected_ranks, expected_layers, expected_iters)
