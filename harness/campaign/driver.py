@@ -100,6 +100,7 @@ class Campaign:
         self.pace = past.pace
         self.first_eta: float | None = None      # this invocation's estimate at its start
         self._index_events(read_events(root / EVENTS_JSONL, strict=True))
+        self.estimator.begin_invocation()       # the drift: this invocation's load only
 
     # -- state from events ---------------------------------------------------------------
     def _index_events(self, events: list[dict]) -> None:

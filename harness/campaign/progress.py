@@ -3,7 +3,9 @@
 A run of the same work measured before (an earlier campaign of the same result-bearing
 runbook parts on this machine: its `history`) predicts itself: the median of those
 durations for the same (backend, model, purpose, attempt), scaled by the drift, the median
-ratio of this campaign's own durations to their history (the machine's load now). Otherwise
+ratio of this invocation's own durations to their history (the machine's load now: a resumed
+invocation does not take the load of the one it resumes, nor the first run's one-time
+start-up, the fork server importing torch, as load). Otherwise
 the estimator fits log(duration) = mu + B[backend] + M[model] + P[purpose] to the measured
 durations (backfitting, shrunk toward 0), so a backend measured on one model and a model
 measured on another backend both inform an unseen pair. An unmeasured model gets its M from
@@ -47,24 +49,36 @@ class EtaEstimator:
         self._fit: tuple | None = None
         self.history: dict[tuple, list[float]] = {}     # (backend, model, purpose, attempt)
         self.ratios: list[float] = []                   # own / history, newest last
+        self._first = False             # the next run is its invocation's first
+
+    def begin_invocation(self) -> None:
+        """Runs recorded from here on are this invocation's. The drift is the load *now*: it is
+        taken from them only (an earlier invocation ran under its own load; its runs still
+        inform the fit), and not from the first of them, which pays the invocation's one-time
+        start-up (the fork server importing torch) that its history's run may not have paid."""
+        self.ratios.clear()
+        self._first = True
 
     def add(self, backend: str, model: str, purpose: str, seconds: float,
             attempt: int | None = None) -> None:
         """Record one measured duration of this campaign."""
         if seconds and seconds > 0:
             past = self.history.get((backend, model, purpose, attempt))
-            if past:
+            if past and not self._first:
                 self.ratios.append(seconds / _median(past))
-            self.obs.append((backend, model, purpose_class(purpose), math.log(seconds)))
-            self._fit = None
+            self._first = False
+            self._observe(backend, model, purpose, seconds)
 
     def add_history(self, backend: str, model: str, purpose: str, seconds: float,
                     attempt: int | None = None) -> None:
-        """Record one duration an earlier campaign measured for the same work."""
+        """Record one duration an earlier campaign measured for the same work (no drift)."""
         if seconds and seconds > 0:
             self.history.setdefault((backend, model, purpose, attempt), []).append(seconds)
-            self.add(backend, model, purpose, seconds)
-            self.ratios.clear()         # history is not drift
+            self._observe(backend, model, purpose, seconds)
+
+    def _observe(self, backend: str, model: str, purpose: str, seconds: float) -> None:
+        self.obs.append((backend, model, purpose_class(purpose), math.log(seconds)))
+        self._fit = None
 
     def drift(self) -> float:
         """How much slower (> 1) or faster the machine runs now than in the history."""
