@@ -94,10 +94,11 @@ def redact_argv(argv: list[str], secrets: list[str] | None = None) -> list[str]:
     out: list[str] = []
     hide_next = False
     for arg in map(str, argv):
-        if hide_next:
+        if hide_next and not arg.startswith("--"):   # a flag after a flag is no value
             out.append(REDACTED)
             hide_next = False
             continue
+        hide_next = False
         if arg.startswith("-"):
             name, eq, _ = arg.partition("=")
             if is_secret_name(name):

@@ -101,6 +101,13 @@ def test_every_secret_named_option_and_variable_is_redacted(name, value):
     assert value not in redact_text(f"the value {value} leaked", secret_values({name: value}))
 
 
+def test_a_secret_named_switch_does_not_hide_the_next_flag():
+    """`--use-auth` takes no value: the flag after it keeps its name (its value is shown)."""
+    assert redact_argv(["--use-auth", "--seq", "8"], []) == ["--use-auth", "--seq", "8"]
+    assert redact_argv(["--hf-token", "abcdefgh1", "--seq", "8"], []) == [
+        "--hf-token", REDACTED, "--seq", "8"]
+
+
 @settings(max_examples=200, deadline=None)
 @given(words=st.lists(PLAIN_WORD, max_size=3), value=st.integers(10**7, 10**12).map(str))
 @example(words=["epcap", "budget"], value="65536000")
