@@ -5,8 +5,9 @@ and reruns on resume; the same count in `epcap status`, the closing line and the
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-from hypothesis import given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from harness.results.events import campaign_stats, superseded_infra
@@ -64,3 +65,58 @@ def test_superseded_infra_matches_the_driver_replay(statuses, retries):
         seen.append(out)
     flags = superseded_infra(statuses, retries)
     assert [n for n in runs if not flags[n]] == seen
+
+
+REDUCED = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "runbooks" / "reduced.yaml"
+STEP = st.one_of(
+    st.tuples(st.just("finish"), st.sampled_from(["QWEN3_30B", "DEEPSEEK_V2_LITE"]),
+              st.sampled_from(["echo", "ultraep"]),
+              st.sampled_from(["measure", "time", "canary"]),
+              st.sampled_from(["ok", "infra", "infra", "crash", "drops", "assert",
+                               "does_not_fit"])),
+    st.tuples(st.just("invalidate"), st.integers(0, 30)),
+    st.tuples(st.just("resume")))
+
+
+@settings(max_examples=100, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(STEP, max_size=25), retries=st.integers(0, 3))
+@example(steps=[("finish", "QWEN3_30B", "echo", "measure", "infra"),
+                ("finish", "QWEN3_30B", "echo", "measure", "ok")], retries=1)
+def test_status_and_the_driver_count_the_same_runs(tmp_path_factory, steps, retries):
+    """Over generated event logs (finishes of any status, invalidations, resumes): `epcap
+    status`'s runs_done equals the resuming driver's own count, which is what the banner
+    and the closing line print."""
+    import dataclasses
+
+    from harness.campaign.decisions import Context
+    from harness.campaign.driver import Campaign
+    from harness.campaign.progress import ProgressView
+    from harness.launch.local import LocalLauncher
+    from harness.runbook.load import load_runbook
+    rb = load_runbook(REDUCED)
+    rb = dataclasses.replace(rb, limits=dataclasses.replace(rb.limits, infra_retries=retries))
+    root = tmp_path_factory.mktemp("camp")
+    events, attempts, t = [{"ev": "campaign_start", "t": 0.0, "campaign": rb.campaign},
+                           {"ev": "run_start", "t": 0.0, "infra_retries": retries}], {}, 0.0
+    cells: list[str] = []
+    for step in steps:
+        t += 1.0
+        if step[0] == "finish":
+            _, model, backend, purpose, status = step
+            key = (model, backend, purpose)
+            attempts[key] = attempts.get(key, 0) + 1
+            cell = f"{model}__{backend}__{purpose}__cap2p00__a{attempts[key]}"
+            cells.append(cell)
+            events.append({"ev": "cell_finish", "t": t, "cell": cell, "campaign": rb.campaign,
+                           "model": model, "backend": backend, "purpose": purpose,
+                           "capacity": "2.00", "attempt": attempts[key], "status": status,
+                           "wall_s": 1.0, "span_s": 1.0})
+        elif step[0] == "invalidate" and cells:
+            events.append({"ev": "cells_invalidated", "t": t, "reason": "--retry crash",
+                           "cells": [cells[step[1] % len(cells)]]})
+        elif step[0] == "resume":
+            events.append({"ev": "run_start", "t": t, "infra_retries": retries})
+    (root / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    camp = Campaign(rb, root, LocalLauncher(), Context(rb, (), None), ProgressView(), [])
+    assert campaign_stats(root)["runs_done"] == camp.done_runs
