@@ -234,3 +234,21 @@ def test_the_driver_begins_an_invocation_after_replaying_its_events(tmp_path, mo
     camp = driver.Campaign(rb, tmp_path / "c", LocalLauncher(), Context(rb, (), None),
                            ProgressView(), [])
     assert calls == [2] and camp.estimator.drift() == 1.0
+
+
+def test_the_drift_of_one_purpose_class_is_not_carried_to_another():
+    """Measure runs 1.3x their history do not make the timed launches 1.3x: a class not yet
+    run this invocation is predicted at its history's level, then at its own drift."""
+    est = EtaEstimator(SIZES)
+    for i in range(1, 4):
+        est.add_history("a", "small", "measure", 2.0, i)
+        est.add_history("a", "small", "time", 1.0, i)
+    est.begin_invocation()
+    for i in range(1, 4):
+        est.add("a", "small", "measure", 2.6, i)         # the first is start-up, not load
+    assert est.drift("measure") == pytest.approx(1.3)
+    assert est.drift("validate") == pytest.approx(1.3)   # one class: select
+    assert est.predict("a", "small", "time", 2) == pytest.approx(1.0)
+    est.add("a", "small", "time", 0.8, 1)
+    assert est.predict("a", "small", "time", 2) == pytest.approx(0.8)
+    assert est.predict("a", "small", "measure", 2) == pytest.approx(2.6)
