@@ -173,7 +173,8 @@ def run_campaign(rb: Runbook, root: Path, launch: Launcher, stages: tuple[str, .
                                 backends=list(select.backends), retry=list(select.retry),
                                 pid=os.getpid(), host=socket.gethostname(),
                                 eta_s=None if camp.first_eta is None
-                                else round(camp.first_eta, 3), runs_left=len(left)))
+                                else round(camp.first_eta, 3), runs_left=len(left),
+                                infra_retries=rb.limits.infra_retries))
         camp.reap_stale()
         camp.write_tables(derived=False)
         return drive(camp, rb, root, view, new, t_start)

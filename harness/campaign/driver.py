@@ -32,6 +32,7 @@ from harness.results.events import (
     Stopped,
     parse_event,
     read_events,
+    superseded_infra,
 )
 from harness.results.layout import (
     ATTEMPTS_TSV,
@@ -86,7 +87,6 @@ class Campaign:
         self.finished: dict[tuple, list[CellFinish]] = {}
         self.cursor: dict[tuple, int] = {}
         self.attempts: dict[tuple, int] = {}
-        self.done_runs = 0
         self.estimator = EtaEstimator({m.name: model_size(m) for m in runbook.models},
                                       store.iterations_per_purpose(runbook))
         self.backends: dict[str, Backend] = {}
@@ -100,6 +100,7 @@ class Campaign:
         self.pace = past.pace
         self.first_eta: float | None = None      # this invocation's estimate at its start
         self._index_events(read_events(root / EVENTS_JSONL, strict=True))
+        self.estimator.begin_invocation()       # the drift: this invocation's load only
 
     # -- state from events ---------------------------------------------------------------
     def _index_events(self, events: list[dict]) -> None:
@@ -113,7 +114,6 @@ class Campaign:
             if (isinstance(rec, CellFinish) and not store.rerun_on_resume(rec)
                     and rec.cell not in invalid):
                 self.finished.setdefault(key, []).append(rec)
-                self.done_runs += 1
                 if rec.span_s:
                     self.estimator.add(rec.backend, rec.model, rec.purpose, rec.span_s,
                                        int(rec.attempt))
@@ -128,9 +128,19 @@ class Campaign:
         self.log.write(CellsInvalidated(cells=list(cells), reason=reason))
         gone = set(cells)
         for key, runs in list(self.finished.items()):
-            keep = [ev for ev in runs if ev.cell not in gone]
-            self.done_runs -= len(runs) - len(keep)
-            self.finished[key] = keep
+            self.finished[key] = [ev for ev in runs if ev.cell not in gone]
+
+    @property
+    def done_runs(self) -> int:
+        """Finished runs whose results stand: invalidated and rerun-on-resume runs are not in
+        `finished`; an infra failure a later run retried is not counted (the same rule as
+        `epcap status`, harness.results.events.standing_finishes)."""
+        return sum(self.standing(runs) for runs in self.finished.values())
+
+    def standing(self, runs: list[CellFinish]) -> int:
+        """How many of one key's finished runs stand (the retried infra failures left out)."""
+        return len(runs) - sum(superseded_infra([r.status for r in runs],
+                                                self.rb.limits.infra_retries))
 
     def unfinished_starts(self) -> list[CellSubmit]:
         return store.unfinished_starts(self.root)
@@ -217,7 +227,6 @@ class Campaign:
         span = time.monotonic() - act.t0
         self.estimator.add(act.cell.backend, act.cell.model, act.cell.purpose, span,
                            act.cell.attempt)
-        self.done_runs += 1
         summary = out.summary.to_dict() if out.summary is not None else None
         store.write_cell_json(cdir, act.cell, act.spec, status=out.status, summary=summary,
                               timing=out.timing, failure=out.failure,
@@ -250,7 +259,7 @@ class Campaign:
         (the attempt each would get, numbered after those already made)."""
         out = []
         nth: dict[tuple[str, str, str], int] = {}
-        done = {key: len(runs) for key, runs in self.finished.items()}
+        done = {key: self.standing(runs) for key, runs in self.finished.items()}
         if exclude is not None:
             key = (exclude.model, exclude.backend, exclude.purpose)
             done[key] = done.get(key, 0) + 1
@@ -292,7 +301,7 @@ class Campaign:
         stage = STAGE_OF_PURPOSE[out.cell.purpose]
         stage_all = [p for p in self.planned_keys() if p.stage == stage]
         keys = {(p.model, p.backend, p.purpose) for p in stage_all}
-        stage_done = min(len(stage_all), sum(len(self.finished.get(k, [])) for k in keys))
+        stage_done = min(len(stage_all), sum(self.standing(self.finished.get(k, [])) for k in keys))
         self.view.update(self.done_runs, self.done_runs + left, stage, stage_done,
                          len(stage_all), eta, out.cell.name)
 

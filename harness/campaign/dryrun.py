@@ -24,7 +24,7 @@ from harness.errors import BadInput
 from harness.grid import capacity as cap
 from harness.health import probe_tools
 from harness.io.atomic import current_umask, write_text_atomic
-from harness.io.redact import REDACTED, is_secret_name
+from harness.io.redact import REDACTED, is_secret_env
 from harness.launch.slurm import SlurmLauncher
 from harness.launch.slurm_script import HIDDEN_ARG, hidden_values, script_argv
 from harness.loadmodel.memory import estimate_memory_bytes, format_size
@@ -132,7 +132,7 @@ def repro_script(cell_name: str, spec: LaunchSpec) -> str:
     lines = ["#!/bin/bash", f"# repro of {cell_name} (epcap run --dry-run); secrets are "
              "read from your environment", "set -euo pipefail"]
     for key, value in sorted(spec.env.items()):
-        if is_secret_name(key):
+        if is_secret_env(key):
             lines.append(f': "${{{key}:?set {key} in your environment ({REDACTED} here)}}"')
             lines.append(f"export {key}")
         else:
@@ -213,7 +213,7 @@ def print_dry_run(rb: Runbook, root: Path, launcher_name: str,
                  for i, a in enumerate(spec.argv)]
         print(f"  command ({spec.ntasks} task(s), {spec.nodes} node(s)): {shlex.join(shown)}")
         if spec.env:
-            print("  env: " + " ".join(f"{k}={REDACTED if is_secret_name(k) else shlex.quote(v)}"
+            print("  env: " + " ".join(f"{k}={REDACTED if is_secret_env(k) else shlex.quote(v)}"
                                        for k, v in sorted(spec.env.items())))
         print(f"  logs: {cdir}/rank<R>.log (R = global rank); provenance: "
               f"{cdir}/provenance.txt")

@@ -3,7 +3,11 @@
 A run of the same work measured before (an earlier campaign of the same result-bearing
 runbook parts on this machine: its `history`) predicts itself: the median of those
 durations for the same (backend, model, purpose, attempt), scaled by the drift, the median
-ratio of this campaign's own durations to their history (the machine's load now). Otherwise
+ratio of this invocation's own durations of that purpose class to their history (the
+machine's load now, as that kind of run meets it: short timed launches and compute-heavy
+measure runs do not slow down alike; a class not yet run is predicted at its history's
+level; a resumed invocation does not take the load of the one it resumes, nor the first
+run's one-time start-up, the fork server importing torch, as load). Otherwise
 the estimator fits log(duration) = mu + B[backend] + M[model] + P[purpose] to the measured
 durations (backfitting, shrunk toward 0), so a backend measured on one model and a model
 measured on another backend both inform an unseen pair. An unmeasured model gets its M from
@@ -46,29 +50,44 @@ class EtaEstimator:
         self.obs: list[tuple[str, str, str, float]] = []
         self._fit: tuple | None = None
         self.history: dict[tuple, list[float]] = {}     # (backend, model, purpose, attempt)
-        self.ratios: list[float] = []                   # own / history, newest last
+        self.ratios: dict[str, list[float]] = {}        # class -> own / history, newest last
+        self._first = False             # the next run is its invocation's first
+
+    def begin_invocation(self) -> None:
+        """Runs recorded from here on are this invocation's. The drift is the load *now*: it is
+        taken from them only (an earlier invocation ran under its own load; its runs still
+        inform the fit), and not from the first of them, which pays the invocation's one-time
+        start-up (the fork server importing torch) that its history's run may not have paid."""
+        self.ratios.clear()
+        self._first = True
 
     def add(self, backend: str, model: str, purpose: str, seconds: float,
             attempt: int | None = None) -> None:
         """Record one measured duration of this campaign."""
         if seconds and seconds > 0:
             past = self.history.get((backend, model, purpose, attempt))
-            if past:
-                self.ratios.append(seconds / _median(past))
-            self.obs.append((backend, model, purpose_class(purpose), math.log(seconds)))
-            self._fit = None
+            if past and not self._first:
+                self.ratios.setdefault(purpose_class(purpose), []).append(seconds / _median(past))
+            self._first = False
+            self._observe(backend, model, purpose, seconds)
 
     def add_history(self, backend: str, model: str, purpose: str, seconds: float,
                     attempt: int | None = None) -> None:
-        """Record one duration an earlier campaign measured for the same work."""
+        """Record one duration an earlier campaign measured for the same work (no drift)."""
         if seconds and seconds > 0:
             self.history.setdefault((backend, model, purpose, attempt), []).append(seconds)
-            self.add(backend, model, purpose, seconds)
-            self.ratios.clear()         # history is not drift
+            self._observe(backend, model, purpose, seconds)
 
-    def drift(self) -> float:
-        """How much slower (> 1) or faster the machine runs now than in the history."""
-        recent = self.ratios[-DRIFT_RUNS:]
+    def _observe(self, backend: str, model: str, purpose: str, seconds: float) -> None:
+        self.obs.append((backend, model, purpose_class(purpose), math.log(seconds)))
+        self._fit = None
+
+    def drift(self, purpose: str | None = None) -> float:
+        """How much slower (> 1) or faster runs of `purpose`'s class go now than in the
+        history (1 while none has run this invocation); every class pooled without one."""
+        pooled = [r for rs in self.ratios.values() for r in rs]
+        recent = (pooled if purpose is None else
+                  self.ratios.get(purpose_class(purpose), []))[-DRIFT_RUNS:]
         if not recent:
             return 1.0
         return min(DRIFT_BOUNDS[1], max(DRIFT_BOUNDS[0], _median(recent)))
@@ -115,7 +134,7 @@ class EtaEstimator:
         """Predicted seconds for one run, or None before any measurement."""
         past = self.history.get((backend, model, purpose, attempt))
         if past:
-            return _median(past) * self.drift()
+            return _median(past) * self.drift(purpose)
         if not self.obs:
             return None
         mu, (bfac, mfac, pfac), line = self._fitted()

@@ -32,6 +32,7 @@ from harness.results.events import (
     CellSubmit,
     parse_event,
     read_events,
+    reruns_on_resume,
 )
 from harness.results.facts import CampaignFacts
 from harness.results.layout import (
@@ -71,8 +72,6 @@ from harness.telemetry.steps import StepPeaks
 from harness.telemetry.summary import LogSummary
 from harness.timing.verdicts import PHASES
 from harness.vocab import (
-    BUG_CLASSES,
-    CANARY_OK,
     CONTROL_SUFFIX,
     DURATION_CLASS,
     Event,
@@ -484,8 +483,7 @@ def write_derived(root: Path, rb: Runbook, selection: dict[tuple[str, str], Sele
 
 def rerun_on_resume(fin: CellFinish) -> bool:
     """Runs that stopped the campaign (a bug, a failed canary) run again after a fix."""
-    return fin.status in BUG_CLASSES or (fin.purpose == Purpose.CANARY
-                                         and fin.status not in CANARY_OK)
+    return reruns_on_resume(fin.status, fin.purpose)
 
 
 def outcome_of(fin: CellFinish) -> Outcome:

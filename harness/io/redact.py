@@ -1,9 +1,12 @@
 """One redaction pass for everything epcap writes or prints (docs/spec.md: secrets).
 
-Three kinds of secret are hidden: values of secret-named environment variables (names with
-TOKEN, KEY, SECRET or PASSWORD), the value after a secret-named option (`--hf-token X`,
-`--api-key=X`) and well-known token shapes (`hf_...`, `ghp_...`, AWS access keys, ...), which
-are caught even when the variable that held them is not set at the time of writing.
+Three kinds of secret are hidden: values of secret-named environment variables, the value after
+a secret-named option (`--hf-token X`, `--api-key=X`) and well-known token shapes (`hf_...`,
+`ghp_...`, AWS access keys, ...), which are caught even when the variable that held them is not
+set at the time of writing. An environment variable is secret by the contract's substring rule
+(is_secret_env: its value is scrubbed wherever it appears); an option or a NAME=value in free
+text is secret-named by its *words* (is_secret_name), so Megatron's
+`--moe-token-dispatcher-type alltoall` and a count such as `NUM_TOKENS=65536` stay readable.
 """
 
 from __future__ import annotations
@@ -12,13 +15,21 @@ import os
 import re
 from collections.abc import Mapping
 
-SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
+from harness.io.known_flags import NONSECRET_FLAGS
+
 REDACTED = "REDACTED"        # shell-safe: shlex.join leaves it unquoted
 MIN_SCRUB_LEN = 8            # shorter secret values cannot be told from words like "true"
 
-# Option names are split into words; a word that *is* a secret word marks the option, so
-# `--moe-min-tokens-per-replica` (word "tokens") is not a secret but `--hf-token` is.
-_OPTION_WORDS = {"token", "key", "secret", "password", "passwd", "apikey", "api_key"}
+# A word marks a name as secret when it ends with one of these (token, HFTOKEN, apiKey, OAUTH);
+# SPEC section 5 names TOKEN, KEY, SECRET, PASSWORD; the others are their common spellings.
+SECRET_WORDS = ("token", "key", "secret", "password", "passwd", "auth", "credential")
+# Plurals that still name credentials (API_KEYS). Not "tokens": in MoE it is a count
+# (NUM_TOKENS, --max-tokens-to-oom, EPCAP_BUDGET_TOKENS).
+SECRET_PLURALS = ("keys", "secrets", "passwords", "credentials")
+# Prefixes whose compounds still name a credential (SECRETNAME, PASSWORDFILE); "token" and
+# "key" are left out as prefixes because of TOKENIZER and KEYBOARD-like words.
+SECRET_PREFIXES = ("secret", "password", "passwd", "credential")
+_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 # identity and control fields of events, cell.json and table rows: never redacted (see
 # redact_obj); what may reach them is refused at load instead
 IDENTITY_FIELDS = frozenset({
@@ -39,23 +50,50 @@ _OPTION_IN_TEXT = re.compile(r"(--?[A-Za-z][A-Za-z0-9_-]*)(=|[ \t]+)(\"[^\"]*\"|
 _ASSIGN_IN_TEXT = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z_][A-Za-z0-9_]*)=(\"[^\"]*\"|'[^']*'|\S+)")
 
 
-def is_secret_name(name: str) -> bool:
-    """True for environment variable names that may hold a secret (docs/spec.md#provenance)."""
+def name_words(name: str) -> list[str]:
+    """The lower-case words of an option or variable name: split at `-`, `_`, `.` and at
+    camelCase boundaries (`--hf-token`, `HF_TOKEN`, `hfToken` -> hf, token)."""
+    return [w.lower() for w in _WORD.findall(name)]
+
+
+def flag_key(name: str) -> str:
+    """A name in one spelling for NONSECRET_FLAGS: `--moe-token-dispatcher-type`,
+    `MOE_TOKEN_DISPATCHER_TYPE` and `--moe_token_dispatcher_type` all give the first."""
+    return "--" + "-".join(w for w in re.split(r"[-_.]+", name.lower()) if w)
+
+
+def has_secret_word(name: str) -> bool:
+    """True when one word of `name` names a credential (SECRET_WORDS, SECRET_PLURALS,
+    SECRET_PREFIXES), whatever the name is."""
+    return any(w.endswith(SECRET_WORDS) or w.endswith(SECRET_PLURALS)
+               or w.startswith(SECRET_PREFIXES) for w in name_words(name))
+
+
+# docs/spec.md#provenance (SPEC section 5): "any env var whose name contains TOKEN, KEY,
+# SECRET, PASSWORD" -- a substring rule, kept as the contract says for environment variables
+SPEC_ENV_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
+
+
+def is_secret_env(name: str) -> bool:
+    """True for an environment variable whose value must never be written: its name contains
+    TOKEN, KEY, SECRET or PASSWORD (the contract's rule, substrings included: TOKENIZER_PATH,
+    EPCAP_BUDGET_TOKENS), or a word of it names a credential (is_secret_name: AUTH, ...)."""
     upper = name.upper()
-    return any(word in upper for word in SECRET_WORDS)
+    return any(word in upper for word in SPEC_ENV_WORDS) or has_secret_word(name)
 
 
-def is_secret_option(option: str) -> bool:
-    """True for command-line options named like a secret: `--hf-token`, `--api_key`."""
-    words = re.split(r"[-_.]+", option.lstrip("-").lower())
-    joined = option.lstrip("-").lower().replace("-", "_")
-    return bool(_OPTION_WORDS.intersection(words)) or joined in _OPTION_WORDS
+def is_secret_name(name: str) -> bool:
+    """True for an option (`--hf-token`) or a NAME=value in free text (`WANDB_API_KEY=...`)
+    whose value may be a secret: a word of it is a secret word and it is not one of Megatron's
+    own flags (harness/io/known_flags.py, derived from the pinned arguments.py). Environment
+    variables follow the contract's wider rule, is_secret_env."""
+    return has_secret_word(name) and flag_key(name) not in NONSECRET_FLAGS
 
 
 def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
     """Values of secret-named variables long enough to scrub, longest first."""
     env = os.environ if environ is None else environ
-    values = {v for k, v in env.items() if is_secret_name(k) and len(v) >= MIN_SCRUB_LEN}
+    values = {v for k, v in env.items() if is_secret_env(k) and len(v) >= MIN_SCRUB_LEN}
     return sorted(values, key=len, reverse=True)
 
 
@@ -72,13 +110,14 @@ def redact_argv(argv: list[str], secrets: list[str] | None = None) -> list[str]:
     out: list[str] = []
     hide_next = False
     for arg in map(str, argv):
-        if hide_next:
+        if hide_next and not arg.startswith("--"):   # a flag after a flag is no value
             out.append(REDACTED)
             hide_next = False
             continue
+        hide_next = False
         if arg.startswith("-"):
             name, eq, _ = arg.partition("=")
-            if is_secret_option(name):
+            if is_secret_name(name):
                 if eq:
                     out.append(name + "=" + REDACTED)
                 else:
@@ -95,7 +134,7 @@ def redact_text(text: str, secrets: list[str] | None = None) -> str:
     text = scrub(text, secrets)
 
     def option(match: re.Match) -> str:
-        if not is_secret_option(match.group(1)):
+        if not is_secret_name(match.group(1)):
             return match.group(0)
         return match.group(1) + match.group(2) + REDACTED
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from harness.api.backend import LaunchSpec
 from harness.errors import BadInput
 from harness.health import DEFAULT_MAX_USED_MIB, PRE_CELL_FAIL_EXIT
-from harness.io.redact import is_secret_name, redact_argv
+from harness.io.redact import is_secret_env, redact_argv
 from harness.launch.container import ContainerLaunch
 from harness.launch.slurm_time import TIME_RE
 from harness.runbook.model import SlurmConfig
@@ -46,7 +46,7 @@ def hidden_values(spec: LaunchSpec) -> dict[str, str]:
     out = {f"{HIDDEN_ARG}{i}": str(a) for i, (a, r) in enumerate(zip(spec.argv, shown,
                                                                       strict=True))
            if str(a) != r}
-    out.update({k: str(v) for k, v in spec.env.items() if is_secret_name(k)})
+    out.update({k: str(v) for k, v in spec.env.items() if is_secret_env(k)})
     return out
 
 
@@ -137,7 +137,7 @@ def batch_script(options: list[str], spec: LaunchSpec, cell_dir: Path, python: s
               "# the harness (health probe, capture) from the checkout that wrote this script",
               f'export PYTHONPATH={q(str(HARNESS_ROOT))}"${{PYTHONPATH:+:$PYTHONPATH}}"']
     lines += [f"export {key}={q(str(value))}" for key, value in spec.env.items()
-              if not is_secret_name(key)]
+              if not is_secret_env(key)]
     hidden = sorted(hidden_values(spec))
     if hidden:
         lines += ["# secrets come from sbatch's environment, never from this file",

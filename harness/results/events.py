@@ -25,7 +25,7 @@ from harness.errors import BadInput
 from harness.io.redact import redact_obj
 from harness.io.safeio import read_bytes
 from harness.results.layout import EVENTS_JSONL, Cell
-from harness.vocab import FAILURE_CLASSES, Event, Stage
+from harness.vocab import BUG_CLASSES, CANARY_OK, FAILURE_CLASSES, Event, Purpose, Stage, Status
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,7 @@ class RunStart(EventRecord):
     host: str = ""
     eta_s: float | None = None          # the estimate the banner printed for this invocation
     runs_left: int | None = None        # the runs it planned (at least)
+    infra_retries: int | None = None    # limits.infra_retries: which infra runs were retried
 
 
 @dataclass(frozen=True)
@@ -329,6 +330,7 @@ def campaign_stats(results_dir: str | Path) -> dict:
     """Wall span, busy time, runs done/left, ETA error, failures by class and stage."""
     events = read_events(Path(results_dir) / EVENTS_JSONL)
     finished = [e for e in events if e["ev"] == Event.CELL_FINISH]
+    standing = standing_finishes(events)
     starts = [e["t"] for e in events if e["ev"] in (Event.RUN_START, Event.CAMPAIGN_START)]
     ends = [e["t"] for e in events]
     busy = sum(float(e.get("wall_s") or 0.0) for e in finished)
@@ -343,7 +345,7 @@ def campaign_stats(results_dir: str | Path) -> dict:
     return {
         "wall_span_s": running_span(events) if starts and ends else 0.0,
         "busy_s": round(busy, 3),
-        "runs_done": len(finished),
+        "runs_done": len(standing),
         "runs_left": 0 if done_ev else last_progress.get("runs_left"),
         "eta_s": 0.0 if done_ev else last_progress.get("eta_s"),
         "eta_error": eta_error(events),
@@ -355,6 +357,47 @@ def campaign_stats(results_dir: str | Path) -> dict:
         "stopped": next((e for e in reversed(events) if e["ev"] == Event.CAMPAIGN_STOPPED),
                         None),
     }
+
+
+def reruns_on_resume(status: str, purpose: str) -> bool:
+    """A run that stopped the campaign (a bug class, a failed canary): it runs again after a
+    fix, so its result does not stand."""
+    return status in BUG_CLASSES or (purpose == Purpose.CANARY and status not in CANARY_OK)
+
+
+def superseded_infra(statuses: list[str], infra_retries: int | None) -> list[bool]:
+    """For one (model, backend, purpose)'s finished runs in order: True for an infra failure a
+    later run retried. Per request the driver skips an infra run while retries are left and
+    a later run exists (harness/campaign/driver.py replay_with_retries); None (a log older
+    than the field): every infra run followed by another is taken as retried."""
+    out, i = [False] * len(statuses), 0
+    while i < len(statuses):
+        left = float("inf") if infra_retries is None else infra_retries
+        while statuses[i] == Status.INFRA and left > 0 and i + 1 < len(statuses):
+            out[i], i, left = True, i + 1, left - 1
+        i += 1
+    return out
+
+
+def standing_finishes(events: list[dict]) -> list[dict]:
+    """The cell_finish events whose results stand: not invalidated (a runbook edit, --retry),
+    not an infra failure a later run retried, not a run that reruns on resume. What
+    `runs_done` counts, so a rerun is never done twice."""
+    invalid = {c for e in events if e["ev"] == Event.CELLS_INVALIDATED
+               for c in e.get("cells") or ()}
+    retries = next((e["infra_retries"] for e in reversed(events)
+                    if e["ev"] == Event.RUN_START and e.get("infra_retries") is not None), None)
+    by_key: dict[tuple, list[dict]] = {}
+    for n, e in enumerate(events):
+        if e["ev"] != Event.CELL_FINISH or e.get("cell") in invalid or reruns_on_resume(
+                e.get("status"), e.get("purpose")):
+            continue
+        key = tuple(e.get(k) for k in ("model", "backend", "purpose"))
+        by_key.setdefault(key if None not in key else (n,), []).append((n, e))
+    out = [ne for runs in by_key.values() for ne, gone in zip(
+        runs, superseded_infra([e.get("status") for _, e in runs], retries), strict=True)
+        if not gone]
+    return [e for _, e in sorted(out, key=lambda ne: ne[0])]
 
 
 def running_span(events: list[dict]) -> float:

@@ -29,7 +29,7 @@ from harness.errors import BadInput
 from harness.io.atomic import write_text_atomic
 from harness.io.redact import (  # noqa: F401  (re-exported: provenance is where callers look)
     REDACTED,
-    is_secret_name,
+    is_secret_env,
     redact_argv,
     scrub,
     secret_values,
@@ -245,7 +245,7 @@ def _static_facts() -> tuple[tuple[str, str], ...]:
 def _env_facts(environ: dict[str, str]) -> dict[str, str]:
     """Environment variables that change results (threads, NCCL, Slurm); never secrets."""
     names = [n for n in sorted(environ)
-             if (n in ENV_NAMES or n.startswith(ENV_PREFIXES)) and not is_secret_name(n)]
+             if (n in ENV_NAMES or n.startswith(ENV_PREFIXES)) and not is_secret_env(n)]
     return {f"env.{n}": environ[n] for n in names}
 
 
@@ -284,7 +284,7 @@ def redact_fields(fields: dict[str, str], secrets: list[str] | None = None) -> d
     out: dict[str, str] = {}
     for key, value in fields.items():
         key = " ".join(str(key).split()).replace(":", "_")
-        if key.startswith("env.") and is_secret_name(key[4:]):
+        if key.startswith("env.") and is_secret_env(key[4:]):
             continue
         text = " ".join(str(value).splitlines())
         out[scrub(key, secrets)] = scrub(text, secrets)

@@ -7,7 +7,12 @@ Runs the default campaign (runbooks/local-cpu.yaml) three times under one result
 3. another fresh campaign interrupted with SIGINT at about a third of its runs, then resumed:
    the same figures for the resume invocation (its own banner estimate of the work left).
 Target: every figure within +-20% (0.8 .. 1.2). Exit 1 when one misses it.
-Usage: python tests/benchmarks/bench_eta.py [RUNBOOK] [--keep DIR]
+Usage: python tests/benchmarks/bench_eta.py [RUNBOOK] [--keep]
+       python tests/benchmarks/bench_eta.py --replay ROOT... (results roots kept by --keep)
+`--replay` runs no campaign: it feeds the kept event logs through today's estimator
+(history = the campaigns written before, each invocation's actual runs instead of its plan,
+timed from its first submit) and prints the same figures, to compare estimators on the
+same measured durations.
 """
 
 from __future__ import annotations
@@ -83,7 +88,64 @@ def show(label: str, figs: dict[str, float | None]) -> bool:
     return ok
 
 
+def replay(runbook: str, history: list[list[dict]], events: list[dict]) -> dict[str, float]:
+    """start/25/50/75% estimated/actual of the invocation of `events` that completed the runs,
+    recomputed by today's EtaEstimator from the durations the logs hold."""
+    from harness.campaign.progress import EtaEstimator, model_size
+    from harness.campaign.store import iterations_per_purpose
+    from harness.runbook.load import load_runbook
+    rb = load_runbook(Path(runbook))
+    est = EtaEstimator({m.name: model_size(m) for m in rb.models}, iterations_per_purpose(rb))
+    paces = []
+    for past in history:
+        done = [e for e in past if e["ev"] == "cell_finish"]
+        for e in done:
+            est.add_history(e["backend"], e["model"], e["purpose"], e["span_s"], e["attempt"])
+        subs = [e["t"] for e in past if e["ev"] == "cell_submit"]
+        ends = [e["t"] for e in past if e.get("runs_complete")]
+        if subs and ends:
+            paces.append((ends[-1] - subs[0]) / sum(e["span_s"] for e in done))
+    pace = min(2.0, max(1.0, sorted(paces)[len(paces) // 2])) if paces else 1.0
+    end_i = max(i for i, e in enumerate(events) if e.get("runs_complete"))
+    start_i = max(i for i in range(end_i + 1) if events[i]["ev"] == "run_start")
+    for e in events[:start_i]:
+        if e["ev"] == "cell_finish":
+            est.add(e["backend"], e["model"], e["purpose"], e["span_s"], e["attempt"])
+    est.begin_invocation()
+    mine = [e for e in events[start_i:end_i + 1] if e["ev"] == "cell_finish"]
+    end = events[end_i]["t"]
+    keys = [(e["backend"], e["model"], e["purpose"], e["attempt"]) for e in mine]
+    first = next(e["t"] for e in events[start_i:] if e["ev"] == "cell_submit")
+    out = {"start": est.eta(keys) * pace / (end - first)}
+    for i, e in enumerate(mine):
+        est.add(e["backend"], e["model"], e["purpose"], e["span_s"], e["attempt"])
+        for frac in (0.25, 0.5, 0.75):
+            name = f"{frac:.0%}"
+            if i == max(0, round(frac * len(mine)) - 1) and name not in out:
+                out[name] = est.eta(keys[i + 1:]) * pace / (end - e["t"])
+    return out
+
+
+def replay_roots(runbook: str, roots: list[str]) -> int:
+    """--replay: every campaign after the first under each root, replayed."""
+    outside = total = 0
+    for root in map(Path, roots):
+        camps = sorted((p for p in root.iterdir() if (p / "events.jsonl").is_file()),
+                       key=lambda p: p.name)
+        logs = [read_events(c) for c in camps]
+        for k in range(1, len(logs)):
+            if any(e.get("runs_complete") for e in logs[k]):
+                figs = replay(runbook, logs[:k], logs[k])
+                outside += 0 if show(f"{root.name}/{camps[k].name}", figs) else 1
+                total += 1
+    print(f"{total - outside} of {total} invocations within +-20% at every figure")
+    return 0 if outside == 0 else 1
+
+
 def main(argv: list[str]) -> int:
+    if "--replay" in argv[1:]:
+        roots = [a for a in argv[1:] if a != "--replay"]
+        return replay_roots(str(ROOT / "runbooks" / "local-cpu.yaml"), roots)
     args = [a for a in argv[1:] if a != "--keep"]
     keep = "--keep" in argv[1:]
     runbook = args[0] if args else str(ROOT / "runbooks" / "local-cpu.yaml")

@@ -141,6 +141,10 @@ def test_retry_comment_edit_and_model_rerun(tmp_path, launcher):
     assert sel[("QWEN3_30B", "echo")]["validated"] == "true"
     status = json.loads(epcap(env, "status", camp, "--json").stdout)
     assert status["state"] == "done"
+    # runs_done counts the runs whose results stand: an invalidated run and its rerun once
+    gone = {c for e in read_events(camp) if e["ev"] == "cells_invalidated" for c in e["cells"]}
+    assert gone and status["runs_done"] == len(set(done4) - gone)
+    assert f"done: {len(set(done4) - gone)} runs;" in model.stdout
 
     audit = epcap(env, "audit", camp, "--json")
     verdicts = json.loads(audit.stdout)

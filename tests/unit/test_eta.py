@@ -187,3 +187,68 @@ def test_history_predicts_itself_scaled_by_the_load_now():
     for _ in range(100):
         est.add("a", "small", "time", 100.0, 3)
     assert est.drift() == 4.0                     # bounded: a stall is not the new normal
+
+
+def test_a_resume_takes_the_load_now_not_the_interrupted_invocations():
+    """The interrupted invocation ran at twice its history's durations (a loaded machine);
+    the resume starts from the history's level and learns its own load from its own runs."""
+    est = EtaEstimator(SIZES)
+    for i in range(1, 6):
+        est.add_history("a", "small", "time", 1.0, i)
+    for i in range(1, 3):
+        est.add("a", "small", "time", 2.0, i)           # the interrupted invocation
+    assert est.predict("a", "small", "time", 5) == pytest.approx(2.0)
+    est.begin_invocation()                               # the resume
+    assert est.predict("a", "small", "time", 5) == pytest.approx(1.0)
+    est.add("a", "small", "time", 1.1, 3)                # its first run: start-up, not load
+    est.add("a", "small", "time", 1.2, 4)
+    assert est.predict("a", "small", "time", 5) == pytest.approx(1.2)
+
+
+def test_an_invocations_first_run_is_not_load():
+    """The first run pays the fork server's imports (6x its warm history): the drift stays 1
+    until a second run says what the load is."""
+    est = EtaEstimator(SIZES)
+    for i in range(1, 4):
+        est.add_history("a", "small", "time", 1.0, i)
+    est.begin_invocation()
+    est.add("a", "small", "time", 6.0, 1)
+    assert est.drift() == 1.0
+    est.add("a", "small", "time", 1.5, 2)
+    assert est.drift() == pytest.approx(1.5)
+
+
+def test_the_driver_begins_an_invocation_after_replaying_its_events(tmp_path, monkeypatch):
+    """Campaign() indexes the earlier invocations' runs, then begins its own."""
+    from harness.campaign import driver
+    calls = []
+    real = EtaEstimator.begin_invocation
+    monkeypatch.setattr(EtaEstimator, "begin_invocation",
+                        lambda self: calls.append(len(self.obs)) or real(self))
+    from harness.campaign.decisions import Context
+    from harness.launch.local import LocalLauncher
+    from harness.runbook.load import load_runbook
+    rb = load_runbook(REDUCED)
+    _neighbour(tmp_path, "c", rb, {("QWEN3_30B", "echo", "measure"): 4.0,
+                                   ("QWEN3_30B", "echo", "time"): 6.0})
+    camp = driver.Campaign(rb, tmp_path / "c", LocalLauncher(), Context(rb, (), None),
+                           ProgressView(), [])
+    assert calls == [2] and camp.estimator.drift() == 1.0
+
+
+def test_the_drift_of_one_purpose_class_is_not_carried_to_another():
+    """Measure runs 1.3x their history do not make the timed launches 1.3x: a class not yet
+    run this invocation is predicted at its history's level, then at its own drift."""
+    est = EtaEstimator(SIZES)
+    for i in range(1, 4):
+        est.add_history("a", "small", "measure", 2.0, i)
+        est.add_history("a", "small", "time", 1.0, i)
+    est.begin_invocation()
+    for i in range(1, 4):
+        est.add("a", "small", "measure", 2.6, i)         # the first is start-up, not load
+    assert est.drift("measure") == pytest.approx(1.3)
+    assert est.drift("validate") == pytest.approx(1.3)   # one class: select
+    assert est.predict("a", "small", "time", 2) == pytest.approx(1.0)
+    est.add("a", "small", "time", 0.8, 1)
+    assert est.predict("a", "small", "time", 2) == pytest.approx(0.8)
+    assert est.predict("a", "small", "measure", 2) == pytest.approx(2.6)
