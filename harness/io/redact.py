@@ -21,7 +21,7 @@ REDACTED = "REDACTED"        # shell-safe: shlex.join leaves it unquoted
 MIN_SCRUB_LEN = 8            # shorter secret values cannot be told from words like "true"
 
 # A word marks a name as secret when it ends with one of these (token, HFTOKEN, apiKey, OAUTH);
-# SPEC section 5 names TOKEN, KEY, SECRET, PASSWORD; the others are their common spellings.
+# docs/spec.md#provenance names TOKEN, KEY, SECRET, PASSWORD; the others are their common spellings.
 SECRET_WORDS = ("token", "key", "secret", "password", "passwd", "auth", "credential")
 # Plurals that still name credentials (API_KEYS). Not "tokens": in MoE it is a count
 # (NUM_TOKENS, --max-tokens-to-oom, EPCAP_BUDGET_TOKENS).
@@ -69,7 +69,7 @@ def has_secret_word(name: str) -> bool:
                or w.startswith(SECRET_PREFIXES) for w in name_words(name))
 
 
-# docs/spec.md#provenance (SPEC section 5): "any env var whose name contains TOKEN, KEY,
+# docs/spec.md#provenance: "any env var whose name contains TOKEN, KEY,
 # SECRET, PASSWORD" -- a substring rule, kept as the contract says for environment variables
 SPEC_ENV_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 
