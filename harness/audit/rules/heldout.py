@@ -33,7 +33,7 @@ from harness.audit.model import (
 )
 from harness.audit.rules.apply import blanked
 from harness.audit.rules.rederive import abandoned_cells, as_run
-from harness.audit.rules.timing import Launch, requests
+from harness.audit.rules.timing import Launch, invalidated, requests
 from harness.audit.vocab import HELD_OUT_NOT_REDERIVED
 from harness.errors import BadInput, EpcapError
 from harness.grid import capacity as cap
@@ -46,12 +46,15 @@ from harness.vocab import FAILURE_CLASSES, Purpose, Status, run_seed
 
 
 def validate_cells(upload: Upload, model: str, backend: str) -> list[Cell]:
-    """The pair's validate cells in attempt order (the upload's cells, not its rows)."""
+    """The pair's validate cells in attempt order (the upload's cells, not its rows), less
+    those a resume abandoned or a `cells_invalidated` event took out (a re-run's step starts
+    afresh, as the driver's does)."""
     found = []
-    dropped = abandoned_cells(upload)
+    dropped, gone = abandoned_cells(upload), invalidated(upload)
     for cell in upload.cells.values():
         named = parse_cell_name(cell.name, upload.runbook.campaign)
         if named is not None and named.purpose == Purpose.VALIDATE and cell.path not in dropped \
+                and cell.name not in gone \
                 and norm(named.model) == norm(model) and norm(named.backend) == norm(backend):
             found.append((named.attempt, cell))
     return [c for _, c in sorted(found, key=lambda x: x[0])]
@@ -105,8 +108,8 @@ def seed_problem(upload: Upload, cell: Cell) -> str | None:
 
 def last_measure(upload: Upload, model: str, backend: str, unknown: list[str]) -> Launch | None:
     """The measure outcome the selection came from: the last request of the measure step."""
-    dropped = abandoned_cells(upload)
-    cells = [c for c in upload.cells.values() if c.path not in dropped
+    dropped, gone = abandoned_cells(upload), invalidated(upload)
+    cells = [c for c in upload.cells.values() if c.path not in dropped and c.name not in gone
              and (n := parse_cell_name(c.name, upload.runbook.campaign)) is not None
              and n.purpose == Purpose.MEASURE and norm(n.model) == norm(model)
              and norm(n.backend) == norm(backend)]
