@@ -3,6 +3,7 @@ duplicated attempt rows, no stale processes."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import random
 import signal
@@ -22,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 REDUCED = ROOT / "tests" / "fixtures" / "runbooks" / "reduced.yaml"
 EPCAP = [sys.executable, "-m", "harness.cli", "run", str(REDUCED)]
 KILLS = 4
+CORPUS_PY = ROOT / "tests" / "fixtures" / "uploads" / "corpus.py"
 NON_TIMING = [c for c in SELECTION_COLUMNS if c != "timing_capacity"]
 
 
@@ -55,9 +57,12 @@ def rows_of(path: Path, columns) -> list[tuple]:
 
 
 @pytest.mark.slow
-def test_sigkill_and_resume_matches_an_uninterrupted_run(tmp_path):
-    base = tmp_path / "base"
-    assert run(base, "--until", "validate") == 0          # selection is final after validate
+def test_sigkill_and_resume_matches_an_uninterrupted_run(tmp_path, tmp_path_factory):
+    # the uninterrupted run: the session's shared run of the same runbook (read only)
+    spec = importlib.util.spec_from_file_location("upload_corpus_resume", CORPUS_PY)
+    corpus = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(corpus)
+    base = corpus.harness_campaign(tmp_path_factory.getbasetemp())
     rng = random.Random(1129)
     killed = tmp_path / "killed"
     kills = 0
@@ -73,12 +78,12 @@ def test_sigkill_and_resume_matches_an_uninterrupted_run(tmp_path):
     assert kills == KILLS
     # same selection as the uninterrupted run, on every non-timing column
     assert rows_of(camp / "capacity_selection.tsv", NON_TIMING) == \
-        rows_of(base / "reduced" / "capacity_selection.tsv", NON_TIMING)
+        rows_of(base / "capacity_selection.tsv", NON_TIMING)
     # finished cells never rerun, none missing: the same runs as the uninterrupted campaign
     def runs(path):
         return Counter((r["model"], r["backend"], r["purpose"], r["capacity"], r["status"])
                        for r in read_rows(path) if r["purpose"] in ("measure", "validate"))
-    assert runs(camp / "capacity_attempts.tsv") == runs(base / "reduced" / "capacity_attempts.tsv")
+    assert runs(camp / "capacity_attempts.tsv") == runs(base / "capacity_attempts.tsv")
     events = read_events(camp)
     finished = [e for e in events if e["ev"] == "cell_finish" and e["purpose"] != "canary"]
     attempts = read_rows(camp / "capacity_attempts.tsv")
