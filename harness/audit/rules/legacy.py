@@ -318,6 +318,7 @@ def check_earlier_timing(table: Table, upload: Upload) -> Check:
             ran[(norm(a.get("model")), norm(a.get("backend")))].add(decimal_of(a.get("capacity")))
     bad, unknown = [], []
     figures = [c for c in TIMING_COLUMNS if c in table.columns and c not in TIMING_NAMED]
+    figures += [c for c in ("status", "budget_tokens") if c in table.columns]
     for row in table.rows:
         capacities = ran.get((norm(row.get("model")), norm(row.get("backend"))), set())
         if decimal_of(row.get("timing_capacity")) not in capacities:
@@ -347,7 +348,7 @@ def earlier_figures(upload: Upload, row, unknown: list[str]) -> dict | None:
     the [EPCAP_TIMING] objects of its pair's time cells at its capacity that ran to the end;
     None (said in `unknown`) when a cell cannot be derived."""
     model, backend = norm(row.get("model")), norm(row.get("backend"))
-    objects = []
+    objects, statuses, n = [], [], None
     for _key, cell in sorted(upload.cells.items()):
         named = parse_cell_name(cell.name)
         if named is None or named.purpose != Purpose.TIME or cell.where is None \
@@ -358,6 +359,8 @@ def earlier_figures(upload: Upload, row, unknown: list[str]) -> dict | None:
         if got.problem:
             unknown.append(got.problem)
             return None
+        statuses.append(str(got.columns.get("status")))
+        n = got.columns.get("uniform_tokens")
         if got.columns.get("status") not in TIMED_OK:
             continue
         logs = sorted(p for p in Path(cell.where).glob(LOG_GLOB)
@@ -370,8 +373,15 @@ def earlier_figures(upload: Upload, row, unknown: list[str]) -> dict | None:
         if obj is not None:
             objects.append(obj)
     try:
-        return verdicts.aggregate(objects)
-    except (ValueError, KeyError, TypeError) as exc:
+        figures = verdicts.aggregate(objects)
+        # the row's own status and budget as harness.campaign.decisions.timing_row states them:
+        # the first launch that is not ok, and the capacity's budget for N
+        figures["status"] = next((s for s in statuses if s != Status.OK), str(Status.OK)) \
+            if statuses else None
+        figures["budget_tokens"] = cap.budget_tokens(row.get("timing_capacity"), n) \
+            if n is not None else None
+        return figures
+    except (ValueError, KeyError, TypeError, ArithmeticError) as exc:
         unknown.append(f"{where(upload.tables[TIMING_TSV], row)}: the time cells' timing "
                        f"objects give no figures ({str(exc)[:120]})")
         return None

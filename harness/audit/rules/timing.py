@@ -54,6 +54,7 @@ from harness.results.layout import (
     TIMING_TSV,
     parse_cell_name,
 )
+from harness.results.rows import TIMING_COLUMNS
 from harness.results.tables import cell_text
 from harness.timing import verdicts
 from harness.vocab import BUG_CLASSES, TIMED_OK, Event, Purpose, Status
@@ -174,10 +175,18 @@ def first_launch_row(n: int, outs: list[Launch]) -> dict:
     named = parse_cell_name(outs[0].cell.name)
     status = next((o.status for o in outs if o.status != Status.OK), str(Status.OK))
     timings = [o.timing for o in outs if o.timing and o.status in TIMED_OK]
-    return {"model": named.model, "backend": named.backend,
-            "timing_capacity": named.capacity,
-            "budget_tokens": cap.budget_tokens(named.capacity, n), "status": status,
-            "cell_dir": outs[0].cell.path, **verdicts.aggregate(timings)}
+    row = {"model": named.model, "backend": named.backend,
+           "timing_capacity": named.capacity,
+           "budget_tokens": cap.budget_tokens(named.capacity, n), "status": status,
+           "cell_dir": outs[0].cell.path, **verdicts.aggregate(timings)}
+    for column in TIMING_FIGURES:     # no launch measured it: the harness writes it empty
+        row.setdefault(column, None)
+    return row
+
+
+# timing.tsv columns that state a figure of the launches (the rest name the row)
+TIMING_FIGURES = tuple(c for c in TIMING_COLUMNS if c not in (
+    "campaign", "model", "backend", "timing_capacity", "budget_tokens", "status", "cell_dir"))
 
 
 def selected(upload: Upload, model: str) -> dict[str, str]:
