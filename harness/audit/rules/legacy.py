@@ -46,6 +46,7 @@ from harness.audit.rules.apply import blanked
 from harness.audit.rules.basic import find_uniform_tokens
 from harness.audit.rules.cells import clipped
 from harness.audit.rules.rederive import LOG_GLOB, differs, harness_written
+from harness.audit.rules.timing import TIMING_FIGURES
 from harness.audit.rules.timing import differs as timing_differs
 from harness.audit.vocab import EARLIER_NOT_REDERIVED
 from harness.errors import EpcapError
@@ -57,7 +58,6 @@ from harness.results.layout import (
     TIMING_TSV,
     parse_cell_name,
 )
-from harness.results.rows import TIMING_COLUMNS
 from harness.taxonomy.judge import judge_run
 from harness.telemetry.summary import LogSummary, summarize
 from harness.timing import verdicts
@@ -317,7 +317,7 @@ def check_earlier_timing(table: Table, upload: Upload) -> Check:
         if norm(a.get("purpose")) == Purpose.TIME and norm(a.get("status")) in DATA_STATUSES:
             ran[(norm(a.get("model")), norm(a.get("backend")))].add(decimal_of(a.get("capacity")))
     bad, unknown = [], []
-    figures = [c for c in TIMING_COLUMNS if c in table.columns and c not in TIMING_NAMED]
+    figures = [c for c in TIMING_FIGURES if c in table.columns]
     figures += [c for c in ("status", "budget_tokens") if c in table.columns]
     for row in table.rows:
         capacities = ran.get((norm(row.get("model")), norm(row.get("backend"))), set())
@@ -336,11 +336,6 @@ def check_earlier_timing(table: Table, upload: Upload) -> Check:
                            f"pair's time cells give {derived.get(column)!r} "
                            f"(timing.verdicts.aggregate of their [EPCAP_TIMING] objects)")
     return verdict_of(bad, [], EARLIER_NOT_REDERIVED, unknown)
-
-
-# timing.tsv columns that name the row rather than state a figure of its launches
-TIMING_NAMED = ("campaign", "model", "backend", "timing_capacity", "budget_tokens", "status",
-                "cell_dir")
 
 
 def earlier_figures(upload: Upload, row, unknown: list[str]) -> dict | None:
