@@ -168,9 +168,20 @@ def plot_capacity(points: list[CapPoint], path: Path, pad: int = DEFAULT_PAD_MUL
     return fig
 
 
-def plot_overprovision(points: list[CapPoint], path: Path,
+def grid_step_pct(p: CapPoint, pad: int) -> float | None:
+    """The most the executable grid's rounding can add above this row's measured peak, as %:
+    one pad multiple of the peak's tokens (required capacity x uniform tokens)."""
+    if not p.required or not p.uniform_tokens:
+        return None
+    return 100.0 * pad / (p.required * p.uniform_tokens)
+
+
+def plot_overprovision(points: list[CapPoint], path: Path, pad: int = DEFAULT_PAD_MULTIPLE,
                        colors: dict[str, str] | None = None) -> Figure:
-    """Figure 2: selected budget / measured peak, as % above the peak, per model and backend."""
+    """Figure 2: selected budget / measured peak, as % above the peak, per model and backend.
+    The y-axis reaches at least one grid step above each peak (a dashed mark per bar): the
+    rounding the grid forces is the scale a bar is read against, so 1-3% does not fill the
+    plot."""
     groups = _by_model(points)
     backends = list(dict.fromkeys(p.backend for p in points))
     colors = colors or backend_colors(backends)
@@ -178,9 +189,16 @@ def plot_overprovision(points: list[CapPoint], path: Path,
     fig = Figure(figsize=(max(7.0, 1.9 * len(groups) + 2), 4.2), layout="constrained")
     ax = fig.subplots()
     top = bottom = 0.0
+    marked = False
     for gi, (_model, pts) in enumerate(groups.items()):
         for p in pts:
             x = gi - 0.4 + width * (backends.index(p.backend) + 0.5)
+            step = grid_step_pct(p, pad)
+            if step is not None:
+                top = max(top, step)
+                ax.hlines(step, x - width * 0.45, x + width * 0.45, colors="0.3",
+                          linestyles="dashed", lw=0.9)
+                marked = True
             if p.over_provision is None:
                 ax.text(x, 0, "no selection", rotation=90, ha="center", va="bottom", fontsize=7)
                 continue
@@ -190,12 +208,15 @@ def plot_overprovision(points: list[CapPoint], path: Path,
             ax.annotate(f"{pct:+.2f}%", (x, pct), xytext=(0, 2 if pct >= 0 else -10),
                         textcoords="offset points", ha="center", fontsize=7)
     ax.axhline(0, color="0.3", lw=0.8)
-    ax.set_ylim(bottom * 1.25, max(1.0, top * 1.25))
+    ax.set_ylim(bottom * 1.25, max(1.0, top * 1.2))
     ax.set_xticks(range(len(groups)), list(groups))
     ax.set_xlim(-0.6, len(groups) - 0.4)
     ax.set_ylabel("over-provisioning: % above measured peak\n(selected budget / peak − 1)")
-    ax.legend(handles=[Patch(color=colors[b], label=b) for b in backends], fontsize=8,
-              title="backend", title_fontsize=8)
+    handles = [Patch(color=colors[b], label=b) for b in backends]
+    if marked:
+        handles += [Line2D([], [], color="0.3", ls="dashed", lw=0.9,
+                           label=f"one grid step\n({pad} tokens)")]
+    ax.legend(handles=handles, fontsize=8, title="backend", title_fontsize=8)
     ax.set_title("Over-provisioning of the selected capacity\n(value labels rounded to 0.01%)",
                  fontsize=10)
     save_png(fig, path)

@@ -121,7 +121,7 @@ def draw_figures(ctx: Context, measured: dict) -> list[tuple[str, str]]:
         _draw(ctx, "fig1_capacity.png", fg.plot_capacity, points,
               ctx.out / "fig1_capacity.png", ctx.pad[0], colors)
         _draw(ctx, "fig2_overprovision.png", fg.plot_overprovision, points,
-              ctx.out / "fig2_overprovision.png", colors)
+              ctx.out / "fig2_overprovision.png", ctx.pad[0], colors)
     tpoints = _timing_points(ctx)
     if tpoints:
         missing_p10 = ctx.timing is None or not ctx.timing.has("dispatch_ms_p10")

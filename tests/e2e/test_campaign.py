@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -24,6 +25,7 @@ from harness.runbook.load import load_runbook
 
 ROOT = Path(__file__).resolve().parents[2]
 REDUCED = ROOT / "tests" / "fixtures" / "runbooks" / "reduced.yaml"
+CORPUS_PY = ROOT / "tests" / "fixtures" / "uploads" / "corpus.py"
 EPCAP = [sys.executable, "-m", "harness.cli"]
 
 
@@ -129,9 +131,18 @@ def test_dry_run_tierb_without_gpus(tmp_path):
 
 @pytest.fixture(scope="module")
 def reduced_run(tmp_path_factory):
+    """The session's shared run of the reduced runbook (tests/fixtures/uploads/corpus.py),
+    copied (a re-run below must not touch the shared one), with what `epcap run` printed."""
+    spec = importlib.util.spec_from_file_location("upload_corpus_campaign", CORPUS_PY)
+    corpus = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(corpus)
+    base = tmp_path_factory.getbasetemp()
+    shared = corpus.harness_campaign(base)
     results = tmp_path_factory.mktemp("results")
-    out = epcap("run", REDUCED, "--results", results)
-    return results / "reduced", out
+    camp = corpus.copy(shared, results / shared.name)
+    out = subprocess.CompletedProcess(["epcap", "run"], 0,
+                                      corpus.harness_campaign_stdout(base), "")
+    return camp, out
 
 
 @pytest.mark.slow

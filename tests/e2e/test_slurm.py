@@ -7,6 +7,7 @@ EPCAP_REQUIRE_SLURM=1 (set by .ci/run after starting Slurm) it fails instead.
 from __future__ import annotations
 
 import csv
+import importlib.util
 import os
 import signal
 import subprocess
@@ -26,6 +27,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 EPCAP = [sys.executable, "-m", "harness.cli"]
 REDUCED = ROOT / "tests" / "fixtures" / "runbooks" / "reduced.yaml"
+CORPUS_PY = ROOT / "tests" / "fixtures" / "uploads" / "corpus.py"
 PY = sys.executable
 
 
@@ -103,18 +105,26 @@ def test_cancel_and_cancel_all(tmp_path):
 
 # ---- campaigns through `epcap run --launcher slurm` ------------------------------------------
 
-def run_epcap(launcher: str, results: Path, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([*EPCAP, "run", str(REDUCED), "--launcher", launcher,
+def short_runbook(where: Path) -> Path:
+    """corpus.short_runbook_text() as a file: REDUCED's selection in 13 Slurm jobs, not 21."""
+    path = where / "short.yaml"
+    path.write_text(load_corpus().short_runbook_text())
+    return path
+
+
+def run_epcap(launcher: str, results: Path, timeout: float = 240,
+              runbook: Path = REDUCED) -> subprocess.CompletedProcess:
+    return subprocess.run([*EPCAP, "run", str(runbook), "--launcher", launcher,
                            "--results", str(results)], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout)
 
 
-def start_epcap(launcher: str, results: Path) -> subprocess.Popen:
+def start_epcap(launcher: str, results: Path, runbook: Path = REDUCED) -> subprocess.Popen:
     """The driver in the background; its output goes to results/driver-<n>.out."""
     results.mkdir(parents=True, exist_ok=True)
     out = results / f"driver-{len(list(results.glob('driver-*.out')))}.out"
     with open(out, "w") as handle:
-        proc = subprocess.Popen([*EPCAP, "run", str(REDUCED), "--launcher", launcher,
+        proc = subprocess.Popen([*EPCAP, "run", str(runbook), "--launcher", launcher,
                                  "--results", str(results)], cwd=ROOT, stdout=handle,
                                 stderr=subprocess.STDOUT, text=True)
     proc.out_path = out
@@ -177,44 +187,43 @@ def campaign_of() -> str:
     return load_runbook(REDUCED).campaign
 
 
-@pytest.fixture(scope="module", autouse=True)
+def load_corpus():
+    """tests/fixtures/uploads/corpus.py (the session's shared campaign, the short runbook)."""
+    spec = importlib.util.spec_from_file_location("upload_corpus_slurm", CORPUS_PY)
+    corpus = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(corpus)
+    return corpus
+
+
+@pytest.fixture(scope="module")
 def local_run(slurm_up, tmp_path_factory):
-    """The reference run with --launcher local, started at module start (it overlaps the
-    Slurm tests; both are mostly waiting on process start-up)."""
-    if not REDUCED.is_file():
-        yield None
-        return
-    results = tmp_path_factory.mktemp("local")
-    proc = start_epcap("local", results)
-    yield proc, results
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
+    """The reference: the session's shared run of the reduced runbook with the local launcher
+    (tests/fixtures/uploads/corpus.py; read only)."""
+    return load_corpus().harness_campaign(tmp_path_factory.getbasetemp())
 
 
-def local_selection(local_run) -> list[dict]:
-    """Selection of the background local run (waits for it)."""
-    proc, results = local_run
-    out = finish(proc, 400)
-    assert proc.returncode == 0, out
-    return selection(results)
+def local_selection(local_run: Path) -> list[dict]:
+    """Selection of the local run."""
+    return selection(local_run)
 
 
 def test_reduced_campaign_via_slurm_killed_resumed_same_selection_as_local(tmp_path, local_run):
     """(a) same selection as --launcher local; (c) SIGKILL mid-campaign, resume: no cell
     submitted twice and the campaign completes."""
-    proc = start_epcap("slurm", tmp_path)
-    wait_running_job(proc, tmp_path, name_has="__measure__")
+    rb = short_runbook(tmp_path)
+    results = tmp_path / "res"
+    proc = start_epcap("slurm", results, rb)
+    wait_running_job(proc, results, name_has="__measure__")
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
-    assert jobs_under(tmp_path), "the killed driver's job should still be in Slurm"
-    again = run_epcap("slurm", tmp_path, timeout=400)
+    assert jobs_under(results), "the killed driver's job should still be in Slurm"
+    again = run_epcap("slurm", results, timeout=400, runbook=rb)
     assert again.returncode == 0, again.stdout + again.stderr
-    counts = submissions(tmp_path)
-    assert len(counts) >= 17 and all(n == 1 for n in counts.values()), counts
+    counts = submissions(results)
+    assert len(counts) >= 13 and all(n == 1 for n in counts.values()), counts
     expected = local_selection(local_run)
-    assert expected and selection(tmp_path) == expected
-    assert not jobs_under(tmp_path)
+    assert expected and selection(results) == expected
+    assert not jobs_under(results)
 
 
 def test_sigint_driver_cancels_its_jobs(tmp_path):

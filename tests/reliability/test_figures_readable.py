@@ -1,5 +1,7 @@
 """Figures a reader can read: the demand heatmap's colour scale does not make a 1-3% excess
-look hot (failed on the scale spanning the data's own min..max), the timing figure's backend
+look hot (failed on the scale spanning the data's own min..max), nor does the
+over-provisioning axis stretch a small share to fill the plot (its scale reaches one grid
+step above each peak; failed on the axis ending at 1.25 x the tallest bar), the timing figure's backend
 tick labels never overlap (bounding boxes measured after a draw; failed on the two earlier
 figures), and no forecast series hides under another."""
 
@@ -9,7 +11,15 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from harness.figures import DemandMap, TimePoint, plot_demand, plot_timing
+from harness.figures import (
+    CapPoint,
+    DemandMap,
+    TimePoint,
+    grid_step_pct,
+    plot_demand,
+    plot_overprovision,
+    plot_timing,
+)
 from harness.vocab import Status
 
 SETTINGS = settings(max_examples=4, deadline=None, phases=(Phase.explicit, Phase.reuse,
@@ -28,6 +38,38 @@ def test_a_small_excess_stays_cool(tmp_path, excess, ranks, layers, seed):
     fig = plot_demand("M", [m], tmp_path / "d.png")
     lo, hi = fig.axes[0].images[0].get_clim()
     assert (ratio.max() - lo) / (hi - lo) <= 0.2, (lo, hi, ratio.max())
+
+
+@SETTINGS
+@given(rows=st.lists(st.tuples(st.sampled_from(["A", "B", "C"]), st.sampled_from(["e", "u"]),
+                               st.integers(256, 40000), st.floats(0.5, 2.0)),
+                     min_size=1, max_size=6, unique_by=lambda r: r[:2]),
+       pad=st.sampled_from([64, 128, 256]), steps=st.floats(0.0, 1.0))
+def test_over_provisioning_is_drawn_against_one_grid_step(tmp_path, rows, pad, steps):
+    """Every bar's height is read against the grid's own rounding: the axis reaches at least
+    one pad multiple above every peak, and a bar inside one step sits under that mark."""
+    points = []
+    for model, backend, n, required in rows:
+        peak = required * n
+        over = 1.0 + steps * pad / peak             # a selection within one grid step
+        points.append(CapPoint(model, backend, n, required, required * over, over,
+                               str(required), str(required * over)))
+    fig = plot_overprovision(points, tmp_path / "o.png", pad)
+    ax = fig.axes[0]
+    top = ax.get_ylim()[1]
+    for p in points:
+        assert grid_step_pct(p, pad) <= top
+        assert (p.over_provision - 1) * 100 <= grid_step_pct(p, pad) + 1e-9
+    assert len(ax.collections) == len(points)       # one dashed step mark per bar
+
+
+def test_a_few_percent_over_provisioning_does_not_fill_the_axis(tmp_path):
+    """The default campaign's shape: 2126 tokens at peak, 2176 selected (+2.35%), pad 128:
+    the bar is under half the axis (it filled 80% with the axis at 1.25 x the bar)."""
+    p = CapPoint("QWEN2_57B", "echo", 2048, 2126 / 2048, 2176 / 2048, 2176 / 2126,
+                 "1.038086", "1.0625")
+    ax = plot_overprovision([p], tmp_path / "o.png", 128).axes[0]
+    assert (2176 / 2126 - 1) * 100 / ax.get_ylim()[1] < 0.5
 
 
 NAME = st.text("abcdefghijklmnopqrstuvwxyz0123456789_~.-", min_size=2, max_size=40)

@@ -20,16 +20,22 @@ def render(ctx: Context) -> list[str]:
         out += [ctx.missing("timing verdicts", f"{COMPARISON} not found (results from "
                             "before timing launches: no verdicts)"), ""]
     versus = _verdict_cells(ctx, baseline)
-    main = ["model", "backend", "status", "timing_capacity", "budget_tokens"]
-    main += [c for c in ("launches",) if t.has(c)]
+    keys = ["model", "backend"]
+    # one logical table in parts a reader can follow: what ran, each phase's times, the
+    # verdicts (parts of REPORT_WIDTH or less; a script joins them with narrow.read_tables)
+    groups = [["status", "timing_capacity", "budget_tokens"]
+              + [c for c in ("launches",) if t.has(c)]]
     for m in ("dispatch", "combine"):
-        main += [c for c in (f"{m}_ms_p10", f"{m}_ms_median", f"{m}_ms_p90") if t.has(c)]
-    main += ["noise_floor_pct"]
-    rows = [[r[c] for c in main] + versus(r) for r in t.rows]
-    out += [md_table(main + [f"dispatch vs {baseline}", f"combine vs {baseline}"], rows), "",
+        groups.append([c for c in (f"{m}_ms_p10", f"{m}_ms_median", f"{m}_ms_p90") if t.has(c)])
+    parts = [md_table(keys + g, [[r[c] for c in keys + g] for r in t.rows]) for g in groups if g]
+    verdict_head = [f"dispatch vs {baseline}", f"combine vs {baseline}"]
+    parts.append(md_table(keys + verdict_head, [[r[c] for c in keys] + versus(r)
+                                                for r in t.rows]))
+    out += ["\n\n".join(parts), "",
             f"The `vs {baseline}` columns give the verdict and ratio only; the 95% CI and "
             "the reason of each are in the verdict list above.", ""]
-    extra = ["model", "backend", "trials", "iters", "step_cv", "algbw_gbps", "peak_mem_bytes"]
+    extra = ["model", "backend", "noise_floor_pct", "trials", "iters", "step_cv", "algbw_gbps",
+             "peak_mem_bytes"]
     extra += [c for c in ("timer", "backend_impl") if t.has(c)] + ["cell_dir"]
     out += [md_table(extra, [[r[c] for c in extra] for r in t.rows]), ""]
     if not t.has("dispatch_ms_p10"):
