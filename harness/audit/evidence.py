@@ -152,7 +152,7 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
         "predicted_drop_risk": _e(REDERIVED, RISK, HELD_OUT_NOT_REDERIVED),
         "predicted_drop_risk_hi": _e(REDERIVED, RISK, HELD_OUT_NOT_REDERIVED),
         "held_out": _e(REDERIVED, "the runbook as run: validate.held_out and no routing "
-                       "trace (campaign.decisions.held_out_routing); false is stated as a note",
+                       "trace (Runbook.held_out_routing); false is stated as a note",
                        HELD_OUT_NOT_REDERIVED),
     },
     TIMING_TSV: {

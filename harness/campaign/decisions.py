@@ -29,7 +29,7 @@ from harness.results.rows import AttemptRow, ComparisonRow, SelectionRow, Timing
 from harness.runbook.model import Runbook
 from harness.telemetry.steps import StepPeaks
 from harness.timing import verdicts
-from harness.vocab import CONTROL_SUFFIX, TIMED_OK, Purpose, Stage, StageMode, Status
+from harness.vocab import CONTROL_SUFFIX, Purpose, Stage, StageMode, Status
 
 
 @dataclasses.dataclass
@@ -97,14 +97,6 @@ def selection_row(ctx: Context, model: str, backend: str, **values) -> Selection
                         uniform_tokens=ctx.n_of(model), **values)
 
 
-def validation_ok(summary: Any) -> bool:
-    """Zero drops shown: rows present, none saturated, none malformed, none missing."""
-    try:
-        return selection.validation_verdict(summary) == "accept"
-    except BadInput:
-        return False
-
-
 Pipe = Generator[Request, Outcome, None]
 # A pair step: (ctx, model, backend, state) -> True to go on, False to end the pair; a step
 # that makes runs is a generator of Requests returning that answer.
@@ -141,9 +133,9 @@ def select_step(ctx: Context, model: str, backend: str, state: dict) -> bool:
     """Round the requirement onto the grid; an empty row (and no validate) when none."""
     out: Outcome = state["outcome"]
     if out.status != Status.OK:          # does_not_fit, a failure, or still a lower bound
-        ctx.set_selection(model, backend, selection_row(
-            ctx, model, backend, measured_at_capacity=state["capacity"], validated=False,
-            validate_attempts=0))
+        ctx.set_selection(model, backend, SelectionRow.unselected(
+            campaign=ctx.runbook.campaign, model=model, backend=backend,
+            uniform_tokens=ctx.n_of(model), measured_at_capacity=state["capacity"]))
         ctx.skipped.add((model, backend, Purpose.VALIDATE))
         return False
     rb = ctx.runbook
@@ -169,10 +161,10 @@ def validate_step(ctx: Context, model: str, backend: str, state: dict
     n, pad = ctx.n_of(model), rb.capacity.pad_multiple
     row: SelectionRow = state["row"]
     capacity = row.selected_capacity
-    held_out = held_out_routing(rb, backend)
+    held_out = rb.held_out_routing(backend)
     for step in range(rb.capacity.max_validate_steps + 1):
         out = yield Request(model, backend, Purpose.VALIDATE, capacity)
-        accepted = out.status == Status.OK and validation_ok(out.summary)
+        accepted = out.status == Status.OK and selection.validation_ok(out.summary)
         budget = cap.budget_tokens(capacity, n)
         row = dataclasses.replace(
             row, selected_capacity=capacity, selected_budget_tokens=budget,
@@ -182,18 +174,10 @@ def validate_step(ctx: Context, model: str, backend: str, state: dict
             **risk_columns(budget, rb.validate.seed, held_out, state["outcome"].steps,
                            out.steps, accepted))
         ctx.set_selection(model, backend, row)
-        if accepted or out.status != Status.DROPS or step == rb.capacity.max_validate_steps:
+        if not selection.steps_up(out.status, accepted, step, rb.capacity.max_validate_steps):
             break
         capacity = cap.step_up(capacity, n, pad, rb.capacity.decimals)
     return True
-
-
-def held_out_routing(rb: Runbook, backend: str) -> bool:
-    """Whether validate runs see routing the measure run did not: another seed, and no
-    recorded routing trace replayed (a trace ignores seeds)."""
-    opts = rb.backend(backend).options
-    trace = opts.get("trace") if isinstance(opts, dict) else getattr(opts, "trace", None)
-    return rb.validate.held_out and trace is None
 
 
 def time_step(ctx: Context, model: str) -> Pipe:
@@ -216,13 +200,12 @@ def time_step(ctx: Context, model: str) -> Pipe:
     usable: dict[str, list[dict | None]] = {arm: [None] * rb.timing.launches for arm in arms}
     outs: dict[str, list[Outcome]] = {arm: [] for arm in arms}
     for i, arm in time_schedule(rb):
-        if outs[arm] and outs[arm][-1].status == Status.DOES_NOT_FIT:
+        if outs[arm] and verdicts.stops_launches(outs[arm][-1].status):
             ctx.skipped.add((model, arm, Purpose.TIME))     # out of memory is not a fluke
             continue
         out = yield Request(model, arm, Purpose.TIME, tcap)
         outs[arm].append(out)
-        if out.timing and out.status in TIMED_OK:
-            usable[arm][i] = out.timing
+        usable[arm][i] = verdicts.usable(out.status, out.timing)
         ctx.timing[(model, arm)] = timing_row(ctx.n_of(model), outs[arm])
         ctx.dirty = True
     why = {arm: f"no usable launch (timing status {ctx.timing[(model, arm)].status})"
@@ -234,14 +217,14 @@ def time_step(ctx: Context, model: str) -> Pipe:
 
 def timing_row(n: int, outs: list[Outcome]) -> TimingRow:
     """An arm's timing.tsv row over its launches; figures only from the runs' [EPCAP_TIMING]
-    lines (verdicts.aggregate), else empty. status: the first launch status that is not ok."""
+    lines (verdicts.launch_figures), else empty; status verdicts.row_status."""
     cell = outs[0].cell
-    status = next((o.status for o in outs if o.status != Status.OK), Status.OK)
-    timings = [o.timing for o in outs if o.timing and o.status in TIMED_OK]
     return TimingRow(campaign=cell.campaign, model=cell.model, backend=cell.backend,
                      timing_capacity=cell.capacity,
-                     budget_tokens=cap.budget_tokens(cell.capacity, n), status=status,
-                     cell_dir=outs[0].row.cell_dir, **verdicts.aggregate(timings))
+                     budget_tokens=cap.budget_tokens(cell.capacity, n),
+                     status=verdicts.row_status([o.status for o in outs]),
+                     cell_dir=outs[0].row.cell_dir,
+                     **verdicts.launch_figures([(o.status, o.timing) for o in outs]))
 
 
 PAIR_STEPS: dict[str, PairStep] = {Stage.MEASURE: measure_step, Stage.SELECT: select_step,

@@ -48,6 +48,7 @@ from harness.results.provenance import write_provenance
 from harness.results.rows import ATTEMPT_COLUMNS
 from harness.results.tables import append_row
 from harness.runbook.model import Runbook
+from harness.timing import verdicts
 from harness.vocab import BUG_CLASSES, CANARY_OK, Purpose, Stage, StageMode, Status
 
 POLL_S = 0.05
@@ -280,7 +281,7 @@ class Campaign:
     def launches_stopped(self, key: tuple[str, str, str]) -> bool:
         """A timed arm that did not fit gets no further launches (decisions.time_step)."""
         return key[2] == Purpose.TIME and any(
-            e.status == Status.DOES_NOT_FIT for e in self.finished.get(key, []))
+            verdicts.stops_launches(e.status) for e in self.finished.get(key, []))
 
     def eta(self, left: list[tuple[str, str, str, int]]) -> float | None:
         eta = self.estimator.eta(left, self.rb.max_parallel_cells)

@@ -17,7 +17,6 @@ from pathlib import Path
 
 from harness.api.backend import LaunchSpec, RunRequest
 from harness.api.registry import CLUSTER_KIND, load_backend
-from harness.campaign.decisions import held_out_routing
 from harness.campaign.gpuhours import describe_estimate, hours_per_cell
 from harness.campaign.stages import plan_cells, stage_mode, timed_arms
 from harness.errors import BadInput
@@ -78,7 +77,7 @@ def validate_routing(rb: Runbook, backend: str) -> str:
     """The routing a validate cell runs on: seed, iterations, and whether it is held out."""
     v, warmup = rb.validate, rb.measure.warmup
     iters = f"{v.iters} iterations" + (f" after {warmup} warmup" if warmup else "")
-    if not held_out_routing(rb, backend):
+    if not rb.held_out_routing(backend):
         why = ("a recorded routing trace is replayed" if v.held_out
                else "validate.seed = the campaign seed")
         return (f"seed {v.seed}, {iters}: the measured routing again ({why}; "

@@ -18,7 +18,7 @@ from harness.grid.capacity import (
     round_up_to_grid,
     to_decimal,
 )
-from harness.vocab import DEFAULT_PAD_MULTIPLE
+from harness.vocab import DEFAULT_PAD_MULTIPLE, Status
 
 REMEASURE_FACTOR = 2   # a lower bound is re-measured at (at least) twice the saturated budget
 
@@ -97,6 +97,21 @@ def validation_verdict(summary: Any) -> str:
         raise BadInput(f"rows missing ({_get(summary, 'missing_rows')} of the ranks x layers x "
                        "iterations grid): zero drops not shown", field="complete")
     return "accept"
+
+
+def validation_ok(summary: Any) -> bool:
+    """Zero drops shown: rows present, none saturated, none malformed, none missing (the
+    validate step's acceptance, and the audit's)."""
+    try:
+        return validation_verdict(summary) == "accept"
+    except BadInput:
+        return False
+
+
+def steps_up(status: str, accepted: bool, step: int, max_steps: int) -> bool:
+    """Whether a validate run one rung up follows the `step`-th (0-based): this one dropped
+    tokens (status drops), was not accepted, and steps are left (capacity.max_validate_steps)."""
+    return not accepted and status == Status.DROPS and step < max_steps
 
 
 def timing_capacity(selected: Mapping[str, str]) -> str:

@@ -14,7 +14,10 @@ import textwrap
 REPORT_WIDTH = 100              # characters per line of report.md (README: read it in `less`)
 KEY_COLUMNS = ("model", "backend")      # repeated in every part of a split table
 _SEPARATOR = re.compile(r"\|(\s*:?-+:?\s*\|)+")
-_CELL = re.compile(r"((?:[^|\\]|\\.)*)\|")     # a cell up to an unescaped pipe
+# a cell up to a pipe no backslash precedes: GitHub's own rule (cmark-gfm
+# extensions/ext_scanners.re: table_cell = (escaped_char|[^|\r\n])+ with the longest match,
+# so in `\\|` the pipe is content); an escape-pair reading would end the cell there
+_CELL = re.compile(r"((?:\\\||[^|])*)\|")
 _LIST = re.compile(r"(\s*(?:[-*+]|\d+\.)\s+|\s*>\s?|\s+)")   # a list item, quote or indent
 
 

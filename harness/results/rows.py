@@ -94,6 +94,16 @@ class SelectionRow(Row):
     predicted_drop_risk_hi: str | None = None
     held_out: bool | None = None
 
+    @classmethod
+    def unselected(cls, *, campaign: str, model: str, backend: str,
+                   uniform_tokens: int | None, measured_at_capacity: str) -> SelectionRow:
+        """The row of a pair whose last measure run did not end ok (does_not_fit, a failure,
+        still a lower bound): where it measured, not validated, 0 validate attempts, every
+        other column empty (the select step writes it; the audit expects it)."""
+        return cls(campaign=campaign, model=model, backend=backend,
+                   uniform_tokens=uniform_tokens, measured_at_capacity=measured_at_capacity,
+                   validated=False, validate_attempts=0)
+
 
 @dataclass(frozen=True, kw_only=True)
 class TimingRow(Row):

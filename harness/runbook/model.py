@@ -172,6 +172,14 @@ class Runbook:
         base = name[:-len(CONTROL_SUFFIX)] if name.endswith(CONTROL_SUFFIX) else name
         return next(b for b in self.backends if b.name == base)
 
+    def held_out_routing(self, backend: str) -> bool:
+        """Whether `backend`'s validate runs see routing its measure run did not: another seed
+        (validate.held_out), and no recorded routing trace replayed (a trace ignores seeds).
+        The validate step's fact, and the audit's."""
+        opts = self.backend(backend).options
+        trace = opts.get("trace") if isinstance(opts, dict) else getattr(opts, "trace", None)
+        return self.validate.held_out and trace is None
+
     @property
     def baseline(self) -> str | None:
         """The backend timing comparisons are made against: `timing.baseline`, else the first

@@ -12,7 +12,7 @@ import statistics
 from collections.abc import Sequence
 
 from harness.timing import stats
-from harness.vocab import CONTROL_SUFFIX
+from harness.vocab import CONTROL_SUFFIX, TIMED_OK, Status
 
 PHASES = ("dispatch", "combine")
 ROW_KEYS = ("campaign", "model", "backend", "baseline", "phase", "launches", "ratio_median",
@@ -117,6 +117,30 @@ def control_check(rows: Sequence[dict]) -> tuple[bool, list[str]]:
 def _median(values: list) -> float | None:
     vals = [float(v) for v in values if v is not None]
     return statistics.median(vals) if vals else None
+
+
+def row_status(statuses: Sequence[str]) -> str:
+    """An arm's timing.tsv status over its launches in run order: the first that is not ok
+    (the time step's rule, and the audit's)."""
+    return next((s for s in statuses if s != Status.OK), str(Status.OK))
+
+
+def stops_launches(status: str) -> bool:
+    """Whether a launch with this status ends its arm's launches: out of memory is not a
+    fluke, the next launch would not fit either (the time step's rule, and the audit's)."""
+    return status == Status.DOES_NOT_FIT
+
+
+def usable(status: str, timing: dict | None) -> dict | None:
+    """A launch's [EPCAP_TIMING] object when the launch measured timing (status ok or drops,
+    an object present), else None: what the verdicts and the figures are made of."""
+    return timing if timing and status in TIMED_OK else None
+
+
+def launch_figures(launches: Sequence[tuple[str, dict | None]]) -> dict:
+    """An arm's timing.tsv figures from its launches' (status, [EPCAP_TIMING] object): the
+    aggregate of the usable ones."""
+    return aggregate([t for status, timing in launches if (t := usable(status, timing))])
 
 
 def aggregate(timings: Sequence[dict]) -> dict:

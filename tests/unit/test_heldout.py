@@ -160,18 +160,17 @@ def test_held_out_routing_needs_another_seed_and_no_trace_replay():
     import dataclasses
     from pathlib import Path
 
-    from harness.campaign.decisions import held_out_routing
     from harness.grid.heldout import resolve_validate
     from harness.runbook.load import load_runbook
 
     rb = load_runbook(Path(__file__).resolve().parents[2] / "runbooks" / "local-cpu.yaml")
-    assert held_out_routing(rb, "echo")
+    assert rb.held_out_routing("echo")
     same = dataclasses.replace(rb, validate_config=resolve_validate({"seed": rb.seed}, rb.seed,
                                                                     rb.measure.iters))
-    assert not held_out_routing(same, "echo")
+    assert not same.held_out_routing("echo")
     echo = rb.backend("echo")
     traced = dataclasses.replace(echo, options=dataclasses.replace(echo.options,
                                                                    trace="routing.jsonl"))
     replay = dataclasses.replace(rb, backends=tuple(traced if b.name == "echo" else b
                                                     for b in rb.backends))
-    assert not held_out_routing(replay, "echo") and held_out_routing(replay, "ultraep")
+    assert not replay.held_out_routing("echo") and replay.held_out_routing("ultraep")

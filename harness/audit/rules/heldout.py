@@ -35,11 +35,12 @@ from harness.audit.rules.apply import blanked
 from harness.audit.rules.rederive import abandoned_cells, as_run
 from harness.audit.rules.timing import Launch, invalidated, requests
 from harness.audit.vocab import HELD_OUT_NOT_REDERIVED
-from harness.errors import BadInput, EpcapError
+from harness.errors import EpcapError
 from harness.grid import capacity as cap
 from harness.grid.heldout import risk_columns
-from harness.grid.selection import validation_verdict
+from harness.grid.selection import steps_up, validation_ok
 from harness.results.layout import SELECTION_TSV, parse_cell_name
+from harness.results.rows import SelectionRow
 from harness.results.tables import cell_text
 from harness.telemetry.steps import StepPeaks, step_peaks
 from harness.vocab import FAILURE_CLASSES, Purpose, Status, run_seed
@@ -58,23 +59,6 @@ def validate_cells(upload: Upload, model: str, backend: str) -> list[Cell]:
                 and norm(named.model) == norm(model) and norm(named.backend) == norm(backend):
             found.append((named.attempt, cell))
     return [c for _, c in sorted(found, key=lambda x: x[0])]
-
-
-def accepted(summary: object) -> bool:
-    """harness.campaign.decisions.validation_ok: zero drops shown."""
-    try:
-        return validation_verdict(summary) == "accept"
-    except BadInput:
-        return False
-
-
-def held_out_routing(upload: Upload, backend: str) -> bool:
-    """harness.campaign.decisions.held_out_routing: another validate seed, and no recorded
-    routing trace replayed (a trace ignores seeds)."""
-    rb = upload.runbook
-    opts = rb.backend(backend).options
-    trace = opts.get("trace") if isinstance(opts, dict) else getattr(opts, "trace", None)
-    return rb.validate.held_out and trace is None
 
 
 def argv_seed(cell: Cell) -> str | None:
@@ -148,17 +132,20 @@ def differs(written: object, derived: object) -> bool:
     return written != derived
 
 
-def empty_row_problems(table: Table, row: Row, measure: Launch, cells: list[Cell]) -> list[str]:
-    """The row select_step writes when the last measure did not end ok: its capacity in
-    measured_at_capacity, N, validated false, 0 validate attempts, every other column empty
-    (timing_capacity aside: the time step sets it), and no validate run."""
+def empty_row_problems(table: Table, row: Row, upload: Upload, measure: Launch,
+                       cells: list[Cell]) -> list[str]:
+    """The row the select step writes when the last measure did not end ok
+    (SelectionRow.unselected: its capacity in measured_at_capacity, N, validated false, 0
+    validate attempts, every other column empty; timing_capacity aside: the time step sets
+    it), and no validate run."""
     from harness.audit.evidence import evidence_columns
     at = where(table, row)
-    capacity = parse_cell_name(measure.cell.name).capacity
-    expected = {c: "" for c in evidence_columns(SELECTION_TSV)
+    harness_row = SelectionRow.unselected(
+        campaign=upload.runbook.campaign, model=row.get("model"), backend=row.get("backend"),
+        uniform_tokens=measure.derived.columns.get("uniform_tokens"),
+        measured_at_capacity=parse_cell_name(measure.cell.name).capacity)
+    expected = {c: getattr(harness_row, c) for c in evidence_columns(SELECTION_TSV)
                 if c not in ("model", "backend", "timing_capacity")}   # timing-not-max's
-    expected.update(measured_at_capacity=capacity, validated="false", validate_attempts="0",
-                    uniform_tokens=str(measure.derived.columns.get("uniform_tokens")))
     bad = [f"{at}: {c.path} is a validate run, but the last measure {measure.cell.path} "
            f"ended {measure.status}: the harness validates nothing" for c in cells]
     for column, value in expected.items():
@@ -167,7 +154,7 @@ def empty_row_problems(table: Table, row: Row, measure: Launch, cells: list[Cell
         if differs(row.get(column), value):
             bad.append(f"{at}: {column} {row.get(column)!r}, but the last measure "
                        f"{measure.cell.path} ended {measure.status}: the harness writes "
-                       f"{value!r}")
+                       f"{cell_text(value)!r}")
     return bad
 
 
@@ -183,7 +170,7 @@ def walk_problems(table: Table, row: Row, upload: Upload) -> tuple[list[str], li
     if unknown:
         return bad, unknown          # a cell the harness's code cannot derive: UNKNOWN
     if measure is not None and measure.status != Status.OK:
-        return bad + empty_row_problems(table, row, measure, cells), unknown
+        return bad + empty_row_problems(table, row, upload, measure, cells), unknown
     steps = requests(cells, upload, rb.limits.infra_retries, unknown)
     outs = []
     capacity = None
@@ -197,8 +184,8 @@ def walk_problems(table: Table, row: Row, upload: Upload) -> tuple[list[str], li
             bad.append(f"{at}: {out.cell.path} ran at {named.capacity}, but after "
                        f"{outs[-1].cell.path} dropped the harness steps up to {capacity}")
         outs.append(out)
-        ok = out.status == Status.OK and accepted(out.derived.summary)
-        if ok or out.status != Status.DROPS or step == rb.capacity.max_validate_steps:
+        ok = out.status == Status.OK and validation_ok(out.derived.summary)
+        if not steps_up(out.status, ok, step, rb.capacity.max_validate_steps):
             break
         n = out.derived.columns.get("uniform_tokens")
         capacity = cap.step_up(named.capacity, n, upload.pad_multiple, rb.capacity.decimals)
@@ -219,7 +206,7 @@ def walk_problems(table: Table, row: Row, upload: Upload) -> tuple[list[str], li
         bad.append(f"{at}: selected_capacity {row.get('selected_capacity')!r} but the last "
                    f"validate request {outs[-1].cell.path} ran at {last.capacity}")
     budget = cap.budget_tokens(last.capacity, outs[-1].derived.columns.get("uniform_tokens"))
-    risk = risk_columns(budget, run_seed(rb, Purpose.VALIDATE), held_out_routing(upload, backend),
+    risk = risk_columns(budget, run_seed(rb, Purpose.VALIDATE), rb.held_out_routing(backend),
                         steps_of(last_measure(upload, model, backend, unknown)),
                         steps_of(outs[-1]), ok)
     for column, value in risk.items():

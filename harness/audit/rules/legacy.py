@@ -369,10 +369,9 @@ def earlier_figures(upload: Upload, row, unknown: list[str]) -> dict | None:
             objects.append(obj)
     try:
         figures = verdicts.aggregate(objects)
-        # the row's own status and budget as harness.campaign.decisions.timing_row states them:
-        # the first launch that is not ok, and the capacity's budget for N
-        figures["status"] = next((s for s in statuses if s != Status.OK), str(Status.OK)) \
-            if statuses else None
+        # the row's own status and budget by the time step's rules: verdicts.row_status over
+        # the launches, and the capacity's budget for N
+        figures["status"] = verdicts.row_status(statuses) if statuses else None
         figures["budget_tokens"] = cap.budget_tokens(row.get("timing_capacity"), n) \
             if n is not None else None
         return figures

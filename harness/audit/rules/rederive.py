@@ -12,7 +12,6 @@ but holds no runbook fails `runbook-altered`.
 
 from __future__ import annotations
 
-import json
 import multiprocessing as mp
 import os
 from concurrent.futures import ProcessPoolExecutor
@@ -38,7 +37,7 @@ from harness.audit.model import (
     verdict_of,
     where,
 )
-from harness.audit.readers import tagged_lines
+from harness.audit.readers import safe_real, tagged_lines
 from harness.audit.rules.apply import blanked
 from harness.audit.vocab import (
     CELL_IDENTITY,
@@ -53,6 +52,7 @@ from harness.errors import EpcapError
 from harness.grid import capacity as cap
 from harness.grid import selection as gsel
 from harness.grid.risk import drop_risk_95
+from harness.results.events import EVENTS_MAX_BYTES, read_events
 from harness.results.layout import (
     ATTEMPTS_TSV,
     CAMPAIGN_JSON,
@@ -147,21 +147,29 @@ def abandoned_cells(upload: Upload) -> set[str]:
     return upload.abandoned
 
 
+def upload_events(upload: Upload) -> tuple[list[dict], str | None]:
+    """The upload's events.jsonl through the harness's own reader (results.events.read_events:
+    bounded, a repeated cell_finish dropped), read once: ([], None) without one; ([], why)
+    when it cannot be read (a rule that needs it is then UNKNOWN, never judged on a part)."""
+    if upload.events is None:
+        folder = upload.folder
+        if folder is None or not (folder / EVENTS_JSONL).exists():
+            upload.events = ([], None)
+        else:
+            real, problem = safe_real(folder, folder / EVENTS_JSONL, EVENTS_MAX_BYTES)
+            try:
+                upload.events = (([], f"{EVENTS_JSONL}: {problem}") if real is None
+                                 else (read_events(real), None))
+            except EpcapError as exc:
+                upload.events = ([], f"{EVENTS_JSONL}: {str(exc)[:200]}")
+    return upload.events
+
+
 def read_abandoned(upload: Upload) -> set[str]:
     """abandoned_cells, read once per upload."""
-    path = (upload.folder or Path(".")) / EVENTS_JSONL
-    gone, finished = set(), set()
-    if not path.is_file() or path.is_symlink():
-        return gone
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                if f'"{Event.CELL_ABANDONED}"' in line or f'"{Event.CELL_FINISH}"' in line:
-                    event = json.loads(line)
-                    into = gone if event.get("ev") == Event.CELL_ABANDONED else finished
-                    into.add(str(event.get("cell")))
-    except (OSError, ValueError, UnicodeDecodeError, AttributeError):
-        return set()
+    events, _ = upload_events(upload)
+    gone = {str(e.get("cell")) for e in events if e.get("ev") == Event.CELL_ABANDONED}
+    finished = {str(e.get("cell")) for e in events if e.get("ev") == Event.CELL_FINISH}
     out = set()
     for cell in upload.cells.values():
         data = cell.cell_json or {}
@@ -247,30 +255,18 @@ def differs(column: str, written: str, derived: object) -> bool:
 
 # ---------------------------------------------------------------- runbook-altered
 
-MAX_EVENT_LINES = 10_000_000     # an events.jsonl longer than this is past the audit's bound
-
 def events_sha(upload: Upload) -> tuple[list[str] | None, str | None]:
     """The runbook hashes events.jsonl recorded, in order: campaign_start's, then each
     runbook_revised's (value, problem); None when there is no event log."""
-    path = (upload.folder or Path(".")) / EVENTS_JSONL
-    if not path.is_file() or path.is_symlink():
+    folder = upload.folder
+    if folder is None or not (folder / EVENTS_JSONL).exists():
         return None, None
-    chain: list[str] = []
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for no, line in enumerate(handle, 1):
-                if no > MAX_EVENT_LINES or len(line) > 1 << 20:
-                    return None, f"{EVENTS_JSONL}:{no}: past the audit's bound"
-                if '"runbook_sha256"' not in line:
-                    continue
-                event = json.loads(line)
-                value = event.get("runbook_sha256") if isinstance(event, dict) else None
-                if event.get("ev") in (Event.CAMPAIGN_START, Event.RUNBOOK_REVISED) \
-                        and isinstance(value, str):
-                    chain.append(value)
-    except (OSError, ValueError, UnicodeDecodeError, AttributeError):
-        return None, f"{EVENTS_JSONL}: not a log of JSON events"
-    return chain, None
+    events, problem = upload_events(upload)
+    if problem:
+        return None, problem
+    return [e["runbook_sha256"] for e in events
+            if e.get("ev") in (Event.CAMPAIGN_START, Event.RUNBOOK_REVISED)
+            and isinstance(e.get("runbook_sha256"), str)], None
 
 
 def provenance_chain(upload: Upload) -> list[str]:
@@ -707,7 +703,7 @@ def timed(upload: Upload, row: Row) -> bool:
 
 def not_selected(upload: Upload, row: Row) -> bool:
     """The pair's last measure did not end ok (out of memory, a failure, still a lower
-    bound): the harness writes an empty selection row (campaign.decisions.select_step)."""
+    bound): the harness writes an empty selection row (SelectionRow.unselected)."""
     measures = pair_rows(upload, row.get("model"), row.get("backend"), Purpose.MEASURE)
     measures.sort(key=lambda r: int_of(r.get("attempt")) or 0)
     return bool(measures) and measures[-1].get("status") != Status.OK

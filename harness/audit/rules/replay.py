@@ -16,11 +16,8 @@ import re
 from datetime import datetime
 
 from harness.audit.model import NOT_APPLICABLE, Check, Upload, verdict_of
-from harness.audit.readers import safe_real
-from harness.audit.rules.rederive import as_run
+from harness.audit.rules.rederive import as_run, upload_events
 from harness.audit.vocab import IGNORED_TAG, MISSING_CELL, PROVENANCE_INCOMPLETE
-from harness.errors import EpcapError
-from harness.results.events import EVENTS_MAX_BYTES, read_events
 from harness.results.layout import EVENTS_JSONL
 from harness.vocab import Event
 
@@ -31,13 +28,9 @@ def finished_cells(upload: Upload) -> tuple[list[str] | None, str | None]:
     folder = upload.folder
     if folder is None or not (folder / EVENTS_JSONL).exists():
         return None, None
-    real, problem = safe_real(folder, folder / EVENTS_JSONL, EVENTS_MAX_BYTES)
-    if real is None:
-        return None, f"{EVENTS_JSONL}: {problem}"
-    try:
-        events = read_events(real)
-    except EpcapError as exc:
-        return None, f"{EVENTS_JSONL}: {str(exc)[:200]}"
+    events, problem = upload_events(upload)
+    if problem:
+        return None, problem
     return [str(e.get("cell")) for e in events if e.get("ev") == Event.CELL_FINISH], None
 
 

@@ -16,11 +16,9 @@ An upload without the runbook as run (the earlier layout) has nothing to derive 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
-from pathlib import Path
 
 from harness.audit.model import (
     NOT_APPLICABLE,
@@ -40,11 +38,18 @@ from harness.audit.model import (
     where,
 )
 from harness.audit.rules.apply import blanked
-from harness.audit.rules.rederive import Derived, abandoned_cells, as_run, derive
+from harness.audit.rules.rederive import (
+    Derived,
+    abandoned_cells,
+    as_run,
+    derive,
+    upload_events,
+)
 from harness.audit.vocab import TIMING_INCOMPLETE, TIMING_NOT_REDERIVED
 from harness.errors import EpcapError
 from harness.grid import capacity as cap
 from harness.grid.selection import timing_capacity
+from harness.results.events import superseded_infra
 from harness.results.layout import (
     ATTEMPTS_TSV,
     COMPARISON_TSV,
@@ -57,7 +62,7 @@ from harness.results.layout import (
 from harness.results.rows import TIMING_COLUMNS
 from harness.results.tables import cell_text
 from harness.timing import verdicts
-from harness.vocab import BUG_CLASSES, TIMED_OK, Event, Purpose, Status
+from harness.vocab import BUG_CLASSES, Event, Purpose, Status
 
 NAMES = ("campaign", "model", "backend", "baseline", "phase", "status", "verdict", "timer",
          "backend_impl")                      # compared as docs/spec.md#audit-rules compares names
@@ -93,37 +98,23 @@ class ModelTiming:
 
 def invalidated(upload: Upload) -> set[str]:
     """Cells a `cells_invalidated` event took out of the results (they no longer count)."""
-    path = (upload.folder or Path(".")) / EVENTS_JSONL
-    gone: set[str] = set()
-    if not path.is_file() or path.is_symlink():
-        return gone
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                if f'"{Event.CELLS_INVALIDATED}"' in line:
-                    event = json.loads(line)
-                    gone |= {str(c) for c in event.get("cells") or []}
-    except (OSError, ValueError, UnicodeDecodeError, AttributeError, TypeError):
-        return gone
-    return gone
+    events, _ = upload_events(upload)
+    return {str(c) for e in events if e.get("ev") == Event.CELLS_INVALIDATED
+            for c in e.get("cells") or []}
 
 
 def campaign_finished(upload: Upload) -> bool | None:
     """Whether the campaign's last run ended with `campaign_done` (events.jsonl), None when
-    the upload holds no event log: a campaign stopped mid-stage has missing runs, not lies."""
-    path = (upload.folder or Path(".")) / EVENTS_JSONL
-    if not path.is_file() or path.is_symlink():
+    the upload holds no event log (or it cannot be read): a campaign stopped mid-stage has
+    missing runs, not lies."""
+    folder = upload.folder
+    if folder is None or not (folder / EVENTS_JSONL).exists():
         return None
-    last = None
+    events, problem = upload_events(upload)
+    if problem:
+        return None
     marks = (Event.RUN_START, Event.CAMPAIGN_DONE, Event.CAMPAIGN_STOPPED)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                if any(f'"{m}"' in line for m in marks):
-                    event = json.loads(line)
-                    last = event.get("ev") if event.get("ev") in marks else last
-    except (OSError, ValueError, UnicodeDecodeError, AttributeError):
-        return None
+    last = next((e["ev"] for e in reversed(events) if e.get("ev") in marks), None)
     return last == Event.CAMPAIGN_DONE
 
 
@@ -145,10 +136,10 @@ def time_cells(upload: Upload, model: str) -> dict[str, list[Cell]]:
 
 def requests(cells: list[Cell], upload: Upload, infra_retries: int,
              unknown: list[str]) -> Iterator[Launch | None]:
-    """The outcome each successive request of an arm saw, as the driver replays them
-    (harness.campaign.driver replay_with_retries): an infra failure is retried up to
-    limits.infra_retries times, a bug-class run is re-run on resume and does not count;
-    None once the cells run out."""
+    """The outcome each successive request of an arm saw, as the driver replays them: a
+    bug-class run is re-run on resume and does not count, an infra failure a later run
+    retried (up to limits.infra_retries per request) is skipped (results.events
+    superseded_infra, the rule runs_done counts by); None once the cells run out."""
     queue = []
     for cell in cells:
         got = derive(upload, cell)
@@ -157,28 +148,22 @@ def requests(cells: list[Cell], upload: Upload, infra_retries: int,
             continue
         if got.columns.get("status") not in BUG_CLASSES:
             queue.append(Launch(cell, got))
-    queue.reverse()
+    gone = superseded_infra([out.status for out in queue], infra_retries)
+    yield from (out for out, skip in zip(queue, gone, strict=True) if not skip)
     while True:
-        if not queue:
-            yield None
-            continue
-        out, left = queue.pop(), infra_retries
-        while out.status == Status.INFRA and left > 0 and queue:
-            out, left = queue.pop(), left - 1
-        yield out
+        yield None
 
 
 def first_launch_row(n: int, outs: list[Launch]) -> dict:
-    """An arm's timing.tsv row over its launches, as harness.campaign.decisions.timing_row
-    builds it: status the first one that is not ok, figures verdicts.aggregate of the
-    launches that measured timing."""
+    """An arm's timing.tsv row over its launches, by the time step's own rules
+    (verdicts.row_status, verdicts.launch_figures)."""
     named = parse_cell_name(outs[0].cell.name)
-    status = next((o.status for o in outs if o.status != Status.OK), str(Status.OK))
-    timings = [o.timing for o in outs if o.timing and o.status in TIMED_OK]
     row = {"model": named.model, "backend": named.backend,
            "timing_capacity": named.capacity,
-           "budget_tokens": cap.budget_tokens(named.capacity, n), "status": status,
-           "cell_dir": outs[0].cell.path, **verdicts.aggregate(timings)}
+           "budget_tokens": cap.budget_tokens(named.capacity, n),
+           "status": verdicts.row_status([o.status for o in outs]),
+           "cell_dir": outs[0].cell.path,
+           **verdicts.launch_figures([(o.status, o.timing) for o in outs])}
     for column in TIMING_FIGURES:     # no launch measured it: the harness writes it empty
         row.setdefault(column, None)
     return row
@@ -225,7 +210,7 @@ def derive_model(upload: Upload, model: str) -> ModelTiming | None:
     queues = {arm: requests(cells.get(arm, []), upload, rb.limits.infra_retries, unknown)
               for arm in arms}
     for i, arm in verdicts.schedule(arms, rb.timing.launches):
-        if outs[arm] and outs[arm][-1].status == Status.DOES_NOT_FIT:
+        if outs[arm] and verdicts.stops_launches(outs[arm][-1].status):
             continue                     # out of memory is not a fluke: no more launches
         out = next(queues[arm])
         if out is None:
@@ -234,8 +219,7 @@ def derive_model(upload: Upload, model: str) -> ModelTiming | None:
             continue
         outs[arm].append(out)
         n = out.derived.columns.get("uniform_tokens")
-        if out.timing and out.status in TIMED_OK:
-            usable[arm][i] = out.timing
+        usable[arm][i] = verdicts.usable(out.status, out.timing)
         named = parse_cell_name(out.cell.name)
         if tcap is not None and decimal_of(named.capacity) != decimal_of(tcap):
             bad.append(f"{out.cell.path}: timed at {named.capacity}, but {model}'s timing "
@@ -266,7 +250,7 @@ def derive_model(upload: Upload, model: str) -> ModelTiming | None:
     for arm in arms:
         for number, cell in enumerate(cells.get(arm, []), 1):
             got = derive(upload, cell)
-            obj = got.timing if got.columns.get("status") in TIMED_OK else None
+            obj = verdicts.usable(got.columns.get("status"), got.timing)
             if not obj or obj.get(f"{verdicts.PHASES[0]}_ms_median") is None:
                 continue
             for phase in verdicts.PHASES:
