@@ -15,6 +15,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from harness.results.layout import (
+    ATTEMPTS_TSV,
+    COMPARISON_TSV,
+    SELECTION_TSV,
+    TIMING_LAUNCHES_TSV,
+    TIMING_TSV,
+)
+
 R = TypeVar("R", bound="Row")
 
 
@@ -176,3 +184,8 @@ SELECTION_COLUMNS = SelectionRow.columns()
 TIMING_COLUMNS = TimingRow.columns()
 COMPARISON_COLUMNS = ComparisonRow.columns()
 TIMING_LAUNCH_COLUMNS = TimingLaunchRow.columns()
+
+# each results table's file name (harness/results/layout.py) and the row type it holds
+ROW_TYPES: dict[str, type[Row]] = {
+    ATTEMPTS_TSV: AttemptRow, SELECTION_TSV: SelectionRow, TIMING_TSV: TimingRow,
+    COMPARISON_TSV: ComparisonRow, TIMING_LAUNCHES_TSV: TimingLaunchRow}

@@ -519,7 +519,7 @@ def typed_evidence() -> list[tuple[str, str, str]]:
     from dataclasses import fields
 
     from harness.audit.evidence import evidence_columns
-    from harness.audit.rules.apply import ROW_TYPES
+    from harness.results.rows import ROW_TYPES
     out = []
     for table, rows in zip((ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV), corpus.all_rows(),
                            strict=True):

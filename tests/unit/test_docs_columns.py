@@ -12,26 +12,11 @@ import pytest
 
 from harness.forecast.core import COLUMNS as FORECAST_COLUMNS
 from harness.report.inputs import DEMAND_COLUMNS
-from harness.results.layout import (
-    ATTEMPTS_TSV,
-    COMPARISON_TSV,
-    SELECTION_TSV,
-    TIMING_LAUNCHES_TSV,
-    TIMING_TSV,
-)
-from harness.results.rows import (
-    AttemptRow,
-    ComparisonRow,
-    SelectionRow,
-    TimingLaunchRow,
-    TimingRow,
-)
+from harness.results.rows import ROW_TYPES
 
 SPEC = Path(__file__).resolve().parents[2] / "docs" / "spec.md"
-CODE = {ATTEMPTS_TSV: AttemptRow.columns(), SELECTION_TSV: SelectionRow.columns(),
-        TIMING_TSV: TimingRow.columns(), COMPARISON_TSV: ComparisonRow.columns(),
-        TIMING_LAUNCHES_TSV: TimingLaunchRow.columns(), "forecast.tsv": tuple(FORECAST_COLUMNS),
-        "demand.tsv": tuple(DEMAND_COLUMNS)}
+CODE = {**{name: row.columns() for name, row in ROW_TYPES.items()},
+        "forecast.tsv": tuple(FORECAST_COLUMNS), "demand.tsv": tuple(DEMAND_COLUMNS)}
 
 
 def spec_columns(text: str) -> dict[str, tuple[str, ...]]:

@@ -23,23 +23,7 @@ from harness.audit.model import (
 from harness.audit.vocab import (
     MISSING_PROVENANCE,
 )
-from harness.results.layout import (
-    ATTEMPTS_TSV,
-    COMPARISON_TSV,
-    SELECTION_TSV,
-    TIMING_LAUNCHES_TSV,
-    TIMING_TSV,
-)
-from harness.results.rows import (
-    AttemptRow,
-    ComparisonRow,
-    SelectionRow,
-    TimingLaunchRow,
-    TimingRow,
-)
-
-ROW_TYPES = {ATTEMPTS_TSV: AttemptRow, SELECTION_TSV: SelectionRow, TIMING_TSV: TimingRow,
-             COMPARISON_TSV: ComparisonRow, TIMING_LAUNCHES_TSV: TimingLaunchRow}
+from harness.results.rows import ROW_TYPES
 
 
 def blank_unreadable(upload: Upload) -> None:
