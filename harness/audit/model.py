@@ -104,7 +104,7 @@ class Upload:
     derived: dict = field(default_factory=dict)          # cell path -> what the harness derives
     pending_logs: dict = field(default_factory=dict)     # cell path -> its logs, to be read
     abandoned: set[str] | None = None                    # cells a resumed campaign abandoned
-    events: tuple[list[dict], str | None] | None = None  # events.jsonl read once (upload_events)
+    events: tuple[list[dict] | None, str | None] | None = None  # events.jsonl (upload_events)
 
     def cell_for(self, row: Row) -> Cell | None:
         """The cell a row names: by its path in the upload, else by a unique directory name."""

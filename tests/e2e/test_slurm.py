@@ -202,11 +202,6 @@ def local_run(slurm_up, tmp_path_factory):
     return load_corpus().harness_campaign(tmp_path_factory.getbasetemp())
 
 
-def local_selection(local_run: Path) -> list[dict]:
-    """Selection of the local run."""
-    return selection(local_run)
-
-
 def test_reduced_campaign_via_slurm_killed_resumed_same_selection_as_local(tmp_path, local_run):
     """(a) same selection as --launcher local; (c) SIGKILL mid-campaign, resume: no cell
     submitted twice and the campaign completes."""
@@ -221,7 +216,7 @@ def test_reduced_campaign_via_slurm_killed_resumed_same_selection_as_local(tmp_p
     assert again.returncode == 0, again.stdout + again.stderr
     counts = submissions(results)
     assert len(counts) >= 13 and all(n == 1 for n in counts.values()), counts
-    expected = local_selection(local_run)
+    expected = selection(local_run)
     assert expected and selection(results) == expected
     assert not jobs_under(results)
 

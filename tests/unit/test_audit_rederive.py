@@ -42,14 +42,6 @@ def verdict(root: Path) -> tuple[str, list[str]]:
     return u.verdict, u.reasons
 
 
-def set_row(root: Path, table: str, match: dict, **values) -> None:
-    def change(row):
-        if all(row.get(k) == v for k, v in match.items()):
-            row.update(values)
-        return row
-    corpus.edit(root, table, change)
-
-
 def json_edit(path: Path, change) -> None:
     data = json.loads(path.read_text())
     change(data)
@@ -72,19 +64,19 @@ def test_the_harness_campaign_is_valid(campaign):
 # ------------------------------------------------------------ which cell a row is
 
 def test_row_naming_another_models_cell(lie):
-    set_row(lie, ATTEMPTS_TSV, {"cell_dir": QM}, cell_dir=DM)
+    corpus.set_row(lie, ATTEMPTS_TSV, {"cell_dir": QM}, cell_dir=DM)
     v, codes = verdict(lie)
     assert v == "INVALID" and "cell-identity" in codes
 
 
 def test_phantom_model(lie):
-    set_row(lie, SELECTION_TSV, {"model": "QWEN3_30B", "backend": "echo"}, model="QWEN9_1T")
+    corpus.set_row(lie, SELECTION_TSV, {"model": "QWEN3_30B", "backend": "echo"}, model="QWEN9_1T")
     v, codes = verdict(lie)
     assert v == "INVALID" and "cell-identity" in codes
 
 
 def test_model_name_with_an_invisible_character(lie):
-    set_row(lie, SELECTION_TSV, {"model": "QWEN3_30B", "backend": "ultraep"},
+    corpus.set_row(lie, SELECTION_TSV, {"model": "QWEN3_30B", "backend": "ultraep"},
             model="QWEN3_30B\u200b")
     v, codes = verdict(lie)
     assert v == "INVALID" and "cell-identity" in codes
@@ -115,7 +107,7 @@ def test_cell_json_says_crash_row_says_ok(lie):
 
 
 def test_does_not_fit_without_an_out_of_memory_in_its_log(lie):
-    set_row(lie, ATTEMPTS_TSV, {"cell_dir": QM}, status="does_not_fit")
+    corpus.set_row(lie, ATTEMPTS_TSV, {"cell_dir": QM}, status="does_not_fit")
     json_edit(lie / QM / "cell.json", lambda d: d.update(status="does_not_fit"))
     v, codes = verdict(lie)
     assert v == "INVALID" and "not-rederived" in codes
@@ -136,7 +128,7 @@ def test_finished_attempt_with_no_row(lie):
 
 
 def test_one_cell_backing_two_rows(lie):
-    set_row(lie, ATTEMPTS_TSV, {"cell_dir": "cells/QWEN3_30B__ultraep__time__cap1p125__a2"},
+    corpus.set_row(lie, ATTEMPTS_TSV, {"cell_dir": "cells/QWEN3_30B__ultraep__time__cap1p125__a2"},
             cell_dir="cells/QWEN3_30B__ultraep__time__cap1p125__a1", attempt="1")
     v, codes = verdict(lie)
     assert v == "INVALID" and "cell-identity" in codes
@@ -150,7 +142,7 @@ def test_one_cell_backing_two_rows(lie):
                                           ("drop_risk_95", "0.1"),
                                           ("selected_capacity", "1.25")])
 def test_selection_column_not_rederived(lie, column, value):
-    set_row(lie, SELECTION_TSV, {"model": "QWEN3_30B", "backend": "echo"}, **{column: value})
+    corpus.set_row(lie, SELECTION_TSV, {"model": "QWEN3_30B", "backend": "echo"}, **{column: value})
     v, codes = verdict(lie)
     assert v == "INVALID" and "selection-not-rederived" in codes
 
@@ -175,7 +167,7 @@ def test_requirement_from_a_saturated_lower_bound_measure(lie):
                                           ("uniform_tokens", "1025"), ("exit_code", "3"),
                                           ("backend_impl", "other")])
 def test_attempt_column_not_rederived(lie, column, value):
-    set_row(lie, ATTEMPTS_TSV, {"cell_dir": QM}, **{column: value})
+    corpus.set_row(lie, ATTEMPTS_TSV, {"cell_dir": QM}, **{column: value})
     v, codes = verdict(lie)
     assert v == "INVALID" and "not-rederived" in codes
 
@@ -183,7 +175,7 @@ def test_attempt_column_not_rederived(lie, column, value):
 # ------------------------------------------------------------ timing layer
 
 def test_timing_row_whose_cell_ran_at_another_capacity(lie):
-    set_row(lie, TIMING_TSV, {"model": "QWEN3_30B", "backend": "echo"},
+    corpus.set_row(lie, TIMING_TSV, {"model": "QWEN3_30B", "backend": "echo"},
             cell_dir="cells/QWEN3_30B__echo__validate__cap1p125__a1")
     v, codes = verdict(lie)
     assert v == "INVALID" and "timing-cell" in codes
@@ -324,7 +316,7 @@ def restate(root: Path, key: str) -> None:
 
     def text(v):
         return cell_text(float(v) if isinstance(v, Fraction) else v)
-    set_row(root, ATTEMPTS_TSV, {"cell_dir": key},
+    corpus.set_row(root, ATTEMPTS_TSV, {"cell_dir": key},
             **{c: text(v) for c, v in got.columns.items() if c != "campaign"})
 
     def change(d):
@@ -355,7 +347,7 @@ def test_dropping_validate_hidden_behind_a_later_pass(lie, monkeypatch):
     corpus.append(lie, ATTEMPTS_TSV, {**row, "attempt": "2", "cell_dir": a2})
     log_edit(lie / QV, clip_first_dispatch_row)
     restate(lie, QV)
-    set_row(lie, SELECTION_TSV, {"model": "QWEN3_30B", "backend": "echo"},
+    corpus.set_row(lie, SELECTION_TSV, {"model": "QWEN3_30B", "backend": "echo"},
             validate_attempts="2")
     caught_by(lie, monkeypatch, "selection-not-rederived", "held-out-not-rederived")
 
@@ -373,7 +365,7 @@ def test_held_out_claim_whose_validate_cell_ran_the_measure_seed(lie, monkeypatc
                                           ("held_out", "false"),
                                           ("predicted_drop_risk", "0.0001")])
 def test_validate_step_column_not_rederived(lie, monkeypatch, column, value):
-    set_row(lie, SELECTION_TSV, {"model": "QWEN3_30B", "backend": "echo"}, **{column: value})
+    corpus.set_row(lie, SELECTION_TSV, {"model": "QWEN3_30B", "backend": "echo"}, **{column: value})
     (u,) = audit_target(lie).uploads
     assert u.verdict == "INVALID" and "held-out-not-rederived" in u.reasons, u.why
 
@@ -419,7 +411,7 @@ def test_finished_crash_attempt_with_no_row(lie, monkeypatch):
 
 def test_one_cell_backing_two_models_rows(lie):
     """DEEPSEEK_V2_LITE's measure row names QWEN3_30B's measure cell."""
-    set_row(lie, ATTEMPTS_TSV, {"cell_dir": DM}, cell_dir=QM)
+    corpus.set_row(lie, ATTEMPTS_TSV, {"cell_dir": DM}, cell_dir=QM)
     v, codes = verdict(lie)
     assert v == "INVALID" and "cell-identity" in codes
 
@@ -475,7 +467,7 @@ def test_a_selection_that_ignores_its_dropping_validate(stepup, tmp_path):
     """The selection re-stated at the lower rung 1.0938 whose validate dropped (the cells
     kept): the lowest zero-drop rung given all validate attempts is 1.1094."""
     lie = corpus.link_copy(stepup, tmp_path / "lie")
-    set_row(lie, SELECTION_TSV, {"model": "QWEN3_30B"}, selected_capacity="1.0938",
+    corpus.set_row(lie, SELECTION_TSV, {"model": "QWEN3_30B"}, selected_capacity="1.0938",
             selected_budget_tokens="8960", validate_attempts="1")
     (u,) = audit_target(lie).uploads
     assert u.verdict == "INVALID", u.why

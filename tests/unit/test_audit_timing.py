@@ -113,14 +113,6 @@ def caught_only_by(root: Path, code: str, monkeypatch) -> None:
         assert (again.verdict, again.why) == ("VALID", []), again.why
 
 
-def set_row(root: Path, table: str, match: dict, **values) -> None:
-    def change(row):
-        if all(row.get(k) == v for k, v in match.items()):
-            row.update(values)
-        return row
-    corpus.edit(root, table, change)
-
-
 def drop_rows(root: Path, table: str, **match) -> None:
     corpus.edit(root, table, lambda r: None if all(r.get(k) == v for k, v in match.items())
                 else r)
@@ -175,7 +167,7 @@ def test_variety_resumed_out_of_memory_at_measure_decimals_2_grid_stays_valid(co
                                           ("measured_at_capacity", "1.25")])
 def test_empty_selection_row_of_an_out_of_memory_pair_filled_in(control_lie, monkeypatch,
                                                                 column, value):
-    set_row(control_lie, SELECTION_TSV, {"backend": "moonep"}, **{column: value})
+    corpus.set_row(control_lie, SELECTION_TSV, {"backend": "moonep"}, **{column: value})
     u = audit(control_lie)
     assert u.verdict == "INVALID" and "held-out-not-rederived" in u.reasons, u.why
 
@@ -186,7 +178,7 @@ def test_a_selection_emptied_as_if_its_measure_had_failed(control_lie):
     keep = ("campaign", "model", "backend", "measured_at_capacity", "uniform_tokens",
             "timing_capacity")
     row = next(r for r in corpus.read_rows(control_lie / SELECTION_TSV) if r["backend"] == "echo")
-    set_row(control_lie, SELECTION_TSV, {"backend": "echo"},
+    corpus.set_row(control_lie, SELECTION_TSV, {"backend": "echo"},
             **{**{c: "" for c in row if c not in keep}, "validated": "false",
                "validate_attempts": "0"})
     u = audit(control_lie)
@@ -199,13 +191,13 @@ def test_a_selection_emptied_as_if_its_measure_had_failed(control_lie):
     ("dispatch_ms_median", "3.0"), ("combine_ms_p90", "0.5"), ("launches", "3"),
     ("backend_impl", "deepep"), ("status", "drops"), ("peak_mem_bytes", "1")])
 def test_timing_tsv_value_not_rederived(lie, monkeypatch, column, value):
-    set_row(lie, TIMING_TSV, {"model": QWEN, "backend": "echo"}, **{column: value})
+    corpus.set_row(lie, TIMING_TSV, {"model": QWEN, "backend": "echo"}, **{column: value})
     caught_only_by(lie, NOT_REDERIVED, monkeypatch)
 
 
 def test_timing_tsv_figures_of_a_does_not_fit_arm_invented(lie, monkeypatch):
     """QWEN3_30B moonep ran out of memory at its first launch: no figures, 0 launches."""
-    set_row(lie, TIMING_TSV, {"model": QWEN, "backend": "moonep"}, status="ok",
+    corpus.set_row(lie, TIMING_TSV, {"model": QWEN, "backend": "moonep"}, status="ok",
             dispatch_ms_median="3.1", launches="2")
     caught_only_by(lie, NOT_REDERIVED, monkeypatch)
 
@@ -216,13 +208,13 @@ def test_timing_tsv_figures_of_a_does_not_fit_arm_invented(lie, monkeypatch):
     ("verdict", "faster"), ("ratio_median", "0.5"), ("ci_low", "1.01"), ("launches", "5"),
     ("reason", "95% CI [0.5, 0.9] below 1"), ("baseline", "ultraep")])
 def test_comparison_value_not_rederived(lie, monkeypatch, column, value):
-    set_row(lie, COMPARISON_TSV, {"model": QWEN, "backend": "ultraep", "phase": "dispatch"},
+    corpus.set_row(lie, COMPARISON_TSV, {"model": QWEN, "backend": "ultraep", "phase": "dispatch"},
             **{column: value})
     caught_only_by(lie, NOT_REDERIVED, monkeypatch)
 
 
 def test_comparison_row_for_an_out_of_memory_arm_given_a_verdict(lie, monkeypatch):
-    set_row(lie, COMPARISON_TSV, {"model": QWEN, "backend": "moonep", "phase": "combine"},
+    corpus.set_row(lie, COMPARISON_TSV, {"model": QWEN, "backend": "moonep", "phase": "combine"},
             launches="2", ratio_median="0.9", verdict="indistinguishable")
     caught_only_by(lie, NOT_REDERIVED, monkeypatch)
 
@@ -247,7 +239,7 @@ def test_comparison_row_the_harness_does_not_derive(lie, monkeypatch):
 @pytest.mark.parametrize("column,value", [("median_ms", "1.0"), ("launch", "3"),
                                           ("cell_dir", "cells/elsewhere")])
 def test_timing_launches_value_not_rederived(lie, monkeypatch, column, value):
-    set_row(lie, TIMING_LAUNCHES_TSV, {"model": QWEN, "backend": "ultraep", "launch": "2",
+    corpus.set_row(lie, TIMING_LAUNCHES_TSV, {"model": QWEN, "backend": "ultraep", "launch": "2",
                                        "phase": "dispatch"}, **{column: value})
     u = audit(lie)
     assert u.verdict == "INVALID" and NOT_REDERIVED in u.reasons, u.why
@@ -292,7 +284,7 @@ def test_time_cells_at_another_capacity_than_the_models_timing_capacity(lie, mon
     """The selection (and so max(ECHO, UltraEP)) says 1.25 for QWEN3_30B; its time cells
     ran at 1.125. With timing-not-max and selection-not-rederived disabled, the timing
     layer still says no."""
-    set_row(lie, SELECTION_TSV, {"model": QWEN, "backend": "ultraep"},
+    corpus.set_row(lie, SELECTION_TSV, {"model": QWEN, "backend": "ultraep"},
             selected_capacity="1.25", selected_budget_tokens="1280")
     u = audit(lie)
     assert u.verdict == "INVALID" and NOT_REDERIVED in u.reasons
@@ -304,7 +296,7 @@ def test_time_cells_at_another_capacity_than_the_models_timing_capacity(lie, mon
 def test_control_arm_verdict_made_indistinguishable(control_lie, monkeypatch):
     """An A/A control that came out too_noisy re-stated as indistinguishable (which makes
     the report call the whole timing table reliable)."""
-    set_row(control_lie, COMPARISON_TSV, {"backend": "echo~control"},
+    corpus.set_row(control_lie, COMPARISON_TSV, {"backend": "echo~control"},
             verdict="indistinguishable", reason="95% CI [0.9, 1.1] includes 1")
     caught_only_by(control_lie, NOT_REDERIVED, monkeypatch)
 
@@ -338,7 +330,7 @@ def restate(root: Path, key: str) -> None:
     upload = load_upload(root.parent, root, 128)
     got = derive(upload, upload.cells[key])
     assert got.problem is None, got.problem
-    set_row(root, ATTEMPTS_TSV, {"cell_dir": key}, **{
+    corpus.set_row(root, ATTEMPTS_TSV, {"cell_dir": key}, **{
         c: cell_text(float(v) if isinstance(v, Fraction) else v)
         for c, v in got.columns.items() if c != "campaign"})
     data = json.loads((root / key / "cell.json").read_text())
@@ -358,8 +350,8 @@ def test_an_infra_failure_retried_stays_valid(lie):
     data.update(name=Path(retry).name)
     data["cell"]["attempt"] = 3
     corpus.replace_file(lie / retry / "cell.json", json.dumps(data, indent=1).encode())
-    set_row(lie, ATTEMPTS_TSV, {"cell_dir": old}, attempt="3", cell_dir=retry)
-    set_row(lie, TIMING_LAUNCHES_TSV, {"cell_dir": old}, launch="3", cell_dir=retry)
+    corpus.set_row(lie, ATTEMPTS_TSV, {"cell_dir": old}, attempt="3", cell_dir=retry)
+    corpus.set_row(lie, TIMING_LAUNCHES_TSV, {"cell_dir": old}, launch="3", cell_dir=retry)
     (lie / infra).mkdir()
     shutil.copy(lie / retry / "provenance.txt", lie / infra / "provenance.txt")
     data.update(name=Path(infra).name, launcher={"state": "node_fail", "exit_code": None,
@@ -402,7 +394,7 @@ def test_any_single_timing_figure_changed_is_not_valid(campaign, tmp_path_factor
     if text == rows[i][column] or (column in ("launches", "trials", "iters")
                                    and int(new) == int(old)):
         text = str(int(old) + 1) if column in ("launches", "trials", "iters") else text
-    set_row(root, table, dict(rows[i]), **{column: text})
+    corpus.set_row(root, table, dict(rows[i]), **{column: text})
     u = audit(root)
     assert u.verdict != "VALID", (table, i, column, text)
 
@@ -418,7 +410,7 @@ def test_publish_dry_run_refuses_a_timing_lie(lie, capsys, monkeypatch):
             raise OSError("offline")
 
     monkeypatch.setattr(huggingface_hub, "HfApi", Offline)
-    set_row(lie, COMPARISON_TSV, {"model": QWEN, "backend": "ultraep", "phase": "dispatch"},
+    corpus.set_row(lie, COMPARISON_TSV, {"model": QWEN, "backend": "ultraep", "phase": "dispatch"},
             verdict="faster")
     assert cli_publish(str(lie), "org/runs", dry_run=True) != 0
     said = capsys.readouterr()

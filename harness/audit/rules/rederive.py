@@ -147,27 +147,27 @@ def abandoned_cells(upload: Upload) -> set[str]:
     return upload.abandoned
 
 
-def upload_events(upload: Upload) -> tuple[list[dict], str | None]:
+def upload_events(upload: Upload) -> tuple[list[dict] | None, str | None]:
     """The upload's events.jsonl through the harness's own reader (results.events.read_events:
-    bounded, a repeated cell_finish dropped), read once: ([], None) without one; ([], why)
+    bounded, a repeated cell_finish dropped), read once: (None, None) without one; (None, why)
     when it cannot be read (a rule that needs it is then UNKNOWN, never judged on a part)."""
     if upload.events is None:
         folder = upload.folder
         if folder is None or not (folder / EVENTS_JSONL).exists():
-            upload.events = ([], None)
+            upload.events = (None, None)
         else:
             real, problem = safe_real(folder, folder / EVENTS_JSONL, EVENTS_MAX_BYTES)
             try:
-                upload.events = (([], f"{EVENTS_JSONL}: {problem}") if real is None
+                upload.events = ((None, f"{EVENTS_JSONL}: {problem}") if real is None
                                  else (read_events(real), None))
             except EpcapError as exc:
-                upload.events = ([], f"{EVENTS_JSONL}: {str(exc)[:200]}")
+                upload.events = (None, f"{EVENTS_JSONL}: {str(exc)[:200]}")
     return upload.events
 
 
 def read_abandoned(upload: Upload) -> set[str]:
     """abandoned_cells, read once per upload."""
-    events, _ = upload_events(upload)
+    events = upload_events(upload)[0] or []
     gone = {str(e.get("cell")) for e in events if e.get("ev") == Event.CELL_ABANDONED}
     finished = {str(e.get("cell")) for e in events if e.get("ev") == Event.CELL_FINISH}
     out = set()
@@ -258,11 +258,8 @@ def differs(column: str, written: str, derived: object) -> bool:
 def events_sha(upload: Upload) -> tuple[list[str] | None, str | None]:
     """The runbook hashes events.jsonl recorded, in order: campaign_start's, then each
     runbook_revised's (value, problem); None when there is no event log."""
-    folder = upload.folder
-    if folder is None or not (folder / EVENTS_JSONL).exists():
-        return None, None
     events, problem = upload_events(upload)
-    if problem:
+    if events is None:
         return None, problem
     return [e["runbook_sha256"] for e in events
             if e.get("ev") in (Event.CAMPAIGN_START, Event.RUNBOOK_REVISED)

@@ -25,11 +25,8 @@ from harness.vocab import Event
 def finished_cells(upload: Upload) -> tuple[list[str] | None, str | None]:
     """The cell name of every cell_finish, in order; None and why when the log cannot be
     read; (None, None) when the upload has no events.jsonl."""
-    folder = upload.folder
-    if folder is None or not (folder / EVENTS_JSONL).exists():
-        return None, None
     events, problem = upload_events(upload)
-    if problem:
+    if events is None:
         return None, problem
     return [str(e.get("cell")) for e in events if e.get("ev") == Event.CELL_FINISH], None
 

@@ -98,7 +98,7 @@ class ModelTiming:
 
 def invalidated(upload: Upload) -> set[str]:
     """Cells a `cells_invalidated` event took out of the results (they no longer count)."""
-    events, _ = upload_events(upload)
+    events = upload_events(upload)[0] or []
     return {str(c) for e in events if e.get("ev") == Event.CELLS_INVALIDATED
             for c in e.get("cells") or []}
 
@@ -107,11 +107,8 @@ def campaign_finished(upload: Upload) -> bool | None:
     """Whether the campaign's last run ended with `campaign_done` (events.jsonl), None when
     the upload holds no event log (or it cannot be read): a campaign stopped mid-stage has
     missing runs, not lies."""
-    folder = upload.folder
-    if folder is None or not (folder / EVENTS_JSONL).exists():
-        return None
-    events, problem = upload_events(upload)
-    if problem:
+    events, _ = upload_events(upload)
+    if events is None:
         return None
     marks = (Event.RUN_START, Event.CAMPAIGN_DONE, Event.CAMPAIGN_STOPPED)
     last = next((e["ev"] for e in reversed(events) if e.get("ev") in marks), None)
