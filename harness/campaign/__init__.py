@@ -1,14 +1,12 @@
-"""The campaign: the staged pipeline of docs/spec.md (pipeline) over one results directory.
+"""The campaign: `epcap run` drives the pipeline (harness/pipeline/) with a launcher over one
+results directory (docs/spec.md#pipeline).
 
 Rooms (docs/architecture.md):
-  stages.py    the stage table -- the one order of stages, purposes and backends from which
-               the dry-run plan, progress, ETA, --stage/--until and the pipeline are derived
-  decisions.py per-model pure decisions (measure, select, validate, time) as generators
-  driver.py    scheduling, launch, finish, retries, bug stop
-  analysis.py  one finished run -> status, summary, timing and its attempts row
+  driver.py    scheduling, launch, finish, retries, bug stop, replay from events.jsonl
   store.py     the results directory: events, cell.json, TSV rebuild, campaign dirs
+  state.py     `epcap status`
+  preflight.py the static checks of every planned command
+  progress.py  bars and the ETA
   dryrun.py    `epcap run --dry-run`
   cli.py       `epcap run` and `epcap status`
-
-Kept import-free so `harness.campaign.stages` loads without the driver.
 """

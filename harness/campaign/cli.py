@@ -14,7 +14,6 @@ from pathlib import Path
 
 from harness.api.launcher import Launcher
 from harness.campaign import store
-from harness.campaign.decisions import Context, model_pipeline
 from harness.campaign.driver import Campaign, Replay
 from harness.campaign.dryrun import PlanFilter, print_dry_run
 from harness.campaign.preflight import (
@@ -31,6 +30,7 @@ from harness.io.lock import CampaignLock
 from harness.io.redact import redact_text
 from harness.launch import make_launcher
 from harness.launch.container import container_facts
+from harness.pipeline.decisions import Context, model_pipeline
 from harness.results.events import (
     CampaignDone,
     CampaignStart,

@@ -12,15 +12,15 @@ from harness.api.backend import Backend, LaunchSpec, RunRequest
 from harness.api.launcher import JobHandle, JobResult, Launcher
 from harness.api.registry import load_backend
 from harness.campaign import store
-from harness.campaign.analysis import analyse, utc_now
-from harness.campaign.decisions import Context, Outcome, Pipe, Request
 from harness.campaign.progress import EtaEstimator, ProgressView, fmt_s, model_size
-from harness.campaign.stages import STAGE_OF_PURPOSE, plan_cells
 from harness.errors import BadInput, CampaignStopped, Findings
 from harness.grid import capacity as cap
 from harness.io.atomic import write_text_atomic
 from harness.io.redact import redact_text
 from harness.launch import make_launcher
+from harness.pipeline.analysis import analyse, utc_now
+from harness.pipeline.decisions import Context, Outcome, Pipe, Request
+from harness.pipeline.stages import STAGE_OF_PURPOSE, plan_cells
 from harness.results.events import (
     CellAbandoned,
     CellFinish,

@@ -18,7 +18,6 @@ from pathlib import Path
 from harness.api.backend import LaunchSpec, RunRequest
 from harness.api.registry import CLUSTER_KIND, load_backend
 from harness.campaign.gpuhours import describe_estimate, hours_per_cell
-from harness.campaign.stages import plan_cells, stage_mode, timed_arms
 from harness.errors import BadInput
 from harness.grid import capacity as cap
 from harness.health import probe_tools
@@ -27,6 +26,7 @@ from harness.io.redact import REDACTED, is_secret_env
 from harness.launch.slurm import SlurmLauncher
 from harness.launch.slurm_script import HIDDEN_ARG, hidden_values, script_argv
 from harness.loadmodel.memory import estimate_memory_bytes, format_size
+from harness.pipeline.stages import plan_cells, stage_mode, timed_arms
 from harness.results.layout import Cell, PlannedCell, cell_dir
 from harness.runbook.model import BackendConfig, Runbook
 from harness.vocab import CONTROL_SUFFIX, Purpose, StageMode

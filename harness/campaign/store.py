@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.api.backend import LaunchSpec
-from harness.campaign.decisions import Outcome
-from harness.campaign.stages import plan_cells, timed_arms
 from harness.errors import BadInput
 from harness.io.atomic import write_text_atomic
 from harness.io.lock import LOCK_NAME
 from harness.io.redact import redact_obj, redact_text
 from harness.io.safeio import read_bytes
+from harness.pipeline.decisions import Outcome
+from harness.pipeline.stages import plan_cells, timed_arms
 from harness.results.events import (
     CellAbandoned,
     CellFinish,

@@ -1,7 +1,7 @@
 """The names in a results directory (docs/spec.md: results layout): its files, and cells
 (one run's identity, its directory name and the inverse parser).
 
-The order of the runs is the stage table's (harness.campaign.stages).
+The order of the runs is the stage table's (harness.pipeline.stages).
 """
 
 from __future__ import annotations

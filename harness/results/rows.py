@@ -48,7 +48,7 @@ class Row:
 
 @dataclass(frozen=True, kw_only=True)
 class AttemptRow(Row):
-    """capacity_attempts.tsv: one row per run (harness.campaign.analysis.attempt_row)."""
+    """capacity_attempts.tsv: one row per run (harness.pipeline.analysis.attempt_row)."""
 
     campaign: str
     model: str

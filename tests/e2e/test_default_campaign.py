@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from harness.audit import audit_target
-from harness.campaign.stages import plan_cells
+from harness.pipeline.stages import plan_cells
 from harness.results.events import read_events
 from harness.runbook.load import load_runbook
 from harness.vocab import Event, Purpose

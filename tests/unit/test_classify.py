@@ -139,10 +139,10 @@ def test_campaign_analysis_records_the_richer_outcome(tmp_path):
     from harness.api.backend import RunRequest
     from harness.api.launcher import JobResult
     from harness.api.registry import load_backend
-    from harness.campaign.analysis import analyse
-    from harness.campaign.decisions import Outcome, lower_bound_peak
     from harness.grid import capacity as cap
     from harness.grid import selection
+    from harness.pipeline.analysis import analyse
+    from harness.pipeline.decisions import Outcome, lower_bound_peak
     from harness.results.layout import Cell
     from harness.runbook.load import load_runbook
 
@@ -181,7 +181,7 @@ def test_campaign_and_classify_read_the_same_files(tmp_path, name):
     from harness.api.backend import RunRequest
     from harness.api.launcher import JobResult
     from harness.api.registry import load_backend
-    from harness.campaign.analysis import analyse
+    from harness.pipeline.analysis import analyse
     from harness.results.layout import Cell
     from harness.runbook.load import load_runbook
 

@@ -112,9 +112,9 @@ def test_history_of_the_same_work_gives_the_first_line_a_figure(tmp_path):
     import dataclasses
 
     from harness.campaign import store
-    from harness.campaign.decisions import Context
     from harness.campaign.driver import Campaign
     from harness.launch.local import LocalLauncher
+    from harness.pipeline.decisions import Context
     from harness.runbook.load import load_runbook
     rb = load_runbook(REDUCED)
     spans = {("QWEN3_30B", "echo", "measure"): 4.0, ("QWEN3_30B", "echo", "time"): 6.0,
@@ -225,8 +225,8 @@ def test_the_driver_begins_an_invocation_after_replaying_its_events(tmp_path, mo
     real = EtaEstimator.begin_invocation
     monkeypatch.setattr(EtaEstimator, "begin_invocation",
                         lambda self: calls.append(len(self.obs)) or real(self))
-    from harness.campaign.decisions import Context
     from harness.launch.local import LocalLauncher
+    from harness.pipeline.decisions import Context
     from harness.runbook.load import load_runbook
     rb = load_runbook(REDUCED)
     _neighbour(tmp_path, "c", rb, {("QWEN3_30B", "echo", "measure"): 4.0,

@@ -127,7 +127,7 @@ def test_select_stage_uses_the_runbook_target():
     import dataclasses
     from pathlib import Path
 
-    from harness.campaign.decisions import Context, Outcome, select_step
+    from harness.pipeline.decisions import Context, Outcome, select_step
     from harness.results.layout import Cell
     from harness.results.rows import AttemptRow, SelectionRow
     from harness.runbook.load import load_runbook

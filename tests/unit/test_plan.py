@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.campaign.decisions import Context, Outcome, model_pipeline
-from harness.campaign.stages import plan_cells
 from harness.grid.capacity import budget_tokens, is_executable
+from harness.pipeline.decisions import Context, Outcome, model_pipeline
+from harness.pipeline.stages import plan_cells
 from harness.results.layout import Cell, canary_model, cell_dir
 from harness.results.rows import AttemptRow
 from harness.runbook.load import load_runbook
@@ -201,7 +201,7 @@ def fin(attempt, status, capacity="2.00", purpose="measure"):
 
 
 def test_replay_skips_retried_infra_and_numbers_new_attempts(tmp_path):
-    from harness.campaign.decisions import Request
+    from harness.pipeline.decisions import Request
     started = Cell(RB.campaign, M, "echo", "measure", "2.00", 3)
     camp = campaign_with(tmp_path, [fin(1, "infra"), fin(2, "ok"),
                                     ("cell_submit", {"cell": started.name, "model": M,
@@ -217,7 +217,7 @@ def test_replay_skips_retried_infra_and_numbers_new_attempts(tmp_path):
 def test_replay_without_retries_left_returns_the_infra(tmp_path):
     import dataclasses
 
-    from harness.campaign.decisions import Request
+    from harness.pipeline.decisions import Request
     rb = dataclasses.replace(RB, limits=dataclasses.replace(RB.limits, infra_retries=0))
     camp = campaign_with(tmp_path, [fin(1, "infra"), fin(2, "ok")], rb)
     out, left = camp.replay_with_retries(Request(M, "echo", "measure", "2.00"))
@@ -225,22 +225,22 @@ def test_replay_without_retries_left_returns_the_infra(tmp_path):
 
 
 def test_replay_refuses_results_that_disagree_with_the_plan(tmp_path):
-    from harness.campaign.decisions import Request
     from harness.errors import BadInput
+    from harness.pipeline.decisions import Request
     camp = campaign_with(tmp_path, [fin(1, "ok", capacity="3.00")])
     with pytest.raises(BadInput, match="use --fresh"):
         camp.replayed(Request(M, "echo", "measure", "2.00"))
 
 
 def test_bug_class_runs_are_rerun_after_a_fix(tmp_path):
-    from harness.campaign.decisions import Request
+    from harness.pipeline.decisions import Request
     camp = campaign_with(tmp_path, [fin(1, "assert")])
     assert camp.replayed(Request(M, "echo", "measure", "2.00")) is None
     assert camp.next_cell(Request(M, "echo", "measure", "2.00")).attempt == 2
 
 
 def test_time_cells_are_launch_rounds_in_rotated_order():
-    from harness.campaign.stages import plan_cells
+    from harness.pipeline.stages import plan_cells
     from harness.runbook.load import load_runbook
     rb = load_runbook(Path(__file__).resolve().parents[2] / "runbooks" / "local-cpu.yaml")
     time_cells = [p for p in plan_cells(rb) if p.purpose == "time"]

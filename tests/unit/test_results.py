@@ -185,10 +185,10 @@ def test_eta_error_detects_a_wrong_estimate(tmp_path):
 def test_tsv_rebuilt_from_events_after_a_torn_append(tmp_path):
     """Killed after the cell_finish event but before (or during) the TSV append: the resume
     rebuilds the attempts TSV from the events, one row per finished run."""
-    from harness.campaign.decisions import Context
     from harness.campaign.driver import Campaign
     from harness.campaign.progress import ProgressView
     from harness.launch.local import LocalLauncher
+    from harness.pipeline.decisions import Context
     from harness.runbook.load import load_runbook
     rb = load_runbook(Path(__file__).resolve().parents[2] / "tests/fixtures/runbooks/reduced.yaml")
     rows = [{"campaign": "reduced", "model": "M", "backend": "echo", "purpose": "measure",

@@ -89,10 +89,10 @@ def test_status_and_the_driver_count_the_same_runs(tmp_path_factory, steps, retr
     and the closing line print."""
     import dataclasses
 
-    from harness.campaign.decisions import Context
     from harness.campaign.driver import Campaign
     from harness.campaign.progress import ProgressView
     from harness.launch.local import LocalLauncher
+    from harness.pipeline.decisions import Context
     from harness.runbook.load import load_runbook
     rb = load_runbook(REDUCED)
     rb = dataclasses.replace(rb, limits=dataclasses.replace(rb.limits, infra_retries=retries))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.campaign.decisions import Context, Outcome, time_step
+from harness.pipeline.decisions import Context, Outcome, time_step
 from harness.results.layout import Cell
 from harness.results.rows import AttemptRow, SelectionRow
 from harness.runbook.load import load_runbook

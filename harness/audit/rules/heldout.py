@@ -106,7 +106,7 @@ def last_measure(upload: Upload, model: str, backend: str, unknown: list[str]) -
 
 
 def steps_of(out: Launch | None) -> StepPeaks | None:
-    """harness.campaign.analysis: a measure or validate run's per-step peaks (every
+    """harness.pipeline.analysis: a measure or validate run's per-step peaks (every
     iteration a step), only for a run counted as data."""
     if out is None or out.derived.summary is None or not out.derived.summary.rows \
             or out.status in FAILURE_CLASSES:

@@ -111,7 +111,7 @@ def implied_run(cell_json: dict, claim: str) -> tuple[int | None, str] | str:
 
 
 def derive_earlier(upload: Upload, cell: Cell) -> Earlier:
-    """One cell's attempt columns, as harness.campaign.analysis derives them, from its
+    """One cell's attempt columns, as harness.pipeline.analysis derives them, from its
     cell.json (shape -> N, status) and logs (summarize, judge_run)."""
     key = KEY + cell.path
     if key not in upload.derived:

@@ -90,7 +90,7 @@ def as_run(upload: Upload) -> bool:
 
 def expected_shape(upload: Upload, cell: Cell) -> dict[str, int] | None:
     """The ranks x layers x iterations the runbook as run demands of a cell whose logs are
-    all rank logs (what harness.campaign.analysis summarizes), else None."""
+    all rank logs (what harness.pipeline.analysis summarizes), else None."""
     if upload.runbook is None:
         return None
     named = parse_cell_name(cell.name, upload.runbook.campaign)
@@ -181,7 +181,7 @@ def read_abandoned(upload: Upload) -> set[str]:
 
 
 def derive(upload: Upload, cell: Cell) -> Derived:
-    """The attempt columns of one cell, recomputed as harness.campaign.analysis does."""
+    """The attempt columns of one cell, recomputed as harness.pipeline.analysis does."""
     if cell.path not in upload.derived:
         upload.derived[cell.path] = _derive(upload, cell)
     return upload.derived[cell.path]

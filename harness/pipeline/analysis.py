@@ -15,8 +15,8 @@ from pathlib import Path
 
 from harness.api.backend import Backend, RunRequest
 from harness.api.launcher import JobResult
-from harness.campaign.decisions import Outcome
 from harness.grid import capacity as cap
+from harness.pipeline.decisions import Outcome
 from harness.results.layout import Cell
 from harness.results.rows import AttemptRow
 from harness.taxonomy.judge import cell_layout, cell_logs, iter_log_lines, judge_run

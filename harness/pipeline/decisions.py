@@ -12,7 +12,11 @@ import dataclasses
 from collections.abc import Callable, Generator
 from typing import Any
 
-from harness.campaign.stages import (
+from harness.errors import BadInput
+from harness.grid import capacity as cap
+from harness.grid import selection
+from harness.grid.heldout import TARGET_PEAK, risk_columns, select_budget
+from harness.pipeline.stages import (
     PAIR,
     backends_of,
     pipeline_groups,
@@ -20,10 +24,6 @@ from harness.campaign.stages import (
     time_schedule,
     timed_arms,
 )
-from harness.errors import BadInput
-from harness.grid import capacity as cap
-from harness.grid import selection
-from harness.grid.heldout import TARGET_PEAK, risk_columns, select_budget
 from harness.results.layout import Cell
 from harness.results.rows import AttemptRow, ComparisonRow, SelectionRow, TimingRow
 from harness.runbook.model import Runbook
