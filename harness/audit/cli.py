@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from harness.audit.engine import AuditResult, audit_target
+from harness.audit.engine import NOT_PROVEN, AuditResult, UploadVerdict, audit_target
 from harness.audit.errata import parse_git_repos
 from harness.results.tables import write_table_atomic
 from harness.vocab import DEFAULT_PAD_MULTIPLE
@@ -43,8 +43,30 @@ def print_table(result: AuditResult) -> None:
     if not console.is_terminal:          # piped: do not squeeze into 80 columns
         console = Console(width=200)
     console.print(table)
+    for u in result.uploads:
+        console.print(escape(grounds(u)), highlight=False)
     console.print(" ".join(f"{k}={v}" for k, v in result.summary.items())
                   + f"  (audited in {result.elapsed_s:.2f} s, cell logs included)")
+
+
+def grounds(u: UploadVerdict) -> str:
+    """What one upload's verdict rests on, in words: the rules that ran, those that did not
+    apply and why, what could not be checked, the emulation note, what VALID does not prove."""
+    lines = [f"{u.path}: {u.verdict}",
+             f"  rules that ran and found nothing ({len(u.rules_ran)}): "
+             f"{', '.join(u.rules_ran) or 'none'}"]
+    if u.rules_not_applicable:
+        lines.append(f"  did not apply ({len(u.rules_not_applicable)}): "
+                     + "; ".join(u.rules_not_applicable))
+    if u.not_checked:
+        lines.append(f"  could not be checked ({len(u.not_checked)}): " + "; ".join(u.not_checked))
+    if u.measured_pairs is not None:
+        lines.append(f"  pairs measured (a selected capacity): {u.measured_pairs}")
+    if u.emulation:
+        lines.append(f"  emulation: {u.emulation}")
+    if u.verdict == "VALID":
+        lines.append(f"  what VALID does not prove: {NOT_PROVEN}")
+    return "\n".join(lines)
 
 
 def cli_audit(target: str, errata: str | None = None, git_repos: tuple[str, ...] = (),

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from harness.audit.errata import Errata, GitClones, check_predates, load_errata
 from harness.audit.load import load_upload
-from harness.audit.model import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, Check, Upload
+from harness.audit.model import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, Check, Upload, first
 from harness.audit.readers import find_uploads
 from harness.audit.rules import RULES, apply_rule, check_missing_provenance
 from harness.audit.rules.rederive import check_provenance_keys, check_runbook
@@ -25,8 +25,8 @@ from harness.audit.rules.selection import check_nothing_to_judge, held_out_notes
 from harness.audit.vocab import NOTHING_TO_JUDGE, UPLOAD_MARKERS, VERDICTS
 from harness.errors import BadInput
 from harness.io.bounds import clip_line
-from harness.results.layout import ATTEMPTS_TSV, SELECTION_TSV
-from harness.vocab import DEFAULT_PAD_MULTIPLE
+from harness.results.layout import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
+from harness.vocab import DEFAULT_PAD_MULTIPLE, Impl
 
 HF_TARGET = re.compile(r"hf://datasets/(?P<org>[A-Za-z0-9][\w.-]*)/(?P<name>[A-Za-z0-9][\w.-]*)"
                        r"(?:@(?P<rev>[^\s@]+))?")
@@ -34,6 +34,47 @@ HF_PATTERNS = ["*.tsv", "*provenance.txt", "*cell.json", "*runbook.yaml"]
 
 
 MAX_EXPLANATIONS = 50           # explanations kept per list of an upload's verdict
+NOT_PROVEN = ("VALID says the upload's tables are what the harness's own pipeline, replayed "
+              "on the upload's cells, makes of them, and that the rules listed found nothing; "
+              "it does not prove that the logs came from the runs they describe beyond the "
+              "raw-evidence invariants checked, nor that a `reference` row measures a library")
+
+
+def emulation_note(upload: Upload) -> str | None:
+    """The note when attempts or timing rows are reference emulation (backend_impl)."""
+    impls = [r.get("backend_impl") for name in (ATTEMPTS_TSV, TIMING_TSV)
+             for r in (upload.tables[name].rows if name in upload.tables else [])
+             if r.get("backend_impl")]
+    ref = sum(i == Impl.REFERENCE for i in impls)
+    if not ref:
+        return None
+    share = "every row" if ref == len(impls) else f"{ref} of {len(impls)} rows"
+    return (f"{share} is `reference` emulation: the reference backend emulates the "
+            f"libraries' documented contracts on torch.distributed; these are not "
+            f"measurements of ECHO, UltraEP or MoonEP")
+
+
+def replay_notes(upload: Upload) -> list[str]:
+    """What the pipeline's replay on the cells used (rules.pipeline): requests answered,
+    where a model's pipeline stopped, the cells no request asked for."""
+    rep = upload.replay
+    if rep is None or rep.problem:
+        return []
+    notes = [f"pipeline replayed on the cells: {len(rep.answered)} requests answered"]
+    notes += [f"pipeline of {model} stopped ({stop.kind}): {stop.why}"
+              for model, stop in sorted(rep.stops.items())]
+    if rep.unused:
+        notes.append(f"cells no request asked for ({len(rep.unused)}): "
+                     + first([c.path for _, c in rep.unused]))
+    return notes
+
+
+def measured_pairs(upload: Upload) -> int | None:
+    """Selection rows with a selected capacity (None without a selection table)."""
+    table = upload.tables.get(SELECTION_TSV)
+    if table is None or table.unreadable:
+        return None
+    return sum(bool(r.get("selected_capacity")) for r in table.rows)
 
 
 @dataclass
@@ -49,6 +90,23 @@ class UploadVerdict:
     unknown: list[str] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    emulation: str | None = None           # the note when rows are reference emulation
+    measured_pairs: int | None = None      # selection rows with a selected capacity
+
+    @property
+    def rules_ran(self) -> list[str]:
+        """Codes of the rules that ran and found nothing against the upload."""
+        return [c.code for c in self.checks if c.state == PASS]
+
+    @property
+    def rules_not_applicable(self) -> list[str]:
+        """`code: why` of the rules that did not apply to this upload."""
+        return [f"{c.code}: {first(c.why, 1)}" for c in self.checks if c.state == NOT_APPLICABLE]
+
+    @property
+    def not_checked(self) -> list[str]:
+        """`code: why` of the rules that could not decide (the upload is then UNKNOWN)."""
+        return [f"{c.code}: {first(c.why, 1)}" for c in self.checks if c.state == UNKNOWN]
 
     def __post_init__(self) -> None:
         """Every explanation is copied from an upload: each is cut to the stated bound and
@@ -61,10 +119,15 @@ class UploadVerdict:
             setattr(self, name, items)
 
     def to_dict(self) -> dict:
-        """The docs/spec.md#command-line keys, plus `why`, `unknown` and `notes`."""
+        """The docs/spec.md#command-line keys, plus `why`, `unknown`, `notes` and what the
+        verdict rests on: the rules that ran, did not apply or could not decide, the
+        emulation note, the measured pairs and what VALID does not prove."""
         return {"path": self.path, "verdict": self.verdict, "reasons": self.reasons,
                 "ignored_cells": self.ignored_cells, "why": self.why, "unknown": self.unknown,
-                "notes": self.notes}
+                "notes": self.notes, "rules_ran": self.rules_ran,
+                "rules_not_applicable": self.rules_not_applicable,
+                "not_checked": self.not_checked, "emulation": self.emulation,
+                "measured_pairs": self.measured_pairs, "valid_does_not_prove": NOT_PROVEN}
 
 
 @dataclass
@@ -115,6 +178,12 @@ def audit_upload(upload: Upload, errata: Errata, order: GitClones) -> UploadVerd
     checks = merge_codes(checks)
     empty = check_nothing_to_judge(upload)
     notes = upload.notes + held_out_notes(upload)
+    measured = measured_pairs(upload)
+    if measured == 0:
+        notes.append("nothing was measured: no pair has a selected capacity (every pair "
+                     "does_not_fit or failed); `epcap publish` refuses it without --allow-empty")
+    extra = {"emulation": emulation_note(upload), "measured_pairs": measured}
+    notes += replay_notes(upload)
     failed = [c for c in checks if c.state == FAIL]
     undecided = [c for c in checks if c.state == UNKNOWN]
     why = [f"{c.code}: {w}" for c in failed for w in c.why]
@@ -123,11 +192,11 @@ def audit_upload(upload: Upload, errata: Errata, order: GitClones) -> UploadVerd
         why = [f"{NOTHING_TO_JUDGE}: {w}" for w in empty.why] + why
         return UploadVerdict(upload.path, "UNKNOWN", [NOTHING_TO_JUDGE], upload.ignored_cells,
                              why, [NOTHING_TO_JUDGE] + [c.code for c in undecided],
-                             [empty, *checks], notes)
+                             [empty, *checks], notes, **extra)
     verdict = "INVALID" if failed else "UNKNOWN" if undecided else "VALID"
     reasons = [c.code for c in (failed or undecided)]
     return UploadVerdict(upload.path, verdict, reasons, upload.ignored_cells, why,
-                         [c.code for c in undecided], [empty, *checks], notes)
+                         [c.code for c in undecided], [empty, *checks], notes, **extra)
 
 
 def parse_hf_target(target: str) -> tuple[str, str | None] | None:

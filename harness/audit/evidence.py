@@ -68,17 +68,18 @@ def _e(kind: str, source: str, code: str = "") -> Evidence:
 
 SUMMARY = "telemetry.summary.summarize over the cell's rank*.log (backend's expected shape)"
 JUDGE = "taxonomy.judge.judge_run(cell.json launcher.exit_code/state, logs, backend patterns)"
-TIMED = ("rules.timing: the model's time cells walked in the runbook's rotated schedule "
-         "(timing.verdicts.arms/schedule, infra retries and bug re-runs as the driver "
-         "replays them)")
+REPLAY = ("rules.pipeline: harness/pipeline's own steps replayed with the upload's cells "
+          "as the source (the next standing cell per request, pipeline.replay.next_standing; "
+          "each outcome by pipeline.analysis.analyse)")
+TIMED = REPLAY + ": the time step (timing.verdicts.arms/schedule, rotated launches)"
 AGG = TIMED + "; timing.verdicts.aggregate of the launches' [EPCAP_TIMING] objects"
 COMPARE = (TIMED + "; timing.verdicts.comparison_rows (the paired bootstrap, timing.stats "
            "with its fixed SEED) over each launch's per-trial medians")
-WALK = ("rules.heldout: the pair's validate cells walked as validate_step makes its "
-        "requests (step_up after drops, stop at the first accepted or at "
-        "max_validate_steps; infra retries and bug re-runs as the driver replays them)")
+WALK = (REPLAY + ": the validate step (step_up after drops, stop at the first accepted or at "
+        "max_validate_steps)")
 RISK = (WALK + "; grid.heldout.risk_columns (grid.risk.fit_risk, its fixed seed) over "
         "telemetry.steps.step_peaks of the last measure and the last validate")
+SELECT = REPLAY + ": the measure and select steps"
 NAME = "the cell's directory name (results.layout.parse_cell_name), cell.json cell.*, argv"
 
 EVIDENCE: dict[str, dict[str, Evidence]] = {
@@ -121,18 +122,18 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
         "backend": _e(IDENTITY, "a runbook backend as docs/spec.md#audit-rules compares names", CELL_IDENTITY),
         "required_capacity": _e(CHECKED, "peak / N of the row (cells.requirement_problem)",
                                 INCONSISTENT),
-        "peak_actual_valid_recv": _e(REDERIVED, "grid.selection.requirement(summary of the "
-                                     "last measure cell)", SELECTION_NOT_REDERIVED),
-        "uniform_tokens": _e(REDERIVED, "the last measure's expected_recv (summarize)",
+        "peak_actual_valid_recv": _e(REDERIVED, SELECT + " (grid.selection.requirement of "
+                                     "the last measure's summary)", SELECTION_NOT_REDERIVED),
+        "uniform_tokens": _e(REDERIVED, SELECT + " (N of the runbook's shape)",
                              SELECTION_NOT_REDERIVED),
-        "measured_at_capacity": _e(REDERIVED, "capacity of the last measure attempt",
-                                   SELECTION_NOT_REDERIVED),
-        "selected_capacity": _e(REDERIVED, "grid.selection.select on the runbook's grid, "
-                                "then grid.capacity.step_up past dropping validates",
+        "measured_at_capacity": _e(REDERIVED, SELECT + " (the last measure request's "
+                                   "capacity)", SELECTION_NOT_REDERIVED),
+        "selected_capacity": _e(REDERIVED, SELECT + " (grid.selection.select on the "
+                                "runbook's grid), then the validate step's step-ups",
                                 SELECTION_NOT_REDERIVED),
-        "selected_budget_tokens": _e(REDERIVED, "grid.capacity.budget_tokens(selected, N); "
+        "selected_budget_tokens": _e(REDERIVED, SELECT + " (grid.capacity.budget_tokens); "
                                      ">= peak", SELECTION_NOT_REDERIVED),
-        "over_provision": _e(REDERIVED, "budget / peak (grid.capacity.over_provision)",
+        "over_provision": _e(REDERIVED, SELECT + " (grid.capacity.over_provision)",
                              SELECTION_NOT_REDERIVED),
         "validated": _e(CHECKED, "an ok validate at the selected capacity",
                         VALIDATED_SATURATED),
@@ -143,8 +144,8 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
         "validate_seed": _e(REDERIVED, "harness.vocab.run_seed(runbook as run, validate); "
                             "each validate cell's argv --seed is the backend's own command's",
                             HELD_OUT_NOT_REDERIVED),
-        "validate_steps": _e(REDERIVED, SUMMARY + ": iterations of the accepted validate",
-                             SELECTION_NOT_REDERIVED),
+        "validate_steps": _e(REDERIVED, RISK + ": the steps of the last validate",
+                             HELD_OUT_NOT_REDERIVED),
         "validate_peak": _e(CHECKED, "the accepted validate's peak", INCONSISTENT),
         "headroom": _e(CHECKED, "selected budget / validate_peak", INCONSISTENT),
         "drop_risk_95": _e(REDERIVED, "grid.risk.drop_risk_95(validate_steps)",

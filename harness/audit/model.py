@@ -105,6 +105,7 @@ class Upload:
     pending_logs: dict = field(default_factory=dict)     # cell path -> its logs, to be read
     abandoned: set[str] | None = None                    # cells a resumed campaign abandoned
     events: tuple[list[dict] | None, str | None] | None = None  # events.jsonl (upload_events)
+    replay: object = None                                # rules.pipeline.UploadReplay, once
 
     def cell_for(self, row: Row) -> Cell | None:
         """The cell a row names: by its path in the upload, else by a unique directory name."""

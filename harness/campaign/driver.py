@@ -20,6 +20,7 @@ from harness.io.redact import redact_text
 from harness.launch import make_launcher
 from harness.pipeline.analysis import analyse, utc_now
 from harness.pipeline.decisions import Context, Outcome, Pipe, Request
+from harness.pipeline.replay import next_standing
 from harness.pipeline.stages import STAGE_OF_PURPOSE, plan_cells
 from harness.results.events import (
     CellAbandoned,
@@ -360,20 +361,13 @@ class Campaign:
             self.check_bug(outcome)
 
     def replay_with_retries(self, req: Request) -> tuple[Outcome | None, int]:
-        """Replay finished runs of `req`, skipping infra failures that were retried.
+        """Replay finished runs of `req`, skipping infra failures that were retried
+        (pipeline.replay.next_standing, the rule the audit replays by too).
 
         Returns the outcome the pipeline sees (None: a new run is needed) and the infra
         retries still allowed for that new run.
         """
-        left = self.rb.limits.infra_retries
-        outcome = self.replayed(req)
-        while outcome is not None and outcome.status == Status.INFRA and left > 0:
-            nxt = self.replayed(req)
-            left -= 1
-            if nxt is None:
-                return None, left
-            outcome = nxt
-        return outcome, left
+        return next_standing(lambda: self.replayed(req), self.rb.limits.infra_retries)
 
     def poll_once(self, waiting: dict) -> None:
         time.sleep(POLL_S)

@@ -32,13 +32,17 @@ def utc_now() -> str:
 
 
 def analyse(req: RunRequest, backend: Backend, result: JobResult, cell_dir: Path,
-            started_utc: str) -> Outcome:
-    """Classify, summarize and time one finished run; returns its Outcome with the row."""
+            started_utc: str, summary: LogSummary | None = None) -> Outcome:
+    """Classify, summarize and time one finished run; returns its Outcome with the row.
+
+    The campaign calls it when a run ends; the audit calls it on an upload's cell (with the
+    summary it already read from the same logs, `summary`), so both judge by this code."""
     cell = req.cell
     logs = [p for p in (result.log_paths or sorted(cell_dir.glob("rank*.log")))
             if Path(p).is_file()]
-    summary = summarize(logs, tags=backend.telemetry_tags(),
-                        **backend.expected_log_shape(req)) if logs else None
+    if summary is None and logs:
+        summary = summarize(logs, tags=backend.telemetry_tags(),
+                            **backend.expected_log_shape(req))
     # the taxonomy reads the cell's logs as `epcap classify` does (slurm-*.out included)
     verdict = judge_run(result.exit_code, result.state, cell_logs(cell_dir, logs),
                         backend.failure_patterns(), purpose=cell.purpose,

@@ -163,13 +163,14 @@ def test_variety_resumed_out_of_memory_at_measure_decimals_2_grid_stays_valid(co
     assert {c.code: c.state for c in u.checks}["held-out-not-rederived"] == "pass"
 
 
-@pytest.mark.parametrize("column,value", [("validated", "true"),
-                                          ("measured_at_capacity", "1.25")])
+@pytest.mark.parametrize("column,value,code", [
+    ("validated", "true", "held-out-not-rederived"),
+    ("measured_at_capacity", "1.25", "selection-not-rederived")])
 def test_empty_selection_row_of_an_out_of_memory_pair_filled_in(control_lie, monkeypatch,
-                                                                column, value):
+                                                                column, value, code):
     corpus.set_row(control_lie, SELECTION_TSV, {"backend": "moonep"}, **{column: value})
     u = audit(control_lie)
-    assert u.verdict == "INVALID" and "held-out-not-rederived" in u.reasons, u.why
+    assert u.verdict == "INVALID" and code in u.reasons, u.why
 
 
 def test_a_selection_emptied_as_if_its_measure_had_failed(control_lie):
@@ -281,14 +282,41 @@ def test_a_launch_missing_from_a_campaign_that_did_not_finish_is_unknown(lie):
 
 
 def test_time_cells_at_another_capacity_than_the_models_timing_capacity(lie, monkeypatch):
-    """The selection (and so max(ECHO, UltraEP)) says 1.25 for QWEN3_30B; its time cells
-    ran at 1.125. With timing-not-max and selection-not-rederived disabled, the timing
-    layer still says no."""
+    """The selection (and so max(ECHO, UltraEP)) re-stated as 1.25 for QWEN3_30B; its time
+    cells ran at 1.125. The pipeline replayed on the cells selects 1.125 and times there:
+    the selection is the lie, and the timing rows, which agree with the cells, are not."""
     corpus.set_row(lie, SELECTION_TSV, {"model": QWEN, "backend": "ultraep"},
             selected_capacity="1.25", selected_budget_tokens="1280")
     u = audit(lie)
-    assert u.verdict == "INVALID" and NOT_REDERIVED in u.reasons
-    assert any("timing capacity is 1.25" in w for w in u.why)
+    assert u.verdict == "INVALID" and "selection-not-rederived" in u.reasons
+    assert any("selected_capacity '1.25' but the pipeline replayed on the cells gives "
+               "'1.125'" in w for w in u.why), u.why
+
+
+def test_a_time_cell_that_answers_at_another_capacity(lie, monkeypatch):
+    """A launch's cell renamed to run at 1.25 (its cell.json, argv and rows re-stated): the
+    pipeline asks for QWEN3_30B's launches at its timing capacity 1.125."""
+    name = f"{QWEN}__ultraep__time__cap1p125__a1"
+    moved = name.replace("cap1p125", "cap1p25")
+    (lie / "cells" / name).rename(lie / "cells" / moved)
+
+    def restated(d):
+        d["name"] = moved
+        d["cell"]["capacity"] = "1.25"
+        d["argv"][d["argv"].index("--capacity") + 1] = "1.25"
+    path = lie / "cells" / moved / "cell.json"
+    data = json.loads(path.read_text())
+    restated(data)
+    corpus.replace_file(path, json.dumps(data, indent=1).encode())
+    for table in (ATTEMPTS_TSV, TIMING_LAUNCHES_TSV, TIMING_TSV):
+        corpus.edit(lie, table, lambda r: {**r, "cell_dir": r["cell_dir"].replace(name, moved)}
+                    if r.get("cell_dir") else r)
+    corpus.set_row(lie, ATTEMPTS_TSV, {"cell_dir": f"cells/{moved}"}, capacity="1.25",
+                   capacity_tag="cap1p25", budget_tokens="1280")
+    u = audit(lie)
+    assert u.verdict == "INVALID" and NOT_REDERIVED in u.reasons, u.why
+    assert any("ran at 1.25, but the pipeline asks" in w and "timing capacity" in w
+               for w in u.why), u.why
 
 
 # ------------------------------------------------------------ the A/A control arm

@@ -106,6 +106,15 @@ def fold(rule: Rule, checks: list[Check], missing: list[str], broken: list[str])
     return Check(rule.code, NOT_APPLICABLE, ["no table to check"])
 
 
+def combine(code: str, checks: list[Check]) -> Check:
+    """Several checks of one code as one: fail, else unknown, else pass, else n/a."""
+    for state in (FAIL, UNKNOWN, PASS, NOT_APPLICABLE):
+        same = [w for c in checks if c.state == state for w in c.why]
+        if any(c.state == state for c in checks):
+            return Check(code, state, same)
+    return Check(code, NOT_APPLICABLE, ["nothing to check"])
+
+
 def check_missing_provenance(upload: Upload) -> Check:
     """The tables' provenance.txt, and one covering every (not ignored) cell directory: its
     own, or the nearest at or above it inside the upload (the earlier campaign wrote one per

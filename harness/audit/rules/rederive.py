@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from harness.api.backend import TIMING_TAG, RunRequest
+from harness.api.backend import RunRequest
+from harness.api.launcher import JobResult
 from harness.api.registry import load_backend
 from harness.audit.model import (
     NOT_APPLICABLE,
@@ -37,7 +38,7 @@ from harness.audit.model import (
     verdict_of,
     where,
 )
-from harness.audit.readers import safe_real, tagged_lines
+from harness.audit.readers import safe_real
 from harness.audit.rules.apply import blanked
 from harness.audit.vocab import (
     CELL_IDENTITY,
@@ -49,9 +50,8 @@ from harness.audit.vocab import (
     TIMING_CELL,
 )
 from harness.errors import EpcapError
-from harness.grid import capacity as cap
-from harness.grid import selection as gsel
-from harness.grid.risk import drop_risk_95
+from harness.pipeline.analysis import analyse
+from harness.pipeline.decisions import Outcome
 from harness.results.events import EVENTS_MAX_BYTES, read_events
 from harness.results.layout import (
     ATTEMPTS_TSV,
@@ -63,11 +63,12 @@ from harness.results.layout import (
     parse_cell_name,
 )
 from harness.results.provenance import parse_provenance
-from harness.taxonomy.judge import judge_run
+from harness.results.tables import cell_text
+from harness.taxonomy.judge import LOG_SUFFIXES
 from harness.taxonomy.signatures import load_table
-from harness.telemetry.summary import LogSummary, summarize
+from harness.telemetry.summary import LogSummary
 from harness.timing.verdicts import backend_of, is_control
-from harness.vocab import FAILURE_CLASSES, TIMED_OK, Event, Purpose, Status
+from harness.vocab import FAILURE_CLASSES, Event, Purpose, Status
 
 STEP_PURPOSES = (Purpose.MEASURE, Purpose.VALIDATE)
 LOG_GLOB = "rank*.log"
@@ -81,6 +82,7 @@ class Derived:
     summary: LogSummary | None
     problem: str | None = None                     # why it could not be derived (UNKNOWN)
     timing: dict | None = None                     # a time run's [EPCAP_TIMING] object
+    outcome: Outcome | None = None                 # what the pipeline receives for it
 
 
 def as_run(upload: Upload) -> bool:
@@ -165,6 +167,24 @@ def upload_events(upload: Upload) -> tuple[list[dict] | None, str | None]:
     return upload.events
 
 
+def invalidated(upload: Upload) -> set[str]:
+    """Cells a `cells_invalidated` event took out of the results (they no longer count)."""
+    events = upload_events(upload)[0] or []
+    return {str(c) for e in events if e.get("ev") == Event.CELLS_INVALIDATED
+            for c in e.get("cells") or []}
+
+
+def campaign_finished(upload: Upload) -> bool | None:
+    """Whether the campaign's last run ended with `campaign_done` (events.jsonl), None when
+    the upload holds no event log (or it cannot be read)."""
+    events, _ = upload_events(upload)
+    if events is None:
+        return None
+    marks = (Event.RUN_START, Event.CAMPAIGN_DONE, Event.CAMPAIGN_STOPPED)
+    last = next((e["ev"] for e in reversed(events) if e.get("ev") in marks), None)
+    return last == Event.CAMPAIGN_DONE
+
+
 def read_abandoned(upload: Upload) -> set[str]:
     """abandoned_cells, read once per upload."""
     events = upload_events(upload)[0] or []
@@ -188,6 +208,9 @@ def derive(upload: Upload, cell: Cell) -> Derived:
 
 
 def _derive(upload: Upload, cell: Cell) -> Derived:
+    """The cell's outcome by the campaign's own code (harness.pipeline.analysis.analyse, the
+    function `epcap run` calls when the run ends), from its logs and cell.json's launcher
+    record; `problem` says why it cannot be derived (the rules are then UNKNOWN)."""
     rb = upload.runbook
     named = parse_cell_name(cell.name, getattr(rb, "campaign", ""))
     if named is None or cell.where is None:
@@ -198,7 +221,11 @@ def _derive(upload: Upload, cell: Cell) -> Derived:
     except (EpcapError, KeyError, ValueError, LookupError) as exc:
         return Derived({}, None, f"{cell.path}: the runbook as run has no such cell "
                                  f"({str(exc)[:120]})")
-    logs = sorted(p for p in cell.where.glob(LOG_GLOB) if p.is_file() and not p.is_symlink())
+    linked = sorted(p.name for p in cell.where.iterdir()
+                    if p.suffix in LOG_SUFFIXES and p.is_symlink())
+    if linked:
+        return Derived({}, None, f"{cell.path}: log {linked[0]} is a link (not followed)")
+    logs = sorted(p for p in cell.where.glob(LOG_GLOB) if p.is_file())
     launcher = (cell.cell_json or {}).get("launcher")
     if not isinstance(launcher, dict) or "state" not in launcher:
         return Derived({}, None, f"{cell.path}/cell.json: field launcher.state missing")
@@ -207,34 +234,25 @@ def _derive(upload: Upload, cell: Cell) -> Derived:
         return Derived({}, None, f"{cell.path}/cell.json: field launcher.exit_code not an int")
     try:
         ready = cell.logs.summary if cell.logs is not None else None
-        summary = ready if ready is not None else (
-            summarize(logs, **backend.expected_log_shape(req)) if logs else None)
-        verdict = judge_run(exit_code, str(launcher["state"]), logs, backend.failure_patterns(),
-                            purpose=named.purpose, library=getattr(backend, "library", None),
-                            summary=summary)
+        out = analyse(req, backend, JobResult(str(launcher["state"]), exit_code, logs),
+                      cell.where, "", summary=ready)
     except (EpcapError, OSError, UnicodeDecodeError) as exc:
         return Derived({}, None, f"{cell.path}: logs unreadable ({str(exc)[:120]})")
-    status, timing = verdict.status, None
-    if named.purpose == Purpose.TIME and status in TIMED_OK:
-        timing = backend.parse_timing(tagged_lines(logs, TIMING_TAG))
-        if timing is None:
-            status = Status.CRASH
-    n = req.shape.uniform_tokens(req.model.topk)
-    measured = summary is not None and summary.rows > 0 and status not in FAILURE_CLASSES
+    summary, measured = out.summary, out.row.peak_actual_valid_recv is not None
     cols: dict[str, object] = {
-        "campaign": rb.campaign, "model": named.model, "backend": named.backend,
-        "purpose": named.purpose, "attempt": named.attempt, "capacity": named.capacity,
-        "capacity_tag": cap.capacity_tag(named.capacity), "uniform_tokens": n,
-        "budget_tokens": cap.budget_tokens(named.capacity, n), "status": str(status),
-        "rows": summary.rows if summary else 0,
-        "malformed_rows": summary.malformed_rows if summary else 0,
-        "saturated_rows": summary.saturated_rows if summary else 0,
-        "peak_actual_valid_recv": summary.peak_actual_valid_recv if measured else None,
+        **{c: getattr(out.row, c) for c in DERIVED_COLUMNS},
         "required_capacity": (Fraction(summary.peak_actual_valid_recv, summary.expected_recv)
                               if measured and summary.expected_recv else None),
-        "exit_code": exit_code, "backend_impl": backend.implementation(timing),
-    }
-    return Derived(cols, summary, timing=timing)
+        "exit_code": exit_code}
+    cols["status"] = str(out.status)
+    return Derived(cols, summary, timing=out.timing, outcome=out)
+
+
+# the attempts columns analyse() fills from the evidence (the rest: times, cell_dir, failure)
+DERIVED_COLUMNS = ("campaign", "model", "backend", "purpose", "attempt", "capacity",
+                   "capacity_tag", "uniform_tokens", "budget_tokens", "status", "rows",
+                   "malformed_rows", "saturated_rows", "peak_actual_valid_recv",
+                   "backend_impl")
 
 
 def differs(column: str, written: str, derived: object) -> bool:
@@ -538,7 +556,8 @@ def check_rederived(table: Table, upload: Upload) -> Check:
                 continue                              # unreadable: the rule is UNKNOWN
             if differs(column, written, got.columns[column]):
                 shown = got.columns[column]
-                shown = format(float(shown), ".6g") if isinstance(shown, Fraction) else shown
+                shown = (format(float(shown), ".6g") if isinstance(shown, Fraction)
+                         else cell_text(shown))
                 bad.append(f"{where(table, row)}: {column} {written!r} but the harness "
                            f"derives {shown!r} from {cell.path}")
     gone = abandoned_cells(upload)
@@ -616,80 +635,6 @@ def pair_rows(upload: Upload, model: str, backend: str, purpose: str) -> list[Ro
             and r.get("purpose") == purpose]
 
 
-def selection_problems(table: Table, row: Row, upload: Upload) -> tuple[list[str], list[str]]:
-    """A selection row re-derived: requirement from its last measure, the lowest rung on the
-    runbook's grid, step-ups past dropping validates, over-provision, validate steps, risk."""
-    at, rb = where(table, row), upload.runbook
-    model, backend = row.get("model"), row.get("backend")
-    measures = [r for r in pair_rows(upload, model, backend, Purpose.MEASURE)
-                if r.get("status") in (Status.OK, Status.DROPS, Status.LOWER_BOUND)]
-    if not measures:
-        return [f"{at}: {model}/{backend} has no measure attempt to select from"], []
-    last = measures[-1]
-    cell = upload.cell_for(last)
-    if cell is None:
-        return [], [f"{at}: its measure cell is missing"]
-    got = derive(upload, cell)
-    if got.problem or got.summary is None:
-        return [], [got.problem or f"{cell.path}: no telemetry"]
-    bad = []
-    try:
-        req = gsel.requirement(got.summary)
-        sel = gsel.select(req, upload.pad_multiple, rb.capacity.decimals)
-    except EpcapError as exc:
-        return [f"{at}: its last measure {cell.path} gives no requirement ({exc})"], []
-    if decimal_of(row.get("measured_at_capacity")) != decimal_of(last.get("capacity")):
-        bad.append(f"{at}: measured_at_capacity {row.get('measured_at_capacity')!r} but the "
-                   f"last measure ran at {last.get('capacity')}")
-    if int_of(row.get("peak_actual_valid_recv")) != req.peak and \
-            not blanked(table, row, "peak_actual_valid_recv"):
-        bad.append(f"{at}: peak_actual_valid_recv {row.get('peak_actual_valid_recv')!r} but "
-                   f"{cell.path} derives {req.peak}")
-    rung = sel.capacity
-    validates = pair_rows(upload, model, backend, Purpose.VALIDATE)
-    for _ in range(len(validates) + 1):
-        at_rung = [v for v in validates
-                   if decimal_of(v.get("capacity")) == decimal_of(rung)
-                   and v.get("status") not in (Status.INFRA,)]
-        if at_rung and any(v.get("status") == Status.DROPS for v in at_rung):
-            rung = cap.step_up(rung, req.uniform_tokens, upload.pad_multiple,
-                               rb.capacity.decimals)
-            continue
-        break
-    if decimal_of(row.get("selected_capacity")) != decimal_of(rung):
-        bad.append(f"{at}: selected_capacity {row.get('selected_capacity')!r} but the lowest "
-                   f"zero-drop rung of the {rb.capacity.decimals or 'exact'} grid above peak "
-                   f"{req.peak} (after step-ups) is {rung}")
-    budget = cap.budget_tokens(rung, req.uniform_tokens)
-    if int_of(row.get("selected_budget_tokens")) != budget and \
-            not blanked(table, row, "selected_budget_tokens"):
-        bad.append(f"{at}: selected_budget_tokens {row.get('selected_budget_tokens')!r} but "
-                   f"int({rung} x {req.uniform_tokens}) = {budget}")
-    if int_of(row.get("uniform_tokens")) != req.uniform_tokens and \
-            not blanked(table, row, "uniform_tokens"):
-        bad.append(f"{at}: uniform_tokens {row.get('uniform_tokens')!r} but the measure's N "
-                   f"is {req.uniform_tokens}")
-    written = row.get("over_provision")
-    if written and not agrees(written, Fraction(budget, req.peak)):
-        bad.append(f"{at}: over_provision {written} but budget/peak = {budget}/{req.peak}")
-    accepted = [v for v in validates if decimal_of(v.get("capacity")) == decimal_of(rung)
-                and v.get("status") == Status.OK]
-    steps = int_of(row.get("validate_steps"))
-    if accepted and row.get("validate_steps"):
-        vcell = upload.cell_for(accepted[-1])
-        vgot = derive(upload, vcell) if vcell is not None else None
-        if vgot is not None and vgot.summary is not None and \
-                steps != vgot.summary.iterations:
-            bad.append(f"{at}: validate_steps {row.get('validate_steps')} but "
-                       f"{vcell.path} ran {vgot.summary.iterations} iterations")
-    if steps and row.get("drop_risk_95"):
-        risk = drop_risk_95(steps)
-        if risk is not None and not agrees(row.get("drop_risk_95"), Fraction(risk)):
-            bad.append(f"{at}: drop_risk_95 {row.get('drop_risk_95')} but the harness gives "
-                       f"{risk:.6g} for {steps} steps")
-    return bad, []
-
-
 def timed(upload: Upload, row: Row) -> bool:
     """The model has time attempts: its time step started (and set timing_capacity); a
     campaign stopped before it (--until validate) leaves the column empty."""
@@ -712,8 +657,8 @@ MAY_BE_EMPTY = ("predicted_drop_risk", "predicted_drop_risk_hi")
 
 
 def check_selection(table: Table, upload: Upload) -> Check:
-    """Each selection row equals what harness.grid.selection derives from the cells (with the
-    runbook as run); one row per pair, no evidence column empty or unreadable (any layout)."""
+    """One selection row per pair, no evidence column empty or unreadable (any layout); what
+    each row says is the pipeline's, replayed on the cells by rules.pipeline."""
     from harness.audit.evidence import evidence_columns
     needed = [c for c in evidence_columns(SELECTION_TSV) if c in table.columns
               and c not in MAY_BE_EMPTY]
@@ -729,12 +674,6 @@ def check_selection(table: Table, upload: Upload) -> Check:
                 if not row.get(c) and not blanked(table, row, c)
                 and not not_selected(upload, row)
                 and not (c == "timing_capacity" and not timed(upload, row))]
-    for row in table.rows if as_run(upload) else []:
-        if not_selected(upload, row):
-            continue                     # the empty row: rules.heldout re-derives it
-        b, u = selection_problems(table, row, upload)
-        bad += b
-        unknown += u
     return verdict_of(bad, [], SELECTION_NOT_REDERIVED, unknown)
 
 
@@ -752,7 +691,4 @@ RULES: tuple[Rule, ...] = (
     Rule(INCOMPLETE, "a measure or validate lacks ranks, layers or iterations",
          (Source(ATTEMPTS_TSV, ("purpose", "status", "cell_dir")),), False, check_incomplete,
          "a validate whose telemetry lacks iterations or a rank"),
-    Rule(SELECTION_NOT_REDERIVED, "a selection row differs from the harness's own selection",
-         (Source(SELECTION_TSV, ("model", "backend", "selected_capacity")),), False,
-         check_selection, "the selection not the lowest zero-drop rung (the fifth bug)"),
 )

@@ -1,0 +1,507 @@
+"""The audit replays the pipeline (docs/architecture.md#the-audit-is-the-pipeline-replayed).
+
+The campaign's own steps (harness.pipeline.decisions.model_pipeline, driven by
+harness.pipeline.replay.replay) run again with the upload's cells as their source instead of
+a launcher: each request is answered by the next standing cell of its (model, backend,
+purpose) in attempt order -- abandoned and invalidated cells left out, bug-class runs re-run,
+retried infra failures skipped by the driver's own rule (pipeline.replay.next_standing) --
+and its outcome is derived by the campaign's own analysis (rules.rederive.derive ->
+harness.pipeline.analysis.analyse). The selection, timing and comparison rows the steps
+build are then compared with the upload's tables, row by row and column by column.
+
+Nothing here decides what a campaign should have done; a stage added to harness/pipeline/
+is audited without a line in harness/audit/. What a replay finds is reported under the
+code of the table it concerns:
+
+- `selection-not-rederived`: capacity_selection.tsv's selection columns; a measure cell
+  that answers a request at another capacity than the pipeline asks;
+- `held-out-not-rederived`: its validate-step and drop-risk columns; a validate cell at
+  another capacity than the step-up asks, or one the pipeline never asks for;
+- `timing-not-rederived`: timing.tsv and comparison.tsv; a time cell at another capacity
+  than its model's timing capacity, or one the pipeline never asks for;
+- `timing-incomplete`: a timing or comparison row, or a time launch, the pipeline makes
+  that the upload lacks.
+
+A request no cell answers is missing evidence: the model's pipeline stops there, its rows
+are not compared (they cannot be derived), and the missing cell is named -- INVALID when
+the upload says its campaign ended (`campaign_done` last in events.jsonl, or the pair's rows
+are written as though it had run), else UNKNOWN.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from harness.audit.model import (
+    NOT_APPLICABLE,
+    UNKNOWN,
+    Cell,
+    Check,
+    Row,
+    Rule,
+    Source,
+    Table,
+    Upload,
+    decimal_of,
+    norm,
+    verdict_of,
+    where,
+)
+from harness.audit.rules import heldout, rederive, timing
+from harness.audit.rules.apply import blanked, combine
+from harness.audit.rules.rederive import (
+    abandoned_cells,
+    as_run,
+    campaign_finished,
+    derive,
+    invalidated,
+)
+from harness.audit.vocab import (
+    HELD_OUT_NOT_REDERIVED,
+    SELECTION_NOT_REDERIVED,
+    TIMING_INCOMPLETE,
+    TIMING_NOT_REDERIVED,
+)
+from harness.grid import capacity as cap
+from harness.pipeline.decisions import Context, Outcome, Request
+from harness.pipeline.replay import next_standing, replay
+from harness.results.events import reruns_on_resume
+from harness.results.layout import (
+    ATTEMPTS_TSV,
+    COMPARISON_TSV,
+    EVENTS_JSONL,
+    SELECTION_TSV,
+    TIMING_TSV,
+    parse_cell_name,
+)
+from harness.results.rows import Row as ResultRow
+from harness.results.tables import cell_text
+from harness.vocab import Purpose
+
+# capacity_selection.tsv columns the validate step and the risk fit write
+HELD_OUT_COLUMNS = ("validated", "validate_attempts", "validate_seed", "validate_steps",
+                    "validate_peak", "headroom", "drop_risk_95", "predicted_drop_risk",
+                    "predicted_drop_risk_hi", "held_out")
+CODE_OF_PURPOSE = {Purpose.MEASURE: SELECTION_NOT_REDERIVED,
+                   Purpose.VALIDATE: HELD_OUT_NOT_REDERIVED,
+                   Purpose.TIME: TIMING_NOT_REDERIVED}
+NAMES = ("campaign", "model", "backend", "baseline", "phase", "status", "verdict", "timer",
+         "backend_impl")                      # compared as docs/spec.md#audit-rules compares names
+
+MISSING, CONTRADICTED, UNDECIDED = "missing", "contradicted", "undecided"
+
+
+@dataclass
+class Stop:
+    """Why a model's pipeline stopped before its end: the request, and what its cell was."""
+
+    request: Request
+    kind: str                        # MISSING | CONTRADICTED | UNDECIDED
+    why: str
+    launch: int = 0                  # a time request: which launch of its arm (1-based)
+
+
+@dataclass
+class UploadReplay:
+    """The pipeline replayed on an upload: the rows it built (keyed by normalised names),
+    per model where it stopped, the cells it used and those no request asked for."""
+
+    selection: dict[tuple[str, str], ResultRow] = field(default_factory=dict)
+    timing: dict[tuple[str, str], ResultRow] = field(default_factory=dict)
+    comparison: dict[tuple[str, str, str], ResultRow] = field(default_factory=dict)
+    stops: dict[str, Stop] = field(default_factory=dict)          # by normalised model
+    answered: list[tuple[Request, Outcome]] = field(default_factory=list)
+    unused: list[tuple[str, Cell]] = field(default_factory=list)  # (normalised model, cell)
+    problem: str | None = None                                     # no replay at all
+
+    def stopped(self, model: str) -> Stop | None:
+        return self.stops.get(norm(model))
+
+
+class CellSource:
+    """Answers the pipeline's requests from the upload's cells, as the driver's resume
+    answers them from events.jsonl (Campaign.replayed, replay_with_retries)."""
+
+    def __init__(self, upload: Upload) -> None:
+        self.upload = upload
+        gone, dropped = invalidated(upload), abandoned_cells(upload)
+        found: dict[tuple[str, str, str], list[tuple[int, Cell]]] = {}
+        for cell in upload.cells.values():
+            named = parse_cell_name(cell.name, upload.runbook.campaign)
+            if named is None or cell.where is None or cell.problem or cell.name in gone \
+                    or cell.path in dropped or named.purpose == Purpose.CANARY:
+                continue
+            key = (norm(named.model), norm(named.backend), named.purpose)
+            found.setdefault(key, []).append((named.attempt, cell))
+        self.queues = {k: [c for _, c in sorted(v, key=lambda x: x[0])]
+                       for k, v in found.items()}
+        self.cursor: dict[tuple[str, str, str], int] = {}
+        self.stop: Stop | None = None
+        self.launches: dict[tuple[str, str], int] = {}
+
+    def following(self, key: tuple[str, str, str]) -> Outcome | None:
+        """The key's next cell whose result stands (a bug-class run re-ran on resume)."""
+        cells = self.queues.get(key, [])
+        while self.cursor.get(key, 0) < len(cells):
+            cell = cells[self.cursor.get(key, 0)]
+            self.cursor[key] = self.cursor.get(key, 0) + 1
+            got = derive(self.upload, cell)
+            if got.problem or got.outcome is None:
+                raise Undecided(got.problem or f"{cell.path}: no outcome")
+            if not reruns_on_resume(got.outcome.status, key[2]):
+                return got.outcome
+        return None
+
+    def answer(self, req: Request) -> Outcome | None:
+        """The outcome the request saw, or None (and `stop` says why)."""
+        key = (norm(req.model), norm(req.backend), req.purpose)
+        launch = 0
+        if req.purpose == Purpose.TIME:
+            launch = self.launches[key[:2]] = self.launches.get(key[:2], 0) + 1
+        try:
+            out, _ = next_standing(lambda: self.following(key),
+                                   self.upload.runbook.limits.infra_retries)
+        except Undecided as exc:
+            self.stop = Stop(req, UNDECIDED, str(exc), launch)
+            return None
+        if out is None:
+            self.stop = Stop(req, MISSING, missing_text(req, launch,
+                                                        self.upload.runbook.timing.launches),
+                             launch)
+            return None
+        if cap.format_capacity(out.cell.capacity) != cap.format_capacity(req.capacity):
+            self.stop = Stop(req, CONTRADICTED, (
+                f"cells/{out.cell.name}: ran at {out.cell.capacity}, but the pipeline asks "
+                f"{req.model}/{req.backend} for a {req.purpose} run at {req.capacity} here"
+                + (" (its timing capacity)" if req.purpose == Purpose.TIME else "")), launch)
+            return None
+        return out
+
+    def unused(self) -> list[tuple[str, Cell]]:
+        """Cells no request consumed (after the cursor of their key)."""
+        return [(key[0], cell) for key, cells in sorted(self.queues.items())
+                for cell in cells[self.cursor.get(key, 0):]]
+
+
+class Undecided(Exception):
+    """A cell the campaign's analysis cannot derive (its rules are then UNKNOWN)."""
+
+
+def missing_text(req: Request, launch: int, launches: int) -> str:
+    what = (f"{req.model}/{req.backend}: launch {launch} of {launches}"
+            if req.purpose == Purpose.TIME else f"{req.model}/{req.backend}")
+    return (f"{what}: the pipeline asks for a {req.purpose} run at {req.capacity} and the "
+            f"upload has no cell for it (the runbook as run asks for it)")
+
+
+def replay_upload(upload: Upload) -> UploadReplay:
+    """The pipeline replayed on the upload's cells, once per upload (cached)."""
+    if upload.replay is None:
+        upload.replay = _replay(upload)
+    return upload.replay
+
+
+def _replay(upload: Upload) -> UploadReplay:
+    rb = upload.runbook
+    out = UploadReplay()
+    source = CellSource(upload)
+    ctx = Context(rb, (), None)
+    try:
+        for model in rb.models:
+            source.stop = None
+            done = replay(ctx, source.answer, [model.name])
+            out.answered += done.answered
+            if done.unanswered and source.stop is not None:
+                out.stops[norm(model.name)] = source.stop
+    except Exception as exc:  # noqa: BLE001 -- any failure of the steps on this evidence
+        out.problem = (f"the pipeline cannot be replayed on this upload's cells "
+                       f"({type(exc).__name__}: {str(exc)[:200]})")
+        return out
+    out.selection = {(norm(m), norm(b)): row for (m, b), row in ctx.selection.items()}
+    out.timing = {(norm(m), norm(b)): row for (m, b), row in ctx.timing.items()}
+    out.comparison = {(norm(r.model), norm(r.backend), norm(r.phase)): r
+                      for rows in ctx.comparison.values() for r in rows}
+    out.unused = source.unused()
+    return out
+
+
+# ---------------------------------------------------------------- comparing tables
+
+def differs(column: str, written: str, derived: object) -> bool:
+    """A written TSV cell against the value the pipeline built, as harness.results.tables
+    writes it: names as docs/spec.md#audit-rules compares them, booleans as true/false,
+    numbers as numbers (1.1250 is 1.125), any other text exactly."""
+    if derived is None:
+        return written != ""
+    if column in NAMES:
+        return norm(written) != norm(str(derived))
+    text = cell_text(derived)
+    if isinstance(derived, bool):
+        return norm(written) != text
+    a, b = decimal_of(written), decimal_of(text)
+    if a is not None and b is not None:
+        return a != b
+    return written != text
+
+
+def column_problems(table: Table, row: Row, built: ResultRow, columns: list[str]) -> list[str]:
+    """The columns of one written row that differ from the row the pipeline built."""
+    bad = []
+    values = built.as_dict()
+    for column in columns:
+        if column not in table.columns or column not in values or blanked(table, row, column):
+            continue
+        if differs(column, row.get(column), values[column]):
+            bad.append(f"{where(table, row)}: {column} {row.get(column)!r} but the pipeline "
+                       f"replayed on the cells gives {cell_text(values[column])!r}")
+    return bad
+
+
+def stop_problems(upload: Upload, rep: UploadReplay, purposes: tuple[str, ...],
+                  claimed: set[str]) -> tuple[list[str], list[str]]:
+    """The stops of the given purposes: contradicted is bad, undecided unknown, missing bad
+    when the campaign says it ended or the upload claims rows of that model (`claimed`)."""
+    bad, unknown = [], []
+    finished = campaign_finished(upload)
+    for model, stop in sorted(rep.stops.items()):
+        if stop.request.purpose not in purposes:
+            continue
+        if stop.kind == CONTRADICTED:
+            bad.append(stop.why)
+        elif stop.kind == UNDECIDED:
+            unknown.append(stop.why)
+        elif model in claimed and finished is not False:
+            bad.append(stop.why)
+        elif model in claimed:
+            unknown.append(f"{stop.why}; {EVENTS_JSONL}: the campaign's last run ended "
+                           f"without campaign_done (stopped before its stage ended?)")
+    return bad, unknown
+
+
+def unused_problems(rep: UploadReplay, purposes: tuple[str, ...]) -> list[str]:
+    """Standing cells of a model whose pipeline ran to its end that no request asked for."""
+    bad = []
+    for model, cell in rep.unused:
+        named = parse_cell_name(cell.name)
+        if named is None or named.purpose not in purposes or model in rep.stops:
+            continue
+        bad.append(f"{cell.path}: a {named.purpose} run the pipeline never asks for (its "
+                   f"{named.purpose} step had ended)")
+    return bad
+
+
+def rows_of(table: Table | None, model: str) -> list[Row]:
+    return [r for r in (table.rows if table is not None and not table.unreadable else [])
+            if r.name("model") == model]
+
+
+def compared(rep: UploadReplay, key: tuple, table: str) -> bool:
+    """Whether the written row with this key can be compared: its model's pipeline ran to
+    its end; or, for a selection row, it stopped at a later pair or in the time step (the
+    pair's row was final by then)."""
+    stop = rep.stopped(key[0])
+    if stop is None:
+        return True
+    if table != SELECTION_TSV:
+        return False
+    if stop.request.purpose == Purpose.TIME:
+        return True
+    return key in rep.selection and key[1] != norm(stop.request.backend)
+
+
+def skipped_columns(rep: UploadReplay, model: str) -> tuple[str, ...]:
+    """Selection columns not final when the model's pipeline stopped: timing_capacity is set
+    by the time step, which a stop before it (or at its first launch, the stage never begun
+    in the upload) leaves to the campaign that did not run it."""
+    stop = rep.stopped(model)
+    if stop is None:
+        return ()
+    begun = any(norm(req.model) == norm(model) and req.purpose == Purpose.TIME
+                for req, _ in rep.answered)
+    return () if begun else ("timing_capacity",)
+
+
+def compare_rows(table: Table | None, built: dict[tuple, ResultRow], key_of, rep: UploadReplay,
+                 columns: list[str]) -> tuple[list[str], list[tuple]]:
+    """Written rows against built rows with the same key (rows whose model's pipeline
+    stopped before they were final are not compared); returns (problems, built keys with no
+    written row)."""
+    bad, seen = [], set()
+    name = table.name if table is not None else ""
+    for row in table.rows if table is not None and not table.unreadable else []:
+        key = key_of(row)
+        if not compared(rep, key, name):
+            continue
+        if any(blanked(table, row, c) for c in ("model", "backend", "phase")):
+            seen |= {k for k in built if k[:2] == key[:2]}
+            continue
+        if key not in built:
+            bad.append(f"{where(table, row)}: a {table.name} row the pipeline does not make "
+                       f"({' '.join(key)})")
+            continue
+        if key in seen:
+            bad.append(f"{where(table, row)}: {' '.join(key)} written twice")
+            continue
+        seen.add(key)
+        skip = skipped_columns(rep, key[0])
+        bad += column_problems(table, row, built[key], [c for c in columns if c not in skip])
+    return bad, [k for k in built if k not in seen and compared(rep, k, name)]
+
+
+def pair_key(row: Row) -> tuple[str, str]:
+    return row.name("model"), row.name("backend")
+
+
+def phase_key(row: Row) -> tuple[str, str, str]:
+    return row.name("model"), row.name("backend"), row.name("phase")
+
+
+def claimed_models(upload: Upload, *tables: str) -> set[str]:
+    """Models the upload's tables write rows for."""
+    out = set()
+    for name in tables:
+        table = upload.tables.get(name)
+        out |= {r.name("model") for r in (table.rows if table and not table.unreadable else [])}
+    return out
+
+
+def replayed(upload: Upload, code: str) -> UploadReplay | Check:
+    """The replay, or the check to return when there is none (no runbook as run: n/a)."""
+    if not as_run(upload):
+        return Check(code, NOT_APPLICABLE, ["no runbook as run"])
+    rep = replay_upload(upload)
+    if rep.problem:
+        return Check(code, UNKNOWN, [rep.problem])
+    return rep
+
+
+# ---------------------------------------------------------------- the rules
+
+def selection_columns(held_out: bool) -> list[str]:
+    from harness.results.rows import SELECTION_COLUMNS
+    return [c for c in SELECTION_COLUMNS if c != "campaign"
+            and (c in HELD_OUT_COLUMNS) == held_out]
+
+
+def check_selection_replayed(table: Table, upload: Upload) -> Check:
+    """capacity_selection.tsv's selection columns equal the rows the replayed pipeline
+    builds from the cells; every pair it selects has its row."""
+    rep = replayed(upload, SELECTION_NOT_REDERIVED)
+    if isinstance(rep, Check):
+        return rep
+    bad, missing = compare_rows(table, rep.selection, pair_key, rep, selection_columns(False))
+    bad += [f"{SELECTION_TSV}: no row for {m}/{b}, which the pipeline selects from its cells"
+            for m, b in missing]
+    b, unknown = stop_problems(upload, rep, (Purpose.MEASURE,),
+                               claimed_models(upload, SELECTION_TSV))
+    return combine(SELECTION_NOT_REDERIVED, [
+        rederive.check_selection(table, upload),
+        verdict_of(bad + b + unused_problems(rep, (Purpose.MEASURE,)), [],
+                   SELECTION_NOT_REDERIVED, unknown)])
+
+
+def check_held_out_replayed(table: Table, upload: Upload) -> Check:
+    """capacity_selection.tsv's validate-step and drop-risk columns equal the replayed
+    pipeline's; no validate cell outside the step it walks."""
+    rep = replayed(upload, HELD_OUT_NOT_REDERIVED)
+    if isinstance(rep, Check):
+        return rep
+    bad, _ = compare_rows(table, rep.selection, pair_key, rep, selection_columns(True))
+    b, unknown = stop_problems(upload, rep, (Purpose.VALIDATE,),
+                               claimed_models(upload, SELECTION_TSV))
+    return combine(HELD_OUT_NOT_REDERIVED, [
+        heldout.check_validate_seeds(table, upload),
+        verdict_of(bad + b + unused_problems(rep, (Purpose.VALIDATE,)), [],
+                   HELD_OUT_NOT_REDERIVED, unknown)])
+
+
+def timing_tables_unreadable(upload: Upload) -> list[str]:
+    out = []
+    for name in (TIMING_TSV, COMPARISON_TSV):
+        t = upload.tables.get(name)
+        if t is not None and (t.unreadable or t.malformed):
+            out.append(f"{name}: {t.unreadable or t.malformed[0]}")
+        if t is not None and t.blanked:                  # rules.apply.blank_unreadable
+            out += list(t.blanked.values())
+    return out
+
+
+def check_timing_replayed(table: Table, upload: Upload) -> Check:
+    """timing.tsv and comparison.tsv equal the rows the replayed time step builds from the
+    time cells; every time cell answers a request at its model's timing capacity."""
+    rep = replayed(upload, TIMING_NOT_REDERIVED)
+    if isinstance(rep, Check):
+        return rep
+    unknown = timing_tables_unreadable(upload)
+    bad: list[str] = []
+    from harness.results.rows import COMPARISON_COLUMNS, TIMING_COLUMNS
+    for name, built, key_of, columns in (
+            (TIMING_TSV, rep.timing, pair_key, TIMING_COLUMNS),
+            (COMPARISON_TSV, rep.comparison, phase_key, COMPARISON_COLUMNS)):
+        b, _ = compare_rows(upload.tables.get(name), built, key_of, rep,
+                            [c for c in columns if c != "campaign"])
+        bad += b
+    contradicted = [s.why for s in rep.stops.values()
+                    if s.kind == CONTRADICTED and s.request.purpose == Purpose.TIME]
+    undecided = [s.why for s in rep.stops.values()
+                 if s.kind == UNDECIDED and s.request.purpose == Purpose.TIME]
+    return combine(TIMING_NOT_REDERIVED, [
+        timing.check_timing_launches(table, upload),
+        verdict_of(bad + contradicted + unused_problems(rep, (Purpose.TIME,)), [],
+                   TIMING_NOT_REDERIVED, unknown + undecided)])
+
+
+def check_timing_complete(table: Table, upload: Upload) -> Check:
+    """Every timing and comparison row, and every time launch, the replayed pipeline makes
+    for a model whose time stage started is in the upload."""
+    rep = replayed(upload, TIMING_INCOMPLETE)
+    if isinstance(rep, Check):
+        return rep
+    missing: list[str] = []
+    for name, built, key_of in ((TIMING_TSV, rep.timing, pair_key),
+                                (COMPARISON_TSV, rep.comparison, phase_key)):
+        t = upload.tables.get(name)
+        if t is not None and t.unreadable:
+            continue
+        if built and t is None:
+            missing.append(f"{name} absent, but the pipeline makes {len(built)} rows")
+            continue
+        _, absent = compare_rows(t, built, key_of, rep, [])
+        missing += [f"{name}: no row for {' '.join(k)}" for k in absent]
+    started = {norm(c.name.split("__")[0]) for _, c in rep.unused if "__time__" in c.name}
+    started |= {norm(req.model) for req, _ in rep.answered if req.purpose == Purpose.TIME}
+    started |= claimed_models(upload, TIMING_TSV, COMPARISON_TSV)
+    selection = upload.tables.get(SELECTION_TSV)
+    for row in selection.rows if selection and "timing_capacity" in selection.columns else []:
+        if row.get("timing_capacity"):
+            started.add(row.name("model"))
+    stops = {m: s for m, s in rep.stops.items()
+             if s.kind == MISSING and s.request.purpose == Purpose.TIME and m in started}
+    missing += [s.why for _, s in sorted(stops.items())]
+    if missing and campaign_finished(upload) is False:
+        return Check(TIMING_INCOMPLETE, UNKNOWN, [
+            f"{missing[0]}; and {len(missing) - 1} more" if len(missing) > 1 else missing[0],
+            f"{EVENTS_JSONL}: the campaign's last run ended without campaign_done (stopped "
+            f"before its time stage ended?)"])
+    return verdict_of(missing, [], TIMING_INCOMPLETE, [])
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(SELECTION_NOT_REDERIVED, "a selection row differs from the pipeline replayed on "
+         "the upload's cells", (Source(SELECTION_TSV, ("model", "backend",
+                                                       "selected_capacity")),), False,
+         check_selection_replayed, "the selection not the lowest zero-drop rung (the fifth bug)"),
+    Rule(HELD_OUT_NOT_REDERIVED, "the validate step (attempts, step-ups, seed, held-out "
+         "claim, drop risk) differs from the pipeline replayed on the upload's cells",
+         (Source(SELECTION_TSV, ("model", "backend")),), False, check_held_out_replayed,
+         "a validate that dropped hidden behind a later pass; a held-out claim on the "
+         "measured routing"),
+    Rule(TIMING_INCOMPLETE, "a timed arm, launch or row the pipeline makes is missing",
+         (Source(ATTEMPTS_TSV, ("purpose",)),), False, check_timing_complete,
+         "a timed backend removed for one model; the A/A control arm deleted"),
+    Rule(TIMING_NOT_REDERIVED, "timing.tsv or comparison.tsv differs from the pipeline "
+         "replayed on the upload's time cells", (Source(ATTEMPTS_TSV, ("purpose",)),), False,
+         check_timing_replayed,
+         "timing medians, launch counts and verdicts re-stated; timing cells at another "
+         "capacity"),
+)
