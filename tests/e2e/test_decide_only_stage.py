@@ -122,7 +122,7 @@ def test_the_stage_decided_and_its_campaign_audits_valid(scratch):
     stepped = [r for r in rows if r["selected_capacity"]]
     assert stepped, "no pair was selected"
     for row in stepped:            # one rung above the peak's own rung: the margin stage ran
-        n, peak = int(row["uniform_tokens"]), int(row["peak_actual_valid_recv"])
+        peak = int(row["peak_actual_valid_recv"])
         assert int(row["selected_budget_tokens"]) > -(-peak // 128) * 128, row
     upload = audit_json(tree, root)
     assert (upload["verdict"], upload["why"]) == ("VALID", []), upload["why"]
