@@ -386,16 +386,17 @@ def selection_columns(held_out: bool) -> list[str]:
 def check_selection_replayed(table: Table, upload: Upload) -> Check:
     """capacity_selection.tsv's selection columns equal the rows the replayed pipeline
     builds from the cells; every pair it selects has its row."""
+    whole = rederive.check_selection(table, upload)      # any layout: one row per pair, filled
     rep = replayed(upload, SELECTION_NOT_REDERIVED)
     if isinstance(rep, Check):
-        return rep
+        return combine(SELECTION_NOT_REDERIVED, [whole, rep])
     bad, missing = compare_rows(table, rep.selection, pair_key, rep, selection_columns(False))
     bad += [f"{SELECTION_TSV}: no row for {m}/{b}, which the pipeline selects from its cells"
             for m, b in missing]
     b, unknown = stop_problems(upload, rep, (Purpose.MEASURE,),
                                claimed_models(upload, SELECTION_TSV))
     return combine(SELECTION_NOT_REDERIVED, [
-        rederive.check_selection(table, upload),
+        whole,
         verdict_of(bad + b + unused_problems(rep, (Purpose.MEASURE,)), [],
                    SELECTION_NOT_REDERIVED, unknown)])
 
