@@ -19,6 +19,7 @@ from harness.audit.load import load_upload
 from harness.audit.model import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, Check, Upload
 from harness.audit.readers import find_uploads
 from harness.audit.rules import RULES, apply_rule, check_missing_provenance
+from harness.audit.rules.present import check_missing_evidence
 from harness.audit.rules.rederive import check_provenance_keys, check_runbook
 from harness.audit.rules.replay import check_replay, check_repo_lines
 from harness.audit.rules.selection import check_nothing_to_judge, held_out_notes
@@ -111,6 +112,7 @@ def audit_upload(upload: Upload, errata: Errata, order: GitClones) -> UploadVerd
     checks.append(check_replay(upload))
     checks.append(check_repo_lines(upload))
     checks += [check_predates(upload, fix, order) for fix in errata.fixes]
+    checks += check_missing_evidence(upload)
     checks = merge_codes(checks)
     empty = check_nothing_to_judge(upload)
     notes = upload.notes + held_out_notes(upload)
