@@ -43,7 +43,11 @@ def lfs_pointer(path: Path, size: int | None = None) -> bool:
     """Whether a file is a Git LFS pointer: the one test of the audit, made wherever it opens
     an evidence file (safe_real), so that no rule reads a pointer as a log, table or JSON."""
     try:
-        size = os.stat(path).st_size if size is None else size
+        if size is None:
+            info = os.stat(path)
+            if not stat.S_ISREG(info.st_mode):      # a FIFO or device is never opened
+                return False
+            size = info.st_size
         if size >= LFS_POINTER_MAX_BYTES:
             return False
         with open(path, "rb") as handle:
