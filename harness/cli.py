@@ -270,7 +270,9 @@ def report(results_dir, out) -> None:
 @click.argument("results_dir", type=click.Path(file_okay=False))
 @click.option("--repo", required=True, metavar="ORG/NAME", help="HuggingFace dataset repository.")
 @click.option("--dry-run", is_flag=True, help="List what would be uploaded where.")
-def publish(results_dir, repo, dry_run) -> None:
+@click.option("--allow-empty", "allow_empty", is_flag=True,
+              help="Publish even when nothing was measured (no pair has a selected capacity).")
+def publish(results_dir, repo, dry_run, allow_empty) -> None:
     """Audit, then upload a VALID campaign to a HuggingFace dataset under a new path.
 
     \b
@@ -279,7 +281,8 @@ def publish(results_dir, repo, dry_run) -> None:
     """
     from harness.publish import cli_publish  # lazy: each command imports only its own room
 
-    _call(cli_publish, results_dir=results_dir, repo=repo, dry_run=dry_run)
+    _call(cli_publish, results_dir=results_dir, repo=repo, dry_run=dry_run,
+          allow_empty=allow_empty)
 
 
 @main.command()

@@ -21,6 +21,7 @@ from harness.errors import BadInput
 from harness.io.redact import find_secrets, redact_text
 from harness.results.layout import (
     ATTEMPTS_TSV,
+    CELL_JSON,
     PROVENANCE_TXT,
     RUNBOOK_YAML,
     SELECTION_TSV,
@@ -152,14 +153,52 @@ def upload(root: Path, repo: str, prefix: str, files: list[str]) -> str:
     return str(getattr(info, "commit_url", "") or info)
 
 
-def cli_publish(results_dir: str, repo: str, dry_run: bool = False) -> int:
+def measured_pairs(root: Path) -> tuple[int, int]:
+    """(pairs with a selected capacity, pairs) of the campaign's capacity_selection.tsv: a
+    pair out of memory at measure (does_not_fit) has a row and no selected capacity."""
+    try:
+        rows = read_rows(root / SELECTION_TSV)
+    except (OSError, UnicodeDecodeError, BadInput):
+        return 0, 0
+    pairs = {(r.get("model"), r.get("backend")) for r in rows}
+    chosen = {(r.get("model"), r.get("backend")) for r in rows if r.get("selected_capacity")}
+    return len(chosen), len(pairs)
+
+
+def empty_refusal(root: Path) -> list[str]:
+    """Why a campaign in which nothing was measured is not published without --allow-empty."""
+    measured, pairs = measured_pairs(root)
+    if measured:
+        return []
+    return [f"nothing measured: {SELECTION_TSV} has {pairs} (model, backend) pair(s) and none "
+            f"with a selected capacity (every pair does_not_fit, or no selection); pass "
+            f"--allow-empty to publish it anyway"]
+
+
+def summary_lines(root: Path, result: AuditResult, files: list[str]) -> list[str]:
+    """The dry run's opening: the audit verdict, then cells, pairs measured, files, bytes."""
+    from harness.audit.evidence import is_evidence
+    upload = result.uploads[0]
+    measured, pairs = measured_pairs(root)
+    cells = len({Path(f).parent for f in files if Path(f).name == CELL_JSON})
+    size = sum((root / f).stat().st_size for f in files)
+    evidence = sum(is_evidence(f) for f in files)
+    return [f"audit: {upload.verdict}" + (f" ({', '.join(upload.reasons)})"
+                                          if upload.reasons else ""),
+            f"summary: {cells} cells, {measured} of {pairs} pairs measured (a selected "
+            f"capacity), {len(files)} files ({evidence} the audit reads), {size} bytes"]
+
+
+def cli_publish(results_dir: str, repo: str, dry_run: bool = False,
+                allow_empty: bool = False) -> int:
     """`epcap publish`: 0 uploaded (or dry run listed), 1 refused or failed."""
     root = Path(results_dir)
     if not REPO_ID.fullmatch(repo or ""):
         raise BadInput(f"expected ORG/NAME, got {repo!r}", field="--repo")
     if not root.is_dir():
         raise BadInput("not a directory", path=str(results_dir))
-    why = refusal(audit_target(root))
+    result = audit_target(root)
+    why = refusal(result) or ([] if allow_empty else empty_refusal(root))
     if why:
         return say_refused(why)
     files, skipped = local_files(root)
@@ -174,6 +213,8 @@ def cli_publish(results_dir: str, repo: str, dry_run: bool = False) -> int:
     if existing is not None and any(p.startswith(prefix) for p in existing):
         return say_refused([f"hf://datasets/{repo}/{prefix} is already used"])
     if dry_run:
+        for line in summary_lines(root, result, files):
+            print(line)
         print_plan(root, repo, prefix, files, skipped, problem)
         return 0
     try:

@@ -19,6 +19,7 @@ from harness.audit.load import load_upload
 from harness.audit.model import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, Check, Upload, first
 from harness.audit.readers import find_uploads
 from harness.audit.rules import RULES, apply_rule, check_missing_provenance
+from harness.audit.rules.present import check_missing_evidence
 from harness.audit.rules.rederive import check_provenance_keys, check_runbook
 from harness.audit.rules.replay import check_replay, check_repo_lines
 from harness.audit.rules.selection import check_nothing_to_judge, held_out_notes
@@ -30,7 +31,6 @@ from harness.vocab import DEFAULT_PAD_MULTIPLE, Impl
 
 HF_TARGET = re.compile(r"hf://datasets/(?P<org>[A-Za-z0-9][\w.-]*)/(?P<name>[A-Za-z0-9][\w.-]*)"
                        r"(?:@(?P<rev>[^\s@]+))?")
-HF_PATTERNS = ["*.tsv", "*provenance.txt", "*cell.json", "*runbook.yaml"]
 
 
 MAX_EXPLANATIONS = 50           # explanations kept per list of an upload's verdict
@@ -175,6 +175,7 @@ def audit_upload(upload: Upload, errata: Errata, order: GitClones) -> UploadVerd
     checks.append(check_replay(upload))
     checks.append(check_repo_lines(upload))
     checks += [check_predates(upload, fix, order) for fix in errata.fixes]
+    checks += check_missing_evidence(upload)
     checks = merge_codes(checks)
     empty = check_nothing_to_judge(upload)
     notes = upload.notes + held_out_notes(upload)
@@ -215,29 +216,77 @@ def cache_root() -> Path:
     return Path(os.environ.get("EPCAP_CACHE") or Path.home() / ".cache" / "epcap")
 
 
+HF_HUB_DIR = "hf-hub"              # huggingface_hub's own cache (blobs, snapshots, refs)
+HF_DATASETS_DIR = "hf-datasets"    # one materialised directory per fetched commit
+HF_COMPLETE = ".epcap-complete"
+
+
 def fetch_hf(repo_id: str, revision: str | None, cache: Path | None = None) -> Path:
-    """Fetch one revision's tables, provenance, cell.json and runbook (no logs) to a cache
-    directory; a full commit sha is immutable and reused, anything else is fetched afresh."""
+    """Fetch one revision's evidence files (harness.audit.evidence.EVIDENCE_FILES: tables,
+    provenance, runbook and zoo, events, campaign.json, cell.json, logs) through
+    huggingface_hub's cache under the epcap cache, then materialise exactly those files as
+    plain files in `hf-datasets/ORG--NAME/<commit>/`, the directory audited. A commit is
+    immutable: once materialised it is reused without asking the hub. With HF_HUB_OFFLINE=1
+    the hub answers from its cache (refs/<revision>, snapshots/<commit>)."""
     import huggingface_hub  # lazy: only hf:// targets need the hub
 
-    slug = re.sub(r"[^A-Za-z0-9._-]", "_", revision or "main").lstrip(".") or "main"
-    local = (cache or cache_root()) / "hf-datasets" / repo_id.replace("/", "--") / slug
-    done = local / ".epcap-complete"
-    immutable = bool(revision and re.fullmatch(r"[0-9a-f]{40}", revision))
-    if immutable and done.exists():
-        return local
-    if local.exists():
-        shutil.rmtree(local)
-    local.mkdir(parents=True)
+    from harness.audit.evidence import evidence_patterns
+
+    root = cache or cache_root()
+    datasets = root / HF_DATASETS_DIR / repo_id.replace("/", "--")
+    if revision and re.fullmatch(r"[0-9a-f]{40}", revision) \
+            and (datasets / revision / HF_COMPLETE).exists():
+        return datasets / revision
+    patterns = evidence_patterns()
     try:
-        path = huggingface_hub.snapshot_download(repo_id=repo_id, repo_type="dataset",
-                                                 revision=revision, local_dir=local,
-                                                 allow_patterns=HF_PATTERNS)
+        snapshot = Path(huggingface_hub.snapshot_download(
+            repo_id=repo_id, repo_type="dataset", revision=revision,
+            cache_dir=root / HF_HUB_DIR, allow_patterns=patterns))
     except Exception as exc:  # noqa: BLE001 -- hub raises many classes; report, never trace
         raise BadInput(f"cannot fetch dataset {repo_id}@{revision or 'main'}: {exc}",
                        field="TARGET") from None
-    done.touch()
-    return Path(path)
+    local = datasets / snapshot.name
+    if not (local / HF_COMPLETE).exists():
+        materialise(snapshot, local, patterns)
+    return local
+
+
+def materialise(snapshot: Path, local: Path, patterns: list[str]) -> None:
+    """Copy the snapshot's files that match the patterns into `local` as plain files (hard
+    links where the file system allows). The hub's snapshot holds links into the repository's
+    `blobs/`, outside the snapshot: each is followed only when it resolves to a regular file
+    in that repository's own blobs (or in the snapshot), so the audit's readers, which refuse
+    links leaving TARGET, read plain files. The hub's cache may hold more files than the
+    patterns name (an earlier fetch, offline mode): only the evidence files are taken."""
+    from huggingface_hub.utils import filter_repo_objects
+
+    snapshot = snapshot.resolve()
+    blobs = (snapshot.parent.parent / "blobs").resolve()
+    found: dict[str, Path] = {}
+    for folder, dirnames, filenames in os.walk(snapshot, followlinks=False):
+        dirnames.sort()
+        for name in filenames:
+            path = Path(folder) / name
+            found[path.relative_to(snapshot).as_posix()] = path
+    wanted = list(filter_repo_objects(sorted(found), allow_patterns=patterns))
+    tmp = local.with_name(local.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    for rel in wanted:
+        real = found[rel].resolve()
+        if not (real.is_relative_to(blobs) or real.is_relative_to(snapshot)) \
+                or not real.is_file():
+            raise BadInput(f"the hub cache's {rel} is not a file of the repository's blobs "
+                           f"(links to {real}); not fetched", path=str(found[rel]))
+        dest = tmp / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(real, dest)
+        except OSError:
+            shutil.copyfile(real, dest)
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / HF_COMPLETE).touch()
+    shutil.rmtree(local, ignore_errors=True)
+    tmp.rename(local)
 
 
 def resolve_target(target: str | Path) -> Path:

@@ -38,11 +38,17 @@ from harness.audit.vocab import (
 )
 from harness.results.layout import (
     ATTEMPTS_TSV,
+    CAMPAIGN_JSON,
+    CELL_JSON,
     COMPARISON_TSV,
+    EVENTS_JSONL,
+    PROVENANCE_TXT,
+    RUNBOOK_YAML,
     SELECTION_TSV,
     TIMING_LAUNCHES_TSV,
     TIMING_TSV,
 )
+from harness.taxonomy.judge import LOG_SUFFIXES
 
 CELL_JSON_KEYS = "cell.json"
 PROVENANCE_KEYS = "provenance.txt"
@@ -267,4 +273,52 @@ def markdown() -> str:
         for column, e in entries.items():
             lines.append(f"| {table} | `{column}` | {e.kind} | {e.source} | "
                          f"{('`' + e.code + '`') if e.code else '—'} |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- the evidence files
+
+# Every file the audit opens, as a glob over its path inside the dataset repository (matched
+# as huggingface_hub's allow_patterns match: fnmatch, `*` crosses `/`, so `*cell.json` is
+# every cell's). One list: `epcap audit hf://...` fetches exactly these (engine.fetch_hf),
+# `epcap publish` counts them, docs/audit.md#evidence-files prints them. A file the audit
+# reads that is not here would be missing from every audit of a hub target, and an honest
+# upload could never be VALID there.
+EVIDENCE_FILES: dict[str, str] = {
+    **{f"*{name}": "a results table (audit.load, read by every rule)"
+       for name in (ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV, COMPARISON_TSV,
+                    TIMING_LAUNCHES_TSV)},
+    f"*{PROVENANCE_TXT}": "the campaign's and every cell's provenance (missing-provenance, "
+                          "predates-fix, provenance-incomplete, runbook-altered)",
+    f"*{RUNBOOK_YAML}": "the runbook as run: the re-derivation's runbook (runbook-altered)",
+    "*.yaml": "the model zoo the runbook as run names (models_file, default models.yaml), "
+              "loaded with it",
+    f"*{EVENTS_JSONL}": "the campaign's event log: finished and abandoned cells, the "
+                        "runbook's sha256, campaign_done (missing-cell, runbook-altered, "
+                        "timing-incomplete)",
+    f"*{CAMPAIGN_JSON}": "marks a harness-written upload (runbook-altered)",
+    f"*{CELL_JSON}": "each cell's identity, launcher record and summary",
+    **{f"*{suffix}": "cell logs as taxonomy.judge.cell_logs reads them (rank<R>.log, "
+                     "node<N>.log, health<N>.log, slurm-<job>.out, .err): telemetry, "
+                     "[EPCAP_TIMING], failure signatures"
+       for suffix in LOG_SUFFIXES},
+}
+
+
+def evidence_patterns() -> list[str]:
+    """EVIDENCE_FILES' globs, as huggingface_hub's allow_patterns."""
+    return list(EVIDENCE_FILES)
+
+
+def is_evidence(path: str) -> bool:
+    """Whether a path inside an upload (posix) is one the audit reads: the hub's own
+    matching (fnmatchcase over the whole path)."""
+    from fnmatch import fnmatchcase
+    return any(fnmatchcase(path, pattern) for pattern in EVIDENCE_FILES)
+
+
+def files_markdown() -> str:
+    """EVIDENCE_FILES as the Markdown table docs/audit.md#evidence-files carries."""
+    lines = ["| glob | what the audit reads it for |", "| --- | --- |"]
+    lines += [f"| `{pattern}` | {why} |" for pattern, why in EVIDENCE_FILES.items()]
     return "\n".join(lines)

@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,8 +31,35 @@ LOG_FILES_CAP = 256                 # log files read per cell
 LOG_SUFFIX = ".log"
 
 
+# A Git LFS pointer (https://github.com/git-lfs/git-lfs/blob/main/docs/spec.md): what a
+# `git clone` without git-lfs leaves in place of a large file. Under 1024 bytes, first line
+# `version https://git-lfs.github.com/spec/v1` (or the pre-release hawser URL).
+LFS_POINTER_MAX_BYTES = 1024
+LFS_VERSION = re.compile(rb"version https://(?:git-lfs|hawser)\.github\.com/spec/v\d+\r?\n")
+LFS_PROBLEM = "is a Git LFS pointer, not the file (run `git lfs pull`)"
+
+
+def lfs_pointer(path: Path, size: int | None = None) -> bool:
+    """Whether a file is a Git LFS pointer: the one test of the audit, made wherever it opens
+    an evidence file (safe_real), so that no rule reads a pointer as a log, table or JSON."""
+    try:
+        if size is None:
+            info = os.stat(path)
+            if not stat.S_ISREG(info.st_mode):      # a FIFO or device is never opened
+                return False
+            size = info.st_size
+        if size >= LFS_POINTER_MAX_BYTES:
+            return False
+        with open(path, "rb") as handle:
+            head = handle.read(LFS_POINTER_MAX_BYTES)
+    except OSError:
+        return False
+    return bool(LFS_VERSION.match(head)) and b"\noid sha256:" in head
+
+
 def safe_real(root: Path, path: Path, cap: int) -> tuple[Path | None, str | None]:
-    """The real path of a regular file inside root of at most cap bytes; else None and why."""
+    """The real path of a regular file inside root of at most cap bytes; else None and why
+    (a Git LFS pointer is no file of the upload: None and LFS_PROBLEM)."""
     name = path.name
     try:
         real = path
@@ -46,6 +74,8 @@ def safe_real(root: Path, path: Path, cap: int) -> tuple[Path | None, str | None
         return None, f"{name} is not a regular file"
     if info.st_size > cap:
         return None, f"{name} is {info.st_size} bytes, over the {cap}-byte cap"
+    if info.st_size < LFS_POINTER_MAX_BYTES and lfs_pointer(real, info.st_size):
+        return None, f"{name} {LFS_PROBLEM}"
     return real, None
 
 

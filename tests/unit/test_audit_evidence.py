@@ -60,3 +60,26 @@ def test_rederived_attempt_columns_are_the_rules_columns():
 
 def test_docs_carry_the_map_as_generated():
     assert evidence.markdown() in DOC.read_text(encoding="utf-8")
+
+
+def test_docs_carry_the_evidence_files_as_generated():
+    assert evidence.files_markdown() in DOC.read_text(encoding="utf-8")
+
+
+def test_the_evidence_files_cover_what_the_readers_open():
+    """Every name the loaders and rules open is matched by the list (the fetch list)."""
+    from harness.results.layout import (
+        CAMPAIGN_JSON,
+        CELL_JSON,
+        EVENTS_JSONL,
+        PROVENANCE_TXT,
+        RUNBOOK_YAML,
+        TIMING_LAUNCHES_TSV,
+    )
+    names = [*TABLES, TIMING_LAUNCHES_TSV, CAMPAIGN_JSON, EVENTS_JSONL, PROVENANCE_TXT,
+             RUNBOOK_YAML, "models.yaml"]
+    cells = [CELL_JSON, PROVENANCE_TXT, "rank0.log", "rank10.log", "node1.log",
+             "slurm-123.out", "slurm-123.err", "health0.log"]
+    paths = [f"c/{n}" for n in names] + [f"c/cells/M__b__measure__cap2p00__a1/{n}"
+                                         for n in cells]
+    assert [p for p in paths if not evidence.is_evidence(p)] == []

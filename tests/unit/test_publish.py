@@ -155,3 +155,28 @@ def test_glob_escape_matches_only_itself():
     import fnmatch
     assert fnmatch.fnmatch("a[1]*.tsv", glob_escape("a[1]*.tsv"))
     assert not fnmatch.fnmatch("a1x.tsv", glob_escape("a[1]*.tsv"))
+
+
+def test_dry_run_opens_with_verdict_and_summary(valid, capsys, fake_hub):
+    assert cli_publish(str(valid), "org/runs", dry_run=True) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "audit: VALID"
+    assert lines[1].startswith("summary: ") and " cells, 4 of 4 pairs measured" in lines[1]
+    assert " files (" in lines[1] and lines[1].endswith(" bytes")
+    assert lines[2].startswith("dry run: would upload")
+
+
+def test_refuses_a_campaign_where_nothing_was_measured(valid, capsys, fake_hub, monkeypatch):
+    """Every pair without a selected capacity (all does_not_fit): refused unless
+    --allow-empty. The audit is held VALID here so the check itself is what refuses."""
+    import harness.publish as publish
+    from harness.audit import AuditResult
+    from harness.audit.engine import UploadVerdict
+    from harness.results.layout import SELECTION_TSV
+    corpus.edit(valid, SELECTION_TSV, lambda r: {**r, "selected_capacity": ""})
+    monkeypatch.setattr(publish, "audit_target",
+                        lambda root: AuditResult(str(root), [UploadVerdict(".", "VALID")]))
+    assert cli_publish(str(valid), "org/runs", dry_run=True) == 1
+    assert "nothing measured" in capsys.readouterr().err
+    assert cli_publish(str(valid), "org/runs", dry_run=True, allow_empty=True) == 0
+    assert "0 of 4 pairs measured" in capsys.readouterr().out

@@ -45,10 +45,11 @@ from harness.audit.readers import tagged_lines
 from harness.audit.rules.apply import blanked
 from harness.audit.rules.basic import find_uniform_tokens
 from harness.audit.rules.cells import clipped
+from harness.audit.rules.present import has_logs
 from harness.audit.rules.rederive import LOG_GLOB, differs, harness_written
 from harness.audit.rules.timing import TIMING_FIGURES
 from harness.audit.rules.timing import differs as timing_differs
-from harness.audit.vocab import EARLIER_NOT_REDERIVED
+from harness.audit.vocab import EARLIER_NOT_REDERIVED, MISSING_LOGS
 from harness.errors import EpcapError
 from harness.grid import capacity as cap
 from harness.results.layout import (
@@ -62,6 +63,8 @@ from harness.taxonomy.judge import judge_run
 from harness.telemetry.summary import LogSummary, summarize
 from harness.timing import verdicts
 from harness.vocab import FAILURE_CLASSES, TIMED_OK, LauncherState, Purpose, Status
+
+DATA_STATUSES = (Status.OK, Status.DROPS, Status.LOWER_BOUND)   # runs that wrote telemetry
 
 DATA_STATUSES = (Status.OK, Status.DROPS, Status.LOWER_BOUND)
 LAUNCHER_CLAIMS = (Status.TIMEOUT, Status.INFRA)    # classes only a launcher's record decides
@@ -139,6 +142,10 @@ def _derive(cell: Cell) -> Earlier:
         return Earlier({}, None, problem=f"{cell.path}/cell.json: {run}")
     if cell.logs_problem:
         return Earlier({}, None, problem=f"{cell.path}: {cell.logs_problem}")
+    if norm(claim) in DATA_STATUSES and not has_logs(Path(cell.where)):
+        # a run its cell.json says measured, with no log: evidence missing, not contradicted
+        return Earlier({}, None, problem=f"{cell.path}: cell.json says {claim!r} but the "
+                                         f"cell holds no log ({MISSING_LOGS})")
     logs = sorted(p for p in Path(cell.where).glob(LOG_GLOB)
                   if p.is_file() and not p.is_symlink())
     facts = cell.logs
