@@ -21,12 +21,6 @@ _spec.loader.exec_module(corpus)
 POINTER = (b"version https://git-lfs.github.com/spec/v1\n"
            b"oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n"
            b"size 123456\n")
-# what rules.rederive._derive needs before a harness campaign's missing or pointer logs are
-# UNKNOWN rather than INVALID (that module is not changed here; see the xfail tests)
-REDERIVE_READS_POINTERS = ("rules.rederive._derive globs rank*.log itself: a pointer reads as "
-                           "an empty log and no log derives 'crash' (INVALID)")
-
-
 def only(result):
     (u,) = result.uploads
     return u
@@ -143,14 +137,14 @@ def test_campaign_deleted_logs_name_the_cells(campaign, tmp_path):
     assert "hold no log" in " ".join(u.why)
 
 
-@pytest.mark.xfail(strict=True, reason=REDERIVE_READS_POINTERS)
 def test_campaign_with_lfs_pointer_logs_is_unknown_not_invalid(campaign, tmp_path):
     up = corpus.link_copy(campaign, tmp_path / "u")
     point(up, "rank*.log")
-    assert only(audit_target(up)).verdict == "UNKNOWN"
+    u = only(audit_target(up))
+    assert u.verdict == "UNKNOWN" and "lfs-pointer" in u.reasons, u.why
+    assert any("git lfs pull" in w for w in u.why), u.why
 
 
-@pytest.mark.xfail(strict=True, reason=REDERIVE_READS_POINTERS)
 def test_campaign_without_logs_is_unknown_not_invalid(campaign, tmp_path):
     up = corpus.link_copy(campaign, tmp_path / "u")
     unlink(up, "rank*.log")

@@ -151,13 +151,18 @@ def check_timing_launches(table: Table, upload: Upload) -> Check:
         unknown.append(f"{written.name}: {written.unreadable or written.malformed[0]}")
     if written.blanked:                                  # rules.apply.blank_unreadable
         unknown += list(written.blanked.values())
+    launches, undecided = {}, set()
     try:
-        launches = {k: v for m in upload.runbook.models
-                    for k, v in model_launches(upload, m.name, unknown).items()}
+        for m in upload.runbook.models:
+            problems: list[str] = []
+            launches.update(model_launches(upload, m.name, problems))
+            if problems:                 # a launch the analysis cannot derive: not compared
+                undecided.add(norm(m.name))
+                unknown += problems
     except EpcapError as exc:
         return Check(TIMING_NOT_REDERIVED, UNKNOWN, [f"timing not derivable ({exc})"])
     compare_table(written, launches, launch_key, TIMING_LAUNCHES_TSV, bad, missing,
-                  skip=("campaign",))
+                  skip=("campaign",), undecided=frozenset(undecided))
     return verdict_of(bad + missing, [], TIMING_NOT_REDERIVED, unknown)
 
 
