@@ -1,10 +1,19 @@
 """The audit rules, as data (the MLPerf way), one module per family; each module holds its
 checks and its `RULES` rows side by side. The order here is the order of the report."""
 
-from harness.audit.rules import basic, cells, heldout, legacy, rederive, selection, timing
+from harness.audit.rules import (
+    basic,
+    cells,
+    heldout,
+    invariants,
+    legacy,
+    rederive,
+    selection,
+    timing,
+)
 from harness.audit.rules.apply import apply_rule, check_missing_provenance, fold
 
 RULES = (*basic.RULES, *cells.RULES, *selection.RULES, *rederive.RULES, *timing.RULES,
-         *heldout.RULES, *legacy.RULES)
+         *heldout.RULES, *legacy.RULES, *invariants.RULES)
 
 __all__ = ["RULES", "apply_rule", "check_missing_provenance", "fold"]
