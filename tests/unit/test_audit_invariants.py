@@ -63,7 +63,7 @@ def test_untouched_campaign_is_valid_and_its_invariants_pass(campaign):
     u = audit(campaign)
     assert (u.verdict, u.why) == ("VALID", [])
     passed = {c.code for c in u.checks if c.state == "pass"}
-    assert {CONSERVATION, CLOCK} <= passed
+    assert {CONSERVATION, CLOCK, "timing-implausible"} <= passed
 
 
 # ------------------------------------------------------------------ conservation
@@ -289,3 +289,67 @@ def test_a_clock_that_cannot_be_read_is_unknown(campaign, tmp_path):
     corpus.set_row(lie, ATTEMPTS_TSV, {"cell_dir": row["cell_dir"]}, started_utc="yesterday")
     u = audit(lie)
     assert u.verdict == "UNKNOWN" and CLOCK in u.unknown, u.why
+
+
+# ------------------------------------------------------------------ timing objects
+
+TIMING = "timing-implausible"
+TAG = b"[EPCAP_TIMING] "
+
+
+def timing_line(log: Path) -> tuple[list[bytes], int, dict]:
+    lines = log.read_bytes().split(b"\n")
+    at = next(i for i, x in enumerate(lines) if TAG in x)
+    return lines, at, json.loads(lines[at].split(TAG, 1)[1])
+
+
+KINDS = ("order", "outside-trials", "negative", "algbw", "trials", "copy")
+
+
+def timing_edit(root: Path, rng: random.Random, kind: str) -> str:
+    """One [EPCAP_TIMING] object made impossible, chosen at random; the others stay as the
+    process printed them (the derived timing tables may then differ too)."""
+    cells = sorted(c for c in (root / "cells").iterdir() if "__time__" in c.name
+                   and any(TAG in p.read_bytes() for p in c.glob("*.log")))
+    cell = rng.choice(cells)
+    log = next(p for p in sorted(cell.glob("*.log")) if TAG in p.read_bytes())
+    lines, at, obj = timing_line(log)
+    ph = rng.choice(["dispatch", "combine"])
+    if kind == "copy":
+        other = rng.choice([c for c in cells if c != cell])
+        log2 = next(p for p in sorted(other.glob("*.log")) if TAG in p.read_bytes())
+        obj = timing_line(log2)[2]
+    elif kind == "order":
+        obj[f"{ph}_ms_p10"] = obj[f"{ph}_ms_median"] * rng.uniform(1.001, 2)
+    elif kind == "outside-trials":
+        top = max(t[f"{ph}_ms_median"] for t in obj["per_trial"]) * rng.uniform(1.01, 2)
+        obj[f"{ph}_ms_median"] = top
+        obj[f"{ph}_ms_p90"] = max(obj[f"{ph}_ms_p90"], top)
+        if ph == "dispatch":                     # algbw re-stated from its own formula
+            factors = obj["algbw_formula"].split("=")[1].split("bytes")[0].split("*")
+            product = 1
+            for f in factors:
+                product *= int(f)
+            obj["algbw_gbps"] = product / (top * 1e-3) / 1e9
+    elif kind == "negative":
+        name = rng.choice(["step_cv", "noise_floor_pct", f"{ph}_ms_p10", "peak_mem_bytes"])
+        obj[name] = -abs(obj[name] or 1.0)      # a negative p10 is still <= the median
+    elif kind == "algbw":
+        obj["algbw_gbps"] *= rng.choice([0.5, 1.5, 10])
+    else:
+        obj["trials"] += rng.randint(1, 3)
+    lines[at] = lines[at].split(TAG, 1)[0] + TAG + json.dumps(obj, separators=(",", ":")).encode()
+    corpus.replace_file(log, b"\n".join(lines))
+    return f"{kind} {ph}: {cell.name}"
+
+
+def test_implausible_timing_objects(campaign, tmp_path):
+    """Seeded impossible [EPCAP_TIMING] objects, each caught by timing-implausible (other
+    rules may see the timing tables move too). Seen failing: without the rule in RULES,
+    every variant lacks the code."""
+    rng = random.Random(3)
+    for n in range(2 * len(KINDS)):             # every kind twice, the rest at random
+        lie = corpus.link_copy(campaign, tmp_path / f"lie{n}")
+        what = timing_edit(lie, rng, KINDS[n % len(KINDS)])
+        u = audit(lie)
+        assert u.verdict == "INVALID" and TIMING in u.reasons, (what, u.why)
