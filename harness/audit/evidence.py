@@ -113,9 +113,12 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
                                 "precision written", NOT_REDERIVED),
         "cell_dir": _e(IDENTITY, "one cell backs one row; every finished cell has a row",
                        CELL_IDENTITY),
-        "started_utc": _e(CONTEXT, "the driver's clock; no rule reads it"),
-        "finished_utc": _e(CONTEXT, "the driver's clock; no rule reads it"),
-        "wall_s": _e(CONTEXT, "the launcher's clock; no rule reads it"),
+        "started_utc": _e(CONTEXT, "the driver's clock; only its impossibilities are judged "
+                          "(clock-impossible: after finished_utc)"),
+        "finished_utc": _e(CONTEXT, "the driver's clock; only its impossibilities are judged "
+                           "(clock-impossible: before started_utc)"),
+        "wall_s": _e(CONTEXT, "the launcher's clock; only its impossibilities are judged "
+                     "(clock-impossible: negative, or longer than the row's span)"),
         "backend_impl": _e(REDERIVED, "Backend.implementation(timing line of the logs)",
                            NOT_REDERIVED),
         "exit_code": _e(REDERIVED, "cell.json launcher.exit_code", NOT_REDERIVED),

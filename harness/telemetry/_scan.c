@@ -190,26 +190,59 @@ typedef struct {
     table_t peaks;      /* expected_recv -> max actual_valid_recv over used rows */
     int64_t last_budget, last_exp;
     size_t last_peak;   /* slot of last_exp in peaks */
+    /* per (iter, layer) group, iter < 2^31 and layer < 2^16 (as the pure path):
+     * key iter << 16 | layer -> index i into g[0..4] = key, rows, sum act, sum exp, saturated
+     * (values clipped at SUM_CLIP before summing) */
+    table_t groups;
+    vec_t g[5];
+    int64_t last_group, over_budget;
+    size_t last_gi;
 } fold_t;
+
+#define SUM_CLIP ((int64_t)1 << 40)
+
+static int group_row(fold_t *f, const int64_t *r, int sat) {
+    int64_t key = r[F_ITER] << 16 | r[F_LAYER];
+    if (key != f->last_group) {
+        size_t slot;
+        int fresh = table_add(&f->groups, key, &slot);
+        if (fresh < 0) return -1;
+        if (fresh) {
+            f->groups.v[slot] = (int64_t)f->g[0].n;
+            if (vec_push(&f->g[0], key)) return -1;
+            for (int c = 1; c < 5; c++) if (vec_push(&f->g[c], 0)) return -1;
+        }
+        f->last_group = key, f->last_gi = (size_t)f->groups.v[slot];
+    }
+    size_t i = f->last_gi;
+    f->g[1].v[i] += 1;
+    f->g[2].v[i] += r[F_ACT] < SUM_CLIP ? r[F_ACT] : SUM_CLIP;
+    f->g[3].v[i] += r[F_EXP] < SUM_CLIP ? r[F_EXP] : SUM_CLIP;
+    f->g[4].v[i] += sat;
+    return 0;
+}
 
 static int fold_init(fold_t *f, int64_t warmup) {
     memset(f, 0, sizeof *f);
-    f->warmup = warmup, f->last_budget = f->last_exp = EMPTY;
+    f->warmup = warmup, f->last_budget = f->last_exp = f->last_group = EMPTY;
     if (wide_init(&f->wide, 16)
-        || table_init(&f->budgets, 16, 0) || table_init(&f->peaks, 16, 1))
+        || table_init(&f->budgets, 16, 0) || table_init(&f->peaks, 16, 1)
+        || table_init(&f->groups, 16, 1))
         return -1;
     return 0;
 }
 
 static void fold_free(fold_t *f) {
     free(f->keys.v); f->keys.v = NULL; free(f->wide.k); f->wide.k = NULL;
-    table_free(&f->budgets); table_free(&f->peaks);
+    table_free(&f->budgets); table_free(&f->peaks); table_free(&f->groups);
+    for (int c = 0; c < 5; c++) { free(f->g[c].v); f->g[c].v = NULL; }
 }
 
 static int fold_row(fold_t *f, const int64_t *r) {
     size_t slot;
     int sat = r[F_ACT] >= r[F_BUD], used = r[F_ITER] >= f->warmup;
     f->rows++, f->saturated += sat, f->used += used, f->saturated_used += sat & used;
+    f->over_budget += r[F_ACT] > r[F_BUD];
     if (r[F_BUD] != f->last_budget) {
         if (table_add(&f->budgets, r[F_BUD], &slot) < 0) return -1;
         f->last_budget = r[F_BUD];
@@ -223,6 +256,9 @@ static int fold_row(fold_t *f, const int64_t *r) {
         }
         if (r[F_ACT] > f->peaks.v[f->last_peak]) f->peaks.v[f->last_peak] = r[F_ACT];
     }
+    if (r[F_ITER] < (1LL << 31) && r[F_LAYER] < (1 << 16) && r[F_RANK] < (1 << 16)
+        && group_row(f, r, sat))
+        return -1;
     if (r[F_ITER] < (1LL << 31) && r[F_LAYER] < (1 << 16) && r[F_RANK] < (1 << 16))
         return keys_add(&f->keys, r[F_ITER] << 32 | r[F_LAYER] << 16 | r[F_RANK]);
     return wide_add(&f->wide, r);
@@ -987,6 +1023,22 @@ static PyObject *Folder_peaks(FolderObject *self, PyObject *unused) {
     return out;
 }
 
+static PyObject *Folder_groups(FolderObject *self, PyObject *unused) {
+    fold_t *f = &self->fold;
+    if (!ready(self)) return NULL;
+    PyObject *list = PyList_New((Py_ssize_t)f->g[0].n);
+    for (size_t i = 0; list && i < f->g[0].n; i++) {
+        PyObject *item = Py_BuildValue("(LLLLL)", (long long)f->g[0].v[i],
+                                       (long long)f->g[1].v[i], (long long)f->g[2].v[i],
+                                       (long long)f->g[3].v[i], (long long)f->g[4].v[i]);
+        if (!item) { Py_CLEAR(list); break; }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+    }
+    if (!list) return NULL;
+    PyObject *out = Py_BuildValue("(LN)", (long long)f->over_budget, list);
+    return out;
+}
+
 static int cmp64(const void *a, const void *b) {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return (x > y) - (x < y);
@@ -1056,6 +1108,9 @@ static PyMethodDef Folder_methods[] = {
     {"budgets", (PyCFunction)Folder_budgets, METH_NOARGS, "distinct budgets (unordered)"},
     {"peaks", (PyCFunction)Folder_peaks, METH_NOARGS,
      "{expected_recv: peak actual_valid_recv over used rows}"},
+    {"groups", (PyCFunction)Folder_groups, METH_NOARGS,
+     "(rows over budget, [(iter << 16 | layer, rows, sum actual_valid_recv, sum "
+     "expected_recv, saturated rows)] per group with iter < 2^31, layer < 2^16)"},
     {"seen", (PyCFunction)Folder_seen, METH_NOARGS,
      "(distinct (iter, layer, rank) keys, [sorted iters, layers, ranks])"},
     {NULL, NULL, 0, NULL},

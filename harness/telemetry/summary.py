@@ -63,6 +63,8 @@ MAX_LISTED = 10_000          # malformed line numbers kept in a summary
 MAX_DETAILS = 100            # "path:line: reason" strings kept in a summary
 COMPACT_KEYS = 4_000_000     # pending (iter, layer, rank) keys before deduplicating
 _KEY = "V24"                  # numpy dtype of one (iter, layer, rank) triple
+SUM_CLIP = 1 << 40           # a value summed per (iteration, layer) is clipped here (no overflow)
+MAX_ISSUES = 10              # invariant_issues strings kept in a summary
 
 
 @dataclass
@@ -93,6 +95,14 @@ class LogSummary:
     budget_values: list[int] = field(default_factory=list)
     expected_recv_values: list[int] = field(default_factory=list)
     malformed: list[str] = field(default_factory=list)
+    # invariants of the raw rows (docs/spec.md#telemetry; the audit's conservation rule):
+    # per (iteration, layer) group, sum actual_valid_recv <= sum expected_recv, equal when no
+    # row of the group is saturated; every group holds one row per rank; no row over budget
+    dispatch_groups: int = 0
+    unconserved_groups: int = 0
+    partial_groups: int = 0
+    over_budget_rows: int = 0
+    invariant_issues: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         """JSON-ready dict (the `parse --json` keys of docs/spec.md plus the extra ones)."""
@@ -296,6 +306,8 @@ class _Accumulator:
         self.keys: list[np.ndarray] = []
         self.wide: list[np.ndarray] = []
         self.pending_keys = 0
+        self.groups: list[np.ndarray] = []    # per block: [key, rows, act, exp, saturated]
+        self.over_budget = 0
 
     def add(self, path: PathLike, block: Block) -> None:
         """Fold one block in."""
@@ -328,9 +340,30 @@ class _Accumulator:
         self.keys.append(it[narrow] << 32 | rows[narrow, 1] << 16 | rows[narrow, 2])
         self.wide.append(np.ascontiguousarray(rows[~narrow, :3]).view(_KEY).ravel())
         self.pending_keys += len(rows)
+        self.over_budget += int((act > bud).sum())
+        self._add_groups(rows[narrow], saturated[narrow])
         if self.pending_keys > COMPACT_KEYS:
             self.keys, self.wide = [sorted_unique(np.concatenate(self.keys))], [self._wide()]
+            self.groups = [_reduce_groups(np.concatenate(self.groups, axis=1))]
             self.pending_keys = len(self.keys[0]) + len(self.wide[0])
+
+    def _add_groups(self, rows: np.ndarray, saturated: np.ndarray) -> None:
+        """Per (iteration, layer): rows, sum actual_valid_recv, sum expected_recv, saturated
+        rows (values clipped at SUM_CLIP); (iter, layer) pairs too large to pack are left out,
+        as the compiled fold does."""
+        if not len(rows):
+            return
+        table = np.stack([rows[:, 0] << 16 | rows[:, 1], np.ones(len(rows), np.int64),
+                          np.minimum(rows[:, 4], SUM_CLIP), np.minimum(rows[:, 3], SUM_CLIP),
+                          saturated.astype(np.int64)])
+        self.groups.append(_reduce_groups(table))
+
+    def _group_rows(self) -> list[tuple[int, ...]]:
+        """(key, rows, act, exp, saturated) per distinct (iteration, layer), by key."""
+        if not self.groups:
+            return []
+        table = _reduce_groups(np.concatenate(self.groups, axis=1))
+        return list(zip(*(table[i].tolist() for i in range(5)), strict=True))
 
     def _wide(self) -> np.ndarray:
         """Distinct keys too large for the packed int64 form."""
@@ -362,7 +395,26 @@ class _Accumulator:
             s.required_capacity = float(ratio)
             s.lower_bound = s.saturated_used_rows > 0
         self._completeness(ranks, layers, iters)
+        self._invariants(self._group_rows())
         return s
+
+    def _invariants(self, groups: list[tuple[int, ...]]) -> None:
+        """Judge each (iteration, layer) group: conservation and whole counts."""
+        s = self.s
+        s.over_budget_rows = self.over_budget
+        s.dispatch_groups = len(groups)
+        for k, n, a, e, nsat in groups:
+            where = f"iter={k >> 16} layer={k & 0xFFFF}"
+            issue = None
+            if n != s.expected_ranks:   # a rank missing or repeated: no sum law to hold
+                s.partial_groups += 1
+                issue = f"{where}: {n} rows for {s.expected_ranks} ranks"
+            elif a > e or (a != e and not nsat):
+                s.unconserved_groups += 1
+                issue = (f"{where}: sum actual_valid_recv {a} {'>' if a > e else '!='} sum "
+                         f"expected_recv {e} over {n} rows, {nsat} saturated")
+            if issue and len(s.invariant_issues) < MAX_ISSUES:
+                s.invariant_issues.append(issue)
 
     def _completeness(self, ranks: int | None, layers: int | None, iters: int | None) -> None:
         """Seen vs expected ranks x layers x iterations; missing and duplicate rows."""
@@ -379,6 +431,16 @@ class _Accumulator:
         s.missing_rows = max(grid - distinct, 0)
         s.complete = (s.rows > 0 and distinct == grid and s.ranks == s.expected_ranks
                       and s.layers == s.expected_layers and s.iterations == s.expected_iterations)
+
+
+def _reduce_groups(table: np.ndarray) -> np.ndarray:
+    """Sum the columns of a [key, rows, act, exp, saturated] table per distinct key."""
+    if table.shape[1] == 0:
+        return table
+    table = table[:, np.argsort(table[0], kind="stable")]
+    starts = np.flatnonzero(np.concatenate([[True], table[0, 1:] != table[0, :-1]]))
+    sums = np.add.reduceat(table[1:], starts, axis=1)
+    return np.vstack([table[0, starts], sums])
 
 
 class _CompiledAccumulator(_Accumulator):
@@ -420,6 +482,11 @@ class _CompiledAccumulator(_Accumulator):
         s.rows, s.saturated_rows, s.used_rows, s.saturated_used_rows = self.folder.counts()
         self.peaks, self.budgets = self.folder.peaks(), set(self.folder.budgets())
         return super().finish(ranks, layers, iters)
+
+    def _group_rows(self) -> list[tuple[int, ...]]:
+        """The compiled fold's per-(iteration, layer) sums, as the pure path keeps them."""
+        self.over_budget, groups = self.folder.groups()
+        return sorted(groups)
 
     def _seen(self) -> tuple[int, list[list[int]]]:
         """Distinct (iter, layer, rank) keys and the sorted distinct values of each."""

@@ -53,9 +53,17 @@ def test_untouched_upload_is_valid(valid):
 # ------------------------------------------------------------------ validated-but-saturated
 
 def saturate_log(cell: Path) -> None:
-    """One dispatch row of the log clipped at its budget (the buffer was full)."""
+    """One dispatch row of the log clipped at its budget (the buffer was full); the other
+    ranks of its (iteration, layer) receive less, so the slots are still conserved
+    (harness/audit/rules/invariants.py): only the saturation is the lie."""
     lines = (cell / "rank0.log").read_text().splitlines()
-    budget = lines[-1].rsplit("budget=", 1)[1]
+    budget = int(lines[-1].rsplit("budget=", 1)[1])
+    before = int(lines[-1].split("actual_valid_recv=")[1].split()[0])
+    share = -(-(budget - before) // (corpus.RANKS - 1))
+    for i in range(-corpus.RANKS, -1):              # the other ranks of the last group
+        value = int(lines[i].split("actual_valid_recv=")[1].split()[0])
+        lines[i] = lines[i].replace(f"actual_valid_recv={value} ",
+                                    f"actual_valid_recv={value - share} ")
     lines[-1] = lines[-1].replace("actual_valid_recv=", "x=").replace(
         " budget=", f" actual_valid_recv={budget} budget=")
     (cell / "rank0.log").write_text("\n".join(lines) + "\n")
@@ -409,7 +417,10 @@ def test_saturated_measure_may_state_the_pre_drop_demand(lie):
     overflow report stated (above the clipped log peak); below the log peak it may not."""
     row = corpus.attempt("QWEN3_30B", "echo", "measure", "1.00", "", status="lower_bound",
                          attempt_no=2)
-    row.update(saturated_rows=1, peak_actual_valid_recv=4300, required_capacity="1.049805")
+    # at budget = N an unsaturated (iteration, layer) could not conserve its slots: every
+    # one of them has a full buffer (corpus.log_text)
+    row.update(saturated_rows=corpus.ITERS * corpus.LAYERS, peak_actual_valid_recv=4300,
+               required_capacity="1.049805")
     corpus.append(lie, ATTEMPTS_TSV, row)
     cell = corpus.write_cell(lie, {**row, "peak_actual_valid_recv": 4096},   # clipped: 4096
                              provenance=corpus.provenance_fields())            # = the budget

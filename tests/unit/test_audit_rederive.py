@@ -329,12 +329,21 @@ def restate(root: Path, key: str) -> None:
 
 
 def clip_first_dispatch_row(text: str) -> str:
-    """One dispatch row clipped at its budget: the buffer was full (a drop)."""
+    """One dispatch row clipped at its budget: the buffer was full (a drop). The slots it
+    gains are taken from another rank of its (iteration, layer), as a dispatch conserves
+    them (harness/audit/rules/invariants.py)."""
     lines = text.splitlines()
     at = next(i for i, x in enumerate(lines) if "[dispatch]" in x)
     budget = lines[at].rsplit("budget=", 1)[1].split()[0]
     head, _, tail = lines[at].partition("actual_valid_recv=")
-    lines[at] = head + f"actual_valid_recv={budget} " + tail.split(" ", 1)[1]
+    before, rest = tail.split(" ", 1)
+    lines[at] = head + f"actual_valid_recv={budget} " + rest
+    group = lines[at].split("iter=")[1].split()[0], lines[at].split("layer=")[1].split()[0]
+    peer = next(i for i, x in enumerate(lines) if i != at and "[dispatch]" in x
+                and (x.split("iter=")[1].split()[0], x.split("layer=")[1].split()[0]) == group)
+    head, _, tail = lines[peer].partition("actual_valid_recv=")
+    value, rest = tail.split(" ", 1)
+    lines[peer] = head + f"actual_valid_recv={int(value) - int(budget) + int(before)} " + rest
     return "\n".join(lines) + "\n"
 
 
@@ -385,7 +394,7 @@ def test_validate_lacking_a_rank(lie, monkeypatch):
         x for x in t.splitlines() if "[dispatch]" not in x or " rank=1 " not in x) + "\n")
     restate(lie, QV)
     caught_by(lie, monkeypatch, "incomplete-telemetry", "held-out-not-rederived",
-              "inconsistent-requirement")
+              "inconsistent-requirement", "conservation-broken")
 
 
 def test_cell_json_says_assert_row_says_ok(lie):

@@ -5,6 +5,7 @@ from harness.audit.rules import (
     basic,
     cells,
     heldout,
+    invariants,
     legacy,
     pipeline,
     rederive,
@@ -14,6 +15,6 @@ from harness.audit.rules import (
 from harness.audit.rules.apply import apply_rule, check_missing_provenance, fold
 
 RULES = (*basic.RULES, *cells.RULES, *selection.RULES, *rederive.RULES, *pipeline.RULES,
-         *timing.RULES, *heldout.RULES, *legacy.RULES)
+         *timing.RULES, *heldout.RULES, *legacy.RULES, *invariants.RULES)
 
 __all__ = ["RULES", "apply_rule", "check_missing_provenance", "fold"]
