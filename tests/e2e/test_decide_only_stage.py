@@ -87,8 +87,8 @@ def audit_json(tree: Path, root: Path) -> dict:
 def scratch(tmp_path_factory) -> tuple[Path, Path]:
     """A copy of this tree on a scratch branch with the stage added, and its campaign."""
     tree = tmp_path_factory.mktemp("scratch") / "epcap"
-    files = git(REPO, "ls-files", "-z", "harness", "backends", "runbooks", "pyproject.toml",
-                "setup.py").split("\0")
+    files = git(REPO, "ls-files", "-z", "harness", "backends", "runbooks", "provenance",
+                "pyproject.toml", "setup.py").split("\0")
     for name in filter(None, files):
         if (REPO / name).is_file():
             (tree / name).parent.mkdir(parents=True, exist_ok=True)
@@ -129,12 +129,14 @@ def test_the_stage_decided_and_its_campaign_audits_valid(scratch):
 
 
 def test_an_audit_without_the_stage_calls_the_campaign_invalid(scratch):
-    """This tree's audit replays a pipeline that has no margin stage: the selections differ
-    (the check that a stage-blind audit can fail)."""
+    """This tree's audit replays a pipeline that has no margin stage: it asks for each
+    validate at the peak's own rung, and the cells ran one rung above (the check that a
+    stage-blind audit can fail)."""
     _, root = scratch
     upload = audit_json(REPO, root)
     assert upload["verdict"] == "INVALID", upload["why"]
-    assert "selection-not-rederived" in upload["reasons"]
+    assert "held-out-not-rederived" in upload["reasons"]
+    assert any("but the pipeline asks" in w for w in upload["why"]), upload["why"]
 
 
 def test_the_stages_decision_edited_is_invalid(scratch, tmp_path):

@@ -383,11 +383,14 @@ def test_an_infra_failure_retried_stays_valid(lie):
     (lie / infra).mkdir()
     shutil.copy(lie / retry / "provenance.txt", lie / infra / "provenance.txt")
     data.update(name=Path(infra).name, launcher={"state": "node_fail", "exit_code": None,
-                                                 "detail": "node lost", "wall_s": 1.0})
+                                                 "detail": "node lost", "wall_s": 1.0},
+                status="infra", summary=None, timing=None)
     data["cell"]["attempt"] = 2
     (lie / infra / "cell.json").write_text(json.dumps(data, indent=1))
     row = next(r for r in corpus.read_rows(lie / ATTEMPTS_TSV) if r["cell_dir"] == retry)
-    corpus.append(lie, ATTEMPTS_TSV, {**row, "attempt": "2", "cell_dir": infra})
+    corpus.append(lie, ATTEMPTS_TSV, {**row, "attempt": "2", "cell_dir": infra, "status": "infra",
+                                      "rows": "0", "saturated_rows": "0", "malformed_rows": "0",
+                                      "peak_actual_valid_recv": "", "required_capacity": ""})
     restate(lie, infra)
     assert next(r for r in corpus.read_rows(lie / ATTEMPTS_TSV)
                 if r["cell_dir"] == infra)["status"] == "infra"

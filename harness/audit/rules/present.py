@@ -18,6 +18,7 @@ from harness.audit.readers import lfs_pointer
 from harness.audit.vocab import LFS_POINTER, MISSING_LOGS, UPLOAD_MARKERS
 from harness.results.layout import ATTEMPTS_TSV
 from harness.taxonomy.judge import LOG_SUFFIXES
+from harness.vocab import Status
 
 NAMED = 5                       # files named in a why; the rest are counted
 
@@ -53,18 +54,25 @@ def has_logs(cell: Path) -> bool:
         return True                 # unreadable: the readers say so, not this check
 
 
+# statuses that only a log can give (telemetry rows, an out-of-memory or bug signature)
+LOGGED = (Status.OK, Status.DROPS, Status.LOWER_BOUND, Status.DOES_NOT_FIT, Status.ASSERT,
+          Status.BADFLAG)
+
+
 def claims_a_run(upload: Upload, key: str) -> bool:
-    """A cell whose cell.json records a launcher state or telemetry rows, or whose attempts
-    row states rows: it ran and wrote logs."""
+    """A cell whose cell.json or attempts row states telemetry rows, or a status only a log
+    can give: it wrote logs. (A run that died before writing any -- a node lost at start,
+    an infra or crash status -- holds none legitimately.)"""
     data = upload.cells[key].cell_json or {}
-    launcher, summary = data.get("launcher"), data.get("summary")
-    if isinstance(launcher, dict) and launcher.get("state"):
-        return True
+    summary = data.get("summary")
     if isinstance(summary, dict) and isinstance(summary.get("rows"), int) \
             and not isinstance(summary.get("rows"), bool) and summary["rows"] > 0:
         return True
+    if data.get("status") in LOGGED:
+        return True
     table = upload.tables.get(ATTEMPTS_TSV)
-    return any((int_of(r.get("rows")) or 0) > 0 for r in (table.rows if table else [])
+    return any((int_of(r.get("rows")) or 0) > 0 or r.get("status") in LOGGED
+               for r in (table.rows if table else [])
                if upload.cell_for(r) is upload.cells[key])
 
 
@@ -80,7 +88,7 @@ def check_missing_evidence(upload: Upload) -> list[Check]:
                   if cell.where is not None and not cell.problem and not has_logs(cell.where)
                   and claims_a_run(upload, key))
     checks.append(Check(MISSING_LOGS, UNKNOWN, [
-        f"{len(bare)} cell(s) ran (cell.json or their attempts row says so) but hold no log "
+        f"{len(bare)} cell(s) state telemetry rows or a status only a log gives but hold no log "
         f"({', '.join(LOG_SUFFIXES)}): {named(bare)}; the evidence is missing, not "
         f"contradicted: upload the cells' logs"]) if bare else Check(MISSING_LOGS, PASS, []))
     return checks

@@ -40,7 +40,7 @@ from harness.audit.model import (
 )
 from harness.audit.readers import safe_real
 from harness.audit.rules.apply import blanked
-from harness.audit.rules.present import has_logs
+from harness.audit.rules.present import claims_a_run, has_logs
 from harness.audit.vocab import (
     CELL_IDENTITY,
     INCOMPLETE,
@@ -222,8 +222,9 @@ def _derive(upload: Upload, cell: Cell) -> Derived:
     except (EpcapError, KeyError, ValueError, LookupError) as exc:
         return Derived({}, None, f"{cell.path}: the runbook as run has no such cell "
                                  f"({str(exc)[:120]})")
-    if not has_logs(cell.where):
-        return Derived({}, None, f"{cell.path}: no log (missing evidence)")
+    if not has_logs(cell.where) and claims_a_run(upload, cell.path):
+        return Derived({}, None, f"{cell.path}: no log, yet its cell.json or row states what "
+                                 f"only a log gives (missing evidence)")
     if cell.logs_problem:              # an LFS pointer, over the cap, a link out of the upload
         return Derived({}, None, f"{cell.path}: {cell.logs_problem}")
     linked = sorted(p.name for p in cell.where.iterdir()
