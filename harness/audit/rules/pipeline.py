@@ -85,8 +85,6 @@ HELD_OUT_COLUMNS = ("validated", "validate_attempts", "validate_seed", "validate
 CODE_OF_PURPOSE = {Purpose.MEASURE: SELECTION_NOT_REDERIVED,
                    Purpose.VALIDATE: HELD_OUT_NOT_REDERIVED,
                    Purpose.TIME: TIMING_NOT_REDERIVED}
-NAMES = ("campaign", "model", "backend", "baseline", "phase", "status", "verdict", "timer",
-         "backend_impl")                      # compared as docs/spec.md#audit-rules compares names
 
 MISSING, CONTRADICTED, UNDECIDED = "missing", "contradicted", "undecided"
 
@@ -233,7 +231,7 @@ def differs(column: str, written: str, derived: object) -> bool:
     numbers as numbers (1.1250 is 1.125), any other text exactly."""
     if derived is None:
         return written != ""
-    if column in NAMES:
+    if column in timing.NAMES:
         return norm(written) != norm(str(derived))
     text = cell_text(derived)
     if isinstance(derived, bool):
