@@ -2,7 +2,7 @@
 
 The campaign driver (harness/campaign/driver.py) runs the model pipelines against a launcher,
 several cells at a time. `epcap audit` runs the *same* generators here, answering each
-request from an upload's cells (harness/audit/replay.py), and then compares the tables the
+request from an upload's cells (harness/audit/rules/pipeline.py), and then compares the tables the
 pipeline built with the upload's: a decision has one home, and a new stage in this room is
 audited without a line in harness/audit/ (docs/architecture.md#the-audit-is-the-pipeline-replayed).
 
