@@ -199,15 +199,13 @@ def cli_publish(results_dir: str, repo: str, dry_run: bool = False,
         raise BadInput("not a directory", path=str(results_dir))
     result = audit_target(root)
     why = refusal(result) or ([] if allow_empty else empty_refusal(root))
+    files, skipped = local_files(root)
+    leaks = files_with_secrets(root, files)        # said beside the audit's reasons: all at once
+    why += [f"{redact_text(f)} contains the value of a secret-named environment variable, a "
+            "token shape (hf_...) or a secret option or assignment (--api-key=..., "
+            "WANDB_API_KEY=...); redact it before publishing" for f in leaks]
     if why:
         return say_refused(why)
-    files, skipped = local_files(root)
-    leaks = files_with_secrets(root, files)
-    if leaks:
-        return say_refused([f"{redact_text(f)} contains the value of a secret-named environment "
-                            "variable, a token shape (hf_...) or a secret option or assignment "
-                            "(--api-key=..., WANDB_API_KEY=...); redact it before publishing"
-                            for f in leaks])
     prefix = target_prefix(root)
     existing, problem = existing_paths(repo)
     if existing is not None and any(p.startswith(prefix) for p in existing):

@@ -101,12 +101,14 @@ class UploadVerdict:
     @property
     def rules_not_applicable(self) -> list[str]:
         """`code: why` of the rules that did not apply to this upload."""
-        return [f"{c.code}: {first(c.why, 1)}" for c in self.checks if c.state == NOT_APPLICABLE]
+        return [clip_line(f"{c.code}: {first(c.why, 1)}") for c in self.checks
+                if c.state == NOT_APPLICABLE]
 
     @property
     def not_checked(self) -> list[str]:
         """`code: why` of the rules that could not decide (the upload is then UNKNOWN)."""
-        return [f"{c.code}: {first(c.why, 1)}" for c in self.checks if c.state == UNKNOWN]
+        return [clip_line(f"{c.code}: {first(c.why, 1)}") for c in self.checks
+                if c.state == UNKNOWN]
 
     def __post_init__(self) -> None:
         """Every explanation is copied from an upload: each is cut to the stated bound and

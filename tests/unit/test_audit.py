@@ -101,8 +101,9 @@ def test_does_not_fit_measure_needs_no_validate(mutant):
             if row["purpose"] == "measure":
                 row.update(status="does_not_fit", required_capacity="",
                            peak_actual_valid_recv="", rows="0")
-                (mutant / row["cell_dir"] / "rank0.log").unlink()
-                (mutant / row["cell_dir"] / "cell.json").write_text("{}")
+                (mutant / row["cell_dir"] / "rank0.log").unlink()    # killed at start:
+                (mutant / row["cell_dir"] / "cell.json").write_text(   # the launcher's oom
+                    '{"launcher": {"state": "oom", "exit_code": null}}')
         return row
     corpus.edit(mutant, ATTEMPTS_TSV, oom)
     corpus.edit(mutant, SELECTION_TSV, lambda r: None if (r["model"], r["backend"]) ==

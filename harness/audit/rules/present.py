@@ -18,7 +18,7 @@ from harness.audit.readers import lfs_pointer
 from harness.audit.vocab import LFS_POINTER, MISSING_LOGS, UPLOAD_MARKERS
 from harness.results.layout import ATTEMPTS_TSV
 from harness.taxonomy.judge import LOG_SUFFIXES
-from harness.vocab import Status
+from harness.vocab import LauncherState, Status
 
 NAMED = 5                       # files named in a why; the rest are counted
 
@@ -54,9 +54,9 @@ def has_logs(cell: Path) -> bool:
         return True                 # unreadable: the readers say so, not this check
 
 
-# statuses that only a log can give (telemetry rows, an out-of-memory or bug signature)
-LOGGED = (Status.OK, Status.DROPS, Status.LOWER_BOUND, Status.DOES_NOT_FIT, Status.ASSERT,
-          Status.BADFLAG)
+# statuses that only a log can give (telemetry rows, a bug signature); does_not_fit too,
+# unless the launcher itself recorded the out-of-memory end (state oom)
+LOGGED = (Status.OK, Status.DROPS, Status.LOWER_BOUND, Status.ASSERT, Status.BADFLAG)
 
 
 def claims_a_run(upload: Upload, key: str) -> bool:
@@ -68,10 +68,13 @@ def claims_a_run(upload: Upload, key: str) -> bool:
     if isinstance(summary, dict) and isinstance(summary.get("rows"), int) \
             and not isinstance(summary.get("rows"), bool) and summary["rows"] > 0:
         return True
-    if data.get("status") in LOGGED:
+    launcher = data.get("launcher")
+    oom = isinstance(launcher, dict) and launcher.get("state") == LauncherState.OOM
+    logged = LOGGED if oom else (*LOGGED, Status.DOES_NOT_FIT)
+    if data.get("status") in logged:
         return True
     table = upload.tables.get(ATTEMPTS_TSV)
-    return any((int_of(r.get("rows")) or 0) > 0 or r.get("status") in LOGGED
+    return any((int_of(r.get("rows")) or 0) > 0 or r.get("status") in logged
                for r in (table.rows if table else [])
                if upload.cell_for(r) is upload.cells[key])
 
