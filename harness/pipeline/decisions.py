@@ -70,6 +70,7 @@ class Context:
         self.timing: dict[tuple[str, str], TimingRow] = {}
         self.comparison: dict[str, list[ComparisonRow]] = {}      # by model
         self.skipped: set[tuple[str, str, str]] = set()
+        self.pairs_ended: set[tuple[str, str]] = set()   # pairs whose pair stages all ran
         self.dirty = False
 
     def selected(self, model: str | None, backend: str) -> bool:
@@ -245,6 +246,7 @@ def model_pipeline(ctx: Context, model: str) -> Pipe:
                     step = PAIR_STEPS[spec.stage](ctx, model, b.name, state)
                     if not ((yield from step) if isinstance(step, Generator) else step):
                         break
+                ctx.pairs_ended.add((model, b.name))     # its selection row is final
             continue
         for spec in specs:
             if ctx.stage_mode(spec.stage) == StageMode.STOP:

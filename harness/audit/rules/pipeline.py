@@ -55,6 +55,7 @@ from harness.audit.rules.rederive import (
     campaign_finished,
     derive,
     invalidated,
+    upload_events,
 )
 from harness.audit.vocab import (
     HELD_OUT_NOT_REDERIVED,
@@ -76,7 +77,7 @@ from harness.results.layout import (
 )
 from harness.results.rows import Row as ResultRow
 from harness.results.tables import cell_text
-from harness.vocab import Purpose
+from harness.vocab import STAGE_ORDER, Event, Purpose
 
 # capacity_selection.tsv columns the validate step and the risk fit write
 HELD_OUT_COLUMNS = ("validated", "validate_attempts", "validate_seed", "validate_steps",
@@ -108,6 +109,7 @@ class UploadReplay:
     timing: dict[tuple[str, str], ResultRow] = field(default_factory=dict)
     comparison: dict[tuple[str, str, str], ResultRow] = field(default_factory=dict)
     stops: dict[str, Stop] = field(default_factory=dict)          # by normalised model
+    pairs_ended: set[tuple[str, str]] = field(default_factory=set)  # the pipeline's own
     answered: list[tuple[Request, Outcome]] = field(default_factory=list)
     unused: list[tuple[str, Cell]] = field(default_factory=list)  # (normalised model, cell)
     problem: str | None = None                                     # no replay at all
@@ -203,7 +205,8 @@ def _replay(upload: Upload) -> UploadReplay:
     rb = upload.runbook
     out = UploadReplay()
     source = CellSource(upload)
-    ctx = Context(rb, (), None)
+    stages, until = campaign_stages(upload)
+    ctx = Context(rb, stages, until)
     try:
         for model in rb.models:
             source.stop = None
@@ -220,7 +223,19 @@ def _replay(upload: Upload) -> UploadReplay:
     out.comparison = {(norm(r.model), norm(r.backend), norm(r.phase)): r
                       for rows in ctx.comparison.values() for r in rows}
     out.unused = source.unused()
+    out.pairs_ended = {(norm(m), norm(b)) for m, b in ctx.pairs_ended}
     return out
+
+
+def campaign_stages(upload: Upload) -> tuple[tuple[str, ...], str | None]:
+    """The --stage/--until of the campaign's last run (events.jsonl run_start), as the
+    driver that wrote the tables gave them to the pipeline; none without an event log."""
+    events = upload_events(upload)[0] or []
+    last = next((e for e in reversed(events) if e.get("ev") == Event.RUN_START), {})
+    stages = last.get("stages") if isinstance(last.get("stages"), list) else []
+    until = last.get("until") if isinstance(last.get("until"), str) else None
+    known = set(STAGE_ORDER)
+    return (tuple(s for s in stages if s in known), until if until in known else None)
 
 
 # ---------------------------------------------------------------- comparing tables
@@ -295,28 +310,10 @@ def rows_of(table: Table | None, model: str) -> list[Row]:
 
 def compared(rep: UploadReplay, key: tuple, table: str) -> bool:
     """Whether the written row with this key can be compared: its model's pipeline ran to
-    its end; or, for a selection row, it stopped at a later pair or in the time step (the
-    pair's row was final by then)."""
-    stop = rep.stopped(key[0])
-    if stop is None:
+    its end, or (a selection row) the pipeline ended its pair before it stopped."""
+    if rep.stopped(key[0]) is None:
         return True
-    if table != SELECTION_TSV:
-        return False
-    if stop.request.purpose == Purpose.TIME:
-        return True
-    return key in rep.selection and key[1] != norm(stop.request.backend)
-
-
-def skipped_columns(rep: UploadReplay, model: str) -> tuple[str, ...]:
-    """Selection columns not final when the model's pipeline stopped: timing_capacity is set
-    by the time step, which a stop before it (or at its first launch, the stage never begun
-    in the upload) leaves to the campaign that did not run it."""
-    stop = rep.stopped(model)
-    if stop is None:
-        return ()
-    begun = any(norm(req.model) == norm(model) and req.purpose == Purpose.TIME
-                for req, _ in rep.answered)
-    return () if begun else ("timing_capacity",)
+    return table == SELECTION_TSV and key[:2] in rep.pairs_ended
 
 
 def compare_rows(table: Table | None, built: dict[tuple, ResultRow], key_of, rep: UploadReplay,
@@ -341,8 +338,7 @@ def compare_rows(table: Table | None, built: dict[tuple, ResultRow], key_of, rep
             bad.append(f"{where(table, row)}: {' '.join(key)} written twice")
             continue
         seen.add(key)
-        skip = skipped_columns(rep, key[0])
-        bad += column_problems(table, row, built[key], [c for c in columns if c not in skip])
+        bad += column_problems(table, row, built[key], columns)
     return bad, [k for k in built if k not in seen and compared(rep, k, name)]
 
 
