@@ -153,21 +153,15 @@ def upload(root: Path, repo: str, prefix: str, files: list[str]) -> str:
     return str(getattr(info, "commit_url", "") or info)
 
 
-def measured_pairs(root: Path) -> tuple[int, int]:
-    """(pairs with a selected capacity, pairs) of the campaign's capacity_selection.tsv: a
-    pair out of memory at measure (does_not_fit) has a row and no selected capacity."""
-    try:
-        rows = read_rows(root / SELECTION_TSV)
-    except (OSError, UnicodeDecodeError, BadInput):
-        return 0, 0
-    pairs = {(r.get("model"), r.get("backend")) for r in rows}
-    chosen = {(r.get("model"), r.get("backend")) for r in rows if r.get("selected_capacity")}
-    return len(chosen), len(pairs)
+def pair_counts(result: AuditResult) -> tuple[int, int]:
+    """(pairs measured, pairs) as the audit counted them (audit.engine.measured_pairs)."""
+    upload = result.uploads[0]
+    return upload.measured_pairs or 0, upload.selection_pairs or 0
 
 
-def empty_refusal(root: Path) -> list[str]:
+def empty_refusal(result: AuditResult) -> list[str]:
     """Why a campaign in which nothing was measured is not published without --allow-empty."""
-    measured, pairs = measured_pairs(root)
+    measured, pairs = pair_counts(result)
     if measured:
         return []
     return [f"nothing measured: {SELECTION_TSV} has {pairs} (model, backend) pair(s) and none "
@@ -179,7 +173,7 @@ def summary_lines(root: Path, result: AuditResult, files: list[str]) -> list[str
     """The dry run's opening: the audit verdict, then cells, pairs measured, files, bytes."""
     from harness.audit.evidence import is_evidence
     upload = result.uploads[0]
-    measured, pairs = measured_pairs(root)
+    measured, pairs = pair_counts(result)
     cells = len({Path(f).parent for f in files if Path(f).name == CELL_JSON})
     size = sum((root / f).stat().st_size for f in files)
     evidence = sum(is_evidence(f) for f in files)
@@ -198,7 +192,7 @@ def cli_publish(results_dir: str, repo: str, dry_run: bool = False,
     if not root.is_dir():
         raise BadInput("not a directory", path=str(results_dir))
     result = audit_target(root)
-    why = refusal(result) or ([] if allow_empty else empty_refusal(root))
+    why = refusal(result) or ([] if allow_empty else empty_refusal(result))
     files, skipped = local_files(root)
     leaks = files_with_secrets(root, files)        # said beside the audit's reasons: all at once
     why += [f"{redact_text(f)} contains the value of a secret-named environment variable, a "

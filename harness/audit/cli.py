@@ -61,7 +61,8 @@ def grounds(u: UploadVerdict) -> str:
     if u.not_checked:
         lines.append(f"  could not be checked ({len(u.not_checked)}): " + "; ".join(u.not_checked))
     if u.measured_pairs is not None:
-        lines.append(f"  pairs measured (a selected capacity): {u.measured_pairs}")
+        lines.append(f"  pairs measured (a selected capacity): {u.measured_pairs} of "
+                     f"{u.selection_pairs}")
     if u.emulation:
         lines.append(f"  emulation: {u.emulation}")
     if u.verdict == "VALID":

@@ -69,12 +69,17 @@ def replay_notes(upload: Upload) -> list[str]:
     return notes
 
 
-def measured_pairs(upload: Upload) -> int | None:
-    """Selection rows with a selected capacity (None without a selection table)."""
+def measured_pairs(upload: Upload) -> tuple[int, int] | None:
+    """(pairs with a selected capacity, pairs) of capacity_selection.tsv, None without a
+    readable one: a pair out of memory at measure has a row and no selected capacity. The
+    one count the verdict, its note and `epcap publish` use."""
     table = upload.tables.get(SELECTION_TSV)
     if table is None or table.unreadable:
         return None
-    return sum(bool(r.get("selected_capacity")) for r in table.rows)
+    pairs = {(r.name("model"), r.name("backend")) for r in table.rows}
+    chosen = {(r.name("model"), r.name("backend")) for r in table.rows
+              if r.get("selected_capacity")}
+    return len(chosen), len(pairs)
 
 
 @dataclass
@@ -91,7 +96,8 @@ class UploadVerdict:
     checks: list[Check] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     emulation: str | None = None           # the note when rows are reference emulation
-    measured_pairs: int | None = None      # selection rows with a selected capacity
+    measured_pairs: int | None = None      # pairs with a selected capacity
+    selection_pairs: int | None = None     # pairs with a selection row
 
     @property
     def rules_ran(self) -> list[str]:
@@ -129,7 +135,8 @@ class UploadVerdict:
                 "notes": self.notes, "rules_ran": self.rules_ran,
                 "rules_not_applicable": self.rules_not_applicable,
                 "not_checked": self.not_checked, "emulation": self.emulation,
-                "measured_pairs": self.measured_pairs, "valid_does_not_prove": NOT_PROVEN}
+                "measured_pairs": self.measured_pairs, "selection_pairs": self.selection_pairs,
+                "valid_does_not_prove": NOT_PROVEN}
 
 
 @dataclass
@@ -181,11 +188,12 @@ def audit_upload(upload: Upload, errata: Errata, order: GitClones) -> UploadVerd
     checks = merge_codes(checks)
     empty = check_nothing_to_judge(upload)
     notes = upload.notes + held_out_notes(upload)
-    measured = measured_pairs(upload)
+    measured, pairs = measured_pairs(upload) or (None, None)
     if measured == 0:
         notes.append("nothing was measured: no pair has a selected capacity (every pair "
                      "does_not_fit or failed); `epcap publish` refuses it without --allow-empty")
-    extra = {"emulation": emulation_note(upload), "measured_pairs": measured}
+    extra = {"emulation": emulation_note(upload), "measured_pairs": measured,
+             "selection_pairs": pairs}
     notes += replay_notes(upload)
     failed = [c for c in checks if c.state == FAIL]
     undecided = [c for c in checks if c.state == UNKNOWN]

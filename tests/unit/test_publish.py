@@ -174,8 +174,8 @@ def test_refuses_a_campaign_where_nothing_was_measured(valid, capsys, fake_hub, 
     from harness.audit.engine import UploadVerdict
     from harness.results.layout import SELECTION_TSV
     corpus.edit(valid, SELECTION_TSV, lambda r: {**r, "selected_capacity": ""})
-    monkeypatch.setattr(publish, "audit_target",
-                        lambda root: AuditResult(str(root), [UploadVerdict(".", "VALID")]))
+    monkeypatch.setattr(publish, "audit_target", lambda root: AuditResult(str(root), [
+        UploadVerdict(".", "VALID", measured_pairs=0, selection_pairs=4)]))
     assert cli_publish(str(valid), "org/runs", dry_run=True) == 1
     assert "nothing measured" in capsys.readouterr().err
     assert cli_publish(str(valid), "org/runs", dry_run=True, allow_empty=True) == 0
