@@ -83,9 +83,6 @@ from harness.vocab import STAGE_ORDER, Event, Purpose
 HELD_OUT_COLUMNS = ("validated", "validate_attempts", "validate_seed", "validate_steps",
                     "validate_peak", "headroom", "drop_risk_95", "predicted_drop_risk",
                     "predicted_drop_risk_hi", "held_out")
-CODE_OF_PURPOSE = {Purpose.MEASURE: SELECTION_NOT_REDERIVED,
-                   Purpose.VALIDATE: HELD_OUT_NOT_REDERIVED,
-                   Purpose.TIME: TIMING_NOT_REDERIVED}
 
 MISSING, CONTRADICTED, UNDECIDED = "missing", "contradicted", "undecided"
 
@@ -301,11 +298,6 @@ def unused_problems(rep: UploadReplay, purposes: tuple[str, ...]) -> list[str]:
         bad.append(f"{cell.path}: a {named.purpose} run the pipeline never asks for (its "
                    f"{named.purpose} step had ended)")
     return bad
-
-
-def rows_of(table: Table | None, model: str) -> list[Row]:
-    return [r for r in (table.rows if table is not None and not table.unreadable else [])
-            if r.name("model") == model]
 
 
 def compared(rep: UploadReplay, key: tuple, table: str) -> bool:
