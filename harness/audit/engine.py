@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.audit.errata import Errata, GitClones, check_predates, load_errata
+from harness.audit.errata import Errata, GitClones, check_commits, check_predates, load_errata
 from harness.audit.load import load_upload
 from harness.audit.model import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, Check, Upload, first
 from harness.audit.readers import find_uploads
@@ -184,6 +184,7 @@ def audit_upload(upload: Upload, errata: Errata, order: GitClones) -> UploadVerd
     checks.append(check_replay(upload))
     checks.append(check_repo_lines(upload))
     checks += [check_predates(upload, fix, order) for fix in errata.fixes]
+    checks.append(check_commits(upload, order))
     checks += check_missing_evidence(upload)
     checks = merge_codes(checks)
     empty = check_nothing_to_judge(upload)

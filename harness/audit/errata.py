@@ -4,14 +4,16 @@ else commit dates, else UNKNOWN."""
 
 from __future__ import annotations
 
+import re
 import subprocess
+import unicodedata
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Protocol
 
 from harness.audit.model import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, Check, Upload, verdict_of
-from harness.audit.vocab import PREDATES
+from harness.audit.vocab import COMMIT_IMPOSSIBLE, PREDATES
 from harness.errors import BadInput
 from harness.io.safeio import RUNBOOK_MAX_BYTES, read_text
 from harness.io.yamldoc import Doc
@@ -24,6 +26,16 @@ COMMIT_CHARS = "0123456789abcdefABCDEF"
 def is_commit(text: str) -> bool:
     """4 to 64 hex digits."""
     return 4 <= len(text) <= 64 and all(c in COMMIT_CHARS for c in text)
+
+
+def repository_key(name: str) -> str:
+    """A repository's name as compared: one repository under any spelling (NFKC and case
+    folded; the last part of a path, URL or ssh spec; no trailing '/' or '.git'; '-' as
+    '_'), so `https://github.com/org/Blackwell-Run-Scripts.git/` is `blackwell_run_scripts`."""
+    text = unicodedata.normalize("NFKC", name).casefold().strip().rstrip("/")
+    text = text.removesuffix(".git").rstrip("/")
+    text = text.rsplit("/", 1)[-1].rsplit(":", 1)[-1]
+    return text.replace("-", "_")
 
 
 def is_fix_id(text: str) -> bool:
@@ -140,7 +152,7 @@ class GitClones:
     """Ancestry and commit dates read from the clones given with --git-repo NAME=PATH."""
 
     def __init__(self, repos: dict[str, Path] | None = None) -> None:
-        self.repos = {k: Path(v) for k, v in (repos or {}).items()}
+        self.repos = {repository_key(k): Path(v) for k, v in (repos or {}).items()}
         self._cache: dict[tuple, object] = {}
 
     def _has(self, path: Path, commit: str) -> bool:
@@ -149,7 +161,7 @@ class GitClones:
 
     def contains(self, repository: str, fix_commit: str, run_sha: str) -> bool | None:
         """True if run_sha has fix_commit as ancestor; None when the clone cannot tell."""
-        path = self.repos.get(repository)
+        path = self.repos.get(repository_key(repository))
         if path is None or not (is_commit(fix_commit) and is_commit(run_sha)):
             return None
         key = ("contains", repository, fix_commit, run_sha)
@@ -163,11 +175,29 @@ class GitClones:
 
     def commit_date(self, repository: str, commit: str) -> str | None:
         """ISO commit date of a commit in the clone, or None."""
-        path = self.repos.get(repository)
+        path = self.repos.get(repository_key(repository))
         if path is None or not is_commit(commit):
             return None
         done = git(path, "show", "-s", "--format=%cI", f"{commit}^{{commit}}")
         return done.stdout.strip() if done and done.returncode == 0 else None
+
+    def has(self, repository: str, commit: str) -> bool | None:
+        """Whether the clone given for the repository holds the commit; None without one."""
+        path = self.repos.get(repository_key(repository))
+        if path is None or not is_commit(commit):
+            return None
+        key = ("has", str(path), commit)
+        if key not in self._cache:
+            self._cache[key] = self._has(path, commit)
+        return bool(self._cache[key])
+
+    def newest_date(self, repository: str) -> str | None:
+        """ISO committer date of the newest commit on any ref of the clone, or None."""
+        path = self.repos.get(repository_key(repository))
+        if path is None:
+            return None
+        done = git(path, "log", "--all", "--date-order", "-1", "--format=%cI")
+        return (done.stdout.strip() or None) if done and done.returncode == 0 else None
 
 
 def parse_git_repos(specs: tuple[str, ...] | list[str]) -> dict[str, Path]:
@@ -206,22 +236,46 @@ def run_contains_fix(fix: Fix, run: dict[str, str], order: CommitOrder) -> tuple
                      f"{fix.repository}=PATH or give the fix a date in the registry")
 
 
-def repo_values(upload: Upload, repository: str) -> tuple[dict[str, str], list[str]]:
-    """Distinct `repo.<repository>` values across the provenance files covering the upload;
-    and files whose provenance is not epcap's and does not name the repository."""
-    key = f"repo.{repository}"
-    values: dict[str, str] = {}
-    silent: list[str] = []
+def provenance_sources(upload: Upload) -> dict[str, dict[str, str]]:
+    """Every readable provenance.txt covering the upload (the campaign's, each cell's
+    nearest), by its path inside the upload."""
     sources = {"provenance.txt": upload.provenance}
     for cell in sorted(upload.cells.values(), key=lambda c: c.path):
         if cell.provenance_at:
             sources.setdefault(cell.provenance_at, cell.provenance)
-    for label, fields in sources.items():
-        if fields is None:
+    return {label: fields for label, fields in sources.items() if fields is not None}
+
+
+URL_REST = re.compile(r"(\S+):\s+(\S.*)")
+
+
+def repo_entries(fields: dict[str, str]) -> list[tuple[str, str]]:
+    """(repository name, value) of every `repo.<name>` line; a name holding ':' (a URL or
+    ssh spec: `repo.https://host/org/name.git: <sha> ...`) is cut at its first ':' by the
+    `key: value` reader, and is joined back here."""
+    out = []
+    for key, value in fields.items():
+        if not key.startswith("repo."):
             continue
-        if key in fields:
-            values.setdefault(fields[key], label)
-        elif "harness.version" not in fields:
+        rest = URL_REST.fullmatch(value)
+        if rest and parse_repo_line(value) is None:
+            out.append((f"{key[5:]}:{rest.group(1)}", rest.group(2)))
+        else:
+            out.append((key[5:], value))
+    return out
+
+
+def repo_values(upload: Upload, repository: str) -> tuple[dict[str, str], list[str]]:
+    """Distinct `repo.<repository>` values across the provenance files covering the upload;
+    and files whose provenance is not epcap's and does not name the repository."""
+    wanted = repository_key(repository)
+    values: dict[str, str] = {}
+    silent: list[str] = []
+    for label, fields in provenance_sources(upload).items():
+        named = [v for name, v in repo_entries(fields) if repository_key(name) == wanted]
+        for value in named:
+            values.setdefault(value, label)
+        if not named and "harness.version" not in fields:
             silent.append(label)
     return values, silent
 
@@ -230,7 +284,8 @@ def check_predates(upload: Upload, fix: Fix, order: CommitOrder) -> Check:
     """predates-fix:<id>: a run-scripts commit named in provenance lacks a registry fix.
 
     Provenance written by epcap lists every repository a run used (docs/spec.md#provenance), so an
-    epcap provenance without `repo.<repository>` did not use that repository: not applicable.
+    epcap provenance without `repo.<repository>` (under any spelling: repository_key) did not
+    use that repository: not applicable.
     Provenance not written by epcap that does not name the repository cannot be ordered.
     """
     if not fix.commit and not fix.date:
@@ -252,3 +307,68 @@ def check_predates(upload: Upload, fix: Fix, order: CommitOrder) -> Check:
         return Check(fix.code, NOT_APPLICABLE,
                      [f"epcap provenance: the run used no {fix.repository}"])
     return verdict_of(fails, passes, fix.code, unknown)
+
+
+COMMIT_SKEW_S = 3600.0    # a committer's clock may run this far ahead of the run host's
+
+
+class CloneFacts(Protocol):
+    """What a --git-repo clone says of a commit (GitClones)."""
+
+    def has(self, repository: str, commit: str) -> bool | None: ...
+
+    def commit_date(self, repository: str, commit: str) -> str | None: ...
+
+    def newest_date(self, repository: str) -> str | None: ...
+
+
+def commit_problems(name: str, run: dict[str, str], started: str | None,
+                    clones: CloneFacts) -> tuple[list[str], list[str]]:
+    """(contradictions, undecided) for one `repo.<name>` line: its commit dated after the run
+    that recorded it; with a clone of the repository, a commit the clone lacks though it
+    holds newer ones, or a recorded date the clone contradicts."""
+    bad, unknown = [], []
+    sha, stated = run["sha"], parse_date(run.get("date"))
+    begun = parse_date(started)
+    if stated and begun and (stated - begun).total_seconds() > COMMIT_SKEW_S:
+        bad.append(f"repo.{name} commit {sha[:12]} dated {run['date']}, after the run that "
+                   f"recorded it started ({started})")
+    present = clones.has(name, sha)
+    if present is False:
+        newest = parse_date(clones.newest_date(name))
+        if newest and stated and newest >= stated:
+            bad.append(f"repo.{name} commit {sha[:12]} is not in the --git-repo clone, which "
+                       f"holds commits up to {newest.isoformat()} (the commit is dated "
+                       f"{run['date']})")
+        else:
+            unknown.append(f"repo.{name} commit {sha[:12]} is not in the --git-repo clone, "
+                           f"whose newest commit is older than it: `git fetch` the clone")
+    elif present:
+        actual = parse_date(clones.commit_date(name, sha))
+        if actual and stated and actual != stated:
+            bad.append(f"repo.{name} commit {sha[:12]} recorded as dated {run['date']}; the "
+                       f"--git-repo clone dates it {actual.isoformat()}")
+        if actual and begun and (actual - begun).total_seconds() > COMMIT_SKEW_S:
+            bad.append(f"repo.{name} commit {sha[:12]} is dated {actual.isoformat()} in the "
+                       f"--git-repo clone, after the run that recorded it started ({started})")
+    return bad, unknown
+
+
+def check_commits(upload: Upload, clones: CloneFacts) -> Check:
+    """commit-impossible: every `repo.<name>` commit in every covering provenance.txt is one
+    the run could have checked out: dated before its `utc_start` (+ COMMIT_SKEW_S), and, where
+    a clone of the repository is given (--git-repo, any spelling of the name), a commit of
+    that clone with the date recorded."""
+    bad, unknown, seen = [], [], 0
+    for label, fields in provenance_sources(upload).items():
+        for name, value in repo_entries(fields):
+            run = parse_repo_line(value)
+            if run is None:
+                continue                         # `missing <path>`: predates-fix says so
+            seen += 1
+            b, u = commit_problems(name, run, fields.get("utc_start"), clones)
+            bad += [f"{label}: {w}" for w in b]
+            unknown += [f"{label}: {w}" for w in u]
+    if not seen:
+        return Check(COMMIT_IMPOSSIBLE, NOT_APPLICABLE, ["no provenance names a commit"])
+    return verdict_of(bad, [f"{seen} recorded commits possible"], COMMIT_IMPOSSIBLE, unknown)
