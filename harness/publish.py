@@ -48,20 +48,21 @@ def refusal(result: AuditResult) -> list[str]:
 
 
 def local_files(root: Path) -> tuple[list[str], list[str]]:
-    """Regular files to upload (relative posix paths), and links/hidden files left out."""
-    files, skipped = [], []
+    """The files to upload: the evidence list (audit.evidence.evidence_manifest, the files
+    the audit reads, so what is published is what was judged); and every other file, link
+    or hidden path, left out (relative posix paths)."""
+    from harness.audit.evidence import evidence_manifest  # one list: audit, hub fetch, publish
+    files = evidence_manifest(root)
+    chosen, skipped = set(files), []
     for folder, dirnames, filenames in os.walk(root, followlinks=False):
         rel = Path(folder).relative_to(root)
-        for d in list(dirnames):
+        for d in sorted(dirnames):
             if d.startswith(".") or os.path.islink(os.path.join(folder, d)):
-                skipped.append((rel / d).as_posix())
+                skipped.append((rel / d).as_posix())      # never entered
                 dirnames.remove(d)
         dirnames.sort()
-        for name in sorted(filenames):
-            path = (rel / name).as_posix()
-            full = os.path.join(folder, name)
-            hidden_or_link = name.startswith(".") or os.path.islink(full)
-            (skipped if hidden_or_link or not os.path.isfile(full) else files).append(path)
+        skipped += [p for p in ((rel / n).as_posix() for n in sorted(filenames))
+                    if p not in chosen]
     return files, skipped
 
 
@@ -169,18 +170,18 @@ def empty_refusal(result: AuditResult) -> list[str]:
             f"--allow-empty to publish it anyway"]
 
 
-def summary_lines(root: Path, result: AuditResult, files: list[str]) -> list[str]:
+def summary_lines(root: Path, result: AuditResult, files: list[str],
+                  skipped: list[str]) -> list[str]:
     """The dry run's opening: the audit verdict, then cells, pairs measured, files, bytes."""
-    from harness.audit.evidence import is_evidence
     upload = result.uploads[0]
     measured, pairs = pair_counts(result)
     cells = len({Path(f).parent for f in files if Path(f).name == CELL_JSON})
     size = sum((root / f).stat().st_size for f in files)
-    evidence = sum(is_evidence(f) for f in files)
     return [f"audit: {upload.verdict}" + (f" ({', '.join(upload.reasons)})"
                                           if upload.reasons else ""),
             f"summary: {cells} cells, {measured} of {pairs} pairs measured (a selected "
-            f"capacity), {len(files)} files ({evidence} the audit reads), {size} bytes"]
+            f"capacity), {len(files)} files (the evidence list the audit reads; "
+            f"{len(skipped)} other paths not uploaded), {size} bytes"]
 
 
 def cli_publish(results_dir: str, repo: str, dry_run: bool = False,
@@ -205,7 +206,7 @@ def cli_publish(results_dir: str, repo: str, dry_run: bool = False,
     if existing is not None and any(p.startswith(prefix) for p in existing):
         return say_refused([f"hf://datasets/{repo}/{prefix} is already used"])
     if dry_run:
-        for line in summary_lines(root, result, files):
+        for line in summary_lines(root, result, files, skipped):
             print(line)
         print_plan(root, repo, prefix, files, skipped, problem)
         return 0
@@ -233,7 +234,7 @@ def print_plan(root: Path, repo: str, prefix: str, files: list[str], skipped: li
     for rel in files:
         print(f"  {root / rel} -> {prefix}{rel}")
     for rel in skipped:
-        print(f"  {root / rel} (link or hidden: not uploaded)")
+        print(f"  {root / rel} (not on the evidence list, a link or hidden: not uploaded)")
     if problem:
         print(f"note: existing paths not checked ({problem}); the timestamped path is new "
               f"unless another upload used this second and these exact results")

@@ -13,7 +13,10 @@ docs/audit.md#evidence-map prints this table.
 
 from __future__ import annotations
 
+import hashlib
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from harness.audit.vocab import (
     CELL_IDENTITY,
@@ -325,3 +328,59 @@ def files_markdown() -> str:
     lines = ["| glob | what the audit reads it for |", "| --- | --- |"]
     lines += [f"| `{pattern}` | {why} |" for pattern, why in EVIDENCE_FILES.items()]
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- the evidence digest
+
+def evidence_manifest(root: Path) -> list[str]:
+    """The evidence files of a results directory (posix paths inside it): regular files, not
+    links, under no hidden folder and not hidden, matching EVIDENCE_FILES; in the order
+    `LC_ALL=C sort` gives their `./`-prefixed paths (what digest_command lists)."""
+    found = []
+    for folder, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")
+                       and not os.path.islink(os.path.join(folder, d))]
+        rel = Path(folder).relative_to(root)
+        for name in filenames:
+            full = os.path.join(folder, name)
+            path = (rel / name).as_posix()
+            if name.startswith(".") or os.path.islink(full) or not os.path.isfile(full):
+                continue
+            if is_evidence(path):
+                found.append(path)
+    return sorted(found, key=lambda p: ("./" + p).encode("utf-8", "surrogateescape"))
+
+
+def sha256sum_line(name: str, digest: str) -> str:
+    """One line as GNU `sha256sum` prints it (a name with a backslash or newline escaped,
+    the line then led by a backslash)."""
+    if "\\" in name or "\n" in name:
+        return "\\" + digest + "  " + name.replace("\\", "\\\\").replace("\n", "\\n") + "\n"
+    return f"{digest}  {name}\n"
+
+
+def evidence_digest(root: Path) -> str:
+    """sha256 of the `sha256sum` listing of the evidence files (`./<path>`, in
+    evidence_manifest's order): the fingerprint of what the audit read, which
+    digest_command recomputes with coreutils alone."""
+    listing = hashlib.sha256()
+    for rel in evidence_manifest(root):
+        file_digest = hashlib.sha256()
+        with open(root / rel, "rb") as handle:
+            for block in iter(lambda h=handle: h.read(1 << 20), b""):
+                file_digest.update(block)
+        line = sha256sum_line("./" + rel, file_digest.hexdigest())
+        listing.update(line.encode("utf-8", "surrogateescape"))
+    return listing.hexdigest()
+
+
+def digest_command() -> list[str]:
+    """The shell command, run in the results directory, that prints evidence_digest (find,
+    sort, xargs, sha256sum: coreutils and findutils), as lines of at most 80 characters."""
+    tests = [f"-path './{pattern}'" for pattern in EVIDENCE_FILES]
+    lines = ["find . -type f ! -path '*/.*' \\( \\"]
+    for i in range(0, len(tests), 2):
+        lines.append("    " + " -o ".join(tests[i:i + 2])
+                     + (" -o \\" if i + 2 < len(tests) else " \\"))
+    lines += ["    \\) -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum | sha256sum"]
+    return lines

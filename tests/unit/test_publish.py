@@ -180,3 +180,24 @@ def test_refuses_a_campaign_where_nothing_was_measured(valid, capsys, fake_hub, 
     assert "nothing measured" in capsys.readouterr().err
     assert cli_publish(str(valid), "org/runs", dry_run=True, allow_empty=True) == 0
     assert "0 of 4 pairs measured" in capsys.readouterr().out
+
+
+def test_uploads_are_the_evidence_list(valid, capsys, fake_hub):
+    """What is published is what the audit judged: exactly audit.evidence's manifest (the
+    list the hub fetch uses); other files are listed as not uploaded (seen failing with the
+    earlier walk, which uploaded notes.txt and the routing trace the audit never reads)."""
+    from harness.audit.evidence import evidence_manifest, is_evidence
+    (valid / "notes.txt").write_text("not evidence\n")
+    trace = valid / "cells" / "QWEN3_30B__echo__measure__cap2p00__a1" / "routing_trace.jsonl"
+    trace.write_text("{}\n")
+    assert cli_publish(str(valid), "org/runs", dry_run=False) == 0
+    (call,) = uploads(fake_hub)
+    sent = sorted(call["allow_patterns"])
+    assert sent == sorted(glob_escape(f) for f in evidence_manifest(valid))
+    assert all(is_evidence(f) for f in evidence_manifest(valid)) and ATTEMPTS_TSV in sent
+    assert "notes.txt" not in sent and not any("routing_trace" in f for f in sent)
+    capsys.readouterr()
+    assert cli_publish(str(valid), "org/runs", dry_run=True) == 0
+    out = capsys.readouterr().out
+    assert "notes.txt (not on the evidence list" in out
+    assert "other paths not uploaded" in out.splitlines()[1]

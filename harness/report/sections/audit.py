@@ -3,16 +3,9 @@
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
-
 from harness.audit import audit_target
-from harness.errors import BadInput
-from harness.io.safeio import TABLE_MAX_BYTES, read_bytes
+from harness.audit.evidence import digest_command, evidence_digest, evidence_manifest
 from harness.report.inputs import Context, md_table
-from harness.results.layout import ATTEMPTS_TSV, COMPARISON_TSV, SELECTION_TSV, TIMING_TSV
-
-JUDGED = (ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV, COMPARISON_TSV)   # what the audit reads
 
 
 def render(ctx: Context) -> list[str]:
@@ -35,24 +28,21 @@ def render(ctx: Context) -> list[str]:
             for w in [*(_field(up, "why") or []), *(f"note: {n}" for n in _field(up, "notes") or [])]]
     out += said + ([""] if said else [])
     out += ["Summary: " + (", ".join(f"{k} {v}" for k, v in summary.items()) or "none"), ""]
-    out += [f"Judged: {judged_digest(ctx.results_dir)} (sha256 of {', '.join(JUDGED)} as the "
-            "audit read them); if `sha256sum` of these files differs, re-run `epcap audit`: "
-            "this verdict is stale.", ""]
+    out += judged_lines(ctx)
     return out
 
 
-def judged_digest(results_dir: Path) -> str:
-    """sha256 over the judged TSVs' names and bytes ('absent' for a missing one), in JUDGED
-    order: the fingerprint a reader compares to tell a stale embedded verdict."""
-    digest = hashlib.sha256()
-    for name in JUDGED:
-        path = results_dir / name
-        try:
-            data = read_bytes(path, max_bytes=TABLE_MAX_BYTES)
-        except BadInput:
-            data = b"absent"            # missing, not a regular file, or over the cap
-        digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
-    return digest.hexdigest()
+def judged_lines(ctx: Context) -> list[str]:
+    """The fingerprint of the evidence the verdict rests on, and the command (run in the
+    results directory) that recomputes it: a reader tells a stale verdict without epcap."""
+    try:
+        digest, count = evidence_digest(ctx.results_dir), len(evidence_manifest(ctx.results_dir))
+    except OSError as exc:
+        return [ctx.missing("evidence digest", f"{type(exc).__name__}: {exc}"), ""]
+    return [f"Judged: {digest} (sha256 of the `sha256sum` listing of the {count} evidence "
+            "files the audit reads, docs/audit.md#evidence-files). Run in the results "
+            "directory, this prints it; another hash means the evidence changed since this "
+            "verdict: re-run `epcap audit`.", "", "```sh", *digest_command(), "```", ""]
 
 
 def _field(obj, key: str):
