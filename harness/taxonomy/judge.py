@@ -94,11 +94,11 @@ class Hit:
                 "source": self.sig.source, "member": self.sig.member,
                 "fallout": self.sig.fallout, "truncated": self.sig.truncated}
 
-    def event(self) -> timeline.Event:
-        """This hit as a timeline event."""
+    def event(self, kind: str = "signature") -> timeline.Event:
+        """This hit as a timeline event (`survived`: a warning)."""
         secs = timeline.seconds(self.ts)
         return timeline.Event(self.path, self.line_no, self.file_index, self.text,
-                              "signature", "rank" if self.rank is not None else "node",
+                              kind, "rank" if self.rank is not None else "node",
                               self.rank, None, secs, _exact(self.ts), self.sig.cls,
                               self.sig.fallout, rule=self.sig.source)
 
@@ -467,6 +467,7 @@ def verdict(scan: _Scan, exit_code: int | None, launcher_state: str, rows: int) 
     events = [h.event() for h in fatal]
     ff = timeline.first_failure(events, scan.records, scan.seen, hung=hung)
     common["first_by"] = ff.evidence
+    shown = events + scan.records + [w.event("survived") for w in scan.warnings]
     node_hit = min((h for h in fatal if h.rank is None and not h.sig.fallout
                     and h.sig.cls != OVERFLOW), key=Hit.key, default=None)
     bug = deciding is not None and not deciding.sig.fallout and deciding.sig.cls in (
@@ -479,9 +480,8 @@ def verdict(scan: _Scan, exit_code: int | None, launcher_state: str, rows: int) 
         if made.cls == timeline.UNCLASSIFIED and hung:
             made = timeline.Decision(None, None, made.rule)
         if made.cls is not None:
-            return _decided(made, own, ff, events + scan.records, said, common)
-    common["explain"] = tuple(timeline.explain(events + scan.records,
-                                               deciding.event() if deciding else None))
+            return _decided(made, own, ff, shown, said, common)
+    common["explain"] = tuple(timeline.explain(shown, deciding.event() if deciding else None))
     if deciding is not None:
         cls_name = Status.DROPS if deciding.sig.cls == OVERFLOW else Status(deciding.sig.cls)
         where = f"{deciding.path}:{deciding.line_no}"

@@ -258,7 +258,9 @@ def explain(events: Iterable[Event], decided: Event | None, *, before: int = 5,
         who = f"rank {ev.rank}" if ev.rank is not None else (
             f"node {ev.node}" if ev.node is not None else ev.source)
         what = ev.cls or ev.kind
-        if ev.fallout:
+        if ev.kind == "survived":
+            what += " (survived: its rank or node went on)"
+        elif ev.fallout:
             what += " (fallout)"
         out.append(f"{mark} {ev.where()} [{who}] {what}: {ev.text[:160]}")
     return out

@@ -67,3 +67,44 @@ def test_heldout_score_is_pinned():
         got = classify_cell(C33 / name)
         pinned = score["cases"][name]
         assert [got["status"], got["first_failed_rank"]] == pinned["got"], name
+
+
+def test_explain_prints_the_timeline_around_the_decision(capsys):
+    """`epcap classify --explain`: the deciding event marked, why it came first, the lines
+    survived and the fallout after it."""
+    from harness.taxonomy.cli import cli_classify
+    cli_classify((str(C33 / "tmpdir_handled_then_segfault"),), explain=True)
+    out = capsys.readouterr().out
+    marked = [row for row in out.splitlines() if row.strip().startswith(">>")]
+    assert len(marked) == 1 and "Fatal Python error: Segmentation fault" in marked[0]
+    assert "first failed rank: 1 (by " in out
+    assert "(survived: its rank or node went on): slurmstepd: error: Unable to create TMPDIR" in out
+    assert out.count("infra (fallout)") == 3
+    cli_classify((str(C33 / "silent_exit_code_3"),), explain=False)
+    out = capsys.readouterr().out
+    assert ": unclassified" in out and "quoted: " in out and "timeline" not in out
+
+
+def test_unclassified_policy_default_and_configurable():
+    """Default: retry once as infra, then stop for a person; configurable, checked."""
+    from harness.errors import BadInput
+    from harness.taxonomy.policy import DEFAULT_POLICY, UnclassifiedPolicy
+    assert [DEFAULT_POLICY.action(n) for n in (1, 2, 3)] == ["retry", "stop", "stop"]
+    loose = UnclassifiedPolicy.from_doc({"retries": 0, "then": "continue"})
+    assert loose.action(1) == "continue"
+    for bad in ({"retries": -1}, {"retries": True}, {"then": "guess"}):
+        with pytest.raises(BadInput):
+            UnclassifiedPolicy.from_doc(bad)
+
+
+def test_status_and_report_count_unclassified_separately(tmp_path):
+    """`epcap status` (campaign_stats) and the report's failures table count it apart."""
+    from harness.results.events import campaign_stats
+    from harness.vocab import FAILURE_CLASSES
+    events = [{"ev": "run_start", "t": 0.0}]
+    for t, status in ((1, "unclassified"), (2, "infra"), (3, "unclassified")):
+        events.append({"ev": "cell_finish", "t": float(t), "status": status, "wall_s": 1.0,
+                       "runs_left": 0, "stage": "measure"})
+    (tmp_path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert campaign_stats(tmp_path)["failures_by_class"] == {"unclassified": 2, "infra": 1}
+    assert "unclassified" in FAILURE_CLASSES    # the report's table lists every one of them
