@@ -295,7 +295,10 @@ def publish(results_dir, repo, dry_run, allow_empty) -> None:
 @click.option("--state", type=click.Choice(LauncherState.values()),
               help="Launcher state of the run (default: cell.json's launcher.state).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-def classify(cell_dirs, runbook, backend, exit_code, state, as_json) -> None:
+@click.option("--explain", is_flag=True,
+              help="Print the timeline around the decision: the deciding event, why it came "
+                   "first, what was fallout or survived, and by which rule.")
+def classify(cell_dirs, runbook, backend, exit_code, state, as_json, explain) -> None:
     """Re-classify finished runs: class, deciding line, first failed rank, survived warnings.
 
     \b
@@ -305,7 +308,8 @@ def classify(cell_dirs, runbook, backend, exit_code, state, as_json) -> None:
     from harness.taxonomy.cli import cli_classify  # lazy: each command imports only its own room
 
     _call(cli_classify, cell_dirs=tuple(cell_dirs), runbook=runbook,
-          backend=backend, exit_code=exit_code, state=state, as_json=as_json)
+          backend=backend, exit_code=exit_code, state=state, as_json=as_json,
+          explain=explain)
 
 
 @main.command()

@@ -69,7 +69,9 @@ def classify_cell(cell_dir: Path, runbook=None, backend: str | None = None,
     out = verdict.outcome
     deciding = None
     if out.deciding:
-        src = next((s for s in load_table().sources if s["id"] == out.deciding["source"]),
+        table = load_table()
+        known = list(table.sources) + [r.source for r in table.records]
+        src = next((s for s in known if s["id"] == out.deciding["source"]),
                    {"id": out.deciding["source"], "repo": None, "file": None, "commit": None})
         deciding = {"rank": out.deciding["rank"], "attributed_by": out.deciding["attributed_by"],
                     "source": member_source(src, out.deciding["member"]),
@@ -87,12 +89,15 @@ def classify_cell(cell_dir: Path, runbook=None, backend: str | None = None,
             "warnings": [line(w) for w in out.warnings],
             "warnings_total": out.warnings_total, "stated_demand": out.stated_demand,
             "rows": verdict.summary.rows if verdict.summary else 0, "state": state, "exit_code": exit_code,
-            "reason": out.reason}
+            "reason": out.reason, "first_by": out.first_by,
+            "quoted": [line(q) for q in out.quoted], "timeline": list(out.explain),
+            "truncated": bool(out.deciding and out.deciding.get("truncated"))}
 
 
 def cli_classify(cell_dirs: tuple[str, ...], runbook: str | None = None,
                  backend: str | None = None, exit_code: int | None = None,
-                 state: str | None = None, as_json: bool = False) -> int:
+                 state: str | None = None, as_json: bool = False,
+                 explain: bool = False) -> int:
     """`epcap classify CELL_DIR...`: print each cell's class and why (or one JSON doc)."""
     rb = None
     if runbook:
@@ -115,8 +120,12 @@ def cli_classify(cell_dirs: tuple[str, ...], runbook: str | None = None,
             print(f"  source: {src['id']}" + (f" {d['member']}" if d["member"] else "")
                   + (f" ({src['repo']} {src['file']} @ {src['commit']})" if src["repo"]
                      else ""))
+        if c["truncated"]:
+            print("  (the deciding line is cut: matched by its stable prefix)")
         if c["first_failed_rank"] is not None:
-            print(f"  first failed rank: {c['first_failed_rank']}")
+            print(f"  first failed rank: {c['first_failed_rank']} (by {c['first_by']})")
+        for q in c["quoted"]:
+            print(f"  quoted: {q['path']}:{q['line_no']}: {q['text']}")
         if c["stated_demand"] is not None:
             print(f"  stated receive demand: {c['stated_demand']} tokens per rank")
         for w in c["warnings"]:
@@ -124,4 +133,8 @@ def cli_classify(cell_dirs: tuple[str, ...], runbook: str | None = None,
         if c["warnings_total"] > len(c["warnings"]):
             print(f"  ... {c['warnings_total'] - len(c['warnings'])} more survived signatures")
         print(f"  why: {c['reason']}")
+        if explain:
+            print("  timeline (>> the deciding event; fallout marked):")
+            for row in c["timeline"] or ["(no failure event in the logs)"]:
+                print(f"    {row}")
     return 0

@@ -31,6 +31,7 @@ from harness.errors import BadInput
 from harness.io.bounds import clip_line, parse_int
 from harness.io.safeio import read_json
 from harness.results.layout import CELL_JSON
+from harness.taxonomy import timeline
 from harness.taxonomy.prefilter import Anchors, anchors_of
 from harness.taxonomy.signatures import (
     NO_LAYOUT,
@@ -39,11 +40,13 @@ from harness.taxonomy.signatures import (
     TORCHRUN,
     Layout,
     Matcher,
+    RecordSpec,
     Signature,
     Table,
     attribute,
     clean,
     from_patterns,
+    groupless,
     iteration_of,
     layout_of,
     load_table,
@@ -61,6 +64,7 @@ CLASS_ORDER = RUN_ORDER
 STATUSES = FAILURE_CLASSES
 LAUNCHER_STATES = LauncherState.values()
 STATE_CLASSES = {LauncherState.OOM: Status.DOES_NOT_FIT, LauncherState.NODE_FAIL: Status.INFRA}
+UNCLASSIFIED = Status.UNCLASSIFIED
 MAX_PENDING = 2000          # fatal candidates kept per file (the cause comes first)
 MAX_WARNINGS = 50           # survived signatures kept (the count is always exact)
 MAX_RANK_CHARS = 32         # a rank label copied from a log line ("3", "0:7")
@@ -88,7 +92,20 @@ class Hit:
         return {"path": self.path, "line_no": self.line_no, "text": self.text,
                 "class": self.sig.cls, "rank": self.rank, "attributed_by": self.rule,
                 "source": self.sig.source, "member": self.sig.member,
-                "fallout": self.sig.fallout}
+                "fallout": self.sig.fallout, "truncated": self.sig.truncated}
+
+    def event(self, kind: str = "signature") -> timeline.Event:
+        """This hit as a timeline event (`survived`: a warning)."""
+        secs = timeline.seconds(self.ts)
+        return timeline.Event(self.path, self.line_no, self.file_index, self.text,
+                              kind, "rank" if self.rank is not None else "node",
+                              self.rank, None, secs, _exact(self.ts), self.sig.cls,
+                              self.sig.fallout, rule=self.sig.source)
+
+
+def _exact(ts: tuple | None) -> bool:
+    """Whether a stamp carries sub-second digits."""
+    return ts is not None and not float(ts[2]).is_integer()
 
 
 @dataclass(frozen=True)
@@ -106,13 +123,17 @@ class Outcome:
     stated_demand: int | None = None    # tokens per rank an overflow report named
     ranks: dict = field(default_factory=dict)  # rank -> its fatal signature (dict)
     deciding: dict | None = None    # the deciding line's Hit.to_dict (rank, rule, source)
+    first_by: str = ""              # the evidence that ordered the first failed rank
+    explain: tuple = ()             # the timeline around the decision (classify --explain)
+    quoted: tuple = ()              # the lines an unclassified verdict quotes
 
     def to_dict(self) -> dict:
         return {"status": self.status, "path": self.path, "line_no": self.line_no,
                 "line": self.line, "reason": self.reason, "deciding": self.deciding,
                 "first_failed_rank": self.first_failed_rank,
                 "warnings": list(self.warnings), "warnings_total": self.warnings_total,
-                "stated_demand": self.stated_demand, "ranks": dict(self.ranks)}
+                "stated_demand": self.stated_demand, "ranks": dict(self.ranks),
+                "first_by": self.first_by, "quoted": list(self.quoted)}
 
 
 def compile_patterns(patterns: dict[str, Iterable[str]] | None) -> tuple[Signature, ...]:
@@ -138,8 +159,16 @@ class _Scan:
     telemetry parser's own rule (lines.line_rows) and the signature by the matcher."""
 
     def __init__(self, matcher: Matcher, progress, layout: Layout = NO_LAYOUT,
-                 tags: dict | None = None) -> None:
+                 tags: dict | None = None, records: tuple[RecordSpec, ...] = (),
+                 xid: dict | None = None) -> None:
         self.matcher, self.layout = matcher, layout
+        self.record_specs = records
+        self.record_any = re.compile("|".join(f"(?:{groupless(r.regex.pattern)})"
+                                             for r in records)) \
+            if records else None
+        self.records: list[timeline.Event] = []
+        self.xid = xid or {}
+        self.seen: dict[str, int] = {}      # rank -> highest iteration seen (any reader)
         self.megatron = tuple(p for p in progress if p[0] != DISPATCH_TAG)
         self.row_kind = len(self.megatron)           # the dispatch rows' progress kind
         tags = tags or {}
@@ -160,6 +189,8 @@ class _Scan:
         found = self.matcher.match(text)
         if found:
             self._hit(found, text, rows, path, line_no, index)
+        if self.record_any is not None and self.record_any.search(text):
+            self._record(text, path, line_no, index)
         for row in rows:
             if row.setup:
                 continue
@@ -167,12 +198,13 @@ class _Scan:
                 self.malformed_rows += 1
                 continue
             who = self._row_who(text, row, path)
-            self._progress(who, self.row_kind, row.values[0])
+            self._progress(who, self.row_kind, row.values[0], path)
+            self._seen(str(row.values[2]), row.values[0])
         if not rows:
             step = iteration_of(text, self.megatron)
             if step is not None:
                 who, _ = attribute(text, path, self.layout)
-                self._progress(who if who is not None else f"file:{path}", *step)
+                self._progress(who if who is not None else f"file:{path}", *step, path)
 
     def _row_who(self, text: str, row, path: str) -> str:
         """A row's rank: the line's own prefixes when the row opens the line, else the
@@ -215,12 +247,36 @@ class _Scan:
         if len(kept) < MAX_PENDING:
             kept.append(hit)
 
-    def _progress(self, who: str, kind: int, n: int) -> None:
+    def _record(self, text: str, path: str, line_no: int, index: int) -> None:
+        """Keep a structural record line (signatures.yaml `records:`) as a timeline event."""
+        if len(self.records) >= timeline.MAX_EVENTS:
+            return
+        for spec in self.record_specs:
+            found = spec.regex.search(text)
+            if found:
+                who, _ = attribute(text, path, self.layout)
+                ts = timestamp_of(text)
+                self.records.append(timeline.record_event(
+                    spec, found, path=path, line_no=line_no, file_index=index, text=text,
+                    layout=self.layout, ts=ts, exact=_exact(ts), rank=who))
+                return
+
+    def _progress(self, who: str, kind: int, n: int, path: str | None = None) -> None:
         seen = self.last_iter.setdefault(who, {})
         seen[kind] = max(n, seen.get(kind, -1))
         kept = self.pending.get(who)
         while kept:
             self._warn(kept.pop(0))
+        if path is not None:       # a node's own line is survived by its node's progress
+            kept = self.pending.get(f"file:{path}")
+            while kept and kept[0].sig.cls != OVERFLOW and self._node_line(kept[0]):
+                self._warn(kept.pop(0))
+
+    def _node_line(self, hit: Hit) -> bool:
+        """A line no rank printed (a launcher's or node's own): survivable by its file's
+        progress. An unprefixed line of a rank file is the rank's own, not the node's."""
+        return hit.rank is None and (self.layout.files == "node"
+                                     or not Path(hit.path).name.startswith("rank"))
 
     def feed_rows(self, path: str, stretch: bytes) -> None:
         """A stretch of canonical dispatch rows (ROW_LINE, read by `iter_log_events`):
@@ -228,6 +284,12 @@ class _Scan:
         (its `rank=` field, confirmed by the line reader's own attribution); ranks are
         rescued in the order their rows appear, as the line reader would."""
         found = []
+        self._tail_progress(stretch)
+        own = self.pending.get(f"file:{path}")
+        if own:
+            first = ROW_ANY.search(stretch)
+            if first:
+                self._progress(first.group(2).decode(), self.row_kind, int(first.group(1)), path)
         for who, kept in self.pending.items():
             if not kept or not who.isdigit():
                 continue
@@ -246,6 +308,18 @@ class _Scan:
                 at = stretch.find(needle, at + 1)
         for _, who, n in sorted(found):
             self._progress(who, self.row_kind, n)
+
+    def _tail_progress(self, stretch: bytes) -> None:
+        """The canonical rows at the end of a stretch as progress seen (the timeline's
+        progress counters; rescues nothing)."""
+        for found in ROW_ANY.finditer(stretch[-8192:]):
+            self._seen(found.group(2).decode(), int(found.group(1)))
+
+    def _seen(self, rank: str, n: int) -> None:
+        """A dispatch row's iteration as progress seen of the rank its `rank=` field names
+        (the progress counters compare dispatch rows only, like with like)."""
+        if n > self.seen.get(rank, -1):
+            self.seen[rank] = n
 
     def event(self, event: tuple) -> None:
         """One reader event: (path, line_no, text) of iter_log_lines, or ("line" | "rows" |
@@ -274,6 +348,7 @@ class _Scan:
         rank with a pending signature: skipped when none is, else read as the block
         reader reads them (stretches of rows, then each other line in full)."""
         if not self._rescuable(path):
+            self._tail_progress(bytes(block[max(start, stop - 8192):stop]))
             return
         count = len(others) // 3
         j = bisect.bisect_left(range(count), start, key=lambda k: others[3 * k + 1])
@@ -343,7 +418,10 @@ def new_scan(patterns: dict[str, Iterable[str]] | None, library: str | None = No
     """An empty scan of one run and the signatures it matches."""
     table = table or load_table()
     signatures = run_signatures(patterns, library, table)
-    return _Scan(Matcher(signatures), table.progress, layout, tags), signatures
+    scan = _Scan(Matcher(signatures), table.progress, layout, tags, table.records, table.xid)
+    # the records' regexes join the anchors: the sifter must hand their lines over too
+    anchors = tuple(Signature(Status.INFRA, r.regex, r.id) for r in table.records)
+    return scan, signatures + anchors
 
 
 def classify(exit_code: int | None, launcher_state: str, lines: Iterable[tuple],
@@ -385,24 +463,84 @@ def verdict(scan: _Scan, exit_code: int | None, launcher_state: str, rows: int) 
                                   f"{demand}", first_failed_rank=hit.rank, **common)
         return Outcome(None, reason=f"clean exit with {rows} telemetry rows", **common)
     deciding, first = decide(ranks, allow_fallout=launcher_state != LauncherState.TIMEOUT)
+    hung = launcher_state == LauncherState.TIMEOUT
+    events = [h.event() for h in fatal]
+    ff = timeline.first_failure(events, scan.records, scan.seen, hung=hung)
+    common["first_by"] = ff.evidence
+    shown = events + scan.records + [w.event("survived") for w in scan.warnings]
+    node_hit = min((h for h in fatal if h.rank is None and not h.sig.fallout
+                    and h.sig.cls != OVERFLOW), key=Hit.key, default=None)
+    bug = deciding is not None and not deciding.sig.fallout and deciding.sig.cls in (
+        OVERFLOW, Status.BADFLAG, Status.ASSERT)
+    if not bug:
+        own = ranks.get(ff.rank) if ff.rank is not None else None
+        made = timeline.decide(ff, own.event() if own else None, scan.records,
+                               layout=scan.layout, xid=scan.xid,
+                               node_failure=node_hit.event() if node_hit else None)
+        if made.cls == timeline.UNCLASSIFIED and hung:
+            made = timeline.Decision(None, None, made.rule)
+        if made.cls is not None:
+            return _decided(made, own, ff, shown, said, common)
+    common["explain"] = tuple(timeline.explain(shown, deciding.event() if deciding else None))
     if deciding is not None:
         cls_name = Status.DROPS if deciding.sig.cls == OVERFLOW else Status(deciding.sig.cls)
         where = f"{deciding.path}:{deciding.line_no}"
+        if (cls_name == Status.DOES_NOT_FIT and ff.rank is not None
+                and deciding.rank != ff.rank):
+            # harm first: out of memory decides only from the first failed rank
+            return Outcome(UNCLASSIFIED, deciding.path, deciding.line_no, deciding.text,
+                           deciding=deciding.to_dict(), first_failed_rank=ff.rank,
+                           reason=f"an out-of-memory signature at {where} is rank "
+                                  f"{deciding.rank}'s, but rank {ff.rank} failed first "
+                                  f"({ff.evidence}) with no signature of its own; {said}",
+                           quoted=(deciding.to_dict(),), **common)
+        rank = None if deciding.rank is None and cls_name != Status.TIMEOUT else (
+            ff.rank if ff.rank is not None else first)
         return Outcome(cls_name, deciding.path, deciding.line_no, deciding.text,
-                       deciding=deciding.to_dict(), reason=f"{deciding.sig.cls} signature ({deciding.sig.source}) at "
-                              f"{where}, rank {deciding.rank}; {said}",
-                       first_failed_rank=first, **common)
-    if launcher_state == LauncherState.TIMEOUT:
+                       deciding=deciding.to_dict(), reason=f"{deciding.sig.cls} signature "
+                       f"({deciding.sig.source}) at {where}, rank {deciding.rank}; {said}",
+                       first_failed_rank=rank, **common)
+    if hung:
         return Outcome(Status.TIMEOUT, reason=f"no progress within the limit ({said}); no "
-                                         f"rank shows a failure signature", **common)
+                                         f"rank shows a failure signature",
+                       first_failed_rank=ff.rank, **common)
     if launcher_state == LauncherState.CANCELLED:
         return Outcome(Status.INFRA, reason=f"cancelled without a failure signature (exit "
                                        f"{exit_code})", **common)
     if exit_code not in (0, None) or launcher_state == LauncherState.FAILED:
-        return Outcome(Status.CRASH, reason=f"{said}, no fatal failure signature ({rows} "
-                                       f"telemetry rows)", **common)
+        if rows == 0:       # reader-independent: the summary's count, not lines seen
+            return Outcome(Status.CRASH, reason=f"{said}: died before iteration 0 without a "
+                                                f"failure signature", **common)
+        quoted = tuple(_record_dict(e, ff) for e in scan.records if e.kind == "exit")[:5]
+        return Outcome(UNCLASSIFIED, reason=f"{said} after progress ({rows} telemetry rows): "
+                                            f"no signature and no structural evidence says "
+                                            f"why", first_failed_rank=ff.rank,
+                       quoted=quoted, **common)
     return Outcome(Status.CRASH, reason="exited cleanly but wrote no dispatch telemetry rows "
                                    "(setup_metadata rows alone are not telemetry)", **common)
+
+
+def _record_dict(ev: timeline.Event, ff: timeline.First) -> dict:
+    """A timeline event in the shape of Hit.to_dict (a record, or a signature)."""
+    return {"path": ev.path, "line_no": ev.line_no, "text": ev.text,
+            "class": ev.cls or ev.kind, "rank": ev.rank, "attributed_by": ff.evidence,
+            "source": ev.rule, "member": None, "fallout": ev.fallout, "truncated": False}
+
+
+def _decided(made: timeline.Decision, own: Hit | None, ff: timeline.First,
+             events: list[timeline.Event], said: str, common: dict) -> Outcome:
+    """The outcome of a timeline decision (timeline.decide)."""
+    ev = made.event
+    hit = own if own is not None and ev is not None and ev.kind == "signature" else None
+    deciding = hit.to_dict() if hit is not None else (_record_dict(ev, ff) if ev else None)
+    common["explain"] = tuple(timeline.explain(events, ev))
+    quoted = tuple(_record_dict(e, ff) for e in made.quoted)
+    status = Status.DROPS if made.cls == OVERFLOW else Status(made.cls)
+    where = f" at {ev.where()}" if ev is not None else ""
+    return Outcome(status, ev.path if ev else None, ev.line_no if ev else None,
+                   ev.text if ev else None, deciding=deciding, first_failed_rank=ff.rank,
+                   reason=f"{made.rule}{where}; first failed rank {ff.rank} by {ff.evidence}; "
+                          f"{said}", quoted=quoted, **common)
 
 
 def iter_log_lines(paths: Iterable[Path]) -> Iterator[tuple[str, int, str]]:
@@ -414,6 +552,8 @@ def iter_log_lines(paths: Iterable[Path]) -> Iterator[tuple[str, int, str]]:
 
 
 _PREFIX = rb"(?:\d+: )?(?:\[(?:rank|default)\d+\]: ?)?"
+# a dispatch row's iteration and rank, in canonical field order (progress counters)
+ROW_ANY = re.compile(rb"\[MOE_DROP_DEBUG\]\[dispatch\] iter=(\d{1,18}) layer=\d+ rank=(\d{1,9}) ")
 
 
 def row_line(dispatch: str = DISPATCH_TAG) -> re.Pattern:

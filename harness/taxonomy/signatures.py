@@ -58,6 +58,18 @@ class Signature:
     table: bool = False             # from signatures.yaml (not a backend's / runbook's regex)
     member: str | None = None       # family member it was built from (e.g. cudaErrorIllegalAddress)
     gate: re.Pattern | None = None  # a family's cheap pre-filter every member's line matches
+    truncated: bool = False         # matches the stable prefix of a message cut after it
+
+
+@dataclass(frozen=True)
+class RecordSpec:
+    """A structural record: a line that is no failure but says what happened to a process
+    or a node (a launcher's exit record, the OOM killer, a driver Xid, a named rank)."""
+
+    id: str
+    kind: str                       # exit | oom_kill | xid | names_rank
+    regex: re.Pattern
+    source: dict                    # repo, file, commit
 
 
 @dataclass(frozen=True)
@@ -67,6 +79,9 @@ class Table:
     signatures: tuple[Signature, ...]
     progress: tuple[tuple[str, re.Pattern], ...]   # (needle substring, regex)
     sources: tuple[dict, ...]       # repo, file, commit per source id (for docs and reports)
+    records: tuple[RecordSpec, ...] = ()   # structural records (timeline evidence)
+    xid: dict = dataclasses.field(default_factory=dict)  # Xid -> documented meaning
+    xid_source: dict = dataclasses.field(default_factory=dict)
 
     def for_library(self, library: str | None) -> tuple[Signature, ...]:
         """The signatures a run of this library can print (all of them when None)."""
@@ -95,13 +110,24 @@ def parse_table(doc: dict, where: str = str(TABLE_PATH)) -> Table:
             sigs.append(Signature(entry["class"], _compile(entry["regex"], field),
                                   str(src.get("id")), bool(entry.get("fallout", False)),
                                   entry.get("demand"), libs, table=True))
+            if entry.get("prefix"):
+                sigs.append(Signature(entry["class"], _compile(entry["prefix"], field),
+                                      str(src.get("id")), bool(entry.get("fallout", False)),
+                                      None, libs, table=True, truncated=True))
     for fam in doc.get("families") or []:
         fam_sigs, fam_src = family_signatures(fam, where)
         sigs.extend(fam_sigs)
         sources.append(fam_src)
     progress = tuple((str(p.get("needle") or ""), _compile(p["regex"], f"progress.{p.get('id')}"))
                      for p in doc.get("progress") or [])
-    return Table(tuple(sigs), progress, tuple(sources))
+    records = tuple(RecordSpec(str(r["id"]), str(r["kind"]),
+                               _compile(r["regex"], f"records.{r.get('id')}"),
+                               {k: r.get(k) for k in ("id", "repo", "file", "commit")})
+                    for r in doc.get("records") or [])
+    xid_doc = doc.get("xid") or {}
+    xid = {int(k): dict(v) for k, v in (xid_doc.get("codes") or {}).items()}
+    xid_source = {k: xid_doc.get(k) for k in ("source", "version")}
+    return Table(tuple(sigs), progress, tuple(sources), records, xid, xid_source)
 
 
 def family_signatures(fam: dict, where: str = str(TABLE_PATH)
@@ -202,10 +228,11 @@ class Matcher:
         sigs = list(signatures)
         rank = {c: i for i, c in enumerate(LINE_ORDER)}
         # stable sort: within a class non-fallout first, then table order
-        self.ordered = sorted(sigs, key=lambda s: (rank[s.cls], s.fallout, not s.table))
+        self.ordered = sorted(sigs, key=lambda s: (s.truncated, rank[s.cls], s.fallout,
+                                                   not s.table))
         self.wrappers = [s for s in sigs if s.table and s.fallout]
         plain = [s for s in sigs if s.gate is None]
-        alts = "|".join(f"(?:{_groupless(s.regex.pattern)})" for s in plain)
+        alts = "|".join(f"(?:{groupless(s.regex.pattern)})" for s in plain)
         self.any = re.compile(alts) if plain else None
         self.gates = tuple(dict.fromkeys(s.gate for s in sigs if s.gate is not None))
 
@@ -229,7 +256,7 @@ class Matcher:
         return None
 
 
-def _groupless(pattern: str) -> str:
+def groupless(pattern: str) -> str:
     """A pattern without named groups or inline global flags, for the combined pre-filter."""
     pattern = re.sub(r"\(\?P<\w+>", "(?:", pattern)
     flags = re.match(r"\(\?([aiLmsux]+)\)", pattern)
@@ -255,6 +282,8 @@ class Layout:
     files: str = "unknown"
     per_file: int = 0
     rule: str = "no cell.json launch facts"
+    gpus_per_node: int = 0          # ranks per node, when the cell states it (0: unknown)
+    nodes: int = 0                  # nodes of the job, when stated (0: unknown)
 
 
 NO_LAYOUT = Layout()
@@ -269,16 +298,18 @@ def layout_of(doc: dict) -> Layout:
     ints = {k: doc.get(k) for k in ("ntasks", "nodes", "gpus_per_node")}
     ok = {k: v for k, v in ints.items() if isinstance(v, int) and not isinstance(v, bool)}
     gpn = ok.get("gpus_per_node", 0)
+    nodes = ok.get("nodes", 0)
     if stated in ("rank", "node"):
-        return Layout(stated, gpn if stated == "node" else 1, f"cell.json log_layout={stated}")
-    ntasks, nodes = ok.get("ntasks"), ok.get("nodes")
+        return Layout(stated, gpn if stated == "node" else 1, f"cell.json log_layout={stated}",
+                      gpn, nodes)
+    ntasks = ok.get("ntasks")
     if ntasks is None:
         return Layout()
     if nodes and gpn > 1 and ntasks == nodes:
         return Layout("node", gpn, f"cell.json ntasks={ntasks} = nodes, {gpn} GPUs per node: "
-                                   "rank<T>.log is node T's file")
+                                   "rank<T>.log is node T's file", gpn, nodes)
     return Layout("rank", 1, f"cell.json ntasks={ntasks}: one task per rank, rank<R>.log "
-                             "is global rank R")
+                             "is global rank R", gpn, nodes)
 
 
 def attribute(text: str, path: str, layout: Layout = NO_LAYOUT) -> tuple[str | None, str]:

@@ -1,0 +1,266 @@
+"""The timeline of one cell: its failure events placed by time and source, and the first one.
+
+Pure. The judge (harness/taxonomy/judge.py) reads every line once; what it keeps of them
+becomes events here: each rank's fatal signatures, the node's and the launcher's own lines,
+the structural records of signatures.yaml `records:` (a launcher's exit record, the kernel's
+OOM killer, a driver Xid, a message naming the failed rank) and each rank's progress. This
+module orders them by the most exact evidence there is and says which it used, then decides
+the run by its first abnormal event (docs/taxonomy.md#the-timeline-decides):
+
+1. the first failed rank: the rank a message names; else sub-second timestamps; else the
+   launcher's first exit record; else line order of one merged log; else the rank that
+   stopped progressing first; else 1-second timestamps (ties by file order);
+2. its own signature decides; a hardware or driver Xid on its node makes it infra; with no
+   signature, its exit record decides by structure (signalled: crash; killed with the OOM
+   killer naming its pid: does_not_fit); nothing known: `unclassified`, lines quoted;
+3. communication and teardown symptoms of the other ranks after it are fallout by place.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.taxonomy.signatures import Layout, RecordSpec
+from harness.vocab import Status
+
+UNCLASSIFIED = Status.UNCLASSIFIED
+NODE_FILE = re.compile(r"^(node|health|rank)[_-]?(\d+)\.")
+# strsignal() texts srun prints, and the negative exit codes torchrun's agent reports
+SIGNALS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
+           "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL",
+           "Killed": "SIGKILL", "Terminated": "SIGTERM"}
+SIGNAL_NUMBERS = {11: "SIGSEGV", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE", 4: "SIGILL",
+                  9: "SIGKILL", 15: "SIGTERM"}
+# a program that dies of one of these crashed by itself (a kernel fault, an abort)
+CRASH_SIGNALS = frozenset({"SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL"})
+HARDWARE_XID = frozenset({"hardware", "driver"})
+MAX_EVENTS = 4000           # records kept per cell (the cause comes first)
+
+
+@dataclass(frozen=True)
+class Event:
+    """One placed line: where it stood, who printed it, what it says."""
+
+    path: str
+    line_no: int
+    file_index: int
+    text: str
+    kind: str                   # signature | exit | oom_kill | xid | names_rank
+    source: str                 # rank | node | launcher
+    rank: str | None = None
+    node: int | None = None
+    ts: float | None = None     # seconds of the day (month and day folded in)
+    exact: bool = False         # the stamp has sub-second digits
+    cls: str | None = None      # a signature's class
+    fallout: bool = False
+    facts: dict = field(default_factory=dict)  # a record's named groups (code, signal, pid ...)
+    rule: str = ""              # the record or signature source id
+
+    def order(self) -> tuple:
+        """File order: which file was read first, then the line."""
+        return (self.file_index, self.line_no)
+
+    def where(self) -> str:
+        """path:line of the event."""
+        return f"{self.path}:{self.line_no}"
+
+
+def seconds(ts: tuple | None) -> float | None:
+    """A (month, day, seconds) stamp as one comparable number."""
+    if ts is None:
+        return None
+    month, day, sec = ts
+    return ((month * 31) + day) * 86400.0 + sec
+
+
+def node_of_file(path: str, layout: Layout) -> int | None:
+    """The node a file belongs to: node<N>.log, health<N>.log, or rank<N>.log of node files."""
+    found = NODE_FILE.match(Path(path).name)
+    if not found:
+        return None
+    if found.group(1) == "rank" and layout.files != "node":
+        return None
+    return int(found.group(2))
+
+
+def node_of_rank(rank: str | None, layout: Layout) -> int | None:
+    """The node of a global rank when the cell states the GPUs per node."""
+    if rank is None or not rank.isdigit():
+        return None
+    if layout.gpus_per_node > 0:
+        return int(rank) // layout.gpus_per_node
+    return 0 if layout.nodes == 1 else None
+
+
+def record_event(spec: RecordSpec, found: re.Match, *, path: str, line_no: int,
+                 file_index: int, text: str, layout: Layout, ts: tuple | None,
+                 exact: bool, rank: str | None) -> Event:
+    """The event of a structural record line (its rank from the record's own facts)."""
+    facts = {k: v for k, v in found.groupdict().items() if v is not None}
+    node = node_of_file(path, layout)
+    who = rank
+    if spec.kind == "exit":
+        if "task" in facts:         # srun: one task per rank, or a node's task
+            task = int(facts["task"])
+            who = str(task) if layout.files != "node" else None
+            node = task if layout.files == "node" else node
+        elif "local" in facts:      # torchrun's agent: local rank of this file's node
+            local = int(facts["local"])
+            per = layout.gpus_per_node or layout.per_file
+            if node is None and layout.nodes == 1:
+                node = 0
+            # the global rank only where the node and its ranks are known
+            who = str(node * per + local) if node is not None and per else None
+        signal = SIGNALS.get(facts.get("signal", ""))
+        code = int(facts["code"]) if facts.get("code", "").lstrip("-").isdigit() else None
+        if signal is None and code is not None and code < 0:
+            signal = SIGNAL_NUMBERS.get(-code, f"signal {-code}")
+        if signal is None and code is not None and code > 128:
+            signal = SIGNAL_NUMBERS.get(code - 128)
+            facts["by_code"] = "128+n"
+        facts.update(signal=signal, code=code)
+    elif spec.kind in ("oom_kill", "xid"):
+        who = None
+    source = "launcher" if spec.kind == "exit" else ("node" if who is None else "rank")
+    return Event(path, line_no, file_index, text, spec.kind, source, who, node,
+                 seconds(ts), exact, facts=facts, rule=spec.id)
+
+
+@dataclass(frozen=True)
+class First:
+    """The first failed rank and the evidence that ordered it."""
+
+    rank: str | None
+    event: Event | None
+    evidence: str
+
+
+def _primary(candidates: Iterable[Event]) -> dict[str, Event]:
+    """Each rank's earliest failure of its own (non-fallout signature)."""
+    out: dict[str, Event] = {}
+    for ev in sorted(candidates, key=Event.order):
+        if ev.rank is not None and not ev.fallout and ev.rank not in out:
+            out[ev.rank] = ev
+    return out
+
+
+def first_failure(signatures: Iterable[Event], records: Iterable[Event],
+                  progress: dict[str, int], *, hung: bool = False) -> First:
+    """The first failed rank by the most exact evidence (module docstring, step 1)."""
+    records = list(records)
+    named = [e for e in records if e.kind == "names_rank"]
+    if named:
+        ranks = sorted({int(r) for e in named for r in e.facts["ranks"].split(",")})
+        return First(str(ranks[0]), named[0],
+                     f"the rank the message names ({named[0].rule} at {named[0].where()})")
+    primary = _primary(signatures)
+    firsts = list(primary.values())
+    if len(firsts) == 1:
+        return First(firsts[0].rank, firsts[0], "the only rank with a failure of its own")
+    if firsts and all(e.exact for e in firsts):
+        ev = min(firsts, key=lambda e: (e.ts, e.order()))
+        return First(ev.rank, ev, "sub-second timestamps")
+    exits = [e for e in records if e.kind == "exit" and e.rank is not None
+             and (e.facts.get("signal") or e.facts.get("code") not in (0, None))]
+    if exits:
+        ev = min(exits, key=Event.order)
+        return First(ev.rank, ev, f"the launcher's first exit record ({ev.where()})")
+    if firsts and len({e.path for e in firsts}) == 1:
+        ev = min(firsts, key=Event.order)
+        return First(ev.rank, ev, "line order of one merged log")
+    if (hung or not firsts) and len(progress) > 1:
+        low = min(progress.values())
+        slow = [r for r, n in progress.items() if n == low]
+        if len(slow) == 1 and low < max(progress.values()) - 1:   # one step: in-flight skew
+            return First(slow[0], None, f"stopped progressing first (iteration {low}; the "
+                                        f"others reached {max(progress.values())})")
+    if firsts and all(e.ts is not None for e in firsts):
+        ev = min(firsts, key=lambda e: (e.ts, e.order()))
+        return First(ev.rank, ev, "1-second timestamps (ties by file order)")
+    return First(None, None, "no exact evidence orders the ranks")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the timeline decided: a class (or None: leave it to the signature rules), the
+    deciding event, the rule that said so, and the lines an unclassified verdict quotes."""
+
+    cls: str | None
+    event: Event | None
+    rule: str
+    quoted: tuple[Event, ...] = ()
+
+
+def _xid_on(first: First, records: list[Event], layout: Layout, xid: dict) -> Event | None:
+    """A hardware or driver Xid on the first failed rank's node (any node when unknown)."""
+    node = node_of_rank(first.rank, layout)
+    for ev in records:
+        if ev.kind != "xid":
+            continue
+        meaning = (xid.get(int(ev.facts.get("xid", -1))) or {}).get("meaning")
+        if meaning in HARDWARE_XID and (ev.node is None or node is None or ev.node == node):
+            return ev
+    return None
+
+
+def decide(first: First, own: Event | None, records: Iterable[Event], *, layout: Layout,
+           xid: dict, node_failure: Event | None) -> Decision:
+    """The class of the run from its first failed rank (module docstring, step 2). `own`:
+    that rank's fatal signature; `node_failure`: a launcher's or node's own fatal signature
+    (it decides instead: the failure was no rank's)."""
+    records = list(records)
+    if first.rank is None:
+        return Decision(None, None, "no first failed rank")
+    hw = _xid_on(first, records, layout, xid)
+    if hw is not None:
+        meaning = xid[int(hw.facts["xid"])]
+        return Decision(Status.INFRA, hw, f"Xid {hw.facts['xid']} ({meaning['text']}: "
+                                     f"{meaning['meaning']}, NVIDIA Xid catalogue) on the "
+                                     f"node of the first failed rank {first.rank}")
+    if own is not None and not own.fallout:
+        return Decision(own.cls, own, f"the first failed rank's own signature ({own.rule})")
+    if node_failure is not None:
+        return Decision(None, None, "a launcher's or node's own failure came first")
+    exits = [e for e in records if e.kind == "exit" and e.rank == first.rank]
+    ex = min(exits, key=Event.order) if exits else None
+    signal = ex.facts.get("signal") if ex else None
+    if signal in CRASH_SIGNALS:
+        return Decision(Status.CRASH, ex, f"signalled first: {signal} (launcher record)")
+    if signal == "SIGKILL":
+        pid = ex.facts.get("pid")
+        kills = [e for e in records if e.kind == "oom_kill"
+                 and (pid is None or e.facts.get("pid") == pid)]
+        if kills and pid is not None:
+            return Decision(Status.DOES_NOT_FIT, kills[0], f"the kernel's OOM killer killed pid "
+                                                      f"{pid}, the first failed rank's process")
+    if ex is None and own is None:
+        return Decision(None, None, "the first failed rank shows neither signature nor exit")
+    quoted = tuple(e for e in (ex, own) if e is not None)
+    return Decision(UNCLASSIFIED, ex or own, "no signature and no structural evidence says "
+                                             f"why rank {first.rank} failed", quoted)
+
+
+def explain(events: Iterable[Event], decided: Event | None, *, before: int = 5,
+            after: int = 8) -> list[str]:
+    """The timeline around the deciding event, one line each (for `classify --explain`)."""
+    ordered = sorted(events, key=lambda e: (e.ts is None, e.ts or 0.0, e.order()))
+    if decided is None:
+        window = ordered[:before + after]
+    else:
+        at = next((i for i, e in enumerate(ordered) if e.order() == decided.order()), 0)
+        window = ordered[max(0, at - before):at + after]
+    out = []
+    for ev in window:
+        mark = ">>" if decided is not None and ev.order() == decided.order() else "  "
+        who = f"rank {ev.rank}" if ev.rank is not None else (
+            f"node {ev.node}" if ev.node is not None else ev.source)
+        what = ev.cls or ev.kind
+        if ev.kind == "survived":
+            what += " (survived: its rank or node went on)"
+        elif ev.fallout:
+            what += " (fallout)"
+        out.append(f"{mark} {ev.where()} [{who}] {what}: {ev.text[:160]}")
+    return out
