@@ -210,7 +210,7 @@ def verdict(ci_low: float | None, ci_high: float | None, cv_backend: float | Non
     return FASTER, f"95% CI [{ci_low:.4f}, {ci_high:.4f}] below 1"
 
 
-def compare(backend: Arm, baseline: Arm, max_cv: float = MAX_CV, resamples: int = RESAMPLES,
+def compare(backend: Arm, baseline: Arm, max_cv: float = MAX_CV, resamples: int | None = None,
             seed: int = SEED, whole: tuple[Arm, Arm] | None = None) -> Comparison:
     """Ratio, paired bootstrap CI, both CVs, resolution and the verdict of one phase.
 
@@ -229,7 +229,7 @@ def compare(backend: Arm, baseline: Arm, max_cv: float = MAX_CV, resamples: int 
     ratio = ratio_of_medians(all_b, all_a)
     lo = hi = half = detectable = None
     if launches >= MIN_LAUNCHES:
-        se = log_se(backend, baseline, resamples, seed)
+        se = log_se(backend, baseline, resamples or RESAMPLES, seed)
         lo, hi = interval(ratio, se, launches)
         half, detectable = halfwidth(se, launches), mde(se, launches)
     cv_b, cv_a = cv(all_b), cv(all_a)
