@@ -49,6 +49,7 @@ from harness.results.layout import (
     RUNBOOK_YAML,
     SELECTION_TSV,
     TIMING_LAUNCHES_TSV,
+    TIMING_TRIALS_TSV,
     TIMING_TSV,
 )
 from harness.taxonomy.judge import LOG_SUFFIXES
@@ -81,7 +82,8 @@ REPLAY = ("rules.pipeline: harness/pipeline's own steps replayed with the upload
           "as the source (the next standing cell per request, pipeline.replay.next_standing; "
           "each outcome by pipeline.analysis.analyse)")
 TIMED = REPLAY + ": the time step (timing.verdicts.arms/schedule, rotated launches)"
-AGG = TIMED + "; timing.verdicts.aggregate of the launches' [EPCAP_TIMING] objects"
+AGG = (TIMED + "; timing.verdicts.aggregate of the launches' [EPCAP_TIMING] objects (medians "
+       "and quantiles of the trial medians timing_trials.tsv lists)")
 COMPARE = (TIMED + "; timing.verdicts.comparison_rows (the paired bootstrap, timing.stats "
            "with its fixed SEED) over each launch's per-trial medians")
 WALK = (REPLAY + ": the validate step (step_up after drops, stop at the first accepted or at "
@@ -207,7 +209,21 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
         "campaign": _e(REDERIVED, COMPARE + ": the runbook's campaign", TIMING_NOT_REDERIVED),
         **{column: _e(REDERIVED, COMPARE, TIMING_NOT_REDERIVED)
            for column in ("launches", "ratio_median", "ci_low", "ci_high", "cv_backend",
-                          "cv_baseline", "verdict", "reason")},
+                          "cv_baseline", "verdict", "reason", "halfwidth", "mde",
+                          "resolved", "stopped_by")},
+        "resolution": _e(REDERIVED, COMPARE + ": the runbook as run's timing.resolution",
+                         TIMING_NOT_REDERIVED),
+    },
+    TIMING_TRIALS_TSV: {
+        "campaign": _e(CONTEXT, "the campaign name"),
+        **{column: _e(REDERIVED, TIMED + ": the row's key; one row per trial of a usable "
+                      "launch (launch = its rotation round + 1) and phase; "
+                      "timing.verdicts.trial_records", TIMING_NOT_REDERIVED)
+           for column in ("model", "backend", "launch", "phase", "trial")},
+        **{column: _e(REDERIVED, TIMED + ": that launch's [EPCAP_TIMING] per_trial entry "
+                      "(Backend.parse_timing over its logs), and its cell",
+                      TIMING_NOT_REDERIVED)
+           for column in ("ms", "cell_dir")},
     },
     TIMING_LAUNCHES_TSV: {
         "campaign": _e(CONTEXT, "the campaign name"),
@@ -216,7 +232,8 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
                       TIMING_NOT_REDERIVED)
            for column in ("model", "backend", "launch", "phase")},
         **{column: _e(REDERIVED, "that launch's [EPCAP_TIMING] object (Backend.parse_timing "
-                      "over its logs)", TIMING_NOT_REDERIVED)
+                      "over its logs); the figures timing.verdicts.launch_stats of its "
+                      "per_trial medians", TIMING_NOT_REDERIVED)
            for column in ("median_ms", "p10_ms", "p90_ms", "trials", "cell_dir")},
     },
     CELL_JSON_KEYS: {
@@ -293,7 +310,7 @@ def markdown() -> str:
 EVIDENCE_FILES: dict[str, str] = {
     **{f"*{name}": "a results table (audit.load, read by every rule)"
        for name in (ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV, COMPARISON_TSV,
-                    TIMING_LAUNCHES_TSV)},
+                    TIMING_LAUNCHES_TSV, TIMING_TRIALS_TSV)},
     f"*{PROVENANCE_TXT}": "the campaign's and every cell's provenance (missing-provenance, "
                           "predates-fix, provenance-incomplete, runbook-altered)",
     f"*{RUNBOOK_YAML}": "the runbook as run: the re-derivation's runbook (runbook-altered)",

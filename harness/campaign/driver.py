@@ -317,7 +317,7 @@ class Campaign:
 
     def write_derived(self) -> None:
         store.write_derived(self.root, self.rb, self.ctx.selection, self.ctx.timing,
-                            self.ctx.comparison)
+                            self.ctx.comparison, self.ctx.trials)
         self.ctx.dirty = False
 
     # -- the loop ------------------------------------------------------------------------

@@ -44,6 +44,7 @@ from harness.results.layout import (
     RUNBOOK_YAML,
     SELECTION_TSV,
     TIMING_LAUNCHES_TSV,
+    TIMING_TRIALS_TSV,
     TIMING_TSV,
     Cell,
     cell_dir,
@@ -60,17 +61,19 @@ from harness.results.rows import (
     SELECTION_COLUMNS,
     TIMING_COLUMNS,
     TIMING_LAUNCH_COLUMNS,
+    TIMING_TRIAL_COLUMNS,
     AttemptRow,
     ComparisonRow,
     SelectionRow,
     TimingLaunchRow,
     TimingRow,
+    TimingTrialRow,
 )
 from harness.results.tables import write_table_atomic
 from harness.runbook.model import Runbook
 from harness.telemetry.steps import StepPeaks
 from harness.telemetry.summary import LogSummary
-from harness.timing.verdicts import PHASES
+from harness.timing.verdicts import PHASES, launch_stats
 from harness.vocab import (
     CONTROL_SUFFIX,
     DURATION_CLASS,
@@ -127,10 +130,13 @@ def runbook_fingerprint(rb: Runbook) -> dict:
 # paths, parallelism, the GPU-hour figure) changes no result and resumes.
 GLOBAL_PARTS = ("shape", "capacity", "measure_phase", "validate_routing", "seed", "device_memory",
                 "container")
-TIMING_PART = "timing"                # iterations, trials, launches: the time cells only
+TIMING_PART = "timing"                # warmup, iterations, trials: the time cells only
 # Runbook fields that change no cell's result (tests/e2e/test_rerun.py checks that every
 # Runbook field is either here or read by result_fields). timing's baseline, max_cv and
-# control change only the comparison rows, which are rebuilt from the events every run.
+# control change only the comparison rows, which are rebuilt from the events every run;
+# launches, resolution and max_launches change how many rounds run, not what one launch
+# measures: the launches already run are kept (replayed in round order) and only missing
+# rounds run.
 NON_RESULT_FIELDS = frozenset({"path", "campaign", "limits", "launcher", "repositories",
                                "paths", "slurm", "gpu_hours_per_cell", "max_parallel_cells",
                                "models_path"})
@@ -152,8 +158,8 @@ def _opts(options: Any) -> Any:
 def result_fields(rb: Runbook) -> dict[str, str]:
     """sha256 of each result-bearing part of the parsed runbook: `shape`, `capacity`,
     `measure_phase`, `validate_routing`, `seed`, `device_memory`, `container` (engine and
-    image), `timing` (warmup, iters, trials,
-    launches), `model:<NAME>` (the zoo entry after overrides, flags included) and
+    image), `timing` (warmup, iters, trials: not launches, which only add or drop rounds),
+    `model:<NAME>` (the zoo entry after overrides, flags included) and
     `backend:<name>` (kind, module, select, time, flags, options)."""
     out = {
         "shape": _digest(dataclasses.asdict(rb.shape)),
@@ -164,8 +170,7 @@ def result_fields(rb: Runbook) -> dict[str, str]:
         "device_memory": _digest(rb.device_memory_bytes),
         # the image is the software under test; mounts and workdir only say where it runs
         "container": _digest([rb.container.engine, rb.container.image]),
-        TIMING_PART: _digest([rb.timing.warmup, rb.timing.iters, rb.timing.trials,
-                              rb.timing.launches]),
+        TIMING_PART: _digest([rb.timing.warmup, rb.timing.iters, rb.timing.trials]),
     }
     for m in rb.models:
         out[f"model:{m.name}"] = _digest(dataclasses.asdict(m))
@@ -454,17 +459,17 @@ def write_timing_launches(root: Path) -> None:
         for phase in PHASES:
             rows.append(TimingLaunchRow(
                 campaign=str(e.get("campaign")), model=key[0], backend=key[1],
-                launch=counter[key], phase=phase, median_ms=timing.get(f"{phase}_ms_median"),
-                p10_ms=timing.get(f"{phase}_ms_p10"), p90_ms=timing.get(f"{phase}_ms_p90"),
+                launch=counter[key], phase=phase, **launch_stats(timing, phase),
                 trials=timing.get("trials"), cell_dir=cell_dir_text))
     write_table_atomic(root / TIMING_LAUNCHES_TSV, TIMING_LAUNCH_COLUMNS, rows)
 
 
 def write_derived(root: Path, rb: Runbook, selection: dict[tuple[str, str], SelectionRow],
                   timing: dict[tuple[str, str], TimingRow],
-                  comparison: dict[str, list[ComparisonRow]] | None = None) -> None:
-    """capacity_selection.tsv, timing.tsv and comparison.tsv, rows in runbook (model,
-    backend) order, the A/A control arm after the backends."""
+                  comparison: dict[str, list[ComparisonRow]] | None = None,
+                  trials: dict[str, list[TimingTrialRow]] | None = None) -> None:
+    """capacity_selection.tsv, timing.tsv, comparison.tsv and timing_trials.tsv, rows in
+    runbook (model, backend) order, the A/A control arm after the backends."""
     _, arms = timed_arms(rb)
     names = [b.name for b in rb.backends] + [a for a in arms if a not in
                                                {b.name for b in rb.backends}]
@@ -479,6 +484,9 @@ def write_derived(root: Path, rb: Runbook, selection: dict[tuple[str, str], Sele
     if comparison is not None:
         rows = [r for m in rb.models for r in comparison.get(m.name, [])]
         write_table_atomic(root / COMPARISON_TSV, COMPARISON_COLUMNS, rows)
+    if trials is not None:
+        trial_rows = [r for m in rb.models for r in trials.get(m.name, [])]
+        write_table_atomic(root / TIMING_TRIALS_TSV, TIMING_TRIAL_COLUMNS, trial_rows)
 
 
 def rerun_on_resume(fin: CellFinish) -> bool:

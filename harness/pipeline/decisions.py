@@ -21,11 +21,16 @@ from harness.pipeline.stages import (
     backends_of,
     pipeline_groups,
     stage_mode,
-    time_schedule,
     timed_arms,
 )
 from harness.results.layout import Cell
-from harness.results.rows import AttemptRow, ComparisonRow, SelectionRow, TimingRow
+from harness.results.rows import (
+    AttemptRow,
+    ComparisonRow,
+    SelectionRow,
+    TimingRow,
+    TimingTrialRow,
+)
 from harness.runbook.model import Runbook
 from harness.telemetry.steps import StepPeaks
 from harness.timing import verdicts
@@ -69,6 +74,7 @@ class Context:
         self.selection: dict[tuple[str, str], SelectionRow] = {}
         self.timing: dict[tuple[str, str], TimingRow] = {}
         self.comparison: dict[str, list[ComparisonRow]] = {}      # by model
+        self.trials: dict[str, list[TimingTrialRow]] = {}         # by model
         self.skipped: set[tuple[str, str, str]] = set()
         self.pairs_ended: set[tuple[str, str]] = set()   # pairs whose pair stages all ran
         self.dirty = False
@@ -183,8 +189,10 @@ def validate_step(ctx: Context, model: str, backend: str, state: dict
 
 def time_step(ctx: Context, model: str) -> Pipe:
     """Every timed arm (the timed backends, plus `<baseline>~control` when timing.control)
-    at max(selected capacity) over the select backends, in timing.launches rounds of rotated
-    order; then the model's comparison rows (docs/timing-verdicts.md)."""
+    at max(selected capacity) over the select backends, in rounds of rotated order: the
+    first timing.launches rounds always, then, with a timing.resolution, further rounds
+    until every comparison's interval is that narrow or timing.max_launches rounds ran;
+    then the model's comparison and trial rows (docs/timing-verdicts.md)."""
     rb = ctx.runbook
     picked = {b.name: ctx.selection.get((model, b.name)) for b in rb.backends if b.select}
     chosen = {name: row.selected_capacity for name, row in picked.items()
@@ -198,21 +206,33 @@ def time_step(ctx: Context, model: str) -> Pipe:
         if b.select and (model, b.name) in ctx.selection:
             ctx.set_selection(model, b.name, dataclasses.replace(
                 ctx.selection[(model, b.name)], timing_capacity=tcap))
-    usable: dict[str, list[dict | None]] = {arm: [None] * rb.timing.launches for arm in arms}
+    usable: dict[str, list[dict | None]] = {arm: [] for arm in arms}
+    dirs: dict[str, list[str | None]] = {arm: [] for arm in arms}
     outs: dict[str, list[Outcome]] = {arm: [] for arm in arms}
-    for i, arm in time_schedule(rb):
-        if outs[arm] and verdicts.stops_launches(outs[arm][-1].status):
-            ctx.skipped.add((model, arm, Purpose.TIME))     # out of memory is not a fluke
-            continue
-        out = yield Request(model, arm, Purpose.TIME, tcap)
-        outs[arm].append(out)
-        usable[arm][i] = verdicts.usable(out.status, out.timing)
-        ctx.timing[(model, arm)] = timing_row(ctx.n_of(model), outs[arm])
-        ctx.dirty = True
-    why = {arm: f"no usable launch (timing status {ctx.timing[(model, arm)].status})"
-           for arm in arms if not any(usable[arm])}
-    ctx.comparison[model] = [ComparisonRow(**r) for r in verdicts.comparison_rows(
-        rb.campaign, model, usable, baseline, rb.timing.max_cv, why)]
+    t = rb.timing
+    rounds, stop, rows = 0, None, []
+    while stop is None:
+        for arm in verdicts.rotation(arms, rounds):
+            usable[arm].append(None)
+            dirs[arm].append(None)
+            if outs[arm] and verdicts.stops_launches(outs[arm][-1].status):
+                ctx.skipped.add((model, arm, Purpose.TIME))     # out of memory is not a fluke
+                continue
+            out = yield Request(model, arm, Purpose.TIME, tcap)
+            outs[arm].append(out)
+            usable[arm][rounds] = verdicts.usable(out.status, out.timing)
+            dirs[arm][rounds] = out.row.cell_dir
+            ctx.timing[(model, arm)] = timing_row(ctx.n_of(model), outs[arm])
+            ctx.dirty = True
+        rounds += 1
+        why = {arm: f"no usable launch (timing status {ctx.timing[(model, arm)].status})"
+               for arm in arms if (model, arm) in ctx.timing and not any(usable[arm])}
+        rows = verdicts.comparison_rows(rb.campaign, model, usable, baseline, t.max_cv, why,
+                                        t.resolution)
+        stop = verdicts.launches_done(rows, rounds, t.launches, t.resolution, t.launch_cap)
+    ctx.comparison[model] = [ComparisonRow(**{**r, "stopped_by": stop}) for r in rows]
+    ctx.trials[model] = [TimingTrialRow(campaign=rb.campaign, model=model, **r)
+                         for r in verdicts.trial_records(usable, dirs)]
     ctx.dirty = True
 
 

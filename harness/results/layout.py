@@ -21,6 +21,7 @@ SELECTION_TSV = "capacity_selection.tsv"
 TIMING_TSV = "timing.tsv"
 COMPARISON_TSV = "comparison.tsv"
 TIMING_LAUNCHES_TSV = "timing_launches.tsv"
+TIMING_TRIALS_TSV = "timing_trials.tsv"
 CAMPAIGN_JSON = "campaign.json"      # the grid, shapes and backends of a campaign, as data
 PROVENANCE_TXT = "provenance.txt"    # the campaign's, and each cell's
 EVENTS_JSONL = "events.jsonl"

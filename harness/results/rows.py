@@ -20,6 +20,7 @@ from harness.results.layout import (
     COMPARISON_TSV,
     SELECTION_TSV,
     TIMING_LAUNCHES_TSV,
+    TIMING_TRIALS_TSV,
     TIMING_TSV,
 )
 
@@ -160,6 +161,11 @@ class ComparisonRow(Row):
     verdict: str | None = None
     # appended
     reason: str | None = None
+    halfwidth: float | None = None           # the CI's relative half-width, exp(t * se) - 1
+    mde: float | None = None                 # minimum detectable effect at these launches
+    resolution: float | None = None          # timing.resolution asked (empty: none)
+    resolved: bool | None = None             # halfwidth <= resolution
+    stopped_by: str | None = None            # launches | resolution | max_launches
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -179,13 +185,30 @@ class TimingLaunchRow(Row):
     cell_dir: str | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class TimingTrialRow(Row):
+    """timing_trials.tsv: one row per trial median of a usable timed launch and phase, the
+    values every timing.tsv and comparison.tsv figure is computed from (ms)."""
+
+    campaign: str
+    model: str
+    backend: str
+    launch: int                     # the rotation round + 1: launch i of two arms is a pair
+    phase: str                      # dispatch | combine
+    trial: int                      # 1, 2, ...: the trial within its launch
+    ms: float                       # that trial's median step time
+    cell_dir: str | None = None
+
+
 ATTEMPT_COLUMNS = AttemptRow.columns()
 SELECTION_COLUMNS = SelectionRow.columns()
 TIMING_COLUMNS = TimingRow.columns()
 COMPARISON_COLUMNS = ComparisonRow.columns()
 TIMING_LAUNCH_COLUMNS = TimingLaunchRow.columns()
+TIMING_TRIAL_COLUMNS = TimingTrialRow.columns()
 
 # each results table's file name (harness/results/layout.py) and the row type it holds
 ROW_TYPES: dict[str, type[Row]] = {
     ATTEMPTS_TSV: AttemptRow, SELECTION_TSV: SelectionRow, TIMING_TSV: TimingRow,
-    COMPARISON_TSV: ComparisonRow, TIMING_LAUNCHES_TSV: TimingLaunchRow}
+    COMPARISON_TSV: ComparisonRow, TIMING_LAUNCHES_TSV: TimingLaunchRow,
+    TIMING_TRIALS_TSV: TimingTrialRow}

@@ -9,7 +9,7 @@ from harness.errors import BadInput
 from harness.grid.capacity import budget_tokens, format_capacity, is_executable, next_executable
 from harness.io import bounds
 from harness.io.yamldoc import Doc, shown
-from harness.runbook.model import ModelSpec, Runbook
+from harness.runbook.model import MAX_LAUNCHES_LIMIT, ModelSpec, Runbook
 from harness.vocab import CONTROL_SUFFIX
 
 
@@ -120,12 +120,23 @@ def _next_executable_hint(cap: str, n: int, pad: int) -> str:
 
 
 def check_timing(doc: Doc, runbook: Runbook) -> None:
-    """launches >= 1, 0 < max_cv, a baseline that is a timed backend, no `~control` names."""
+    """1 <= launches <= max_launches <= MAX_LAUNCHES_LIMIT, 0 < resolution < 1, 0 < max_cv,
+    a baseline that is a timed backend, no `~control` names."""
     t = runbook.timing
-    if t.launches < 1:
-        raise doc.error(("timing", "launches"), "must be >= 1")
+    if not 1 <= t.launches <= MAX_LAUNCHES_LIMIT:
+        raise doc.error(("timing", "launches"), f"must be between 1 and {MAX_LAUNCHES_LIMIT}")
     if not t.max_cv > 0:
         raise doc.error(("timing", "max_cv"), "must be a positive number")
+    if t.resolution is not None and not 0 < t.resolution < 1:
+        raise doc.error(("timing", "resolution"), "must be a fraction between 0 and 1 "
+                        "(0.03: every interval within ±3% of its ratio)")
+    if t.max_launches is not None:
+        if t.resolution is None:
+            raise doc.error(("timing", "max_launches"), "caps the launches a timing.resolution "
+                            "adds; without a resolution it would be read by nothing")
+        if not t.launches <= t.max_launches <= MAX_LAUNCHES_LIMIT:
+            raise doc.error(("timing", "max_launches"), f"must be between timing.launches "
+                            f"({t.launches}) and {MAX_LAUNCHES_LIMIT}")
     timed = [b.name for b in runbook.backends if b.time]
     if t.baseline is not None and t.baseline not in timed:
         raise doc.error(("timing", "baseline"), f"{t.baseline!r} is not a timed backend "

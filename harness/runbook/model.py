@@ -89,6 +89,10 @@ class PhaseConfig:
     trials: int = 1
 
 
+DEFAULT_MAX_LAUNCHES = 10          # timing.max_launches when a resolution is asked without one
+MAX_LAUNCHES_LIMIT = 64            # the largest timing.max_launches (or launches) accepted
+
+
 @dataclass(frozen=True)
 class TimingConfig(PhaseConfig):
     """`timing:`: the time runs' iterations plus the launches and the verdict settings
@@ -98,6 +102,18 @@ class TimingConfig(PhaseConfig):
     baseline: str | None = None     # compared against; default: the first timed backend
     max_cv: float = 0.05            # a CV over this makes a verdict too_noisy
     control: bool = False           # time the baseline twice: the `<baseline>~control` arm
+    resolution: float | None = None  # go on launching until every CI half-width <= this
+    max_launches: int | None = None  # the cap on rounds with a resolution (default below)
+
+    @property
+    def launch_cap(self) -> int:
+        """The most rounds the time step runs: max_launches, else max(launches,
+        DEFAULT_MAX_LAUNCHES) with a resolution, else launches."""
+        if self.resolution is None:
+            return self.launches
+        if self.max_launches is not None:
+            return self.max_launches
+        return max(self.launches, DEFAULT_MAX_LAUNCHES)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,10 @@ from harness.vocab import CONTROL_SUFFIX, TIMED_OK, Status
 
 PHASES = ("dispatch", "combine")
 ROW_KEYS = ("campaign", "model", "backend", "baseline", "phase", "launches", "ratio_median",
-            "ci_low", "ci_high", "cv_backend", "cv_baseline", "verdict", "reason")
+            "ci_low", "ci_high", "cv_backend", "cv_baseline", "verdict", "reason", "halfwidth",
+            "mde", "resolution", "resolved", "stopped_by")
+# why an arm's launches stopped (comparison.tsv stopped_by)
+STOP_LAUNCHES, STOP_RESOLUTION, STOP_MAX = "launches", "resolution", "max_launches"
 
 Launches = Sequence[dict | None]     # per round: the launch's timing object, None if unusable
 
@@ -57,8 +60,34 @@ def schedule(names: Sequence[str], launches: int) -> list[tuple[int, str]]:
 
 
 def trial_medians(timing: dict, phase: str) -> list[float]:
-    """A launch's per-trial medians of one phase (ms)."""
-    return [float(t[f"{phase}_ms_median"]) for t in timing.get("per_trial") or []]
+    """A launch's trial medians of one phase (ms): its `per_trial` entries; a timing object
+    without them counts as one trial, its own median (docs/timing-verdicts.md#definitions)."""
+    per_trial = timing.get("per_trial") or []
+    if per_trial:
+        return [float(t[f"{phase}_ms_median"]) for t in per_trial]
+    own = timing.get(f"{phase}_ms_median")
+    return [] if own is None else [float(own)]
+
+
+def launch_median(timing: dict, phase: str) -> float | None:
+    """The launch median: the median of one launch's trial medians (None without any)."""
+    values = trial_medians(timing, phase)
+    return statistics.median(values) if values else None
+
+
+def launch_stats(timing: dict, phase: str) -> dict[str, float | None]:
+    """timing_launches.tsv's figures of one launch and phase: the launch median and the
+    linear p10/p90 of its trial medians (ms); None without trial medians."""
+    values = trial_medians(timing, phase)
+    if not values:
+        return {"median_ms": None, "p10_ms": None, "p90_ms": None}
+    return {"median_ms": statistics.median(values), "p10_ms": stats.arm_quantile([values], 0.1),
+            "p90_ms": stats.arm_quantile([values], 0.9)}
+
+
+def whole_arm(launches: Launches, phase: str) -> list[list[float]]:
+    """An arm's trial medians per usable launch (rounds without timing left out)."""
+    return [v for t in launches if t is not None and (v := trial_medians(t, phase))]
 
 
 def paired(backend: Launches, baseline: Launches, phase: str) -> tuple[list, list]:
@@ -76,11 +105,14 @@ def paired(backend: Launches, baseline: Launches, phase: str) -> tuple[list, lis
 
 def comparison_rows(campaign: str, model: str, by_arm: dict[str, Launches], baseline: str,
                     max_cv: float = stats.MAX_CV, why_missing: dict[str, str] | None = None,
-                    ) -> list[dict]:
+                    resolution: float | None = None) -> list[dict]:
     """One comparison.tsv row per (arm other than the baseline, phase).
 
-    An arm without paired launches gets a row with empty figures and verdict, and the
-    reason (from `why_missing`, e.g. its timing status) in `reason`.
+    The ratio and CVs are the arms' over every usable launch (the medians timing.tsv
+    shows); the interval's se comes from the paired rounds. An arm without paired launches
+    gets a row with empty figures and verdict, and the reason (from `why_missing`, e.g. its
+    timing status) in `reason`. `resolution`: the runbook's timing.resolution, for
+    `resolved` (halfwidth <= resolution).
     """
     rows = []
     for arm, launches in by_arm.items():
@@ -96,12 +128,36 @@ def comparison_rows(campaign: str, model: str, by_arm: dict[str, Launches], base
                            or (why_missing or {}).get(baseline) or "no paired launches")
                 rows.append(row)
                 continue
-            c = stats.compare(b, a, max_cv=max_cv)
+            whole = (whole_arm(launches, phase), whole_arm(by_arm.get(baseline, []), phase))
+            c = stats.compare(b, a, max_cv=max_cv, whole=whole)
             row.update(launches=c.launches, ratio_median=c.ratio_median, ci_low=c.ci_low,
                        ci_high=c.ci_high, cv_backend=c.cv_backend, cv_baseline=c.cv_baseline,
-                       verdict=c.verdict, reason=c.reason)
+                       verdict=c.verdict, reason=c.reason, halfwidth=c.halfwidth, mde=c.mde,
+                       resolution=resolution,
+                       resolved=None if resolution is None else resolved(c.halfwidth,
+                                                                         resolution))
             rows.append(row)
     return rows
+
+
+def resolved(halfwidth: float | None, resolution: float) -> bool:
+    """Whether an interval is as narrow as the runbook's timing.resolution asks."""
+    return halfwidth is not None and halfwidth <= resolution
+
+
+def launches_done(rows: Sequence[dict], rounds: int, launches: int, resolution: float | None,
+                  max_launches: int) -> str | None:
+    """After `rounds` rounds, why the launches stop (STOP_*), or None to launch another
+    round: `launches` rounds always run; with a resolution, rounds go on until every
+    comparison with figures is resolved, or `max_launches` rounds ran."""
+    if rounds < launches:
+        return None
+    if resolution is None:
+        return STOP_LAUNCHES
+    judged = [r for r in rows if r.get("ratio_median") is not None]
+    if all(resolved(r.get("halfwidth"), resolution) for r in judged):
+        return STOP_RESOLUTION
+    return STOP_MAX if rounds >= max_launches else None
 
 
 def control_check(rows: Sequence[dict]) -> tuple[bool, list[str]]:
@@ -146,20 +202,29 @@ def launch_figures(launches: Sequence[tuple[str, dict | None]]) -> dict:
 def aggregate(timings: Sequence[dict]) -> dict:
     """The timing.tsv figures of an arm from its usable launches' timing objects.
 
-    Medians, quantiles, step_cv and algbw: the median over launches of each launch's value;
-    peak_mem_bytes: the maximum; noise_floor_pct: with two or more launches the run-to-run
-    spread, 100 * (max - min) / median of the launches' (dispatch + combine) medians, with
-    one launch that launch's own trial-to-trial value; launches: how many were usable.
+    Per phase (docs/timing-verdicts.md#definitions): `<phase>_ms_median` the arm median
+    (median of all trial medians, pooled over launches), `_p10`/`_p90` the linear quantiles
+    of the same values. step_cv and algbw: the median over launches of each launch's own
+    value; peak_mem_bytes: the maximum; noise_floor_pct: with two or more launches the
+    run-to-run spread, 100 * (max - min) / median of the launches' (dispatch + combine)
+    launch medians, with one launch that launch's own trial-to-trial value; launches: how
+    many were usable.
     """
     if not timings:
         return {"launches": 0}
-    keys = ("dispatch_ms_median", "dispatch_ms_p90", "dispatch_ms_p10", "combine_ms_median",
-            "combine_ms_p90", "combine_ms_p10", "step_cv", "algbw_gbps")
-    out: dict = {k: _median([t.get(k) for t in timings]) for k in keys}
+    out: dict = {}
+    for phase in PHASES:
+        arm = whole_arm(timings, phase)
+        have = bool(arm)
+        out[f"{phase}_ms_median"] = stats.arm_median(arm) if have else None
+        out[f"{phase}_ms_p10"] = stats.arm_quantile(arm, 0.1) if have else None
+        out[f"{phase}_ms_p90"] = stats.arm_quantile(arm, 0.9) if have else None
+    out.update({k: _median([t.get(k) for t in timings]) for k in ("step_cv", "algbw_gbps")})
     mems = [t.get("peak_mem_bytes") for t in timings if t.get("peak_mem_bytes") is not None]
     out["peak_mem_bytes"] = max(mems) if mems else None
-    steps = [t["dispatch_ms_median"] + t["combine_ms_median"] for t in timings
-             if t.get("dispatch_ms_median") is not None and t.get("combine_ms_median") is not None]
+    steps = [d + c for t in timings
+             if (d := launch_median(t, "dispatch")) is not None
+             and (c := launch_median(t, "combine")) is not None]
     if len(timings) >= 2 and len(steps) >= 2:
         out["noise_floor_pct"] = 100.0 * (max(steps) - min(steps)) / statistics.median(steps)
     else:
@@ -171,8 +236,24 @@ def aggregate(timings: Sequence[dict]) -> dict:
 
 
 def launch_medians(timings: Launches, phase: str) -> list[float | None]:
-    """Per round, the launch's median of one phase (None where unusable): figure 4's dots."""
-    return [None if t is None else t.get(f"{phase}_ms_median") for t in timings]
+    """Per round, the launch median of one phase (None where unusable): figure 4's dots."""
+    return [None if t is None else launch_median(t, phase) for t in timings]
+
+
+def trial_records(by_arm: dict[str, Launches], cell_dirs: dict[str, list[str | None]]
+                  ) -> list[dict]:
+    """timing_trials.tsv's rows (without campaign/model): per arm, usable launch (`launch` =
+    its round + 1, the pairing key), phase and trial (1-based), the trial median in ms."""
+    out = []
+    for arm, launches in by_arm.items():
+        for i, t in enumerate(launches):
+            if t is None:
+                continue
+            for phase in PHASES:
+                for j, ms in enumerate(trial_medians(t, phase), 1):
+                    out.append({"backend": arm, "launch": i + 1, "phase": phase, "trial": j,
+                                "ms": ms, "cell_dir": cell_dirs.get(arm, [None] * (i + 1))[i]})
+    return out
 
 
 def verdict_text(row: dict) -> str:

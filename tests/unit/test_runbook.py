@@ -188,10 +188,29 @@ def test_timing_defaults_and_shipped_settings(tmp_path):
     assert (local.launches, local.max_cv, local.control) == (3, 0.25, True)
     tier = load_runbook(ROOT / "runbooks" / "tierb-b200-gbs8.yaml").timing
     assert (tier.launches, tier.max_cv, tier.control) == (3, 0.05, True)
+    assert (t.resolution, t.max_launches, t.launch_cap) == (None, None, 3)
+
+
+def test_timing_resolution_and_launch_cap(tmp_path):
+    t = load_runbook(write(tmp_path, BASE + "timing: {resolution: 0.03}\n")).timing
+    assert (t.resolution, t.max_launches, t.launch_cap) == (0.03, None, 10)
+    t = load_runbook(write(tmp_path, BASE + "timing: {resolution: 0.03, launches: 12}\n")).timing
+    assert t.launch_cap == 12
+    t = load_runbook(write(tmp_path, BASE + "timing: {resolution: 0.05, max_launches: 6}\n")).timing
+    assert (t.resolution, t.launch_cap) == (0.05, 6)
 
 
 @pytest.mark.parametrize("body, field, words", [
-    (BASE + "timing: {launches: 0}\n", "timing.launches", ">= 1"),
+    (BASE + "timing: {launches: 0}\n", "timing.launches", "between 1 and 64"),
+    (BASE + "timing: {launches: 65}\n", "timing.launches", "between 1 and 64"),
+    (BASE + "timing: {resolution: 0}\n", "timing.resolution", "between 0 and 1"),
+    (BASE + "timing: {resolution: 1.5}\n", "timing.resolution", "between 0 and 1"),
+    (BASE + "timing: {resolution: fine}\n", "timing.resolution", "number"),
+    (BASE + "timing: {max_launches: 8}\n", "timing.max_launches", "without a resolution"),
+    (BASE + "timing: {resolution: 0.03, launches: 4, max_launches: 3}\n",
+     "timing.max_launches", "between timing.launches \\(4\\) and 64"),
+    (BASE + "timing: {resolution: 0.03, max_launches: 65}\n", "timing.max_launches",
+     "and 64"),
     (BASE + "timing: {max_cv: 0}\n", "timing.max_cv", "positive"),
     (BASE + "timing: {baseline: moonep}\n", "timing.baseline", "not a timed backend"),
     (BASE + "timing: {control: maybe}\n", "timing.control", "true or false"),

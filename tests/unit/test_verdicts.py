@@ -82,13 +82,17 @@ def test_aggregate_over_launches():
           timing([2.0, 2.0], [2.0, 2.0])]
     ts[1]["peak_mem_bytes"] = 99
     agg = verdicts.aggregate(ts)
-    assert agg["launches"] == 3 and agg["dispatch_ms_median"] == 2.0
+    assert agg["launches"] == 3 and agg["dispatch_ms_median"] == 2.0    # pooled trial medians
+    assert agg["dispatch_ms_p90"] == pytest.approx(3.0)                  # of 1 1.2 2 2 3 3
+    assert agg["dispatch_ms_p10"] == pytest.approx(1.1)
     assert agg["peak_mem_bytes"] == 99
-    assert agg["noise_floor_pct"] == pytest.approx(100 * (5.0 - 3.2) / 4.0)
+    # launch medians (median of each launch's trial medians): 1.1+2, 3+2, 2+2
+    assert agg["noise_floor_pct"] == pytest.approx(100 * (5.0 - 3.1) / 4.0)
     one = verdicts.aggregate([{**ts[0], "noise_floor_pct": 7.5}])
     assert one["launches"] == 1 and one["noise_floor_pct"] == 7.5
     assert verdicts.aggregate([]) == {"launches": 0}
     assert verdicts.launch_medians([ts[0], None], "combine") == [2.0, None]
+    assert verdicts.launch_medians([ts[0]], "dispatch") == [pytest.approx(1.1)]
 
 
 def test_report_lines_banner_table_and_cells():

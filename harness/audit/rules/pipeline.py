@@ -17,7 +17,7 @@ code of the table it concerns:
   that answers a request at another capacity than the pipeline asks;
 - `held-out-not-rederived`: its validate-step and drop-risk columns; a validate cell at
   another capacity than the step-up asks, or one the pipeline never asks for;
-- `timing-not-rederived`: timing.tsv and comparison.tsv; a time cell at another capacity
+- `timing-not-rederived`: timing.tsv, comparison.tsv and timing_trials.tsv; a time cell at another capacity
   than its model's timing capacity, or one the pipeline never asks for;
 - `timing-incomplete`: a timing or comparison row, or a time launch, the pipeline makes
   that the upload lacks.
@@ -43,6 +43,7 @@ from harness.audit.model import (
     Table,
     Upload,
     decimal_of,
+    int_of,
     norm,
     verdict_of,
     where,
@@ -72,6 +73,7 @@ from harness.results.layout import (
     COMPARISON_TSV,
     EVENTS_JSONL,
     SELECTION_TSV,
+    TIMING_TRIALS_TSV,
     TIMING_TSV,
     parse_cell_name,
 )
@@ -105,6 +107,7 @@ class UploadReplay:
     selection: dict[tuple[str, str], ResultRow] = field(default_factory=dict)
     timing: dict[tuple[str, str], ResultRow] = field(default_factory=dict)
     comparison: dict[tuple[str, str, str], ResultRow] = field(default_factory=dict)
+    trials: dict[tuple[str, ...], ResultRow] = field(default_factory=dict)
     stops: dict[str, Stop] = field(default_factory=dict)          # by normalised model
     pairs_ended: set[tuple[str, str]] = field(default_factory=set)  # the pipeline's own
     answered: list[tuple[Request, Outcome]] = field(default_factory=list)
@@ -219,6 +222,8 @@ def _replay(upload: Upload) -> UploadReplay:
     out.timing = {(norm(m), norm(b)): row for (m, b), row in ctx.timing.items()}
     out.comparison = {(norm(r.model), norm(r.backend), norm(r.phase)): r
                       for rows in ctx.comparison.values() for r in rows}
+    out.trials = {(norm(r.model), norm(r.backend), str(r.launch), norm(r.phase), str(r.trial)): r
+                  for rows in ctx.trials.values() for r in rows}
     out.unused = source.unused()
     out.pairs_ended = {(norm(m), norm(b)) for m, b in ctx.pairs_ended}
     return out
@@ -342,6 +347,11 @@ def phase_key(row: Row) -> tuple[str, str, str]:
     return row.name("model"), row.name("backend"), row.name("phase")
 
 
+def trial_key(row: Row) -> tuple[str, ...]:
+    return (row.name("model"), row.name("backend"), str(int_of(row.get("launch"))),
+            row.name("phase"), str(int_of(row.get("trial"))))
+
+
 def claimed_models(upload: Upload, *tables: str) -> set[str]:
     """Models the upload's tables write rows for."""
     out = set()
@@ -404,7 +414,7 @@ def check_held_out_replayed(table: Table, upload: Upload) -> Check:
 
 def timing_tables_unreadable(upload: Upload) -> list[str]:
     out = []
-    for name in (TIMING_TSV, COMPARISON_TSV):
+    for name in TIMED_TABLES:
         t = upload.tables.get(name)
         if t is not None and (t.unreadable or t.malformed):
             out.append(f"{name}: {t.unreadable or t.malformed[0]}")
@@ -413,18 +423,23 @@ def timing_tables_unreadable(upload: Upload) -> list[str]:
     return out
 
 
+TIMED_TABLES = (TIMING_TSV, COMPARISON_TSV, TIMING_TRIALS_TSV)
+
+
 def check_timing_replayed(table: Table, upload: Upload) -> Check:
-    """timing.tsv and comparison.tsv equal the rows the replayed time step builds from the
-    time cells; every time cell answers a request at its model's timing capacity."""
+    """timing.tsv, comparison.tsv and timing_trials.tsv equal the rows the replayed time
+    step builds from the time cells; every time cell answers a request at its model's
+    timing capacity."""
     rep = replayed(upload, TIMING_NOT_REDERIVED)
     if isinstance(rep, Check):
         return rep
     unknown = timing_tables_unreadable(upload)
     bad: list[str] = []
-    from harness.results.rows import COMPARISON_COLUMNS, TIMING_COLUMNS
+    from harness.results.rows import COMPARISON_COLUMNS, TIMING_COLUMNS, TIMING_TRIAL_COLUMNS
     for name, built, key_of, columns in (
             (TIMING_TSV, rep.timing, pair_key, TIMING_COLUMNS),
-            (COMPARISON_TSV, rep.comparison, phase_key, COMPARISON_COLUMNS)):
+            (COMPARISON_TSV, rep.comparison, phase_key, COMPARISON_COLUMNS),
+            (TIMING_TRIALS_TSV, rep.trials, trial_key, TIMING_TRIAL_COLUMNS)):
         b, _ = compare_rows(upload.tables.get(name), built, key_of, rep,
                             [c for c in columns if c != "campaign"])
         bad += b
@@ -446,10 +461,13 @@ def check_timing_complete(table: Table, upload: Upload) -> Check:
         return rep
     missing: list[str] = []
     for name, built, key_of in ((TIMING_TSV, rep.timing, pair_key),
-                                (COMPARISON_TSV, rep.comparison, phase_key)):
+                                (COMPARISON_TSV, rep.comparison, phase_key),
+                                (TIMING_TRIALS_TSV, rep.trials, trial_key)):
         t = upload.tables.get(name)
         if t is not None and t.unreadable:
             continue
+        if name == TIMING_TRIALS_TSV and t is None:
+            continue                                 # older harnesses did not write it
         if built and t is None:
             missing.append(f"{name} absent, but the pipeline makes {len(built)} rows")
             continue
@@ -486,8 +504,8 @@ RULES: tuple[Rule, ...] = (
     Rule(TIMING_INCOMPLETE, "a timed arm, launch or row the pipeline makes is missing",
          (Source(ATTEMPTS_TSV, ("purpose",)),), False, check_timing_complete,
          "a timed backend removed for one model; the A/A control arm deleted"),
-    Rule(TIMING_NOT_REDERIVED, "timing.tsv or comparison.tsv differs from the pipeline "
-         "replayed on the upload's time cells", (Source(ATTEMPTS_TSV, ("purpose",)),), False,
+    Rule(TIMING_NOT_REDERIVED, "timing.tsv, comparison.tsv or timing_trials.tsv differs "
+         "from the pipeline replayed on the upload's time cells", (Source(ATTEMPTS_TSV, ("purpose",)),), False,
          check_timing_replayed,
          "timing medians, launch counts and verdicts re-stated; timing cells at another "
          "capacity"),

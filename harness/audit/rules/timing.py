@@ -78,8 +78,7 @@ def model_launches(upload: Upload, model: str, unknown: list[str]) -> dict[tuple
                 continue
             for phase in verdicts.PHASES:
                 launches[(norm(model), norm(arm), number, phase)] = {
-                    "median_ms": obj.get(f"{phase}_ms_median"),
-                    "p10_ms": obj.get(f"{phase}_ms_p10"), "p90_ms": obj.get(f"{phase}_ms_p90"),
+                    **verdicts.launch_stats(obj, phase),
                     "trials": obj.get("trials"), "cell_dir": cell.path}
     return launches
 
