@@ -82,3 +82,31 @@ def achieved_gbps(bytes_moved: float | None, ms: float | None) -> float | None:
     if bytes_moved is None or ms is None or ms <= 0:
         return None
     return bytes_moved / (ms * 1e-3) / 1e9
+
+
+BYTE_KEYS = ("dispatch_bytes_per_rank", "dispatch_local_bytes_per_rank", "combine_bytes_per_rank")
+
+
+def physical(figures: dict, device: str | None) -> dict:
+    """timing.tsv's physical columns from an arm's aggregated figures (its bytes per rank and
+    medians) and the device it ran on: achieved GB/s per phase, the declared link limit and
+    NCCL's model figure, the fraction of the limit; empty with `link_note` saying why."""
+    out: dict = {"gpu": device or None}
+    for phase in ("dispatch", "combine"):
+        out[f"{phase}_gbps"] = achieved_gbps(figures.get(f"{phase}_bytes_per_rank"),
+                                             figures.get(f"{phase}_ms_median"))
+    link, why = link_of(device)
+    if link is None:
+        out.update(link_gbps=None, link_nccl_gbps=None, dispatch_link_fraction=None,
+                   combine_link_fraction=None, link_note=why)
+        return out
+    out.update(link_gbps=link.gbps, link_nccl_gbps=link.nccl_gbps,
+               link_note=f"{link.kind} {link.generation}: {link.links} x "
+                         f"{link.gbps_per_link:g} GB/s per direction ({link.source}); NCCL "
+                         f"models {link.links} x {link.nccl_gbps_per_link:g} ({NCCL_SOURCE})")
+    for phase in ("dispatch", "combine"):
+        gbps = out[f"{phase}_gbps"]
+        out[f"{phase}_link_fraction"] = None if gbps is None else gbps / link.gbps
+    if out["dispatch_gbps"] is None and out["combine_gbps"] is None:
+        out["link_note"] = "no bytes moved stated by the run: " + out["link_note"]
+    return out
