@@ -13,7 +13,8 @@ Sources (docs/timing-verdicts.md#the-physical-limit):
   per direction; https://www.nvidia.com/en-us/data-center/nvlink/ ("A single NVIDIA
   Blackwell Tensor Core GPU supports up to 18 NVLink 100 gigabyte-per-second (GB/s)
   connections for a total bandwidth of 1.8 terabytes per second").
-- NVLink 4 (Hopper, H100 SXM, H200 SXM): 18 links, 900 GB/s bidirectional per GPU, 450 GB/s
+- NVLink 4 (Hopper, H100 SXM, H200 SXM; PCIe and NVL parts are refused, their bridges
+  differ): 18 links, 900 GB/s bidirectional per GPU, 450 GB/s
   per direction; https://www.nvidia.com/en-us/data-center/h100/ and
   https://www.nvidia.com/en-us/data-center/h200/ ("NVIDIA NVLink: 900GB/s").
 - NCCL's model: NVIDIA/nccl `src/graph/topo.h` at commit
@@ -69,7 +70,11 @@ def link_of(device: str | None) -> tuple[Link | None, str]:
     name = (device or "").strip()
     if name.lower() in NO_GPU:
         return None, "no GPU (CPU emulation): no link limit applies"
-    found = {link.kind for link in LINKS if link.kind in name.upper()}
+    upper = name.upper()
+    if "PCIE" in upper or upper.endswith(" NVL"):
+        return None, (f"GPU {name!r} is a PCIe/NVL part (NVLink bridge, not the SXM figures "
+                      "the table declares)")
+    found = {link.kind for link in LINKS if link.kind in upper}
     if len(found) == 1:
         return next(link for link in LINKS if link.kind in found), ""
     if len(found) > 1:
