@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.epcap-installed
 PYTEST := $(PY) -m pytest
 
-.PHONY: run test test-fast bench mutation lint clean venv cluster
+.PHONY: run test test-fast bench mutation lint clean venv cluster gpu-check
 
 venv: $(STAMP)
 
@@ -41,6 +41,12 @@ bench: $(STAMP)
 	@missed=""; for f in tests/benchmarks/bench_*.py; do echo "== $$f"; \
 	  $(PY) $$f || missed="$$missed $$f"; done; \
 	if [ -n "$$missed" ]; then echo "bench: target missed or failed:$$missed"; exit 1; fi
+
+# The first GPU machine's checks (scripts/gpu_check.py, under 10 minutes on one GPU): the
+# reference backend on NCCL, CUDA events against perf_counter, the doctor's NVML probe, the
+# memory model against torch.cuda.max_memory_allocated. Without a GPU: one line, exit 2.
+gpu-check: $(STAMP)
+	$(PY) scripts/gpu_check.py
 
 mutation: $(STAMP)
 	$(PY) scripts/mutation.py

@@ -15,7 +15,7 @@ from harness.loadmodel.trace_io import ROUTING_TRACE
 from harness.loadmodel.workloads import workload_spec
 from harness.vocab import Impl
 
-from .personalities import LIBRARIES
+from .personalities import LIBRARIES, planner_of
 
 PREFORK_ENV = "EPCAP_PREFORK"     # = harness.launch.forkserver.PREFORK_ENV (tested equal)
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -122,7 +122,7 @@ class ReferenceBackend(Backend):
         """The planner options must be this personality's (checked before any launch)."""
         field = f"backends.{self.name}.options.planner"
         try:
-            opts = planner_options(self.config.module, self.options.planner)
+            opts = planner_options(planner_of(self.config.module), self.options.planner)
         except ValueError as exc:
             raise BadInput(str(exc), field=field) from None
         echo_total = opts.get("moe_num_echo_experts")

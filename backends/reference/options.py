@@ -6,8 +6,9 @@ import argparse
 import json
 from types import SimpleNamespace
 
-from harness.loadmodel.planners import PERSONALITIES
 from harness.vocab import DEFAULT_PAD_MULTIPLE
+
+from .personalities import LIBRARIES, planner_of
 
 
 def _positive(text: str) -> int:
@@ -62,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--micro-batch", type=_positive, default=1)
     s.add_argument("--ep", type=_positive, required=True, help="EP size = number of ranks")
     s.add_argument("--capacity", type=_capacity, default="2.00")
-    s.add_argument("--personality", choices=PERSONALITIES, default="echo")
+    s.add_argument("--personality", choices=tuple(LIBRARIES), default="echo")
     s.add_argument("--planner-options", type=_json_object, default={},
                    help="JSON object of the personality's planner options "
                         "(harness/loadmodel/planners.py OPTION_DEFAULTS)")
@@ -149,7 +150,8 @@ def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from harness.loadmodel.planners import planner_options
     from harness.loadmodel.workloads import workload_spec
     try:
-        args.planner_options = planner_options(args.personality, args.planner_options)
+        args.planner_options = planner_options(planner_of(args.personality),
+                                                args.planner_options)
     except ValueError as exc:
         ap.error(f"argument --planner-options: {exc}")
     echo_total = args.planner_options.get("moe_num_echo_experts")

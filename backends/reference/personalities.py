@@ -1,4 +1,5 @@
-"""The library contracts the reference backend emulates: raw, echo, ultraep, moonep."""
+"""The library contracts the reference backend emulates: raw, echo, ultraep, moonep, and the
+public baselines alltoall, deepep, hybridep (Megatron-core's token dispatchers)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,16 @@ from harness.loadmodel.planners import PERSONALITIES
 
 # personality name (the one list: harness.loadmodel.planners) -> the library as it spells itself
 SPELLING = {"echo": "ECHO", "ultraep": "UltraEP", "moonep": "MoonEP"}
-LIBRARIES = {name: SPELLING.get(name, name) for name in PERSONALITIES}
+# The public baselines: Megatron-core's dispatchers, no rebalancing (the raw planner). How many
+# copies of a token's hidden row a dispatch moves: `alltoall` one per (token, expert) slot
+# (MoEAlltoAllTokenDispatcher permutes per expert before its all-to-all); the flex
+# dispatcher's DeepEP and HybridEP backends one per (token, destination rank), the receiver
+# expanding to its experts (docs/reference-backend.md#public-baselines).
+BASELINES = {"alltoall": "Megatron-core alltoall", "deepep": "Megatron-core flex/DeepEP",
+             "hybridep": "Megatron-core flex/HybridEP"}
+PER_EXPERT, PER_RANK = "per-expert", "per-rank"
+DEDUPLICATING = ("deepep", "hybridep")
+LIBRARIES = {**{name: SPELLING.get(name, name) for name in PERSONALITIES}, **BASELINES}
 
 
 @dataclass(frozen=True)
@@ -22,6 +32,8 @@ class Personality:
     pad_check: bool            # ultraep: budget must be a multiple of pad_multiple
     fp32_router: bool          # ultraep: router probabilities must be fp32
     overflow_flag: bool        # ultraep: prints [EPCAP_OVERFLOW] when a buffer clips
+    planner: str = "raw"       # the load planner (harness.loadmodel.planners): baselines use raw
+    copies: str = PER_EXPERT   # rows a dispatch moves: per (token, expert) or per (token, rank)
 
 
 def personality(name: str) -> Personality:
@@ -29,9 +41,16 @@ def personality(name: str) -> Personality:
     if name not in LIBRARIES:
         raise ValueError(f"unknown personality {name!r}; expected one of {sorted(LIBRARIES)}")
     ultra = name == "ultraep"
+    planner = "raw" if name in BASELINES else name
     return Personality(name, LIBRARIES[name], balanced=name == "moonep",
-                       rebalances=name != "raw", pad_check=ultra,
-                       fp32_router=ultra, overflow_flag=ultra)
+                       rebalances=planner != "raw", pad_check=ultra,
+                       fp32_router=ultra, overflow_flag=ultra, planner=planner,
+                       copies=PER_RANK if name in DEDUPLICATING else PER_EXPERT)
+
+
+def planner_of(name: str) -> str:
+    """The load planner a personality uses (raw for the public baselines)."""
+    return personality(name).planner
 
 
 def check_budget(p: Personality, budget: int, pad_multiple: int) -> None:
@@ -51,6 +70,10 @@ def check_router_dtype(p: Personality, dtype_name: str) -> None:
 
 def banner(p: Personality) -> str:
     """The first log line: this is the emulation, not the library."""
+    if p.name in BASELINES:
+        return (f"[EPCAP_REFERENCE] backend=reference personality={p.name} emulates "
+                f"{p.library}'s documented contract (no rebalancing, {p.copies} copies); not "
+                f"Megatron-LM")
     if p.name == "raw":
         return ("[EPCAP_REFERENCE] backend=reference personality=raw emulates an EP dispatch "
                 "without rebalancing (what DeepEP, HybridEP and NCCL EP hold); not any of "

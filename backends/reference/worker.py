@@ -14,20 +14,30 @@ import torch.distributed as dist
 
 from harness.loadmodel.memory import estimate_memory_bytes
 from harness.loadmodel.trace_io import preload, write_epcap, write_megatron
+from harness.timing.traffic import remote_local, row_bytes
 from harness.vocab import phase_iterations
 
 from .dispatch import (
+    BF16_PARTIALS,
+    EXACT,
     Buffers,
     check_combine,
     combine,
     dispatch,
     dispatch_clipped,
+    dispatch_dedup,
     expert_transform,
     plan_rebalanced,
     reference_output,
 )
 from .options import memory_of, model_of, shape_of
-from .personalities import Personality, check_budget, check_router_dtype, personality
+from .personalities import (
+    PER_RANK,
+    Personality,
+    check_budget,
+    check_router_dtype,
+    personality,
+)
 from .routing import ROUTER_DTYPES, expert_popularity, route, weights_for_ids
 from .timing import Stopwatch, quantile, step_times, summarize
 
@@ -75,6 +85,7 @@ class RankRun:
         self.bufs: Buffers | None = None
         self.recorded: list[tuple[int, int, int, list, list]] = []
         self.samples: dict[str, list[list[float]]] = {"dispatch": [], "combine": []}
+        self.moved: dict[str, list[float]] = {"remote": [], "local": []}   # bytes per sample
         model_seed = getattr(args, "model_seed", None)
         self.model_seed = args.seed if model_seed is None else model_seed
 
@@ -128,14 +139,8 @@ class RankRun:
             dist.barrier()
         t0 = self.sw.start()
         for _ in range(a.extra_dispatch_passes if timed else 0):
-            self.extra_dispatch(x, ids)
-        if self.p.rebalances:
-            plan = plan_rebalanced(ids, a.experts, a.ep, self.rank, self.budget,
-                                   a.personality, a.planner_options)
-            d = dispatch(x, a.topk, plan, a.experts, bufs=self.bufs)
-        else:
-            plan, d = dispatch_clipped(x, ids, a.topk, a.experts, a.ep, self.rank, self.budget,
-                                       bufs=self.bufs)
+            self.dispatch(x, ids, w)
+        plan, d = self.dispatch(x, ids, w)
         h_disp = self.sw.stop(t0)
         y = expert_transform(d, a.experts)
         if timed:
@@ -145,23 +150,38 @@ class RankRun:
         h_comb = self.sw.stop(t1)
         if not a.timed or it < max(a.warmup, 1):
             ref = reference_output(x, ids, w, d.kept_mask, a.experts)
-            check_combine(out, ref, f"iter={it} layer={layer} rank={self.rank}")
+            check_combine(out, ref, f"iter={it} layer={layer} rank={self.rank}",
+                          BF16_PARTIALS if d.dedup is not None else EXACT)
         if a.combine_digest:
             digest = hashlib.sha256(out.cpu().numpy().tobytes()).hexdigest()[:32]
             say(f"[EPCAP_COMBINE] iter={it} layer={layer} rank={self.rank} sha256={digest}")
         self.report(it, layer, plan, d)
+        if timed:
+            self.count_bytes(d)
         return self.sw.ms(h_disp), self.sw.ms(h_comb)
 
-    def extra_dispatch(self, x: torch.Tensor, ids: torch.Tensor) -> None:
-        """One discarded dispatch (--extra-dispatch-passes): a measurably slower arm for tests."""
+    def dispatch(self, x: torch.Tensor, ids: torch.Tensor, w: torch.Tensor):
+        """The personality's dispatch: rebalanced, one row per slot, or one per (token, rank)."""
         a = self.a
         if self.p.rebalances:
             plan = plan_rebalanced(ids, a.experts, a.ep, self.rank, self.budget,
                                    a.personality, a.planner_options)
-            dispatch(x, a.topk, plan, a.experts, bufs=self.bufs)
-        else:
-            dispatch_clipped(x, ids, a.topk, a.experts, a.ep, self.rank, self.budget,
-                             bufs=self.bufs)
+            return plan, dispatch(x, a.topk, plan, a.experts, bufs=self.bufs)
+        if self.p.copies == PER_RANK:
+            return dispatch_dedup(x, ids, w, a.topk, a.experts, a.ep, self.rank, self.budget,
+                                  bufs=self.bufs)
+        return dispatch_clipped(x, ids, a.topk, a.experts, a.ep, self.rank, self.budget,
+                                bufs=self.bufs)
+
+    def count_bytes(self, d) -> None:
+        """The rows this dispatch moved (what the exchange carried, not a formula): remote in
+        the busier direction, and local, in bytes (bf16 rows)."""
+        sent, got = (d.dedup.send_split, d.dedup.recv_split) if d.dedup is not None else \
+            (d.send_split, d.recv_split)
+        remote, local = remote_local(sent, got, self.rank)
+        size = row_bytes(self.a.hidden, "bf16")
+        self.moved["remote"].append(float(remote * size))
+        self.moved["local"].append(float(local * size))
 
     def report(self, it: int, layer: int, plan, d) -> None:
         """The dispatch row (and UltraEP's overflow flag); guards the buffer invariants."""
@@ -220,6 +240,8 @@ class RankRun:
         gathered = [torch.zeros_like(local) for _ in range(a.ep)]
         dist.all_gather(gathered, local)
         peak, source = self.peak_memory()
+        remote = step_times(self.moved["remote"], self.device)    # busiest rank per sample
+        local = step_times(self.moved["local"], self.device)
         if self.rank != 0:
             return
         out = summarize(steps["dispatch"], steps["combine"], a.iters, self.tokens, a.topk,
@@ -228,8 +250,18 @@ class RankRun:
                    personality=a.personality, ranks=a.ep, capacity=a.capacity,
                    budget_tokens=self.budget,
                    rank_dispatch_ms_median=[float(g[0]) for g in gathered],
-                   rank_dispatch_ms_p90=[float(g[1]) for g in gathered])
+                   rank_dispatch_ms_p90=[float(g[1]) for g in gathered],
+                   dispatch_bytes_per_rank=quantile(remote, 0.5),
+                   combine_bytes_per_rank=quantile(remote, 0.5),
+                   dispatch_local_bytes_per_rank=quantile(local, 0.5),
+                   copies=self.p.copies, device_name=self.device_name())
         say("[EPCAP_TIMING] " + json.dumps(out, separators=(",", ":")))
+
+    def device_name(self) -> str:
+        """The GPU's name as CUDA reports it (the link table's key), or `cpu`."""
+        if self.device.type == "cuda":
+            return torch.cuda.get_device_name(self.device)
+        return "cpu"
 
     def peak_memory(self) -> tuple[int, str]:
         """Measured CUDA peak (max over ranks) on GPU, else the memory model's total."""

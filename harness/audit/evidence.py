@@ -200,6 +200,12 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
         "combine_ms_p10": _e(REDERIVED, AGG, TIMING_NOT_REDERIVED),
         "timer": _e(REDERIVED, AGG, TIMING_NOT_REDERIVED),
         "backend_impl": _e(REDERIVED, AGG, TIMING_NOT_REDERIVED),
+        **{column: _e(REDERIVED, AGG + "; timing.links.physical (the declared link table)",
+                      TIMING_NOT_REDERIVED)
+           for column in ("peak_mem_source", "copies", "dispatch_bytes_per_rank",
+                          "dispatch_local_bytes_per_rank", "combine_bytes_per_rank",
+                          "dispatch_gbps", "combine_gbps", "gpu", "link_gbps", "link_nccl_gbps",
+                          "dispatch_link_fraction", "combine_link_fraction", "link_note")},
     },
     COMPARISON_TSV: {
         **{column: _e(REDERIVED, COMPARE + ": the row's key; one row per (model, arm other "

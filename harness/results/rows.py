@@ -141,6 +141,20 @@ class TimingRow(Row):
     combine_ms_p10: float | None = None
     timer: str | None = None
     backend_impl: str | None = None
+    # the physical limit (docs/timing-verdicts.md#the-physical-limit)
+    peak_mem_source: str | None = None          # measured | modelled
+    copies: str | None = None                   # per-expert | per-rank rows per dispatch
+    dispatch_bytes_per_rank: float | None = None
+    dispatch_local_bytes_per_rank: float | None = None
+    combine_bytes_per_rank: float | None = None
+    dispatch_gbps: float | None = None
+    combine_gbps: float | None = None
+    gpu: str | None = None
+    link_gbps: float | None = None
+    link_nccl_gbps: float | None = None
+    dispatch_link_fraction: float | None = None
+    combine_link_fraction: float | None = None
+    link_note: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from harness.timing import stats
+from harness.timing import links, stats
 from harness.vocab import CONTROL_SUFFIX, TIMED_OK, Status
 
 PHASES = ("dispatch", "combine")
@@ -205,10 +205,12 @@ def aggregate(timings: Sequence[dict]) -> dict:
     Per phase (docs/timing-verdicts.md#definitions): `<phase>_ms_median` the arm median
     (median of all trial medians, pooled over launches), `_p10`/`_p90` the linear quantiles
     of the same values. step_cv and algbw: the median over launches of each launch's own
-    value; peak_mem_bytes: the maximum; noise_floor_pct: with two or more launches the
-    run-to-run spread, 100 * (max - min) / median of the launches' (dispatch + combine)
-    launch medians, with one launch that launch's own trial-to-trial value; launches: how
-    many were usable.
+    value; bytes per rank: the median over launches; the physical columns from the arm
+    medians (harness.timing.links.physical, on the device the first launch names);
+    peak_mem_bytes: the maximum, peak_mem_source how it was obtained; noise_floor_pct: with
+    two or more launches the run-to-run spread, 100 * (max - min) / median of the launches'
+    (dispatch + combine) launch medians, with one launch that launch's own trial-to-trial
+    value; launches: how many were usable.
     """
     if not timings:
         return {"launches": 0}
@@ -232,6 +234,9 @@ def aggregate(timings: Sequence[dict]) -> dict:
     first = timings[0]
     out.update(trials=first.get("trials"), iters=first.get("iters"), timer=first.get("timer"),
                backend_impl=first.get("backend_impl"), launches=len(timings))
+    out.update({k: _median([t.get(k) for t in timings]) for k in links.BYTE_KEYS})
+    out.update(peak_mem_source=first.get("peak_mem_source"), copies=first.get("copies"))
+    out.update(links.physical(out, first.get("device_name")))
     return out
 
 

@@ -30,9 +30,13 @@ BACKENDS = [
     ("reference", "echo"),
     ("reference", "ultraep"),
     ("reference", "moonep"),
+    ("reference", "alltoall"),
+    ("reference", "deepep"),
+    ("reference", "hybridep"),
     ("cluster", "echo"),
     ("cluster", "ultraep"),
     ("cluster", "moonep"),
+    ("cluster", "baseline"),
     ("megatron-core", "megatron_core"),
 ]
 IDS = [f"{kind}:{module}" for kind, module in BACKENDS]

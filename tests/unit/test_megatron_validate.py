@@ -403,3 +403,61 @@ def test_provenance_says_how_commands_are_checked(tmp_path, monkeypatch):
     stand_in_tree(tmp_path / rb.backend("echo").options.megatron["commit"])
     monkeypatch.setenv("EPCAP_MEGATRON_TREES", str(tmp_path))
     assert provenance_fields(rb)["preflight.echo"].startswith("with Megatron's own parse_args")
+
+
+# ---- the public baselines (Megatron-core's own dispatchers on main) ------------------------
+
+BASELINES = ("mcore-alltoall", "mcore-deepep", "mcore-hybridep")
+
+
+def baseline_runbook():
+    rb = load_runbook(TIERB)
+    return replace(rb, models=rb.models[1:2],
+                   backends=tuple(b for b in rb.backends if b.name in BASELINES))
+
+
+@pytest.mark.slow
+def test_baseline_commands_pass_megatron_cores_own_validation(tmp_path, monkeypatch):
+    """Every baseline arm's commands through the preflight step, with megatron-core's real
+    TransformerConfig (the stand-in tree at main's commit); the deprecated --moe-enable-deepep
+    beside flex/hybridep is refused there with megatron-core's own message (seen failing)."""
+    rb = baseline_runbook()
+    assert len(rb.backends) == 3
+    commit = rb.backends[0].options.megatron["commit"]
+    stand_in_tree(tmp_path / commit)
+    monkeypatch.setenv("EPCAP_MEGATRON_TREES", str(tmp_path))
+    notes, problems = validation_problems(rb)
+    assert problems == [] and all("Megatron's own parse_args" in n for n in notes), notes
+    hybrid = tuple(replace(b, flags=("--moe-enable-deepep",)) if b.name == "mcore-hybridep"
+                   else b for b in rb.backends)
+    _, problems = validation_problems(replace(rb, backends=hybrid))
+    assert problems and all("Only one backend is supported" in p for p in problems)
+    assert all(p.startswith("mcore-hybridep: ") for p in problems)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", BASELINES)
+def test_baseline_commands_pass_the_real_main_tree(name):
+    """With EPCAP_MEGATRON_TREES holding main's tree: parse_args, validate_args and the
+    transformer config of Megatron-LM d98e8a64 accept every baseline command."""
+    rb = load_runbook(TIERB)
+    b = load_backend(rb.backend(name))
+    tree = real_tree(b.source.commit)
+    commands = []
+    for model in rb.models:
+        for purpose in ("canary", "time"):
+            spec = build(rb, model.name, name, purpose)
+            cut = next(i for i, a in enumerate(spec.argv) if a.endswith("pretrain_gpt.py"))
+            commands.append((f"{model.name}/{purpose}", spec.argv[cut + 1:]))
+    got = validate_commands(str(tree), commands, 8)
+    assert [v for v in got if not v.accepted] == []
+
+
+def test_baseline_flags_are_mains_own():
+    """The dispatcher flags and choices each baseline passes are in main's argument data."""
+    from backends.megatron.args import check_argv, load_args
+    from backends.megatron.baseline import DISPATCHERS, MAIN_SOURCE
+    accepted = load_args(MAIN_SOURCE)
+    for name, flags in DISPATCHERS.items():
+        assert check_argv(flags, accepted) == [], name
+    assert check_argv(["--moe-token-dispatcher-type", "moonep"], accepted)   # seen refused

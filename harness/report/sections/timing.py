@@ -38,6 +38,7 @@ def render(ctx: Context) -> list[str]:
              "peak_mem_bytes"]
     extra += [c for c in ("timer", "backend_impl") if t.has(c)] + ["cell_dir"]
     out += [md_table(extra, [[r[c] for c in extra] for r in t.rows]), ""]
+    out += physical_lines(t)
     if not t.has("dispatch_ms_p10"):
         out += ["p10 columns not recorded in timing.tsv: whiskers run from the median to p90.",
                 ""]
@@ -54,6 +55,29 @@ def render(ctx: Context) -> list[str]:
                 "process starts): their spread is the run-to-run variance a verdict must beat.",
                 ""]
     return out
+
+
+PHYSICAL = ("copies", "dispatch_bytes_per_rank", "dispatch_local_bytes_per_rank",
+            "dispatch_gbps", "combine_gbps", "gpu", "link_gbps", "link_nccl_gbps",
+            "dispatch_link_fraction", "combine_link_fraction", "peak_mem_bytes",
+            "peak_mem_source")
+
+
+def physical_lines(t) -> list[str]:
+    """The physical limit per arm (forks and public baselines side by side), or why not."""
+    if not t.has("dispatch_bytes_per_rank"):
+        return ["No bytes-moved columns in timing.tsv (results from before they were "
+                "recorded): no physical limit shown.", ""]
+    cols = ["model", "backend"] + [c for c in PHYSICAL if t.has(c)]
+    notes = sorted({r.get("link_note", "") for r in t.rows if r.get("link_note")})
+    return ["Bytes each rank moved and the link limit (docs/timing-verdicts.md#the-physical-"
+            "limit): bytes per rank = the busiest rank's remote bytes in its busier direction "
+            "(median over timed samples; local rows apart), GB/s = bytes / median time, "
+            "fraction = GB/s / the declared per-direction limit of the GPU named. copies: "
+            "per-expert (one row per (token, expert)) or per-rank (one per (token, "
+            "destination rank), the deduplicating dispatchers).", "",
+            md_table(cols, [[r.get(c, "") for c in cols] for r in t.rows]), ""] + \
+        [f"- link: {n}" for n in notes] + ([""] if notes else [])
 
 
 def _verdict_cells(ctx: Context, baseline: str):
