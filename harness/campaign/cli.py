@@ -42,13 +42,15 @@ from harness.results.events import (
     RunStart,
     StageDone,
     campaign_stats,
+    read_events,
+    standing_finishes,
 )
 from harness.results.facts import write_facts
 from harness.results.layout import EVENTS_JSONL, PROVENANCE_TXT
 from harness.results.provenance import capture_provenance, write_provenance
 from harness.runbook.load import load_runbook
 from harness.runbook.model import Runbook
-from harness.vocab import FAILURE_CLASSES, Stage, StageMode
+from harness.vocab import FAILURE_CLASSES, Stage, StageMode, Status
 
 DEFAULT_RUNBOOK = "runbooks/local-cpu.yaml"
 
@@ -151,7 +153,7 @@ def run_campaign(rb: Runbook, root: Path, launch: Launcher, stages: tuple[str, .
     camp = Campaign(rb, root, launch, ctx, view, command_line)
     rev = None if new else store.revision(root, rb)     # BadInput before anything is written
     if not new and finished_already(camp, root, rev, select, view):
-        return 0
+        return exit_status(root, view)
     if rev is None or not rev[1]:
         store.check_replay_inputs(rb, camp.ctx, root, camp.finished)
         store.check_cells_present(root, camp.finished)
@@ -330,7 +332,22 @@ def drive(camp: Campaign, rb: Runbook, root: Path, view: ProgressView, new: bool
     elif not finished:
         stopped = str(last)
     print_summary(root, view, time.monotonic() - t_start, stopped)
-    return 0
+    return exit_status(root, view)
+
+
+def exit_status(root: Path, view: ProgressView) -> int:
+    """0 when every standing cell stands as a result (ok, drops, lower_bound, or
+    does_not_fit, which is data); 1 when some failed (crash, timeout, infra past its
+    retries, cancelled), naming them. A stop on a bug class exits 3 before this."""
+    failed = [e for e in standing_finishes(read_events(root / EVENTS_JSONL))
+              if e.get("status") in FAILURE_CLASSES and e.get("status") != Status.DOES_NOT_FIT]
+    if not failed:
+        return 0
+    shown = ", ".join(f"{e['cell']} ({e['status']})" for e in failed[:8])
+    more = f" and {len(failed) - 8} more" if len(failed) > 8 else ""
+    view.line(f"exit 1: {plural(len(failed), 'cell')} failed: {shown}{more} "
+              "(`epcap run --retry CLASS` reruns them)")
+    return 1
 
 
 def build_report(root: Path, view: ProgressView, log: EventLog) -> None:

@@ -15,7 +15,8 @@ order are in docs/taxonomy.md; in short:
    fatal signature (an assert on one rank while the others hang is that assert);
 4. a clean end (completed, exit 0, telemetry rows) -> None (ok / drops / lower_bound from
    the telemetry), or `drops` when an overflow report was seen;
-5. no fatal signature: `cancelled` -> infra, otherwise crash.
+5. no fatal signature: `cancelled` (a scancel the harness did not make) -> cancelled,
+   otherwise crash; launcher `cancelled` ignores fallout (the cancel's own signal lines).
 """
 
 from __future__ import annotations
@@ -384,7 +385,8 @@ def verdict(scan: _Scan, exit_code: int | None, launcher_state: str, rows: int) 
                                   f"{hit.path}:{hit.line_no} stated a receive demand of "
                                   f"{demand}", first_failed_rank=hit.rank, **common)
         return Outcome(None, reason=f"clean exit with {rows} telemetry rows", **common)
-    deciding, first = decide(ranks, allow_fallout=launcher_state != LauncherState.TIMEOUT)
+    deciding, first = decide(ranks, allow_fallout=launcher_state not in (
+        LauncherState.TIMEOUT, LauncherState.CANCELLED))
     if deciding is not None:
         cls_name = Status.DROPS if deciding.sig.cls == OVERFLOW else Status(deciding.sig.cls)
         where = f"{deciding.path}:{deciding.line_no}"
@@ -396,8 +398,10 @@ def verdict(scan: _Scan, exit_code: int | None, launcher_state: str, rows: int) 
         return Outcome(Status.TIMEOUT, reason=f"no progress within the limit ({said}); no "
                                          f"rank shows a failure signature", **common)
     if launcher_state == LauncherState.CANCELLED:
-        return Outcome(Status.INFRA, reason=f"cancelled without a failure signature (exit "
-                                       f"{exit_code})", **common)
+        return Outcome(Status.CANCELLED, reason=f"cancelled by scancel (a user or an admin; the "
+                                          f"harness records its own cancels otherwise) without a "
+                                          f"failure signature (exit {exit_code}); not retried",
+                       **common)
     if exit_code not in (0, None) or launcher_state == LauncherState.FAILED:
         return Outcome(Status.CRASH, reason=f"{said}, no fatal failure signature ({rows} "
                                        f"telemetry rows)", **common)
