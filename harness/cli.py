@@ -132,6 +132,9 @@ def main() -> None:
 @click.option("--launcher", type=click.Choice(LAUNCHER_NAMES),
               help="Override the runbook's launcher.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (cells, commands, budgets); run nothing.")
+@click.option("--no-test-only", "no_test_only", is_flag=True,
+              help="With --dry-run and Slurm: do not ask the cluster (`sbatch --test-only`) "
+                   "whether it accepts the plan's jobs (a runbook with placeholder values).")
 @click.option("--fresh", is_flag=True,
               help="Start a new campaign directory instead of resuming (never overwrites).")
 @click.option("--stage", "stages", multiple=True, type=click.Choice(STAGES),
@@ -144,8 +147,8 @@ def main() -> None:
 @click.option("--retry", metavar="CLASS[,CLASS...]",
               help="Re-run finished cells that failed with these classes (e.g. crash,timeout) "
                    "as new attempts.")
-def run(runbook, results, launcher, dry_run, fresh, stages, until, models, backends,
-        retry) -> None:
+def run(runbook, results, launcher, dry_run, no_test_only, fresh, stages, until, models,
+        backends, retry) -> None:
     """Run a campaign: preflight, measure, select, validate, time, report.
 
     RUNBOOK defaults to runbooks/local-cpu.yaml. Running the same command again resumes;
@@ -164,7 +167,8 @@ def run(runbook, results, launcher, dry_run, fresh, stages, until, models, backe
 
     _call(checked_run, runbook=runbook, results=results, launcher=launcher,
           dry_run=dry_run, fresh=fresh, stages=tuple(stages), until=until,
-          models=tuple(models), backends=tuple(backends), retry=retry)
+          models=tuple(models), backends=tuple(backends), retry=retry,
+          test_only=not no_test_only)
 
 
 @main.command()

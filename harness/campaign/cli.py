@@ -19,6 +19,7 @@ from harness.campaign.dryrun import PlanFilter, print_dry_run
 from harness.campaign.preflight import (
     check_backend_commands,
     check_launcher_setup,
+    check_submission,
     provenance_fields,
 )
 from harness.campaign.progress import ProgressView, fmt_s
@@ -104,8 +105,9 @@ def cli_run(runbook: str | None = None, results: str | None = None,
             launcher: str | None = None, dry_run: bool = False, fresh: bool = False,
             stages: tuple[str, ...] = (), until: str | None = None,
             models: tuple[str, ...] = (), backends: tuple[str, ...] = (),
-            retry: str | None = None) -> int:
-    """`epcap run`: load and check the runbook, then run or resume the campaign."""
+            retry: str | None = None, test_only: bool = True) -> int:
+    """`epcap run`: load and check the runbook, then run or resume the campaign
+    (`test_only=False`: a dry run does not ask Slurm whether it accepts the jobs)."""
     rb = load_runbook(runbook or default_runbook())
     select = Selectors(tuple(models), tuple(backends), parse_retry(retry))
     check_selection(rb, select)
@@ -121,10 +123,11 @@ def cli_run(runbook: str | None = None, results: str | None = None,
     if dry_run:
         return print_dry_run(rb, store.choose_dir(root_dir, rb.campaign, fresh), launcher_name,
                              PlanFilter(stages=stages, until=until, models=select.models,
-                                        backends=select.backends))
+                                        backends=select.backends), test_only=test_only)
     launch = make_launcher(launcher_name, rb)
     root = store.choose_dir(root_dir, rb.campaign, fresh)
     store.check_event_log(root, rb.campaign)
+    check_submission(rb, launch, root.resolve())
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -184,7 +187,7 @@ def run_campaign(rb: Runbook, root: Path, launch: Launcher, stages: tuple[str, .
         for sig in (signal.SIGINT, signal.SIGTERM):     # a second signal must not cut cleanup
             signal.signal(sig, signal.SIG_IGN)
         camp.cancel_active(f"interrupted by {exc}")
-        camp.reap_stale()                   # a cell caught between submit and its record
+        camp.reap_stale(adopt=False)        # asked to stop: earlier drivers' jobs too
         camp.log.write(Checkpoint(reason=str(exc), runs_done=camp.done_runs))
         camp.write_tables()
         view.stop()
@@ -313,6 +316,8 @@ def drive(camp: Campaign, rb: Runbook, root: Path, view: ProgressView, new: bool
     camp.run_pipelines([model_pipeline(camp.ctx, m.name) for m in rb.models])
     camp.write_tables()
     finished = camp.ctx.until is None and not camp.ctx.stages and not camp.ctx.deferred
+    if finished:
+        camp.release_orphans()      # an earlier driver's job the plan no longer asks for
     # The end of the runs is logged before the report (runs_complete: the report can show
     # the ETA error); campaign_done only once the report exists, so a crash in between
     # leaves a campaign that the next run finishes.

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from harness.api.backend import LaunchSpec, RunRequest
+from harness.api.launcher import Launcher
 from harness.api.registry import load_backend
 from harness.errors import BadInput
 from harness.health import probe_tools
@@ -127,6 +128,21 @@ def check_launcher_setup(rb: Runbook, launcher_name: str) -> None:
                        f"slurm, or container.engine: none)", path=str(rb.path),
                        field="container.engine")
     check_gpu_probe(rb, launcher_name)
+
+
+def check_submission(rb: Runbook, launcher: Launcher, root: Path) -> list[str]:
+    """Preflight gate: the scheduler would accept every planned launch (Slurm: `sbatch
+    --test-only` once per resource shape), so a bad partition, account or QOS stops (exit 2,
+    the cluster's message) before any cell runs; the lines it answered."""
+    cells = []
+    for config in rb.backends:
+        for label, spec in planned_launches(rb, config, root):
+            name = label.replace("/", "__") + f"__{config.name}"
+            cells.append((name, spec, root / "cells" / name))
+    lines = launcher.check_submission(cells)
+    for line in lines:
+        print(f"preflight: {line}", file=sys.stderr)
+    return lines
 
 
 def check_gpu_probe(rb: Runbook, launcher_name: str, tools: list[str] | None = None) -> None:
