@@ -314,16 +314,33 @@ def classify(cell_dirs, runbook, backend, exit_code, state, as_json) -> None:
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-def doctor(as_json) -> None:
-    """Health probe: driver, idle GPUs, ECC errors (says no-gpu on a CPU machine).
+@click.option("--runbook", type=click.Path(dir_okay=False),
+              help="Check this node for the runbook: its Slurm gpus_per_node GPUs and its "
+                   "container plugin (pyxis loaded into srun, apptainer on PATH).")
+@click.option("--require-gpus", type=int, default=0, metavar="N",
+              help="Fail unless N GPUs are visible (no-gpu is then a failure).")
+def doctor(as_json, runbook, require_gpus) -> None:
+    """Health probe: driver, idle GPUs, ECC errors (says no-gpu on a CPU machine; with
+    --runbook or --require-gpus a node without the GPUs or the container plugin fails).
 
     \b
     Example:
       epcap doctor --json
+      srun -N1 epcap doctor --runbook runbooks/tierb-b200-gbs8.yaml
     """
     from harness.health import cli_doctor  # lazy: each command imports only its own room
 
-    _call(cli_doctor, as_json=as_json)
+    def checked(as_json: bool, runbook: str | None, require_gpus: int) -> int:
+        problems: list[str] = []
+        if runbook:
+            from harness.campaign.preflight import node_requirements  # lazy: own room
+            from harness.runbook.load import load_runbook  # lazy: own room
+            gpus, problems = node_requirements(load_runbook(runbook))
+            require_gpus = max(require_gpus, gpus)
+        return cli_doctor(as_json=as_json, require_gpus=require_gpus,
+                          problems=tuple(problems))
+
+    _call(checked, as_json=as_json, runbook=runbook, require_gpus=require_gpus)
 
 
 @main.command()

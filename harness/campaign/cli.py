@@ -18,6 +18,7 @@ from harness.campaign.driver import Campaign, Replay
 from harness.campaign.dryrun import PlanFilter, print_dry_run
 from harness.campaign.preflight import (
     check_backend_commands,
+    check_container_mounts,
     check_launcher_setup,
     check_submission,
     provenance_fields,
@@ -114,7 +115,8 @@ def cli_run(runbook: str | None = None, results: str | None = None,
     check_planned_capacities(rb)
     check_backend_commands(rb)
     launcher_name = launcher or rb.launcher
-    if not dry_run:
+    if not dry_run:                 # the dry run warns instead (it shows the plan as is)
+        check_container_mounts(rb, Path(results or "results"))
         check_launcher_setup(rb, launcher_name)
     root_dir = Path(results or "results")
     stages = tuple(stages or ())

@@ -23,6 +23,7 @@ from harness.grid import capacity as cap
 from harness.health import probe_tools
 from harness.io.atomic import current_umask, write_text_atomic
 from harness.io.redact import REDACTED, is_secret_env
+from harness.launch.container import unmounted
 from harness.launch.slurm import SlurmLauncher
 from harness.launch.slurm_script import HIDDEN_ARG, SCRIPT_NAME, hidden_values, script_argv
 from harness.loadmodel.memory import estimate_memory_bytes, format_size
@@ -225,6 +226,9 @@ def print_dry_run(rb: Runbook, root: Path, launcher_name: str,
         scripts[cell.name] = files
         print(f"  scripts: {out_dir}/cells/{cell.name}/ ({', '.join(sorted(files))})")
     write_plan(out_dir, scripts)
+    for path in unmounted(rb.container, [root]):
+        print(f"WARNING: container.mounts: the cells write under {path}, which no mount shows "
+              "at the same path inside the container; a real run refuses this runbook")
     if slurm is not None and test_only:     # a bad partition, account or QOS stops here
         for line in slurm.test_only(sorted(out_dir.glob(f"cells/*/{SCRIPT_NAME}"))):
             print(line)

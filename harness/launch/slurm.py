@@ -304,6 +304,7 @@ class SlurmLauncher(Launcher):
         self.python = sys.executable
         self.polls: dict[str, SlurmPoll] = {}
         self.say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
+        self.sleep: Callable[[float], None] = time.sleep      # the submission backoff
 
     def poll_state(self, handle: JobHandle) -> SlurmPoll:
         """The typed poll state of one job."""
@@ -340,6 +341,7 @@ class SlurmLauncher(Launcher):
         since = script.stat().st_mtime - 5
         out = sbatch_retrying(["sbatch", "--parsable", str(script)], cwd=cell_dir,
                               extra_env=hidden_values(spec), where=self.where, say=self.say,
+                              sleep=self.sleep,
                               submitted=lambda: max(self.job_ids_named(name, since=since),
                                                     key=int, default=None)).stdout
         job_id = out.strip().split(";")[0]
@@ -381,7 +383,7 @@ class SlurmLauncher(Launcher):
         said = []
         for path in shapes.values():
             proc = sbatch_retrying(["sbatch", "--test-only", str(path)], where=self.where,
-                                   say=self.say)
+                                   say=self.say, sleep=self.sleep)
             line = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
             said.append(f"sbatch --test-only {path.parent.name}: {line[-1] if line else 'ok'}")
         return said

@@ -14,7 +14,7 @@ from harness.api.backend import LaunchSpec
 from harness.errors import BadInput
 from harness.health import DEFAULT_MAX_USED_MIB, PRE_CELL_FAIL_EXIT
 from harness.io.redact import is_secret_env, redact_argv
-from harness.launch.container import ContainerLaunch
+from harness.launch.container import PYXIS_OPTION, ContainerLaunch
 from harness.launch.slurm_time import TIME_RE
 from harness.runbook.model import SlurmConfig
 
@@ -37,7 +37,6 @@ HIDDEN_ARG = "EPCAP_HIDDEN_ARG_"
 # rank0.log and exits with this; the taxonomy's epcap-slurm-setup signature makes it badflag.
 SETUP_FATAL = "[EPCAP_SLURM] FATAL setup:"
 SETUP_FAIL_EXIT = 96
-PYXIS_OPTION = "--container-image"
 
 
 def hidden_values(spec: LaunchSpec) -> dict[str, str]:
