@@ -200,7 +200,7 @@ def batch_script(options: list[str], spec: LaunchSpec, cell_dir: Path, python: s
     if gpus_per_node > 0:          # CPU-only cells skip the probe (it would say no-gpu)
         health = [q(python), "-m", "harness.health", "--pre-cell", "--require-gpus",
                   str(int(gpus_per_node)), "--max-used-mib", str(int(max_used_mib))]
-        lines += ['srun --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 '
+        lines += ['srun --export=ALL --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 '
                   f"--output={q(str(cell / 'health%t.log'))} " + " ".join(health)
                   + f" || exit {PRE_CELL_FAIL_EXIT}"]
     for value in (*container.srun_options, *container.exec_prefix):
@@ -210,7 +210,10 @@ def batch_script(options: list[str], spec: LaunchSpec, cell_dir: Path, python: s
                   f"{q(SETUP_FATAL + ' container plugin missing: srun has no ' + PYXIS_OPTION)}"
                   f' "on $(hostname) (pyxis not loaded)" | tee -a {q(str(cell / "rank0.log"))};'
                   f" exit {SETUP_FAIL_EXIT}; }}"]
-    srun = (["srun", f"--ntasks={int(spec.ntasks)}", "--kill-on-bad-exit=1", "--label",
+    # --export=ALL: the steps get this script's environment (its exports, PATH) even when the
+    # job was submitted with --export=NONE (srun would inherit SLURM_EXPORT_ENV=NONE)
+    srun = (["srun", "--export=ALL", f"--ntasks={int(spec.ntasks)}", "--kill-on-bad-exit=1",
+             "--label",
              '--cpus-per-task="${SLURM_CPUS_PER_TASK:-1}"']
             + [q(o) for o in container.srun_options]
             + [q(a) for a in container.exec_prefix]
