@@ -6,6 +6,7 @@ src/sbatch/sbatch.c), as harness/launch/slurm.py records them."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -154,3 +155,32 @@ def test_doctor_fails_without_the_gpus_or_the_plugin_a_runbook_needs(monkeypatch
     assert health.cli_doctor(as_json=True, require_gpus=gpus, problems=tuple(problems)) == 1
     out = capsys.readouterr().out.splitlines()[-1]
     assert "8 GPU(s) required, none visible" in out and "pyxis" in out
+
+
+# ---- epcap run's exit status ----------------------------------------------------------------
+
+class View:
+    def __init__(self):
+        self.lines = []
+
+    def line(self, text):
+        self.lines.append(text)
+
+
+def finish(cell: str, status: str, purpose: str = "measure") -> dict:
+    model, backend = cell.split("__")[:2]
+    return {"ev": "cell_finish", "t": 1.0, "cell": cell, "model": model, "backend": backend,
+            "purpose": purpose, "status": status, "attempt": 1}
+
+
+@pytest.mark.parametrize("statuses, code", [
+    (["ok", "lower_bound", "drops", "does_not_fit"], 0),     # does_not_fit is data
+    (["ok", "timeout"], 1), (["ok", "cancelled"], 1), (["crash"], 1)])
+def test_run_exits_1_when_a_cell_failed(tmp_path, statuses, code):
+    from harness.campaign.cli import exit_status
+    lines = [finish(f"M{i}__echo__measure__cap2p00__a1", s) for i, s in enumerate(statuses)]
+    (tmp_path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    view = View()
+    assert exit_status(tmp_path, view) == code
+    if code:
+        assert "failed" in view.lines[-1] and statuses[-1] in view.lines[-1]
