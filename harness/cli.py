@@ -132,6 +132,9 @@ def main() -> None:
 @click.option("--launcher", type=click.Choice(LAUNCHER_NAMES),
               help="Override the runbook's launcher.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (cells, commands, budgets); run nothing.")
+@click.option("--no-test-only", "no_test_only", is_flag=True,
+              help="With --dry-run and Slurm: do not ask the cluster (`sbatch --test-only`) "
+                   "whether it accepts the plan's jobs (a runbook with placeholder values).")
 @click.option("--fresh", is_flag=True,
               help="Start a new campaign directory instead of resuming (never overwrites).")
 @click.option("--stage", "stages", multiple=True, type=click.Choice(STAGES),
@@ -144,8 +147,8 @@ def main() -> None:
 @click.option("--retry", metavar="CLASS[,CLASS...]",
               help="Re-run finished cells that failed with these classes (e.g. crash,timeout) "
                    "as new attempts.")
-def run(runbook, results, launcher, dry_run, fresh, stages, until, models, backends,
-        retry) -> None:
+def run(runbook, results, launcher, dry_run, no_test_only, fresh, stages, until, models,
+        backends, retry) -> None:
     """Run a campaign: preflight, measure, select, validate, time, report.
 
     RUNBOOK defaults to runbooks/local-cpu.yaml. Running the same command again resumes;
@@ -164,7 +167,8 @@ def run(runbook, results, launcher, dry_run, fresh, stages, until, models, backe
 
     _call(checked_run, runbook=runbook, results=results, launcher=launcher,
           dry_run=dry_run, fresh=fresh, stages=tuple(stages), until=until,
-          models=tuple(models), backends=tuple(backends), retry=retry)
+          models=tuple(models), backends=tuple(backends), retry=retry,
+          test_only=not no_test_only)
 
 
 @main.command()
@@ -314,16 +318,33 @@ def classify(cell_dirs, runbook, backend, exit_code, state, as_json, explain) ->
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-def doctor(as_json) -> None:
-    """Health probe: driver, idle GPUs, ECC errors (says no-gpu on a CPU machine).
+@click.option("--runbook", type=click.Path(dir_okay=False),
+              help="Check this node for the runbook: its Slurm gpus_per_node GPUs and its "
+                   "container plugin (pyxis loaded into srun, apptainer on PATH).")
+@click.option("--require-gpus", type=int, default=0, metavar="N",
+              help="Fail unless N GPUs are visible (no-gpu is then a failure).")
+def doctor(as_json, runbook, require_gpus) -> None:
+    """Health probe: driver, idle GPUs, ECC errors (says no-gpu on a CPU machine; with
+    --runbook or --require-gpus a node without the GPUs or the container plugin fails).
 
     \b
     Example:
       epcap doctor --json
+      srun -N1 epcap doctor --runbook runbooks/tierb-b200-gbs8.yaml
     """
     from harness.health import cli_doctor  # lazy: each command imports only its own room
 
-    _call(cli_doctor, as_json=as_json)
+    def checked(as_json: bool, runbook: str | None, require_gpus: int) -> int:
+        problems: list[str] = []
+        if runbook:
+            from harness.campaign.preflight import node_requirements  # lazy: own room
+            from harness.runbook.load import load_runbook  # lazy: own room
+            gpus, problems = node_requirements(load_runbook(runbook))
+            require_gpus = max(require_gpus, gpus)
+        return cli_doctor(as_json=as_json, require_gpus=require_gpus,
+                          problems=tuple(problems))
+
+    _call(checked, as_json=as_json, runbook=runbook, require_gpus=require_gpus)
 
 
 @main.command()

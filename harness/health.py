@@ -25,7 +25,7 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 DEFAULT_MAX_USED_MIB = 1024
 PRE_CELL_FAIL_EXIT = 97         # batch scripts map this exit to "health probe failed"
@@ -332,10 +332,15 @@ def te_op_fuser_line(version: str | None) -> str:
             f"--use-transformer-engine-op-fuser falls back to unfused experts")
 
 
-def cli_doctor(as_json: bool = False, max_used_mib: int = DEFAULT_MAX_USED_MIB) -> int:
+def cli_doctor(as_json: bool = False, max_used_mib: int = DEFAULT_MAX_USED_MIB,
+               require_gpus: int = 0, problems: tuple[str, ...] = ()) -> int:
     """`epcap doctor`: probe and print (table or one JSON document) with the TE op-fuser
-    line; exit 1 when unhealthy."""
-    report = probe(max_used_mib)
+    line; exit 1 when unhealthy: a GPU check failed, fewer than `require_gpus` GPUs are
+    visible (a runbook's gpus_per_node), or one of `problems` (a missing container plugin)."""
+    report = probe(max_used_mib, require_gpus)
+    if problems:
+        report = replace(report, ok=False, status="unhealthy",
+                                     failures=[*report.failures, *problems])
     fuser = te_op_fuser_line(te_version())
     if as_json:
         print(json.dumps({**report.to_dict(), "te_op_fuser": fuser}, sort_keys=True))

@@ -42,12 +42,13 @@ class Status(StrEnum):
     TIMEOUT = "timeout"
     INFRA = "infra"
     UNCLASSIFIED = "unclassified"
+    CANCELLED = "cancelled"      # a user's or an admin's scancel: stopped as asked, not retried
 
 
 # The failure taxonomy: a run that ended in one of these produced no measurement.
 FAILURE_CLASSES: tuple[Status, ...] = (Status.DOES_NOT_FIT, Status.ASSERT, Status.BADFLAG,
                                        Status.CRASH, Status.TIMEOUT, Status.INFRA,
-                                       Status.UNCLASSIFIED)
+                                       Status.UNCLASSIFIED, Status.CANCELLED)
 # Bug classes stop the campaign (exit 3).
 BUG_CLASSES: tuple[Status, ...] = (Status.ASSERT, Status.BADFLAG)
 # Classes a backend's failure pattern may name, in the order they are checked: bug classes

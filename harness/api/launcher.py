@@ -35,6 +35,9 @@ class Launcher(ABC):
     """Runs `spec.ntasks` copies of `spec.argv` for one cell, logs under `cell_dir`."""
 
     name: str = "base"
+    # Whether a job outlives its driver and can be polled by a later one (Slurm: yes; the
+    # local launcher's ranks are children of the driver that started them).
+    adopts_orphans: bool = False
 
     @abstractmethod
     def submit(self, cell_name: str, spec: LaunchSpec, cell_dir: Path,
@@ -48,6 +51,11 @@ class Launcher(ABC):
     @abstractmethod
     def cancel(self, handle: JobHandle) -> None:
         """Stop the job and all its processes."""
+
+    def check_submission(self, cells: list[tuple[str, LaunchSpec, Path]]) -> list[str]:
+        """Ask the scheduler whether it would accept these cells (name, launch, cell dir),
+        running nothing; lines saying what it answered. A refusal raises (exit 2)."""
+        return []
 
     def find_existing(self, cell_name: str, cell_dir: Path) -> JobHandle | None:
         """A job already submitted for this cell by an earlier driver (Slurm), else None."""

@@ -18,7 +18,9 @@ from harness.campaign.driver import Campaign, Replay
 from harness.campaign.dryrun import PlanFilter, print_dry_run
 from harness.campaign.preflight import (
     check_backend_commands,
+    check_container_mounts,
     check_launcher_setup,
+    check_submission,
     provenance_fields,
 )
 from harness.campaign.progress import ProgressView, fmt_s
@@ -42,13 +44,15 @@ from harness.results.events import (
     RunStart,
     StageDone,
     campaign_stats,
+    read_events,
+    standing_finishes,
 )
 from harness.results.facts import write_facts
 from harness.results.layout import EVENTS_JSONL, PROVENANCE_TXT
 from harness.results.provenance import capture_provenance, write_provenance
 from harness.runbook.load import load_runbook
 from harness.runbook.model import Runbook
-from harness.vocab import FAILURE_CLASSES, Stage, StageMode
+from harness.vocab import FAILURE_CLASSES, Stage, StageMode, Status
 
 DEFAULT_RUNBOOK = "runbooks/local-cpu.yaml"
 
@@ -102,15 +106,17 @@ def cli_run(runbook: str | None = None, results: str | None = None,
             launcher: str | None = None, dry_run: bool = False, fresh: bool = False,
             stages: tuple[str, ...] = (), until: str | None = None,
             models: tuple[str, ...] = (), backends: tuple[str, ...] = (),
-            retry: str | None = None) -> int:
-    """`epcap run`: load and check the runbook, then run or resume the campaign."""
+            retry: str | None = None, test_only: bool = True) -> int:
+    """`epcap run`: load and check the runbook, then run or resume the campaign
+    (`test_only=False`: a dry run does not ask Slurm whether it accepts the jobs)."""
     rb = load_runbook(runbook or default_runbook())
     select = Selectors(tuple(models), tuple(backends), parse_retry(retry))
     check_selection(rb, select)
     check_planned_capacities(rb)
     check_backend_commands(rb)
     launcher_name = launcher or rb.launcher
-    if not dry_run:
+    if not dry_run:                 # the dry run warns instead (it shows the plan as is)
+        check_container_mounts(rb, Path(results or "results"))
         check_launcher_setup(rb, launcher_name)
     root_dir = Path(results or "results")
     stages = tuple(stages or ())
@@ -119,10 +125,11 @@ def cli_run(runbook: str | None = None, results: str | None = None,
     if dry_run:
         return print_dry_run(rb, store.choose_dir(root_dir, rb.campaign, fresh), launcher_name,
                              PlanFilter(stages=stages, until=until, models=select.models,
-                                        backends=select.backends))
+                                        backends=select.backends), test_only=test_only)
     launch = make_launcher(launcher_name, rb)
     root = store.choose_dir(root_dir, rb.campaign, fresh)
     store.check_event_log(root, rb.campaign)
+    check_submission(rb, launch, root.resolve())
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -151,7 +158,7 @@ def run_campaign(rb: Runbook, root: Path, launch: Launcher, stages: tuple[str, .
     camp = Campaign(rb, root, launch, ctx, view, command_line)
     rev = None if new else store.revision(root, rb)     # BadInput before anything is written
     if not new and finished_already(camp, root, rev, select, view):
-        return 0
+        return exit_status(root, view)
     if rev is None or not rev[1]:
         store.check_replay_inputs(rb, camp.ctx, root, camp.finished)
         store.check_cells_present(root, camp.finished)
@@ -182,7 +189,7 @@ def run_campaign(rb: Runbook, root: Path, launch: Launcher, stages: tuple[str, .
         for sig in (signal.SIGINT, signal.SIGTERM):     # a second signal must not cut cleanup
             signal.signal(sig, signal.SIG_IGN)
         camp.cancel_active(f"interrupted by {exc}")
-        camp.reap_stale()                   # a cell caught between submit and its record
+        camp.reap_stale(adopt=False)        # asked to stop: earlier drivers' jobs too
         camp.log.write(Checkpoint(reason=str(exc), runs_done=camp.done_runs))
         camp.write_tables()
         view.stop()
@@ -311,6 +318,8 @@ def drive(camp: Campaign, rb: Runbook, root: Path, view: ProgressView, new: bool
     camp.run_pipelines([model_pipeline(camp.ctx, m.name) for m in rb.models])
     camp.write_tables()
     finished = camp.ctx.until is None and not camp.ctx.stages and not camp.ctx.deferred
+    if finished:
+        camp.release_orphans()      # an earlier driver's job the plan no longer asks for
     # The end of the runs is logged before the report (runs_complete: the report can show
     # the ETA error); campaign_done only once the report exists, so a crash in between
     # leaves a campaign that the next run finishes.
@@ -330,7 +339,22 @@ def drive(camp: Campaign, rb: Runbook, root: Path, view: ProgressView, new: bool
     elif not finished:
         stopped = str(last)
     print_summary(root, view, time.monotonic() - t_start, stopped)
-    return 0
+    return exit_status(root, view)
+
+
+def exit_status(root: Path, view: ProgressView) -> int:
+    """0 when every standing cell stands as a result (ok, drops, lower_bound, or
+    does_not_fit, which is data); 1 when some failed (crash, timeout, infra past its
+    retries, cancelled), naming them. A stop on a bug class exits 3 before this."""
+    failed = [e for e in standing_finishes(read_events(root / EVENTS_JSONL))
+              if e.get("status") in FAILURE_CLASSES and e.get("status") != Status.DOES_NOT_FIT]
+    if not failed:
+        return 0
+    shown = ", ".join(f"{e['cell']} ({e['status']})" for e in failed[:8])
+    more = f" and {len(failed) - 8} more" if len(failed) > 8 else ""
+    view.line(f"exit 1: {plural(len(failed), 'cell')} failed: {shown}{more} "
+              "(`epcap run --retry CLASS` reruns them)")
+    return 1
 
 
 def build_report(root: Path, view: ProgressView, log: EventLog) -> None:

@@ -13,7 +13,7 @@ from harness.api.launcher import JobHandle, JobResult, Launcher
 from harness.api.registry import load_backend
 from harness.campaign import store
 from harness.campaign.progress import EtaEstimator, ProgressView, fmt_s, model_size
-from harness.errors import BadInput, CampaignStopped, Findings
+from harness.errors import BadInput, CampaignStopped, EpcapError, Findings
 from harness.grid import capacity as cap
 from harness.io.atomic import write_text_atomic
 from harness.io.redact import redact_text
@@ -72,6 +72,17 @@ class Active:
     started_utc: str
     t0: float
     infra_left: int
+    adopted: bool = False             # a job an earlier driver submitted (its span is not ours)
+
+
+@dataclasses.dataclass(frozen=True)
+class Orphan:
+    """A job an earlier driver submitted that no event closed: adopted when the plan asks
+    for its (model, backend, purpose) again, cancelled when the plan no longer does."""
+
+    event: CellSubmit
+    handle: JobHandle
+    launcher: Launcher
 
 
 class Campaign:
@@ -95,6 +106,7 @@ class Campaign:
         self.provenance: dict[str, str] = {}
         self.active: list[Active] = []
         self.invocation: dict[str, str] = {}     # provenance lines of a partial re-run
+        self.orphans: dict[tuple[str, str, str], Orphan] = {}
         past = store.history(root, runbook)
         for backend, model, purpose, attempt, seconds in past.runs:   # older than our own
             self.estimator.add_history(backend, model, purpose, seconds, attempt)
@@ -147,22 +159,72 @@ class Campaign:
     def unfinished_starts(self) -> list[CellSubmit]:
         return store.unfinished_starts(self.root)
 
-    def reap_stale(self) -> None:
-        """Kill still-running process groups of cells an earlier driver left behind."""
+    def reap_stale(self, adopt: bool = True) -> None:
+        """Cells an earlier driver left behind: a job that outlives its driver (Slurm) is kept
+        to be adopted, finished or still running, when the plan asks for that run again
+        (`launch`); any other is cancelled and abandoned (rerun as a new attempt). With
+        `adopt=False` (an interrupt: the user asked to stop) every one is cancelled."""
         for ev in self.unfinished_starts():
             handle = None
             if isinstance(ev, CellStart) and ev.job_id:
                 handle = JobHandle(ev.cell, Path(ev.cell_dir), ev.job_id, ev.job_extra or {})
             launcher = self.launcher
-            if ev.launcher and ev.launcher != getattr(self.launcher, "name", None):
+            if ev.launcher and ev.launcher != self.launcher.name:
                 launcher = make_launcher(ev.launcher, self.rb)
             if handle is None:
                 handle = launcher.find_existing(ev.cell, Path(ev.cell_dir))
-            if handle is not None:
-                launcher.cancel(handle)
-            reason = "driver stopped mid-run; rerun as a new attempt"
-            self.log.write(CellAbandoned(cell=ev.cell, reason=reason))
-            store.mark_abandoned(Path(ev.cell_dir), reason)
+            key = (ev.model, ev.backend, ev.purpose)
+            if adopt and handle is not None and launcher.adopts_orphans \
+                    and key not in self.orphans:
+                self.orphans[key] = Orphan(ev, handle, launcher)
+                continue
+            self.drop_orphan(Orphan(ev, handle, launcher) if handle else None, ev.cell,
+                             Path(ev.cell_dir))
+        if not adopt:
+            for orphan in list(self.orphans.values()):
+                self.drop_orphan(orphan, orphan.event.cell, Path(orphan.event.cell_dir))
+            self.orphans.clear()
+
+    def drop_orphan(self, orphan: Orphan | None, cell: str, cdir: Path,
+                    reason: str = "driver stopped mid-run; rerun as a new attempt") -> None:
+        """Cancel an earlier driver's job (when one is known) and record the cell abandoned."""
+        if orphan is not None:
+            orphan.launcher.cancel(orphan.handle)
+        self.log.write(CellAbandoned(cell=cell, reason=reason))
+        store.mark_abandoned(cdir, reason)
+
+    def release_orphans(self) -> None:
+        """The runs are over: orphans the plan never asked for again are cancelled."""
+        for orphan in list(self.orphans.values()):
+            self.drop_orphan(orphan, orphan.event.cell, Path(orphan.event.cell_dir),
+                             "not in the plan any more (runbook edit or selection)")
+        self.orphans.clear()
+
+    def adopt(self, pipe: Pipe | None, req: Request, infra_left: int) -> Active | None:
+        """The earlier driver's job for this request, as this request's run (finished or still
+        running: polled like one of ours, nothing resubmitted), else None."""
+        orphan = self.orphans.pop((req.model, req.backend, req.purpose), None)
+        if orphan is None:
+            return None
+        ev = orphan.event
+        if cap.format_capacity(ev.capacity) != cap.format_capacity(req.capacity):
+            self.drop_orphan(orphan, ev.cell, Path(ev.cell_dir),
+                             f"ran at capacity {ev.capacity}; the plan now asks {req.capacity}")
+            return None
+        cell = Cell(self.rb.campaign, ev.model, ev.backend, ev.purpose,
+                    cap.format_capacity(ev.capacity), int(ev.attempt))
+        cdir = cell_dir(self.root, cell)
+        backend = self.backend(req.backend)
+        spec = backend.command(RunRequest.for_cell(self.rb, cell, cdir))
+        if not isinstance(ev, CellStart):       # submitted, but its job id was never logged
+            self.log.write(CellStart(**CellRef.fields_of(cell), cell_dir=str(cdir),
+                                     launcher=orphan.launcher.name,
+                                     job_id=orphan.handle.job_id,
+                                     job_extra=store.jsonable(orphan.handle.extra)))
+        self.view.line(f"  {cell.name}: adopting job {orphan.handle.job_id}, submitted by an "
+                       "earlier driver (not resubmitted)")
+        return Active(pipe, req, cell, orphan.handle, backend, spec, utc_now(),
+                      time.monotonic(), infra_left, adopted=True)
 
     # -- replay and run ------------------------------------------------------------------
     def replayed(self, req: Request) -> Outcome | None:
@@ -192,7 +254,11 @@ class Campaign:
                     cap.format_capacity(req.capacity), self.attempts[key])
 
     def launch(self, pipe: Pipe | None, req: Request, infra_left: int) -> Active:
-        """Check, write cell.json + provenance, submit, record the pids."""
+        """Check, write cell.json + provenance, submit, record the pids (or adopt the job an
+        earlier driver submitted for this request)."""
+        adopted = self.adopt(pipe, req, infra_left)
+        if adopted is not None:
+            return adopted
         t0 = time.monotonic()
         cell = self.next_cell(req)
         cap.check_executable(cell.capacity, self.ctx.n_of(req.model), self.rb.capacity.pad_multiple)
@@ -209,7 +275,13 @@ class Campaign:
         where = {**CellRef.fields_of(cell), "cell_dir": str(cdir),
                  "launcher": self.launcher.name}
         self.log.write(CellSubmit(**where))
-        handle = self.launcher.submit(cell.name, spec, cdir, self.rb.limits.run_timeout_s)
+        try:
+            handle = self.launcher.submit(cell.name, spec, cdir, self.rb.limits.run_timeout_s)
+        except EpcapError as exc:           # refused (bad partition...): never ran
+            reason = f"submission refused: {exc}"
+            self.log.write(CellAbandoned(cell=cell.name, reason=reason))
+            store.mark_abandoned(cdir, reason)
+            raise
         self.log.write(CellStart(**where, job_id=handle.job_id,
                                  job_extra=store.jsonable(handle.extra)))
         return Active(pipe, req, cell, handle, backend, spec, utc_now(), t0, infra_left)
@@ -227,8 +299,9 @@ class Campaign:
         req = RunRequest.for_cell(self.rb, act.cell, cdir)
         out = analyse(req, act.backend, result, Path(act.handle.cell_dir), act.started_utc)
         span = time.monotonic() - act.t0
-        self.estimator.add(act.cell.backend, act.cell.model, act.cell.purpose, span,
-                           act.cell.attempt)
+        if not act.adopted:                 # an adopted job's span began before this driver
+            self.estimator.add(act.cell.backend, act.cell.model, act.cell.purpose, span,
+                               act.cell.attempt)
         summary = out.summary.to_dict() if out.summary is not None else None
         store.write_cell_json(cdir, act.cell, act.spec, status=out.status, summary=summary,
                               timing=out.timing, failure=out.failure,

@@ -23,8 +23,9 @@ from harness.grid import capacity as cap
 from harness.health import probe_tools
 from harness.io.atomic import current_umask, write_text_atomic
 from harness.io.redact import REDACTED, is_secret_env
+from harness.launch.container import unmounted
 from harness.launch.slurm import SlurmLauncher
-from harness.launch.slurm_script import HIDDEN_ARG, hidden_values, script_argv
+from harness.launch.slurm_script import HIDDEN_ARG, SCRIPT_NAME, hidden_values, script_argv
 from harness.loadmodel.memory import estimate_memory_bytes, format_size
 from harness.pipeline.stages import plan_cells, stage_mode, timed_arms
 from harness.results.layout import Cell, PlannedCell, cell_dir
@@ -167,8 +168,10 @@ def write_plan(out_dir: Path, scripts: dict[str, dict[str, str]]) -> None:
 
 
 def print_dry_run(rb: Runbook, root: Path, launcher_name: str,
-                  selection: PlanFilter | None = None) -> int:
-    """Print the plan and write its scripts; returns the exit code (0)."""
+                  selection: PlanFilter | None = None, test_only: bool = True) -> int:
+    """Print the plan and write its scripts; with Slurm, `sbatch --test-only` once per
+    resource shape (SubmitRefused, exit 2, on a refusal) unless `test_only` is False;
+    returns the exit code (0)."""
     sel = selection or PlanFilter()
     sel.check(rb)
     planned = plan_cells(rb)
@@ -223,6 +226,12 @@ def print_dry_run(rb: Runbook, root: Path, launcher_name: str,
         scripts[cell.name] = files
         print(f"  scripts: {out_dir}/cells/{cell.name}/ ({', '.join(sorted(files))})")
     write_plan(out_dir, scripts)
+    for path in unmounted(rb.container, [root]):
+        print(f"WARNING: container.mounts: the cells write under {path}, which no mount shows "
+              "at the same path inside the container; a real run refuses this runbook")
+    if slurm is not None and test_only:     # a bad partition, account or QOS stops here
+        for line in slurm.test_only(sorted(out_dir.glob(f"cells/*/{SCRIPT_NAME}"))):
+            print(line)
     print_summary(rb, cells, planned, modes, sel, out_dir, launcher_name)
     return 0
 

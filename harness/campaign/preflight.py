@@ -13,15 +13,18 @@ was checked, and how long it took, is printed (docs/cluster.md "Real validation"
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from harness.api.backend import LaunchSpec, RunRequest
+from harness.api.launcher import Launcher
 from harness.api.registry import load_backend
 from harness.errors import BadInput
 from harness.health import probe_tools
+from harness.launch.container import plugin_problem, unmounted
 from harness.results.layout import Cell
 from harness.runbook.model import BackendConfig, Runbook
 from harness.vocab import Purpose
@@ -127,6 +130,48 @@ def check_launcher_setup(rb: Runbook, launcher_name: str) -> None:
                        f"slurm, or container.engine: none)", path=str(rb.path),
                        field="container.engine")
     check_gpu_probe(rb, launcher_name)
+    problem = plugin_problem(rb.container) if launcher_name == "slurm" else None
+    if problem:
+        raise BadInput(f"preflight: {problem}; no cell ran", path=str(rb.path),
+                       field="container.engine")
+
+
+def check_container_mounts(rb: Runbook, results_root: Path) -> None:
+    """Every path a containerised cell writes lies under a mount that shows it at the same
+    path inside: the campaign directory below `results_root` holds them all (rank logs,
+    cell.json, and what the ranks write themselves, e.g. `--moe-routing-trace-path`).
+    BadInput naming container.mounts, before anything is written or submitted."""
+    root = Path(os.path.abspath(results_root))
+    if unmounted(rb.container, [root]):
+        shown = ", ".join(rb.container.mounts) or "none"
+        raise BadInput(f"the cells write under {root} (their logs, traces such as "
+                       f"--moe-routing-trace-path), which no container mount shows at the same "
+                       f"path inside the image (mounts: {shown}); add e.g. '{root}:{root}' or "
+                       "choose --results under a mount", path=str(rb.path),
+                       field="container.mounts")
+
+
+def node_requirements(rb: Runbook) -> tuple[int, list[str]]:
+    """What `epcap doctor --runbook` checks on this node for a runbook: the GPUs a Slurm
+    cell asks for per node, and the container plugin problem (if any)."""
+    gpus = rb.slurm.gpus_per_node if rb.launcher == "slurm" else 0
+    problem = plugin_problem(rb.container)
+    return gpus, [problem] if problem else []
+
+
+def check_submission(rb: Runbook, launcher: Launcher, root: Path) -> list[str]:
+    """Preflight gate: the scheduler would accept every planned launch (Slurm: `sbatch
+    --test-only` once per resource shape), so a bad partition, account or QOS stops (exit 2,
+    the cluster's message) before any cell runs; the lines it answered."""
+    cells = []
+    for config in rb.backends:
+        for label, spec in planned_launches(rb, config, root):
+            name = label.replace("/", "__") + f"__{config.name}"
+            cells.append((name, spec, root / "cells" / name))
+    lines = launcher.check_submission(cells)
+    for line in lines:
+        print(f"preflight: {line}", file=sys.stderr)
+    return lines
 
 
 def check_gpu_probe(rb: Runbook, launcher_name: str, tools: list[str] | None = None) -> None:

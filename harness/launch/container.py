@@ -10,12 +10,55 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import subprocess
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from harness.runbook.model import ContainerConfig
 
 DIGEST_UNRESOLVED = "unresolved"
+# The srun option pyxis adds (a SPANK plugin: `srun --help` lists it only where it is loaded;
+# without it srun says `srun: unrecognized option '--container-image'`).
+PYXIS_OPTION = "--container-image"
+
+
+def plugin_problem(cfg: ContainerConfig, timeout_s: float = 30.0) -> str | None:
+    """Why this host cannot start the runbook's container, or None: pyxis must be loaded
+    into srun (its `--help` lists --container-image), apptainer's executable on PATH."""
+    if cfg.engine == "pyxis":
+        try:
+            proc = subprocess.run(["srun", "--help"], capture_output=True, text=True,
+                                  timeout=timeout_s, stdin=subprocess.DEVNULL, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"container engine pyxis: srun --help failed ({exc})"
+        if PYXIS_OPTION not in proc.stdout + proc.stderr:
+            return (f"container engine pyxis: the pyxis plugin is not loaded (`srun --help` "
+                    f"lists no {PYXIS_OPTION}; every cell would end `srun: unrecognized "
+                    f"option '{PYXIS_OPTION}'`)")
+    if cfg.engine == "apptainer" and shutil.which(cfg.executable) is None:
+        return f"container engine apptainer: {cfg.executable} is not on PATH"
+    return None
+
+
+def mount_covers(mount: str, path: PurePosixPath) -> bool:
+    """Whether a `SRC:DST[:FLAGS]` mount shows host `path` at the same path inside."""
+    src, _, rest = mount.partition(":")
+    dst = PurePosixPath(rest.split(":")[0] or src)
+    try:
+        rel = path.relative_to(dst)
+    except ValueError:
+        return False
+    return PurePosixPath(src) / rel == path
+
+
+def unmounted(cfg: ContainerConfig, paths: list[Path]) -> list[Path]:
+    """The paths a containerised cell writes that no mount shows at the same path inside
+    the container (its writes would stay in the container, or fail)."""
+    if not cfg.enabled:
+        return []
+    return [p for p in paths
+            if not any(mount_covers(m, PurePosixPath(os.path.abspath(p))) for m in cfg.mounts)]
 
 
 @dataclass(frozen=True)

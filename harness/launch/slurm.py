@@ -22,15 +22,18 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.api.backend import LaunchSpec
 from harness.api.launcher import JobHandle, JobResult, Launcher
-from harness.errors import EpcapError
+from harness.errors import BadInput, EpcapError
 from harness.health import PRE_CELL_FAIL_EXIT
 from harness.io.atomic import write_text_atomic
 from harness.io.bounds import clip_line
@@ -61,6 +64,34 @@ TERMINAL_STATES = {"COMPLETED": LauncherState.COMPLETED, "FAILED": LauncherState
                    "DEADLINE": LauncherState.TIMEOUT, "NODE_FAIL": LauncherState.NODE_FAIL, "BOOT_FAIL": LauncherState.NODE_FAIL,
                    "PREEMPTED": LauncherState.NODE_FAIL, "OUT_OF_MEMORY": LauncherState.OOM, "CANCELLED": LauncherState.CANCELLED,
                    "REVOKED": LauncherState.CANCELLED, "SPECIAL_EXIT": LauncherState.FAILED}
+# Why sbatch failed, as Slurm says it: the texts of slurm_strerror (SchedMD/slurm
+# src/common/slurm_errno.c) and sbatch's own retry lines (src/sbatch/sbatch.c, _submit; sbatch
+# retries EAGAIN, ESLURM_MAX_JOB_COUNT, ESLURM_NODES_BUSY and ESLURM_PORTS_BUSY itself, up to
+# MAX_RETRIES 15, then prints "Batch job submission failed: %m"), both @284c3b95f08a2dc2478499837b03355e1b9c5c75.
+# A transient one is retried with backoff; any other refusal is permanent and stops the
+# campaign with the cluster's message (invalid partition, account, QOS, policy, resources).
+TRANSIENT_SUBMIT = (
+    "Socket timed out on send/recv operation",          # SLURM_PROTOCOL_SOCKET_IMPL_TIMEOUT
+    "Zero Bytes were transmitted or received",          # SLURM_PROTOCOL_SOCKET_ZERO_BYTES_SENT
+    "Unable to contact slurm controller",               # SLURMCTLD_COMMUNICATIONS_*_ERROR
+    "Communication connection failure",                 # SLURM_COMMUNICATIONS_CONNECTION_ERROR
+    "Slurm backup controller in standby mode",          # ESLURM_IN_STANDBY_MODE
+    "Slurm temporarily unable to accept job",           # sbatch.c: EAGAIN
+    "Resource temporarily unavailable",                 # strerror(EAGAIN) after sbatch's retries
+    "Slurm job queue full",                             # sbatch.c: ESLURM_MAX_JOB_COUNT
+    "MaxJobCount limit reached",                        # ESLURM_MAX_JOB_COUNT
+    "Job creation temporarily disabled",                # sbatch.c: ESLURM_NODES/PORTS_BUSY
+    "Requested nodes are busy",                         # ESLURM_NODES_BUSY
+    "Required ports are in use",                        # ESLURM_PORTS_BUSY
+)
+# Permanent refusals a runbook field causes, for the message (slurm_errno.c, same commit).
+REFUSAL_FIELDS = {"Invalid partition name specified": "slurm.partition",
+                  "Required partition not available": "slurm.partition",
+                  "Invalid account or account/partition combination specified": "slurm.account",
+                  "Invalid qos specification": "slurm.extra_sbatch",
+                  "Invalid generic resource (gres) specification": "slurm.gpus_per_node",
+                  "Requested time limit is invalid": "slurm.time_limit"}
+SUBMIT_BACKOFF_S = (2.0, 5.0, 10.0, 20.0, 40.0, 60.0)   # then the refusal stands (~2.3 min)
 MEMORY_KILL = re.compile(r"exceeded (?:job )?memory limit|oom[-_ ]kill|OUT_OF_MEMORY",
                          re.IGNORECASE)
 
@@ -69,6 +100,62 @@ class SlurmError(EpcapError):
     """A Slurm command failed or is missing (message carries its stderr)."""
 
     exit_code = 2
+
+
+def resource_shape(script_text: str) -> tuple[str, ...]:
+    """The #SBATCH lines of a batch script that ask for resources (not its name, output or
+    directory): two cells with the same shape are placed alike."""
+    skip = ("--job-name=", "--output=", "--chdir=")
+    return tuple(line for line in script_text.splitlines()
+                 if line.startswith("#SBATCH ") and not line[8:].lstrip("'").startswith(skip))
+
+
+class SubmitRefused(BadInput):
+    """sbatch refused a job for good (bad partition, account, QOS, ...): Slurm's own words."""
+
+
+def is_transient(text: str) -> bool:
+    """Whether sbatch's message says the controller was busy or unreachable (retry), not that
+    the job can never be accepted."""
+    return any(t in text for t in TRANSIENT_SUBMIT)
+
+
+def refusal_field(text: str) -> str:
+    """The runbook field a permanent refusal points at (`slurm` when none is named)."""
+    return next((f for t, f in REFUSAL_FIELDS.items() if t in text), "slurm")
+
+
+def sbatch_retrying(argv: list[str], cwd: Path | None = None,
+                    extra_env: dict[str, str] | None = None, where: str | None = None,
+                    submitted: Callable[[], str | None] | None = None,
+                    sleep: Callable[[float], None] = time.sleep,
+                    say: Callable[[str], None] | None = None) -> subprocess.CompletedProcess:
+    """sbatch's answer, retrying transient failures with backoff (SUBMIT_BACKOFF_S);
+    SubmitRefused with the cluster's message on a permanent refusal or once the retries are
+    spent. Before each retry `submitted()` may name a job the failed call made after all (a
+    timed-out reply can follow an accepted job): its id is returned instead of a second job."""
+    for attempt, delay in enumerate((*SUBMIT_BACKOFF_S, None)):
+        try:
+            proc = run_cmd(argv, cwd=cwd, extra_env=extra_env)
+            if proc.returncode == 0:
+                return proc
+            text = proc.stderr.strip() or proc.stdout.strip() or f"exit {proc.returncode}"
+        except SlurmError as exc:
+            if "not found" in str(exc):
+                raise
+            text = str(exc)                 # no answer in time: a busy controller
+        if (not is_transient(text) and "did not answer" not in text) or delay is None:
+            spent = f" (after {attempt} retries)" if attempt else ""
+            raise SubmitRefused(f"{argv[0]} refused {argv[-1]}{spent}: {clip_line(text)}",
+                                path=where, field=refusal_field(text))
+        if say is not None:
+            say(f"sbatch: transient failure ({clip_line(text)}); retry {attempt + 1} of "
+                f"{len(SUBMIT_BACKOFF_S)} in {delay:g} s")
+        sleep(delay)
+        job = submitted() if submitted is not None else None
+        if job:
+            return subprocess.CompletedProcess(argv, 0, f"{job}\n", "")
+    raise AssertionError("unreachable")
 
 
 @dataclass(frozen=True)
@@ -205,6 +292,7 @@ class SlurmLauncher(Launcher):
     """Submits each cell as one sbatch job; see the module docstring."""
 
     name = "slurm"
+    adopts_orphans = True
 
     def __init__(self, runbook=None) -> None:
         self.slurm: SlurmConfig = getattr(runbook, "slurm", None) or SlurmConfig()
@@ -215,6 +303,8 @@ class SlurmLauncher(Launcher):
         self.where = str(path) if path else None
         self.python = sys.executable
         self.polls: dict[str, SlurmPoll] = {}
+        self.say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
+        self.sleep: Callable[[float], None] = time.sleep      # the submission backoff
 
     def poll_state(self, handle: JobHandle) -> SlurmPoll:
         """The typed poll state of one job."""
@@ -247,12 +337,16 @@ class SlurmLauncher(Launcher):
         """sbatch the cell's batch script; returns at once with the job id."""
         cell_dir = Path(cell_dir).resolve()
         script = self.write_script(cell_name, spec, cell_dir, timeout_s)
-        proc = run_cmd(["sbatch", "--parsable", str(script)], cwd=cell_dir,
-                       extra_env=hidden_values(spec))
-        job_id = proc.stdout.strip().split(";")[0]
-        if proc.returncode != 0 or not job_id.isdigit():
-            raise SlurmError(f"sbatch refused {script}: {proc.stderr.strip() or proc.stdout}")
         name = job_name(self.campaign, cell_name, cell_dir)
+        since = script.stat().st_mtime - 5
+        out = sbatch_retrying(["sbatch", "--parsable", str(script)], cwd=cell_dir,
+                              extra_env=hidden_values(spec), where=self.where, say=self.say,
+                              sleep=self.sleep,
+                              submitted=lambda: max(self.job_ids_named(name, since=since),
+                                                    key=int, default=None)).stdout
+        job_id = out.strip().split(";")[0]
+        if not job_id.isdigit():
+            raise SlurmError(f"sbatch gave no job id for {script}: {clip_line(out)}")
         write_text_atomic(cell_dir / JOB_FILE, json.dumps({"job_id": job_id, "job_name": name}))
         ranks = spec.ntasks * ranks_per_task(spec, spec.gpus_per_node or self.slurm.gpus_per_node)
         return self._handle(cell_name, cell_dir, job_id, ranks, timeout_s)
@@ -263,6 +357,36 @@ class SlurmLauncher(Launcher):
                          extra={"job_name": job_name(self.campaign, cell_name, cell_dir),
                                 "ntasks": ranks, "timeout_s": timeout_s,
                                 "batch_log": str(cell_dir / f"slurm-{job_id}.out")})
+
+    def check_submission(self, cells: list[tuple[str, LaunchSpec, Path]]) -> list[str]:
+        """`sbatch --test-only` on the cells' batch scripts (written to a scratch directory,
+        one per distinct resource shape; see test_only)."""
+        with tempfile.TemporaryDirectory(prefix="epcap-test-only.") as tmp:
+            paths = []
+            for i, (name, spec, cdir) in enumerate(cells):
+                path = Path(tmp) / str(i) / name / SCRIPT_NAME
+                path.parent.mkdir(parents=True)
+                path.write_text(self.script_text(name, spec, cdir))
+                paths.append(path)
+            return self.test_only(paths)
+
+    def test_only(self, scripts: list[Path]) -> list[str]:
+        """`sbatch --test-only` on one script per distinct resource shape (the #SBATCH lines
+        but the job's name, output and directory): what Slurm said of each. SubmitRefused with
+        the cluster's message when one is refused, so a bad partition, account or QOS stops
+        before any job runs. No sbatch on this host: says so and checks nothing."""
+        if shutil.which("sbatch") is None:
+            return ["sbatch --test-only: not run (no sbatch on this host)"]
+        shapes: dict[tuple[str, ...], Path] = {}
+        for path in scripts:
+            shapes.setdefault(resource_shape(path.read_text()), path)
+        said = []
+        for path in shapes.values():
+            proc = sbatch_retrying(["sbatch", "--test-only", str(path)], where=self.where,
+                                   say=self.say, sleep=self.sleep)
+            line = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+            said.append(f"sbatch --test-only {path.parent.name}: {line[-1] if line else 'ok'}")
+        return said
 
     # -- find after a restart ----------------------------------------------------------------
     def find_existing(self, cell_name: str, cell_dir: Path) -> JobHandle | None:

@@ -14,7 +14,7 @@ from harness.api.backend import LaunchSpec
 from harness.errors import BadInput
 from harness.health import DEFAULT_MAX_USED_MIB, PRE_CELL_FAIL_EXIT
 from harness.io.redact import is_secret_env, redact_argv
-from harness.launch.container import ContainerLaunch
+from harness.launch.container import PYXIS_OPTION, ContainerLaunch
 from harness.launch.slurm_time import TIME_RE
 from harness.runbook.model import SlurmConfig
 
@@ -33,6 +33,10 @@ HARNESS_ROOT = Path(__file__).resolve().parents[2]     # the checkout holding `h
 
 
 HIDDEN_ARG = "EPCAP_HIDDEN_ARG_"
+# A setup the node cannot honour (missing --chdir, no container plugin): the script says so in
+# rank0.log and exits with this; the taxonomy's epcap-slurm-setup signature makes it badflag.
+SETUP_FATAL = "[EPCAP_SLURM] FATAL setup:"
+SETUP_FAIL_EXIT = 96
 
 
 def hidden_values(spec: LaunchSpec) -> dict[str, str]:
@@ -83,19 +87,57 @@ def check_value(value: str, field: str, where: str | None) -> str:
     return value
 
 
+def tasks_per_node(spec: LaunchSpec, nodes: int) -> int:
+    """srun tasks on each node (the tasks spread evenly over the nodes)."""
+    return max(1, -(-int(spec.ntasks) // max(1, nodes)))
+
+
+def cpus_per_task(slurm: SlurmConfig, spec: LaunchSpec, gpus_per_node: int) -> int:
+    """`slurm.cpus_per_task`, else one CPU per rank the task hosts (a torchrun node task with
+    8 ranks asks for 8, not Slurm's default of 1)."""
+    return int(slurm.cpus_per_task or ranks_per_task(spec, gpus_per_node))
+
+
+def scale_mem(size: str, factor: int) -> str:
+    """A Slurm memory size times `factor`, in the same unit (`16G` x 8 = `128G`)."""
+    digits = size.rstrip("KMGTkmgt")
+    return f"{int(digits) * factor}{size[len(digits):]}"
+
+
+def memory_options(slurm: SlurmConfig, per_node_tasks: int, where: str | None) -> list[str]:
+    """`--mem` (mem_per_task x tasks per node) or `--mem-per-gpu`; never `--mem-per-cpu`,
+    which with `--exclusive` asks for that much times every CPU of the node."""
+    for field in ("mem_per_task", "mem_per_gpu"):
+        value = getattr(slurm, field)
+        if value is not None and not MEM_RE.match(str(value)):
+            raise BadInput(f"not a Slurm memory size ({value!r}); use e.g. 16G",
+                           path=where, field=f"slurm.{field}")
+    if slurm.mem_per_task and slurm.mem_per_gpu:
+        raise BadInput("set mem_per_task or mem_per_gpu, not both (Slurm takes one of --mem "
+                       "and --mem-per-gpu)", path=where, field="slurm.mem_per_gpu")
+    if slurm.mem_per_task:
+        return [f"--mem={scale_mem(str(slurm.mem_per_task), per_node_tasks)}"]
+    if slurm.mem_per_gpu:
+        return [f"--mem-per-gpu={slurm.mem_per_gpu}"]
+    return []
+
+
 def sbatch_options(slurm: SlurmConfig, spec: LaunchSpec, name: str, cell_dir: Path,
                    where: str | None = None) -> list[str]:
     """The `#SBATCH` arguments of one cell, validated; each is one sbatch argument."""
     if not TIME_RE.match(slurm.time_limit):
         raise BadInput(f"not a Slurm time ({slurm.time_limit!r}); use e.g. 00:30:00",
                        path=where, field="slurm.time_limit")
-    if slurm.mem_per_task is not None and not MEM_RE.match(str(slurm.mem_per_task)):
-        raise BadInput(f"not a Slurm memory size ({slurm.mem_per_task!r}); use e.g. 16G",
-                       path=where, field="slurm.mem_per_task")
+    if slurm.cpus_per_task is not None and int(slurm.cpus_per_task) < 1:
+        raise BadInput(f"cpus_per_task must be at least 1, not {slurm.cpus_per_task!r}",
+                       path=where, field="slurm.cpus_per_task")
     nodes = spec.nodes if spec.nodes > 1 else slurm.nodes
     gpus = spec.gpus_per_node or slurm.gpus_per_node
+    per_node = tasks_per_node(spec, nodes)
     opts = [f"--job-name={name}", f"--output={Path(cell_dir) / 'slurm-%j.out'}",
             f"--chdir={spec.cwd or cell_dir}", f"--nodes={nodes}", f"--ntasks={spec.ntasks}",
+            f"--ntasks-per-node={per_node}",
+            f"--cpus-per-task={cpus_per_task(slurm, spec, gpus)}",
             f"--time={slurm.time_limit}"]
     if slurm.partition:
         opts.append(f"--partition={check_value(slurm.partition, 'slurm.partition', where)}")
@@ -103,8 +145,8 @@ def sbatch_options(slurm: SlurmConfig, spec: LaunchSpec, name: str, cell_dir: Pa
         opts.append(f"--account={check_value(slurm.account, 'slurm.account', where)}")
     if gpus > 0:
         opts.append(f"--gres=gpu:{int(gpus)}")
-    if slurm.mem_per_task:
-        opts.append(f"--mem-per-cpu={slurm.mem_per_task}")
+    opts += memory_options(slurm, per_node, where)
+    opts.append("--requeue" if slurm.requeue else "--no-requeue")
     for i, extra in enumerate(slurm.extra_sbatch):
         check_value(str(extra), f"slurm.extra_sbatch[{i}]", where)
         if not str(extra).startswith("-"):
@@ -133,7 +175,12 @@ def batch_script(options: list[str], spec: LaunchSpec, cell_dir: Path, python: s
     if meta:
         lines.append(f"{META_TAG} {json.dumps(meta, sort_keys=True)}")
     lines += [f"#SBATCH {q(opt)}" for opt in options]
+    workdir = str(spec.cwd or cell)
     lines += ["set -u", f"export EPCAP_CELL_DIR={q(str(cell))}",
+              "# sbatch --chdir to a directory missing on the node runs in /tmp: refuse instead",
+              f'if [ "$(pwd -P)" != "$(cd {q(workdir)} 2>/dev/null && pwd -P)" ]; then',
+              f'  echo "{SETUP_FATAL} working directory {workdir} (--chdir) is missing on '
+              f'$(hostname)" | tee -a {q(str(cell / "rank0.log"))}; exit {SETUP_FAIL_EXIT}; fi',
               "# the harness (health probe, capture) from the checkout that wrote this script",
               f'export PYTHONPATH={q(str(HARNESS_ROOT))}"${{PYTHONPATH:+:$PYTHONPATH}}"']
     lines += [f"export {key}={q(str(value))}" for key, value in spec.env.items()
@@ -153,12 +200,21 @@ def batch_script(options: list[str], spec: LaunchSpec, cell_dir: Path, python: s
     if gpus_per_node > 0:          # CPU-only cells skip the probe (it would say no-gpu)
         health = [q(python), "-m", "harness.health", "--pre-cell", "--require-gpus",
                   str(int(gpus_per_node)), "--max-used-mib", str(int(max_used_mib))]
-        lines += ['srun --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 '
+        lines += ['srun --export=ALL --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 '
                   f"--output={q(str(cell / 'health%t.log'))} " + " ".join(health)
                   + f" || exit {PRE_CELL_FAIL_EXIT}"]
     for value in (*container.srun_options, *container.exec_prefix):
         check_value(str(value), "container", None)
-    srun = (["srun", f"--ntasks={int(spec.ntasks)}", "--kill-on-bad-exit=1", "--label"]
+    if container.srun_options:          # pyxis: the plugin must be loaded, else srun refuses
+        lines += [f"srun --help 2>&1 | grep -q -e {q(PYXIS_OPTION)} || {{ echo "
+                  f"{q(SETUP_FATAL + ' container plugin missing: srun has no ' + PYXIS_OPTION)}"
+                  f' "on $(hostname) (pyxis not loaded)" | tee -a {q(str(cell / "rank0.log"))};'
+                  f" exit {SETUP_FAIL_EXIT}; }}"]
+    # --export=ALL: the steps get this script's environment (its exports, PATH) even when the
+    # job was submitted with --export=NONE (srun would inherit SLURM_EXPORT_ENV=NONE)
+    srun = (["srun", "--export=ALL", f"--ntasks={int(spec.ntasks)}", "--kill-on-bad-exit=1",
+             "--label",
+             '--cpus-per-task="${SLURM_CPUS_PER_TASK:-1}"']
             + [q(o) for o in container.srun_options]
             + [q(a) for a in container.exec_prefix]
             + ["bash", "-c", q(RANK_WRAPPER), "epcap-rank"] + script_argv(spec))

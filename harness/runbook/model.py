@@ -129,7 +129,10 @@ class SlurmConfig:
     nodes: int = 1
     gpus_per_node: int = 0
     time_limit: str = "00:30:00"
-    mem_per_task: str | None = None
+    mem_per_task: str | None = None     # x tasks per node -> --mem (memory per node)
+    mem_per_gpu: str | None = None      # --mem-per-gpu (not with mem_per_task)
+    cpus_per_task: int | None = None    # --cpus-per-task; None: one per rank the task hosts
+    requeue: bool = False               # --requeue; else --no-requeue (a cell runs once)
     extra_sbatch: tuple[str, ...] = ()
 
 

@@ -15,7 +15,8 @@ order are in docs/taxonomy.md; in short:
    fatal signature (an assert on one rank while the others hang is that assert);
 4. a clean end (completed, exit 0, telemetry rows) -> None (ok / drops / lower_bound from
    the telemetry), or `drops` when an overflow report was seen;
-5. no fatal signature: `cancelled` -> infra, otherwise crash.
+5. no fatal signature: `cancelled` (a scancel the harness did not make) -> cancelled,
+   otherwise crash; launcher `cancelled` ignores fallout (the cancel's own signal lines).
 """
 
 from __future__ import annotations
@@ -462,7 +463,9 @@ def verdict(scan: _Scan, exit_code: int | None, launcher_state: str, rows: int) 
                                   f"{hit.path}:{hit.line_no} stated a receive demand of "
                                   f"{demand}", first_failed_rank=hit.rank, **common)
         return Outcome(None, reason=f"clean exit with {rows} telemetry rows", **common)
-    deciding, first = decide(ranks, allow_fallout=launcher_state != LauncherState.TIMEOUT)
+    cancelled = launcher_state == LauncherState.CANCELLED
+    deciding, first = decide(ranks, allow_fallout=launcher_state not in (
+        LauncherState.TIMEOUT, LauncherState.CANCELLED))
     hung = launcher_state == LauncherState.TIMEOUT
     events = [h.event() for h in fatal]
     ff = timeline.first_failure(events, scan.records, scan.seen, hung=hung)
@@ -472,7 +475,7 @@ def verdict(scan: _Scan, exit_code: int | None, launcher_state: str, rows: int) 
                     and h.sig.cls != OVERFLOW), key=Hit.key, default=None)
     bug = deciding is not None and not deciding.sig.fallout and deciding.sig.cls in (
         OVERFLOW, Status.BADFLAG, Status.ASSERT)
-    if not bug:
+    if not bug and not cancelled:   # a scancel is the scheduler's own record: it decides
         own = ranks.get(ff.rank) if ff.rank is not None else None
         made = timeline.decide(ff, own.event() if own else None, scan.records,
                                layout=scan.layout, xid=scan.xid,
@@ -505,8 +508,10 @@ def verdict(scan: _Scan, exit_code: int | None, launcher_state: str, rows: int) 
                                          f"rank shows a failure signature",
                        first_failed_rank=ff.rank, **common)
     if launcher_state == LauncherState.CANCELLED:
-        return Outcome(Status.INFRA, reason=f"cancelled without a failure signature (exit "
-                                       f"{exit_code})", **common)
+        return Outcome(Status.CANCELLED, reason=f"cancelled by scancel (a user or an admin; the "
+                                          f"harness records its own cancels otherwise) without a "
+                                          f"failure signature (exit {exit_code}); not retried",
+                       **common)
     if exit_code not in (0, None) or launcher_state == LauncherState.FAILED:
         if rows == 0:       # reader-independent: the summary's count, not lines seen
             return Outcome(Status.CRASH, reason=f"{said}: died before iteration 0 without a "

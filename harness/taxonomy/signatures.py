@@ -24,7 +24,8 @@ TABLE_PATH = Path(__file__).with_name("signatures.yaml")
 # run's status is then drops, docs/spec.md#telemetry). The other kinds are the taxonomy's classes.
 OVERFLOW = "overflow"
 SIGNATURE_CLASSES = (OVERFLOW, Status.BADFLAG, Status.ASSERT, Status.DOES_NOT_FIT,
-                     Status.CRASH, Status.INFRA, Status.TIMEOUT)
+                     Status.CRASH, Status.INFRA, Status.TIMEOUT,
+                     Status.CANCELLED)     # a Slurm job state only (no log line says it)
 # A family member that is no signature of its own (a wrapper whose carried message decides).
 NO_CLASS = "none"
 # One line matching several signatures takes the first of these: the most specific statement

@@ -116,7 +116,7 @@ def test_choose_dir_never_reuses_with_fresh(tmp_path):
 
 def test_dry_run_tierb_without_gpus(tmp_path):
     out = epcap("run", ROOT / "runbooks" / "tierb-b200-gbs8.yaml", "--dry-run",
-                "--results", tmp_path, timeout=120)
+                "--no-test-only", "--results", tmp_path, timeout=120)
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert "QWEN2_57B echo measure" in text and "unknown until measured" in text

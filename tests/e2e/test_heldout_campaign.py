@@ -81,7 +81,7 @@ def test_validation_on_the_measured_routing_accepts_the_rounded_budget(tmp_path)
 def test_tierb_dry_run_shows_the_validate_seed_and_iterations_of_every_validate_cell(tmp_path):
     out = subprocess.run([sys.executable, "-m", "harness.cli", "run",
                           str(ROOT / "runbooks" / "tierb-b200-gbs8.yaml"), "--dry-run",
-                          "--results", str(tmp_path)], cwd=ROOT, capture_output=True,
+                          "--no-test-only", "--results", str(tmp_path)], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     blocks = out.stdout.split("\n\n")

@@ -84,7 +84,8 @@ def test_retry_comment_edit_and_model_rerun(tmp_path, launcher):
 
     # 1. the planted crash: the campaign goes on without echo's QWEN3_30B selection
     first = epcap(env, *run)
-    assert first.returncode == 0, first.stdout + first.stderr
+    assert first.returncode == 1, first.stdout + first.stderr        # a cell failed
+    assert f"exit 1: 1 cell failed: {CRASH_CELL} (crash)" in first.stdout
     done1 = finishes(camp)
     assert done1[CRASH_CELL]["status"] == "crash"
     (plant / "armed").unlink()
@@ -93,7 +94,7 @@ def test_retry_comment_edit_and_model_rerun(tmp_path, launcher):
     #    unless asked)
     rb.write_text(rb.read_text() + "# a comment added after the first run\n")
     again = epcap(env, *run)
-    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.returncode == 1, again.stdout + again.stderr        # the crash still stands
     assert "no result-bearing field" in again.stdout
     assert "--fresh" not in again.stdout + again.stderr
     assert finishes(camp) == done1

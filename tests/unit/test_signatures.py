@@ -176,7 +176,7 @@ SLURM_STEP_RULE = (("DUE TO TIME LIMIT", "timeout"), ("DUE TO PREEMPTION", "infr
                    ("Out Of Memory", "does_not_fit"), ("Node failure on", "infra"))
 SLURM_STATE_RULE = {"TIMEOUT": "timeout", "DEADLINE": "timeout", "NODE_FAIL": "infra",
                     "BOOT_FAIL": "infra", "PREEMPTED": "infra", "OUT_OF_MEMORY": "does_not_fit",
-                    "CANCELLED": "infra", "REVOKED": "infra"}
+                    "CANCELLED": "cancelled", "REVOKED": "cancelled"}
 
 # Ends whose class the logs decide; every other `none` state is no end at all.
 SLURM_ENDS_LOGS_DECIDE = {"COMPLETED", "FAILED", "SPECIAL_EXIT"}

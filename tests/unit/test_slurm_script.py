@@ -53,9 +53,48 @@ def test_options_from_runbook(tmp_path):
                       extra_sbatch=("--exclusive", "--constraint=h100&ib"))
     opts = SS.sbatch_options(cfg, spec(), "NAME", tmp_path)
     assert opts == ["--job-name=NAME", f"--output={tmp_path}/slurm-%j.out",
-                    f"--chdir={tmp_path}", "--nodes=2", "--ntasks=4", "--time=01:00:00",
+                    f"--chdir={tmp_path}", "--nodes=2", "--ntasks=4", "--ntasks-per-node=2",
+                    "--cpus-per-task=1", "--time=01:00:00",
                     "--partition=gpu", "--account=proj 1", "--gres=gpu:8",
-                    "--mem-per-cpu=16G", "--exclusive", "--constraint=h100&ib"]
+                    "--mem=32G", "--no-requeue", "--exclusive", "--constraint=h100&ib"]
+
+
+def test_resources_from_the_shape_never_mem_per_cpu(tmp_path):
+    """A torchrun node task hosting 8 ranks asks for 8 CPUs, memory per node, no requeue:
+    `--mem-per-cpu` with `--exclusive` would ask for that much times every CPU."""
+    torch = spec(ntasks=1, nodes=1, gpus_per_node=8)
+    cfg = SlurmConfig(gpus_per_node=8, mem_per_task="512G", extra_sbatch=("--exclusive",))
+    opts = SS.sbatch_options(cfg, torch, "N", tmp_path)
+    assert "--cpus-per-task=8" in opts and "--ntasks-per-node=1" in opts
+    assert "--mem=512G" in opts and "--gres=gpu:8" in opts and "--no-requeue" in opts
+    assert not [o for o in opts if o.startswith("--mem-per-cpu")]
+    opts = SS.sbatch_options(SlurmConfig(mem_per_gpu="200G", cpus_per_task=14, requeue=True),
+                             torch, "N", tmp_path)
+    assert {"--mem-per-gpu=200G", "--cpus-per-task=14", "--requeue"} <= set(opts)
+    assert "--no-requeue" not in opts
+    text = SS.batch_script(opts, torch, tmp_path, "python3", 8)
+    assert '--cpus-per-task="${SLURM_CPUS_PER_TASK:-1}"' in text      # srun 22.05 inherits none
+    with pytest.raises(BadInput) as err:
+        SS.sbatch_options(SlurmConfig(mem_per_task="1G", mem_per_gpu="1G"), torch, "N", tmp_path)
+    assert err.value.field == "slurm.mem_per_gpu"
+
+
+def test_script_refuses_a_missing_workdir_and_a_missing_pyxis(tmp_path):
+    """The script checks --chdir on the node (Slurm would run in /tmp) and, with pyxis, that
+    srun knows --container-image; each says so in rank0.log, which the taxonomy stops on."""
+    from harness.launch.container import ContainerLaunch
+    from harness.taxonomy.judge import classify_logs
+    gone = tmp_path / "no such dir"
+    text = SS.batch_script([], spec(cwd=str(gone)), tmp_path, "python3",
+                           container=ContainerLaunch(srun_options=("--container-image=x",)))
+    assert "srun --help" in text and SS.PYXIS_OPTION in text
+    body = text.split("srun --help")[0]                   # up to the pyxis check
+    proc = subprocess.run(["bash", "-c", body], cwd="/", capture_output=True, text=True)
+    assert proc.returncode == SS.SETUP_FAIL_EXIT, proc.stdout + proc.stderr
+    line = (tmp_path / "rank0.log").read_text()
+    assert f"working directory {gone} (--chdir) is missing" in line
+    out = classify_logs(SS.SETUP_FAIL_EXIT, "failed", [tmp_path / "rank0.log"], None, rows=0)
+    assert out.status == "badflag" and "FATAL setup" in out.line
 
 
 def test_no_gres_without_gpus(tmp_path):
@@ -70,6 +109,8 @@ def test_no_gres_without_gpus(tmp_path):
     (SlurmConfig(account="a\rb"), "slurm.account"),
     (SlurmConfig(time_limit="half an hour"), "slurm.time_limit"),
     (SlurmConfig(mem_per_task="16 gigs"), "slurm.mem_per_task"),
+    (SlurmConfig(mem_per_gpu="lots"), "slurm.mem_per_gpu"),
+    (SlurmConfig(cpus_per_task=0), "slurm.cpus_per_task"),
     (SlurmConfig(extra_sbatch=("--x=1", "--y\nrm -rf /")), "slurm.extra_sbatch[1]"),
     (SlurmConfig(extra_sbatch=("exclusive",)), "slurm.extra_sbatch[0]"),
 ])
@@ -171,7 +212,8 @@ def test_script_propagates_rank_exit_code(tmp_path):
     script.write_text(SS.batch_script([], sp, tmp_path, "true"))
     env = {"PATH": f"{fake_bin(tmp_path)}:{os.environ['PATH']}", "SLURM_JOB_ID": "1",
            "SLURM_JOB_NODELIST": "n", "SLURM_JOB_NUM_NODES": "1"}
-    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, timeout=30)
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, timeout=30,
+                          cwd=tmp_path)          # sbatch --chdir
     assert proc.returncode == 3
 
 
@@ -181,7 +223,8 @@ def test_failed_health_step_stops_before_ranks(tmp_path):
     script.write_text(SS.batch_script([], sp, tmp_path, "false", gpus_per_node=2))  # probe fails
     env = {"PATH": f"{fake_bin(tmp_path)}:{os.environ['PATH']}", "SLURM_JOB_ID": "1",
            "SLURM_JOB_NODELIST": "n", "SLURM_JOB_NUM_NODES": "1"}
-    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, timeout=30)
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, timeout=30,
+                          cwd=tmp_path)          # sbatch --chdir
     assert proc.returncode == S.PRE_CELL_FAIL_EXIT and not (tmp_path / "RAN").exists()
 
 
