@@ -15,7 +15,7 @@ from pathlib import Path
 from harness.api.launcher import Launcher
 from harness.campaign import store
 from harness.campaign.driver import Campaign, Replay
-from harness.campaign.dryrun import PlanFilter, print_dry_run
+from harness.campaign.dryrun import PlanFilter, estimate_band, estimate_source, print_dry_run
 from harness.campaign.preflight import (
     check_backend_commands,
     check_launcher_setup,
@@ -102,8 +102,13 @@ def cli_run(runbook: str | None = None, results: str | None = None,
             launcher: str | None = None, dry_run: bool = False, fresh: bool = False,
             stages: tuple[str, ...] = (), until: str | None = None,
             models: tuple[str, ...] = (), backends: tuple[str, ...] = (),
-            retry: str | None = None) -> int:
+            retry: str | None = None, history: tuple[str, ...] = ()) -> int:
     """`epcap run`: load and check the runbook, then run or resume the campaign."""
+    roots = tuple(Path(h) for h in history)
+    for h in roots:
+        if not h.is_dir():
+            raise BadInput("not a directory (a results root, or a campaign directory)",
+                           path=str(h), field="--history")
     rb = load_runbook(runbook or default_runbook())
     select = Selectors(tuple(models), tuple(backends), parse_retry(retry))
     check_selection(rb, select)
@@ -119,7 +124,7 @@ def cli_run(runbook: str | None = None, results: str | None = None,
     if dry_run:
         return print_dry_run(rb, store.choose_dir(root_dir, rb.campaign, fresh), launcher_name,
                              PlanFilter(stages=stages, until=until, models=select.models,
-                                        backends=select.backends))
+                                        backends=select.backends), roots)
     launch = make_launcher(launcher_name, rb)
     root = store.choose_dir(root_dir, rb.campaign, fresh)
     store.check_event_log(root, rb.campaign)
@@ -135,20 +140,20 @@ def cli_run(runbook: str | None = None, results: str | None = None,
         command_line = ["epcap", *sys.argv[1:]]
         old = _install_signals()
         try:
-            return run_campaign(rb, root, launch, stages, until, command_line, select)
+            return run_campaign(rb, root, launch, stages, until, command_line, select, roots)
         finally:
             _restore_signals(old)
 
 
 def run_campaign(rb: Runbook, root: Path, launch: Launcher, stages: tuple[str, ...],
                  until: str | None, command_line: list[str],
-                 select: Selectors | None = None) -> int:
+                 select: Selectors | None = None, history: tuple[Path, ...] = ()) -> int:
     """Create or resume `root` and drive the pipelines to the end (or the stop stage)."""
     select = select or Selectors()
     view = ProgressView()
     new = not (root / EVENTS_JSONL).exists()
     ctx = Context(rb, stages, until, select.models, select.backends)
-    camp = Campaign(rb, root, launch, ctx, view, command_line)
+    camp = Campaign(rb, root, launch, ctx, view, command_line, history)
     rev = None if new else store.revision(root, rb)     # BadInput before anything is written
     if not new and finished_already(camp, root, rev, select, view):
         return 0
@@ -300,9 +305,7 @@ def drive(camp: Campaign, rb: Runbook, root: Path, view: ProgressView, new: bool
         rb, {b.name: camp.backend(b.name).implementation() for b in rb.backends}))
     left = camp.runs_left()
     word = "resuming" if not new else "starting"
-    basis = ("" if camp.first_eta is None else
-             " (from this campaign's runs)" if camp.done_runs else
-             " (from earlier campaigns of this work here)")
+    basis = "" if camp.first_eta is None else f" ({estimate_words(camp, left)})"
     view.line(f"epcap: {word} campaign {rb.campaign} in {root}: {camp.done_runs} "
               f"{'run' if camp.done_runs == 1 else 'runs'} done, {plural(len(left), 'run')} "
               f"left (at least), ETA {fmt_s(camp.first_eta)}{basis}")
@@ -331,6 +334,15 @@ def drive(camp: Campaign, rb: Runbook, root: Path, view: ProgressView, new: bool
         stopped = str(last)
     print_summary(root, view, time.monotonic() - t_start, stopped)
     return 0
+
+
+def estimate_words(camp: Campaign, left: list[tuple[str, str, str, int]]) -> str:
+    """The banner's source and band of its ETA (the dry run's words, one estimator)."""
+    band = estimate_band(camp, left)
+    text = estimate_source(camp, left)
+    if band is None:
+        return text + "; no error band measured"
+    return f"{text}; band x{band[0]:g}..x{band[1]:g}"
 
 
 def build_report(root: Path, view: ProgressView, log: EventLog) -> None:

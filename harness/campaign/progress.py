@@ -7,8 +7,11 @@ ratio of this invocation's own durations of that purpose class to their history 
 machine's load now, as that kind of run meets it: short timed launches and compute-heavy
 measure runs do not slow down alike; a class not yet run is predicted at its history's
 level; a resumed invocation does not take the load of the one it resumes, nor the first
-run's one-time start-up, the fork server importing torch, as load). Otherwise
-the estimator fits log(duration) = mu + B[backend] + M[model] + P[purpose] to the measured
+run's one-time start-up, the fork server importing torch, as load). Otherwise, where the
+runbook has a cost model (harness.campaign.estimate: a calibrated per-run cost per kind of
+machine), a run is its prior times the median measured/prior ratio of the runs measured so
+far (its purpose class, else every class: the canaries replace the prior's scale as soon as
+they finish; 1 before any run). Without a cost model the estimator fits log(duration) = mu + B[backend] + M[model] + P[purpose] to the measured
 durations (backfitting, shrunk toward 0), so a backend measured on one model and a model
 measured on another backend both inform an unseen pair. An unmeasured model gets its M from
 a log-linear fit of M against its size (MoE layers x hidden x top-k) over the models seen.
@@ -19,7 +22,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from harness.io.redact import redact_text
 from harness.vocab import DURATION_CLASS
@@ -44,8 +47,11 @@ def purpose_class(purpose: str) -> str:
 class EtaEstimator:
     """Predicts run durations from those measured so far (per backend, model size, purpose)."""
 
-    def __init__(self, sizes: dict[str, float], iters: dict[str, int] | None = None) -> None:
+    def __init__(self, sizes: dict[str, float], iters: dict[str, int] | None = None,
+                 prior: Callable[[str, str, str], float | None] | None = None) -> None:
         self.sizes = sizes
+        self.prior = prior              # (backend, model, purpose) -> prior seconds, or None
+        self.prior_ratios: dict[str, list[float]] = {}  # class -> measured / prior, newest last
         self.iters = iters or {}        # purpose class -> iterations per run (prior for unseen)
         self.obs: list[tuple[str, str, str, float]] = []
         self._fit: tuple | None = None
@@ -68,6 +74,8 @@ class EtaEstimator:
             past = self.history.get((backend, model, purpose, attempt))
             if past and not self._first:
                 self.ratios.setdefault(purpose_class(purpose), []).append(seconds / _median(past))
+            if not self._first:
+                self._prior_ratio(backend, model, purpose, seconds)
             self._first = False
             self._observe(backend, model, purpose, seconds)
 
@@ -76,7 +84,31 @@ class EtaEstimator:
         """Record one duration an earlier campaign measured for the same work (no drift)."""
         if seconds and seconds > 0:
             self.history.setdefault((backend, model, purpose, attempt), []).append(seconds)
+            self._prior_ratio(backend, model, purpose, seconds)
             self._observe(backend, model, purpose, seconds)
+
+    def _prior_ratio(self, backend: str, model: str, purpose: str, seconds: float) -> None:
+        """Record measured / prior of one run (when there is a prior)."""
+        prior = self.prior(backend, model, purpose) if self.prior is not None else None
+        if prior:
+            self.prior_ratios.setdefault(purpose_class(purpose), []).append(seconds / prior)
+
+    def prior_scale(self, purpose: str) -> float:
+        """Median measured / prior of the newest runs of `purpose`'s class, else of every
+        class, else 1 (bounded like the drift)."""
+        recent = self.prior_ratios.get(purpose_class(purpose)) or \
+            [r for rs in self.prior_ratios.values() for r in rs]
+        if not recent:
+            return 1.0
+        return min(DRIFT_BOUNDS[1], max(DRIFT_BOUNDS[0], _median(recent[-DRIFT_RUNS:])))
+
+    def source(self) -> str:
+        """What the estimate of a run not in the history rests on, in words."""
+        n = sum(len(v) for v in self.prior_ratios.values())
+        if self.prior is not None:
+            return (f"cost model scaled by {n} measured run{'s' if n != 1 else ''}" if n
+                    else "cost model (no run measured yet)")
+        return f"fit of {len(self.obs)} measured runs" if self.obs else "no estimate"
 
     def _observe(self, backend: str, model: str, purpose: str, seconds: float) -> None:
         self.obs.append((backend, model, purpose_class(purpose), math.log(seconds)))
@@ -135,6 +167,9 @@ class EtaEstimator:
         past = self.history.get((backend, model, purpose, attempt))
         if past:
             return _median(past) * self.drift(purpose)
+        prior = self.prior(backend, model, purpose) if self.prior is not None else None
+        if prior:
+            return prior * self.prior_scale(purpose)
         if not self.obs:
             return None
         mu, (bfac, mfac, pfac), line = self._fitted()
