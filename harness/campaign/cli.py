@@ -51,6 +51,7 @@ from harness.runbook.model import Runbook
 from harness.vocab import FAILURE_CLASSES, Stage, StageMode
 
 DEFAULT_RUNBOOK = "runbooks/local-cpu.yaml"
+DRIVER_LOG = "driver.log"       # the driver's lines once its stdout's reader is gone
 
 
 class Interrupted(Exception):
@@ -151,6 +152,7 @@ def run_campaign(rb: Runbook, root: Path, launch: Launcher, stages: tuple[str, .
     """Create or resume `root` and drive the pipelines to the end (or the stop stage)."""
     select = select or Selectors()
     view = ProgressView()
+    view.fallback = root / DRIVER_LOG       # where lines go if stdout's reader leaves
     new = not (root / EVENTS_JSONL).exists()
     ctx = Context(rb, stages, until, select.models, select.backends)
     camp = Campaign(rb, root, launch, ctx, view, command_line, history)
@@ -318,8 +320,9 @@ def drive(camp: Campaign, rb: Runbook, root: Path, view: ProgressView, new: bool
     # the ETA error); campaign_done only once the report exists, so a crash in between
     # leaves a campaign that the next run finishes.
     last = camp.ctx.until or (camp.ctx.stages[-1] if camp.ctx.stages else Stage.TIME)
-    camp.log.write(StageDone(runs_done=camp.done_runs, runs_left=0, runs_complete=finished,
-                             stage=Stage.TIME if finished else last))
+    camp.log.write(StageDone(runs_done=camp.done_runs, runs_left=len(camp.runs_left()),
+                             runs_complete=finished, stage=Stage.TIME if finished else last,
+                             selection=bool(camp.ctx.deferred)))
     if camp.ctx.stage_mode(Stage.REPORT) == StageMode.RUN:
         build_report(root, view, camp.log)
     if finished:
@@ -406,8 +409,10 @@ def state_words(doc: dict) -> str:
         return f"running (pid {doc['pid']} on {doc['host']} since {doc['since']})"
     if state == "interrupted":
         return f"interrupted ({doc['signal']} at {doc['when']})"
+    if state == "stopped_after" and doc.get("stopped_after") == "selection":
+        return "stopped after the --model/--backend selection (the other pairs are left)"
     if state == "stopped_after":
-        return f"stopped after {doc['stage']}" + (
+        return f"stopped after {doc.get('stopped_after') or doc['stage']}" + (
             f" ({doc['stopped']['status']} in {doc['stopped']['cell']})" if doc["stopped"] else "")
     return "done"
 

@@ -20,9 +20,11 @@ a log-linear fit of M against its size (MoE layers x hidden x top-k) over the mo
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from harness.io.redact import redact_text
 from harness.vocab import DURATION_CLASS
@@ -229,6 +231,8 @@ class ProgressView:
 
     def __init__(self, stream=None, enabled: bool | None = None) -> None:
         self.stream = stream or sys.stdout
+        self.fallback: Path | None = None   # where lines go once stdout's reader is gone
+        self.lost = False
         tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.bars = tty if enabled is None else enabled
         self._progress = None
@@ -240,10 +244,44 @@ class ProgressView:
     def line(self, text: str) -> None:
         """One plain line (printed above the bars when they are shown), secrets redacted."""
         text = redact_text(text)
-        if self._progress is not None:
-            self._progress.console.print(text, highlight=False, markup=False)
-        else:
-            print(text, file=self.stream, flush=True)
+        if self.lost:
+            self._to_fallback(text)
+            return
+        try:
+            if self._progress is not None:
+                self._progress.console.print(text, highlight=False, markup=False)
+            else:
+                print(text, file=self.stream, flush=True)
+        except BrokenPipeError:
+            self._lost_reader()
+            self._to_fallback(text)
+        except ValueError:              # stdout closed by then: the same as a lost reader
+            self._to_fallback(text)
+
+    def _lost_reader(self) -> None:
+        """stdout's reader went away (`epcap run | head`): SIGPIPE is not a reason to stop.
+        Point stdout at /dev/null (so no later write or the exit flush fails), drop the bars,
+        and go on writing lines to the fallback log."""
+        self._progress = None
+        self.bars = False
+        self.lost = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):
+            pass
+        self._to_fallback(f"epcap: stdout's reader went away at {time.strftime('%H:%M:%S')}; "
+                          "the campaign goes on, its lines continue here")
+
+    def _to_fallback(self, text: str) -> None:
+        if self.fallback is None:
+            return
+        try:
+            with open(self.fallback, "a", encoding="utf-8") as fh:
+                fh.write(text + "\n")
+        except OSError:
+            pass
 
     def start(self, done: int, total: int) -> None:
         if not self.bars:
@@ -271,6 +309,10 @@ class ProgressView:
                               description=f"{stage}", eta=current)
 
     def stop(self) -> None:
+        """Take the bars down (a reader that left is not an error)."""
         if self._progress is not None:
-            self._progress.stop()
+            try:
+                self._progress.stop()
+            except (BrokenPipeError, ValueError):
+                self._lost_reader()
             self._progress = None
