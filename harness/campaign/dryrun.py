@@ -156,12 +156,13 @@ def repro_script(cell_name: str, spec: LaunchSpec, cdir: Path | None = None) -> 
     lines = ["#!/bin/bash",
              f"# repro of {cell_name}: the argv, environment and working directory epcap ran "
              "it with; secrets are read from your environment.",
-             "# usage: repro.sh [OUT_DIR]   (default: a new directory beside this script); "
+             "# usage: repro.sh [OUT_DIR]   (default: a new directory <this script's folder>"
+             ".repro.XXXXXX beside it); "
              "exit status: the first failing rank's.",
              "set -uo pipefail",
              'here=$(cd "$(dirname "$0")" && pwd)',
              f'{OUT_VAR}="${{1:-}}"',
-             f'if [ -z "${OUT_VAR}" ]; then {OUT_VAR}=$(mktemp -d "$here/repro.XXXXXX") || exit 1; '
+             f'if [ -z "${OUT_VAR}" ]; then {OUT_VAR}=$(mktemp -d "$here.repro.XXXXXX") || exit 1; '
              f'else mkdir -p -- "${OUT_VAR}" || exit 1; fi',
              f'{OUT_VAR}=$(cd "${OUT_VAR}" && pwd) || exit 1',
              f'echo "repro {cell_name}: writing into ${OUT_VAR}" >&2']

@@ -125,3 +125,14 @@ def test_selectors_restrict_the_plan(tmp_path, capsys):
     with pytest.raises(BadInput) as err:
         print_dry_run(rb, tmp_path / "reduced", "local", PlanFilter(models=("NOPE",)))
     assert err.value.field == "--model"
+
+
+def test_repro_writes_the_cells_paths_into_its_own_directory(tmp_path):
+    """A measure cell records its routing into the cell directory; its repro.sh points that
+    path into OUT_DIR (the old script wrote into a cell directory that did not exist and
+    exited 0 on the crash) and returns the ranks' status."""
+    dry(tmp_path, ROOT / "runbooks" / "local-cpu.yaml", "--until", "measure")
+    script = next(p for p in scripts(tmp_path, "local-cpu")
+                  if "__measure__" in str(p) and p.name == "repro.sh").read_text()
+    assert '"$OUT"/routing_trace.jsonl' in script and str(tmp_path) not in script
+    assert 'exit "$status"' in script and "set -e" not in script
