@@ -9,9 +9,9 @@ measure runs do not slow down alike; a class not yet run is predicted at its his
 level; a resumed invocation does not take the load of the one it resumes, nor the first
 run's one-time start-up, the fork server importing torch, as load). Otherwise, where the
 runbook has a cost model (harness.campaign.estimate: a calibrated per-run cost per kind of
-machine), a run is its prior times the median measured/prior ratio of the runs measured so
-far (its purpose class, else every class: the canaries replace the prior's scale as soon as
-they finish; 1 before any run). Without a cost model the estimator fits log(duration) = mu + B[backend] + M[model] + P[purpose] to the measured
+machine), a run is its prior times the median measured/prior ratio of the runs of its purpose
+measured so far, else of the nearest purpose measured (NEAREST: time <- validate <- measure
+<- canary; the canaries replace the prior's scale as soon as they finish; 1 before any run). Without a cost model the estimator fits log(duration) = mu + B[backend] + M[model] + P[purpose] to the measured
 durations (backfitting, shrunk toward 0), so a backend measured on one model and a model
 measured on another backend both inform an unseen pair. An unmeasured model gets its M from
 a log-linear fit of M against its size (MoE layers x hidden x top-k) over the models seen.
@@ -31,9 +31,16 @@ from harness.vocab import DURATION_CLASS
 
 SHRINK = 0.1            # pseudo-observations pulling each factor toward 0 (stability)
 DRIFT_RUNS = 64         # the newest own runs the drift (load now vs history) is taken from
+PRIOR_RUNS = 8          # the newest runs of a purpose its measured/prior ratio is taken from
 DRIFT_BOUNDS = (0.25, 4.0)
 ROUNDS = 12             # backfitting rounds
 DECAY = 0.9             # weight of a run per newer run: recent durations count more (drift)
+# An unmeasured purpose scales its prior by the nearest measured purpose's ratio: time and
+# validate runs make the same iterations without recording routing; a measure run records
+# it; a canary is one iteration, mostly process start, which load slows the most.
+NEAREST: dict[str, tuple[str, ...]] = {
+    "time": ("validate", "measure", "canary"), "validate": ("time", "measure", "canary"),
+    "measure": ("validate", "time", "canary"), "canary": ("measure", "validate", "time")}
 
 
 def model_size(model) -> float:
@@ -53,7 +60,7 @@ class EtaEstimator:
                  prior: Callable[[str, str, str], float | None] | None = None) -> None:
         self.sizes = sizes
         self.prior = prior              # (backend, model, purpose) -> prior seconds, or None
-        self.prior_ratios: dict[str, list[float]] = {}  # class -> measured / prior, newest last
+        self.prior_ratios: dict[str, list[float]] = {}  # purpose -> measured / prior, newest last
         self.iters = iters or {}        # purpose class -> iterations per run (prior for unseen)
         self.obs: list[tuple[str, str, str, float]] = []
         self._fit: tuple | None = None
@@ -93,16 +100,19 @@ class EtaEstimator:
         """Record measured / prior of one run (when there is a prior)."""
         prior = self.prior(backend, model, purpose) if self.prior is not None else None
         if prior:
-            self.prior_ratios.setdefault(purpose_class(purpose), []).append(seconds / prior)
+            self.prior_ratios.setdefault(str(purpose), []).append(seconds / prior)
 
     def prior_scale(self, purpose: str) -> float:
-        """Median measured / prior of the newest runs of `purpose`'s class, else of every
-        class, else 1 (bounded like the drift)."""
-        recent = self.prior_ratios.get(purpose_class(purpose)) or \
-            [r for rs in self.prior_ratios.values() for r in rs]
+        """Median measured / prior of the newest runs of `purpose`, else of the nearest
+        purpose measured (NEAREST), else 1 (bounded like the drift)."""
+        recent: list[float] = []
+        for key in (str(purpose), *NEAREST.get(str(purpose), ())):
+            recent = self.prior_ratios.get(key, [])
+            if recent:
+                break
         if not recent:
             return 1.0
-        return min(DRIFT_BOUNDS[1], max(DRIFT_BOUNDS[0], _median(recent[-DRIFT_RUNS:])))
+        return min(DRIFT_BOUNDS[1], max(DRIFT_BOUNDS[0], _median(recent[-PRIOR_RUNS:])))
 
     def source(self) -> str:
         """What the estimate of a run not in the history rests on, in words."""
