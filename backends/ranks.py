@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.api.backend import free_port
+from harness.api.backend import RANK_FIFOS_ENV, free_port
 
 CHILD_ENV = "EPCAP_REFERENCE_CHILD"     # set on ranks a standalone parent started
 GRACE_S = 10.0
@@ -96,7 +96,13 @@ def _child(run: Callable[[int, int], int], rank: int, ranks: int, port: int,
     code = 1
     try:
         os.environ.update(rank_vars(rank, ranks, port))
-        if log_dir:
+        fifos = os.environ.get(RANK_FIFOS_ENV)
+        if not log_dir and fifos:           # the launcher's own log for this rank
+            fd = os.open(Path(fifos) / f"rank{rank}.fifo", os.O_WRONLY)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            os.close(fd)
+        elif log_dir:
             Path(log_dir).mkdir(parents=True, exist_ok=True)
             fd = os.open(Path(log_dir) / f"rank{rank}.log",
                          os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -145,9 +151,13 @@ def exec_ranks(command: list[str], ranks: int, log_dir: str | None = None,
             env = dict(os.environ, **rank_vars(rank, ranks, port))
             env.setdefault("OMP_NUM_THREADS", "1")
             out = None
+            fifos = os.environ.get(RANK_FIFOS_ENV)
             if log_dir:
                 Path(log_dir).mkdir(parents=True, exist_ok=True)
                 out = open(Path(log_dir) / f"rank{rank}.log", "w", encoding="utf-8")  # noqa: SIM115
+                files.append(out)
+            elif fifos:                     # the launcher's own log for this rank
+                out = open(Path(fifos) / f"rank{rank}.fifo", "w", encoding="utf-8")  # noqa: SIM115
                 files.append(out)
             procs.append(subprocess.Popen(command, env=env, stdout=out,
                                           stderr=subprocess.STDOUT if out else None))

@@ -147,8 +147,11 @@ def main() -> None:
 @click.option("--retry", metavar="CLASS[,CLASS...]",
               help="Re-run finished cells that failed with these classes (e.g. crash,timeout) "
                    "as new attempts.")
+@click.option("--history", "history", multiple=True, type=click.Path(file_okay=False),
+              metavar="DIR", help="Also learn run times from the campaigns under this results "
+                                  "root (repeatable); the ETA and the dry run's estimate.")
 def run(runbook, results, launcher, dry_run, no_test_only, fresh, stages, until, models,
-        backends, retry) -> None:
+        backends, retry, history) -> None:
     """Run a campaign: preflight, measure, select, validate, time, report.
 
     RUNBOOK defaults to runbooks/local-cpu.yaml. Running the same command again resumes;
@@ -168,7 +171,7 @@ def run(runbook, results, launcher, dry_run, no_test_only, fresh, stages, until,
     _call(checked_run, runbook=runbook, results=results, launcher=launcher,
           dry_run=dry_run, fresh=fresh, stages=tuple(stages), until=until,
           models=tuple(models), backends=tuple(backends), retry=retry,
-          test_only=not no_test_only)
+          test_only=not no_test_only, history=tuple(history))
 
 
 @main.command()

@@ -116,7 +116,8 @@ class ReferenceBackend(Backend):
         return LaunchSpec(argv=argv, env=env,
                           ntasks=req.shape.ep if launch == "per-rank" else 1, nodes=1,
                           gpus_per_node=int(self.options.gpus_per_node),
-                          cwd=str(REPO_ROOT))
+                          cwd=str(REPO_ROOT),
+                          ranks_per_task=1 if launch == "per-rank" else req.shape.ep)
 
     def check_planner(self, ep: int) -> None:
         """The planner options must be this personality's (checked before any launch)."""

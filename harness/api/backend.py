@@ -110,6 +110,15 @@ class LaunchSpec:
     nodes: int = 1
     gpus_per_node: int = 0
     cwd: str | None = None
+    # ranks one task starts itself (a worker given --ranks): the local launcher then gives
+    # each its own log (a FIFO per rank named in RANK_FIFOS_ENV; the task's own lines go to
+    # node<T>.log), so rank<R>.log holds rank R's lines only
+    ranks_per_task: int = 1
+
+
+# Where a task that starts its own ranks finds one FIFO per rank (`<dir>/rank<R>.fifo`, R the
+# global rank): each rank writes its stdout and stderr there (backends/ranks.py).
+RANK_FIFOS_ENV = "EPCAP_RANK_FIFOS"
 
 
 @dataclass(frozen=True)

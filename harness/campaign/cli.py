@@ -15,7 +15,7 @@ from pathlib import Path
 from harness.api.launcher import Launcher
 from harness.campaign import store
 from harness.campaign.driver import Campaign, Replay
-from harness.campaign.dryrun import PlanFilter, print_dry_run
+from harness.campaign.dryrun import PlanFilter, estimate_band, estimate_source, print_dry_run
 from harness.campaign.preflight import (
     check_backend_commands,
     check_container_mounts,
@@ -55,6 +55,7 @@ from harness.runbook.model import Runbook
 from harness.vocab import FAILURE_CLASSES, Stage, StageMode, Status
 
 DEFAULT_RUNBOOK = "runbooks/local-cpu.yaml"
+DRIVER_LOG = "driver.log"       # the driver's lines once its stdout's reader is gone
 
 
 class Interrupted(Exception):
@@ -106,9 +107,15 @@ def cli_run(runbook: str | None = None, results: str | None = None,
             launcher: str | None = None, dry_run: bool = False, fresh: bool = False,
             stages: tuple[str, ...] = (), until: str | None = None,
             models: tuple[str, ...] = (), backends: tuple[str, ...] = (),
-            retry: str | None = None, test_only: bool = True) -> int:
+            retry: str | None = None, test_only: bool = True,
+            history: tuple[str, ...] = ()) -> int:
     """`epcap run`: load and check the runbook, then run or resume the campaign
     (`test_only=False`: a dry run does not ask Slurm whether it accepts the jobs)."""
+    roots = tuple(Path(h) for h in history)
+    for h in roots:
+        if not h.is_dir():
+            raise BadInput("not a directory (a results root, or a campaign directory)",
+                           path=str(h), field="--history")
     rb = load_runbook(runbook or default_runbook())
     select = Selectors(tuple(models), tuple(backends), parse_retry(retry))
     check_selection(rb, select)
@@ -125,7 +132,8 @@ def cli_run(runbook: str | None = None, results: str | None = None,
     if dry_run:
         return print_dry_run(rb, store.choose_dir(root_dir, rb.campaign, fresh), launcher_name,
                              PlanFilter(stages=stages, until=until, models=select.models,
-                                        backends=select.backends), test_only=test_only)
+                                        backends=select.backends), roots,
+                             test_only=test_only)
     launch = make_launcher(launcher_name, rb)
     root = store.choose_dir(root_dir, rb.campaign, fresh)
     store.check_event_log(root, rb.campaign)
@@ -142,20 +150,21 @@ def cli_run(runbook: str | None = None, results: str | None = None,
         command_line = ["epcap", *sys.argv[1:]]
         old = _install_signals()
         try:
-            return run_campaign(rb, root, launch, stages, until, command_line, select)
+            return run_campaign(rb, root, launch, stages, until, command_line, select, roots)
         finally:
             _restore_signals(old)
 
 
 def run_campaign(rb: Runbook, root: Path, launch: Launcher, stages: tuple[str, ...],
                  until: str | None, command_line: list[str],
-                 select: Selectors | None = None) -> int:
+                 select: Selectors | None = None, history: tuple[Path, ...] = ()) -> int:
     """Create or resume `root` and drive the pipelines to the end (or the stop stage)."""
     select = select or Selectors()
     view = ProgressView()
+    view.fallback = root / DRIVER_LOG       # where lines go if stdout's reader leaves
     new = not (root / EVENTS_JSONL).exists()
     ctx = Context(rb, stages, until, select.models, select.backends)
-    camp = Campaign(rb, root, launch, ctx, view, command_line)
+    camp = Campaign(rb, root, launch, ctx, view, command_line, history)
     rev = None if new else store.revision(root, rb)     # BadInput before anything is written
     if not new and finished_already(camp, root, rev, select, view):
         return exit_status(root, view)
@@ -307,9 +316,7 @@ def drive(camp: Campaign, rb: Runbook, root: Path, view: ProgressView, new: bool
         rb, {b.name: camp.backend(b.name).implementation() for b in rb.backends}))
     left = camp.runs_left()
     word = "resuming" if not new else "starting"
-    basis = ("" if camp.first_eta is None else
-             " (from this campaign's runs)" if camp.done_runs else
-             " (from earlier campaigns of this work here)")
+    basis = "" if camp.first_eta is None else f" ({estimate_words(camp, left)})"
     view.line(f"epcap: {word} campaign {rb.campaign} in {root}: {camp.done_runs} "
               f"{'run' if camp.done_runs == 1 else 'runs'} done, {plural(len(left), 'run')} "
               f"left (at least), ETA {fmt_s(camp.first_eta)}{basis}")
@@ -324,8 +331,9 @@ def drive(camp: Campaign, rb: Runbook, root: Path, view: ProgressView, new: bool
     # the ETA error); campaign_done only once the report exists, so a crash in between
     # leaves a campaign that the next run finishes.
     last = camp.ctx.until or (camp.ctx.stages[-1] if camp.ctx.stages else Stage.TIME)
-    camp.log.write(StageDone(runs_done=camp.done_runs, runs_left=0, runs_complete=finished,
-                             stage=Stage.TIME if finished else last))
+    camp.log.write(StageDone(runs_done=camp.done_runs, runs_left=len(camp.runs_left()),
+                             runs_complete=finished, stage=Stage.TIME if finished else last,
+                             selection=bool(camp.ctx.deferred)))
     if camp.ctx.stage_mode(Stage.REPORT) == StageMode.RUN:
         build_report(root, view, camp.log)
     if finished:
@@ -355,6 +363,15 @@ def exit_status(root: Path, view: ProgressView) -> int:
     view.line(f"exit 1: {plural(len(failed), 'cell')} failed: {shown}{more} "
               "(`epcap run --retry CLASS` reruns them)")
     return 1
+
+
+def estimate_words(camp: Campaign, left: list[tuple[str, str, str, int]]) -> str:
+    """The banner's source and band of its ETA (the dry run's words, one estimator)."""
+    band = estimate_band(camp, left)
+    text = estimate_source(camp, left)
+    if band is None:
+        return text + "; no error band measured"
+    return f"{text}; band x{band[0]:g}..x{band[1]:g}"
 
 
 def build_report(root: Path, view: ProgressView, log: EventLog) -> None:
@@ -418,8 +435,10 @@ def state_words(doc: dict) -> str:
         return f"running (pid {doc['pid']} on {doc['host']} since {doc['since']})"
     if state == "interrupted":
         return f"interrupted ({doc['signal']} at {doc['when']})"
+    if state == "stopped_after" and doc.get("stopped_after") == "selection":
+        return "stopped after the --model/--backend selection (the other pairs are left)"
     if state == "stopped_after":
-        return f"stopped after {doc['stage']}" + (
+        return f"stopped after {doc.get('stopped_after') or doc['stage']}" + (
             f" ({doc['stopped']['status']} in {doc['stopped']['cell']})" if doc["stopped"] else "")
     return "done"
 

@@ -12,6 +12,7 @@ from harness.api.backend import Backend, LaunchSpec, RunRequest
 from harness.api.launcher import JobHandle, JobResult, Launcher
 from harness.api.registry import load_backend
 from harness.campaign import store
+from harness.campaign.estimate import CostModel
 from harness.campaign.progress import EtaEstimator, ProgressView, fmt_s, model_size
 from harness.errors import BadInput, CampaignStopped, EpcapError, Findings
 from harness.grid import capacity as cap
@@ -89,28 +90,33 @@ class Campaign:
     """Runs (or replays) the pipelines of one campaign directory."""
 
     def __init__(self, runbook: Runbook, root: Path, launcher: Launcher, ctx: Context,
-                 view: ProgressView, command_line: list[str]) -> None:
+                 view: ProgressView, command_line: list[str],
+                 history_roots: tuple[Path, ...] = (), writable: bool = True) -> None:
         self.rb = runbook
         self.root = root
         self.launcher = launcher
         self.ctx = ctx
         self.view = view
         self.command_line = command_line
-        self.log = EventLog(root / EVENTS_JSONL)
+        self.log = EventLog(root / EVENTS_JSONL) if writable else None  # dry run: reads only
         self.finished: dict[tuple, list[CellFinish]] = {}
         self.cursor: dict[tuple, int] = {}
         self.attempts: dict[tuple, int] = {}
+        self.cost = CostModel.of(runbook)       # the prior where no history teaches
         self.estimator = EtaEstimator({m.name: model_size(m) for m in runbook.models},
-                                      store.iterations_per_purpose(runbook))
+                                      store.iterations_per_purpose(runbook),
+                                      self.cost.prior if self.cost is not None else None)
         self.backends: dict[str, Backend] = {}
         self.provenance: dict[str, str] = {}
         self.active: list[Active] = []
         self.invocation: dict[str, str] = {}     # provenance lines of a partial re-run
         self.orphans: dict[tuple[str, str, str], Orphan] = {}
-        past = store.history(root, runbook)
+        past = store.history(root, runbook, history_roots)
         for backend, model, purpose, attempt, seconds in past.runs:   # older than our own
             self.estimator.add_history(backend, model, purpose, seconds, attempt)
-        self.startup_s = past.startup_s
+        self.past = past
+        self.startup_s = past.startup_s if past.runs or self.cost is None \
+            else self.cost.startup_s
         self.pace = past.pace
         self.first_eta: float | None = None      # this invocation's estimate at its start
         self._index_events(read_events(root / EVENTS_JSONL, strict=True))

@@ -3,7 +3,10 @@ this invocation would launch (`--stage`/`--until`, `--model`/`--backend` honoure
 command, capacity, budget, launch number and paths; each cell whose command is known gets
 its batch script (Slurm) and a `repro.sh` under `<results>/<campaign>.dry-run/` (the campaign
 directory itself is never touched); memory warnings per (model, backend) from the memory
-model (harness/loadmodel/memory.py); one closing summary (runs, GPU-hours, wall clock)."""
+model (harness/loadmodel/memory.py); one closing summary (runs, the time estimate with its
+source and error band, GPU-hours, the Slurm ceiling). The plan is what is left: a campaign
+directory that already holds runs is read (never written) and its standing runs replayed
+through the pipelines, exactly as a resume would, so a finished campaign plans 0 runs."""
 
 from __future__ import annotations
 
@@ -17,7 +20,10 @@ from pathlib import Path
 
 from harness.api.backend import LaunchSpec, RunRequest
 from harness.api.registry import CLUSTER_KIND, load_backend
-from harness.campaign.gpuhours import describe_estimate, hours_per_cell
+from harness.campaign import store
+from harness.campaign.driver import Campaign, Replay
+from harness.campaign.estimate import band_text, ceiling_hours
+from harness.campaign.progress import ProgressView, fmt_s
 from harness.errors import BadInput
 from harness.grid import capacity as cap
 from harness.health import probe_tools
@@ -25,10 +31,11 @@ from harness.io.atomic import current_umask, write_text_atomic
 from harness.io.redact import REDACTED, is_secret_env
 from harness.launch.container import unmounted
 from harness.launch.slurm import SlurmLauncher
-from harness.launch.slurm_script import HIDDEN_ARG, SCRIPT_NAME, hidden_values, script_argv
+from harness.launch.slurm_script import HIDDEN_ARG, SCRIPT_NAME, hidden_values
 from harness.loadmodel.memory import estimate_memory_bytes, format_size
+from harness.pipeline.decisions import Context, model_pipeline
 from harness.pipeline.stages import plan_cells, stage_mode, timed_arms
-from harness.results.layout import Cell, PlannedCell, cell_dir
+from harness.results.layout import EVENTS_JSONL, Cell, PlannedCell, cell_dir
 from harness.runbook.model import BackendConfig, Runbook
 from harness.vocab import CONTROL_SUFFIX, Purpose, StageMode
 
@@ -124,28 +131,69 @@ def memory_warnings(rb: Runbook, selection: PlanFilter) -> list[str]:
     return out
 
 
-def repro_script(cell_name: str, spec: LaunchSpec) -> str:
-    """A shell script that reruns one cell by hand: env with values (secrets come from the
-    caller's environment, never from this file), cwd, one process per task with the launcher's
-    rank variables, each into rank<R>.log."""
+OUT_VAR = "OUT"
+
+
+def out_words(text: str, cell_dirs: tuple[str, ...]) -> str:
+    """`text` as one shell word, every occurrence of the cell directory replaced by the
+    repro's output directory ("$OUT"), the rest quoted."""
+    for cdir in cell_dirs:
+        if cdir and cdir in text:
+            return f'"${OUT_VAR}"'.join(shlex.quote(p) if p else "" for p in text.split(cdir))
+    return shlex.quote(text)
+
+
+def repro_script(cell_name: str, spec: LaunchSpec, cdir: Path | None = None) -> str:
+    """A bash script that reruns one cell by hand, as the local launcher ran it: the same
+    argv, environment (secrets come from the caller's environment, never from this file) and
+    working directory, one process per task with the launcher's rank variables, each into
+    OUT_DIR/rank<R>.log; every path inside the cell directory becomes one inside OUT_DIR
+    (argument 1; default: a new directory beside this script), so it writes nowhere else. It
+    exits with the first failing rank's status (0 when every rank exits 0) and needs no
+    harness installed (only what the cell's own argv runs)."""
     q = shlex.quote
-    lines = ["#!/bin/bash", f"# repro of {cell_name} (epcap run --dry-run); secrets are "
-             "read from your environment", "set -euo pipefail"]
+    dirs = () if cdir is None else tuple(dict.fromkeys((str(Path(cdir).resolve()), str(cdir))))
+    n = int(spec.ntasks)
+    lines = ["#!/bin/bash",
+             f"# repro of {cell_name}: the argv, environment and working directory epcap ran "
+             "it with; secrets are read from your environment.",
+             "# usage: repro.sh [OUT_DIR]   (default: a new directory <this script's folder>"
+             ".repro.XXXXXX beside it); "
+             "exit status: the first failing rank's.",
+             "set -uo pipefail",
+             'here=$(cd "$(dirname "$0")" && pwd)',
+             f'{OUT_VAR}="${{1:-}}"',
+             f'if [ -z "${OUT_VAR}" ]; then {OUT_VAR}=$(mktemp -d "$here.repro.XXXXXX") || exit 1; '
+             f'else mkdir -p -- "${OUT_VAR}" || exit 1; fi',
+             f'{OUT_VAR}=$(cd "${OUT_VAR}" && pwd) || exit 1',
+             f'echo "repro {cell_name}: writing into ${OUT_VAR}" >&2']
     for key, value in sorted(spec.env.items()):
         if is_secret_env(key):
             lines.append(f': "${{{key}:?set {key} in your environment ({REDACTED} here)}}"')
             lines.append(f"export {key}")
         else:
-            lines.append(f"export {key}={q(str(value))}")
-    for name in sorted(n for n in hidden_values(spec) if n.startswith(HIDDEN_ARG)):
+            lines.append(f"export {key}={out_words(str(value), dirs)}")
+    hidden = hidden_values(spec)
+    for name in sorted(h for h in hidden if h.startswith(HIDDEN_ARG)):
         lines.append(f': "${{{name}:?set {name} to the secret argument ({REDACTED} here)}}"')
+    argv = [f'"${{{HIDDEN_ARG}{i}}}"' if f"{HIDDEN_ARG}{i}" in hidden
+            else out_words(str(a), dirs) for i, a in enumerate(spec.argv)]
     if spec.cwd:
-        lines.append(f"cd {q(spec.cwd)}")
-    lines += [f"export WORLD_SIZE={int(spec.ntasks)} MASTER_ADDR=127.0.0.1 "
+        lines.append(f"cd {q(spec.cwd)} || exit 1")
+    lines += [f"export WORLD_SIZE={n} LOCAL_WORLD_SIZE={n} MASTER_ADDR=127.0.0.1 "
               "MASTER_PORT=\"${MASTER_PORT:-29500}\"",
-              f"for rank in $(seq 0 {int(spec.ntasks) - 1}); do",
-              "  RANK=$rank LOCAL_RANK=$rank " + " ".join(script_argv(spec))
-              + ' > "rank$rank.log" 2>&1 &', "done", "wait", ""]
+              "pids=()",
+              f"for rank in $(seq 0 {n - 1}); do",
+              "  RANK=$rank LOCAL_RANK=$rank " + " ".join(argv)
+              + f' > "${OUT_VAR}/rank$rank.log" 2>&1 &',
+              '  pids+=("$!")', "done",
+              "status=0",
+              'for pid in "${pids[@]}"; do',
+              '  wait "$pid"; rc=$?',
+              '  if [ "$status" = 0 ] && [ "$rc" != 0 ]; then status=$rc; fi',
+              "done",
+              f'echo "repro {cell_name}: exit $status" >&2',
+              'exit "$status"', ""]
     return "\n".join(lines)
 
 
@@ -167,32 +215,77 @@ def write_plan(out_dir: Path, scripts: dict[str, dict[str, str]]) -> None:
         raise
 
 
-def print_dry_run(rb: Runbook, root: Path, launcher_name: str,
-                  selection: PlanFilter | None = None, test_only: bool = True) -> int:
-    """Print the plan and write its scripts; with Slurm, `sbatch --test-only` once per
-    resource shape (SubmitRefused, exit 2, on a refusal) unless `test_only` is False;
-    returns the exit code (0)."""
-    sel = selection or PlanFilter()
-    sel.check(rb)
+def standing_plan(rb: Runbook, root: Path, sel: PlanFilter,
+                  history_roots: tuple[Path, ...] = ()) -> Campaign:
+    """The campaign as a resume would find it, read only: its standing runs (a result-bearing
+    runbook edit's invalidations applied in memory) replayed through the pipelines up to the
+    first run each needs, so `runs_left()` is what is left and `eta()` its estimate."""
+    ctx = Context(rb, sel.stages, sel.until, sel.models, sel.backends)
+    camp = Campaign(rb, root, None, ctx, ProgressView(enabled=False), [], history_roots,
+                    writable=False)
+    if not (root / EVENTS_JSONL).is_file():
+        return camp
+    rev = store.revision(root, rb)
+    if rev is not None and rev[1]:
+        gone = set(store.affected_cells(camp.finished, rev[1]))
+        for key, runs in list(camp.finished.items()):
+            camp.finished[key] = [ev for ev in runs if ev.cell not in gone]
+    waiting: dict = {}
+    try:
+        for model in rb.models:
+            camp.advance(model_pipeline(ctx, model.name), None, waiting, first=True)
+    except Replay as exc:
+        raise BadInput(str(exc), field="--stage") from exc
+    return camp
+
+
+def cells_left(rb: Runbook, sel: PlanFilter, left: list[tuple[str, str, str, int]]
+               ) -> tuple[list[tuple[PlannedCell, int]], list[PlannedCell], dict]:
+    """(planned cell, its attempt number) of the runs left, in stage-table order; the full
+    plan; each stage's mode."""
     planned = plan_cells(rb)
     modes = {p.stage: stage_mode(p.stage, sel.stages, sel.until) for p in planned}
-    cells = [p for p in planned if modes[p.stage] == StageMode.RUN and sel.picks(p)]
+    todo: dict[tuple[str, str, str], list[int]] = {}
+    for backend, model, purpose, attempt in left:
+        todo.setdefault((model, backend, purpose), []).append(attempt)
+    cells = []
+    for p in planned:
+        queue = todo.get((p.model, p.backend, p.purpose))
+        if modes[p.stage] == StageMode.RUN and sel.picks(p) and queue:
+            cells.append((p, queue.pop(0)))
+    return cells, planned, modes
+
+
+def print_dry_run(rb: Runbook, root: Path, launcher_name: str,
+                  selection: PlanFilter | None = None,
+                  history_roots: tuple[Path, ...] = (), test_only: bool = True) -> int:
+    """Print the plan of what is left and write its scripts; with Slurm, `sbatch --test-only`
+    once per resource shape (SubmitRefused, exit 2, on a refusal) unless `test_only` is
+    False; returns the exit code (0)."""
+    sel = selection or PlanFilter()
+    sel.check(rb)
+    camp = standing_plan(rb, root, sel, history_roots)
+    left = camp.runs_left()
+    cells, planned, modes = cells_left(rb, sel, left)
     out_dir = dry_run_dir(root)
     print(f"campaign {rb.campaign}: runbook {rb.path}; results {root}; launcher {launcher_name}")
+    if camp.done_runs:
+        print(f"standing: {camp.done_runs} finished runs in {root} (replayed, not rerun)")
     print(f"shape: seq {rb.shape.seq} x micro_batch {rb.shape.micro_batch}, ep {rb.shape.ep}; "
           f"pad_multiple {rb.capacity.pad_multiple}; grid {rb.capacity.grid}")
     if rb.container.enabled:
         print(f"container: {rb.container.engine} {rb.container.image}")
     backends = {b.name: load_backend(b) for b in rb.backends}
     slurm = SlurmLauncher(rb) if launcher_name == "slurm" else None
-    attempts: Counter = Counter()
     launches = {arm: i for i, arm in enumerate(timed_arms(rb)[1])}
     scripts: dict[str, dict[str, str]] = {}
-    for number, p in enumerate(cells, 1):
+    nth: Counter = Counter()
+    for number, (p, attempt) in enumerate(cells, 1):
         key = (p.model, p.backend, p.purpose)
-        attempts[key] += 1
+        nth[key] += 1
         n = rb.shape.uniform_tokens(rb.model(p.model).topk)
-        launch = (f" launch {attempts[key]}/{rb.timing.launches}"
+        launch = (f" launch {nth[key] + camp.standing(camp.finished.get(key, []))}/"
+                  f"{rb.timing.launches}"
                   if p.purpose == Purpose.TIME and p.backend in launches else "")
         print(f"\n[{p.stage}] {p.model} {p.backend} {p.purpose}{launch}  (run {number} of "
               f"{len(cells)})")
@@ -204,7 +297,7 @@ def print_dry_run(rb: Runbook, root: Path, launcher_name: str,
                   "it launches")
             print(f"  cells: {root}/cells/{p.model}__{p.backend}__{p.purpose}__cap<TAG>__a<N>/")
             continue
-        cell = Cell(rb.campaign, p.model, p.backend, p.purpose, p.capacity, attempts[key])
+        cell = Cell(rb.campaign, p.model, p.backend, p.purpose, p.capacity, attempt)
         cdir = cell_dir(root, cell)
         budget = cap.budget_tokens(p.capacity, n)
         ok = cap.is_executable(p.capacity, n, rb.capacity.pad_multiple)
@@ -219,7 +312,7 @@ def print_dry_run(rb: Runbook, root: Path, launcher_name: str,
                                        for k, v in sorted(spec.env.items())))
         print(f"  logs: {cdir}/rank<R>.log (R = global rank); provenance: "
               f"{cdir}/provenance.txt")
-        files = {REPRO_NAME: repro_script(cell.name, spec)}
+        files = {REPRO_NAME: repro_script(cell.name, spec, cdir)}
         if slurm is not None:
             files["slurm.sbatch"] = slurm.script_text(cell.name, spec, cdir,
                                                       rb.limits.run_timeout_s)
@@ -232,32 +325,78 @@ def print_dry_run(rb: Runbook, root: Path, launcher_name: str,
     if slurm is not None and test_only:     # a bad partition, account or QOS stops here
         for line in slurm.test_only(sorted(out_dir.glob(f"cells/*/{SCRIPT_NAME}"))):
             print(line)
-    print_summary(rb, cells, planned, modes, sel, out_dir, launcher_name)
+    print_summary(rb, camp, [p for p, _ in cells], planned, modes, sel, out_dir, launcher_name)
     return 0
 
 
-def print_summary(rb: Runbook, cells: list[PlannedCell], planned: list[PlannedCell],
-                  modes: dict, sel: PlanFilter, out_dir: Path, launcher_name: str) -> None:
-    """The closing screen: runs by stage, GPU-hours, wall clock, warnings, where the scripts are."""
+def estimate_source(camp: Campaign, left: list[tuple[str, str, str, int]]) -> str:
+    """What the estimate of `left` rests on: the history of the same work, the cost model
+    (scaled by the runs measured), or a fit; with how many runs each."""
+    est = camp.estimator
+    from_history = sum(1 for run in left if est.history.get(run))
+    parts = []
+    if from_history:
+        where = ", ".join(camp.past.where) or "none"
+        parts.append(f"{from_history} from the history of {camp.past.campaigns} earlier "
+                     f"campaign(s) of the same work under {where}")
+    if len(left) > from_history:
+        what = est.source()
+        if camp.cost is not None and "cost model" in what:
+            what = f"{what}; {camp.cost.source()}"
+        parts.append(f"{len(left) - from_history} from the {what}")
+    return "; ".join(parts) or "nothing left"
+
+
+def estimate_band(camp: Campaign, left: list[tuple[str, str, str, int]]
+                  ) -> tuple[float, float] | None:
+    """actual / estimated range the estimate's source was measured to hold: the cost
+    model's for its kind (docs/campaign.md), the history's over its campaigns (their summed
+    run times), or None (not measured)."""
+    est = camp.estimator
+    if left and all(est.history.get(run) for run in left):
+        return camp.past.band
+    return camp.cost.band if camp.cost is not None else None
+
+
+def print_summary(rb: Runbook, camp: Campaign, cells: list[PlannedCell],
+                  planned: list[PlannedCell], modes: dict, sel: PlanFilter, out_dir: Path,
+                  launcher_name: str) -> None:
+    """The closing screen: runs by stage, the time estimate (source, band), GPU-hours, the
+    Slurm ceiling, warnings, where the scripts are."""
     by_stage = Counter(p.stage for p in cells)
     skipped = sorted({s for s, m in modes.items() if m != StageMode.RUN})
-    hours, basis = hours_per_cell(rb)
-    waves = math.ceil(len(cells) / max(1, rb.max_parallel_cells))
+    left = camp.runs_left()
     print("\n== summary ==")
     print(f"runs planned: {len(cells)} of {len(planned)} in the full plan ("
-          + ", ".join(f"{s} {n}" for s, n in by_stage.items()) + ")"
+          + (", ".join(f"{s} {n}" for s, n in by_stage.items()) or "nothing left") + ")"
+          + (f"; standing: {camp.done_runs}" if camp.done_runs else "")
           + (f"; not run now: {', '.join(skipped)}" if skipped else "")
           + ("; selectors: " + " ".join([*(f"--model {m}" for m in sel.models),
                                           *(f"--backend {b}" for b in sel.backends)])
              if sel.models or sel.backends else "")
           + " (re-measures and validation step-ups add runs)")
-    print(describe_estimate(rb, len(cells)))
-    print(f"wall clock: {len(cells) * hours:g} h serial ({len(cells)} runs x {hours:g} h, "
-          f"{basis}); {waves * hours:g} h at max_parallel_cells {rb.max_parallel_cells}")
-    print(timing_cost(rb, sum(1 for p in cells if p.purpose == Purpose.TIME)))
+    eta = camp.eta(left) if left else 0.0
+    if eta is not None and left:
+        eta += camp.startup_s
+    band = estimate_band(camp, left)
+    print(f"time estimate: {fmt_s(eta) if eta is not None else 'unknown'} wall for "
+          f"{len(left)} runs at max_parallel_cells {rb.max_parallel_cells}"
+          + band_text(eta, band, fmt_s) + f"; source: {estimate_source(camp, left)}")
+    gpus = rb.slurm.nodes * rb.slurm.gpus_per_node if launcher_name == "slurm" else 0
+    if gpus:
+        if eta is not None:
+            hours = eta * max(1, rb.max_parallel_cells) / 3600 * gpus
+            print(f"estimated GPU-hours: {hours:.2f} = time estimate x {rb.slurm.nodes} nodes x "
+                  f"{rb.slurm.gpus_per_node} GPUs" + band_text(hours, band, lambda h: f"{h:.2f}"))
+        ceiling = ceiling_hours(rb)
+        waves = math.ceil(len(cells) / max(1, rb.max_parallel_cells))
+        print(f"ceiling (slurm.time_limit, what Slurm lets a cell hold, not an estimate): "
+              f"{len(cells)} runs x {ceiling:g} h = {len(cells) * ceiling:g} h serial, "
+              f"{waves * ceiling:g} h at max_parallel_cells {rb.max_parallel_cells}; "
+              f"{len(cells) * ceiling * gpus:.2f} GPU-hours")
+    print(timing_cost(rb, [p for p in cells if p.purpose == Purpose.TIME]))
     warnings = memory_warnings(rb, sel)
-    gpus = rb.slurm.gpus_per_node if launcher_name == "slurm" else 0
-    if gpus and not probe_tools():
+    if launcher_name == "slurm" and rb.slurm.gpus_per_node and not probe_tools():
         warnings.append("this Python cannot probe GPUs (no nvidia-ml-py, no nvidia-smi): "
                         "a real run stops at preflight (`make cluster` installs the probe)")
     for line in warnings:
@@ -266,13 +405,13 @@ def print_summary(rb: Runbook, cells: list[PlannedCell], planned: list[PlannedCe
           + (", slurm.sbatch" if launcher_name == "slurm" else "") + ")")
 
 
-def timing_cost(rb: Runbook, timed_runs: int) -> str:
-    """What the launches and the A/A control cost over one launch per (model, backend)."""
+def timing_cost(rb: Runbook, timed: list[PlannedCell]) -> str:
+    """The timed runs planned, and how many of them the launches and the A/A control add
+    over one launch of each timed backend per model (never negative: counted over the
+    planned runs themselves)."""
     baseline, arms = timed_arms(rb)
-    once = len(rb.models) * sum(1 for b in rb.backends if b.time)
-    added = timed_runs - once
-    return (f"timing: {timed_runs} timed runs = {len(rb.models)} models x {len(arms)} arms "
-            f"({', '.join(arms) or 'none'}) x {rb.timing.launches} launches; baseline "
-            f"{baseline}, max_cv {rb.timing.max_cv:g}\n  the launches and the control add "
-            f"{added} runs over one launch per (model, backend): "
-            f"{describe_estimate(rb, added)}")
+    once = len({(p.model, p.backend.removesuffix(CONTROL_SUFFIX)) for p in timed})
+    return (f"timing: {len(timed)} timed runs planned (full plan: {len(rb.models)} models x "
+            f"{len(arms)} arms ({', '.join(arms) or 'none'}) x {rb.timing.launches} launches); "
+            f"baseline {baseline}, max_cv {rb.timing.max_cv:g}; the launches and the control "
+            f"add {len(timed) - once} of them over one launch per (model, backend)")

@@ -7,8 +7,11 @@ ratio of this invocation's own durations of that purpose class to their history 
 machine's load now, as that kind of run meets it: short timed launches and compute-heavy
 measure runs do not slow down alike; a class not yet run is predicted at its history's
 level; a resumed invocation does not take the load of the one it resumes, nor the first
-run's one-time start-up, the fork server importing torch, as load). Otherwise
-the estimator fits log(duration) = mu + B[backend] + M[model] + P[purpose] to the measured
+run's one-time start-up, the fork server importing torch, as load). Otherwise, where the
+runbook has a cost model (harness.campaign.estimate: a calibrated per-run cost per kind of
+machine), a run is its prior times the median measured/prior ratio of the runs of its purpose
+measured so far, else of the nearest purpose measured (NEAREST: time <- validate <- measure
+<- canary; the canaries replace the prior's scale as soon as they finish; 1 before any run). Without a cost model the estimator fits log(duration) = mu + B[backend] + M[model] + P[purpose] to the measured
 durations (backfitting, shrunk toward 0), so a backend measured on one model and a model
 measured on another backend both inform an unseen pair. An unmeasured model gets its M from
 a log-linear fit of M against its size (MoE layers x hidden x top-k) over the models seen.
@@ -17,18 +20,27 @@ a log-linear fit of M against its size (MoE layers x hidden x top-k) over the mo
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from harness.io.redact import redact_text
 from harness.vocab import DURATION_CLASS
 
 SHRINK = 0.1            # pseudo-observations pulling each factor toward 0 (stability)
 DRIFT_RUNS = 64         # the newest own runs the drift (load now vs history) is taken from
+PRIOR_RUNS = 8          # the newest runs of a purpose its measured/prior ratio is taken from
 DRIFT_BOUNDS = (0.25, 4.0)
 ROUNDS = 12             # backfitting rounds
 DECAY = 0.9             # weight of a run per newer run: recent durations count more (drift)
+# An unmeasured purpose scales its prior by the nearest measured purpose's ratio: time and
+# validate runs make the same iterations without recording routing; a measure run records
+# it; a canary is one iteration, mostly process start, which load slows the most.
+NEAREST: dict[str, tuple[str, ...]] = {
+    "time": ("validate", "measure", "canary"), "validate": ("time", "measure", "canary"),
+    "measure": ("validate", "time", "canary"), "canary": ("measure", "validate", "time")}
 
 
 def model_size(model) -> float:
@@ -44,8 +56,11 @@ def purpose_class(purpose: str) -> str:
 class EtaEstimator:
     """Predicts run durations from those measured so far (per backend, model size, purpose)."""
 
-    def __init__(self, sizes: dict[str, float], iters: dict[str, int] | None = None) -> None:
+    def __init__(self, sizes: dict[str, float], iters: dict[str, int] | None = None,
+                 prior: Callable[[str, str, str], float | None] | None = None) -> None:
         self.sizes = sizes
+        self.prior = prior              # (backend, model, purpose) -> prior seconds, or None
+        self.prior_ratios: dict[str, list[float]] = {}  # purpose -> measured / prior, newest last
         self.iters = iters or {}        # purpose class -> iterations per run (prior for unseen)
         self.obs: list[tuple[str, str, str, float]] = []
         self._fit: tuple | None = None
@@ -68,6 +83,8 @@ class EtaEstimator:
             past = self.history.get((backend, model, purpose, attempt))
             if past and not self._first:
                 self.ratios.setdefault(purpose_class(purpose), []).append(seconds / _median(past))
+            if not self._first:
+                self._prior_ratio(backend, model, purpose, seconds)
             self._first = False
             self._observe(backend, model, purpose, seconds)
 
@@ -76,7 +93,34 @@ class EtaEstimator:
         """Record one duration an earlier campaign measured for the same work (no drift)."""
         if seconds and seconds > 0:
             self.history.setdefault((backend, model, purpose, attempt), []).append(seconds)
+            self._prior_ratio(backend, model, purpose, seconds)
             self._observe(backend, model, purpose, seconds)
+
+    def _prior_ratio(self, backend: str, model: str, purpose: str, seconds: float) -> None:
+        """Record measured / prior of one run (when there is a prior)."""
+        prior = self.prior(backend, model, purpose) if self.prior is not None else None
+        if prior:
+            self.prior_ratios.setdefault(str(purpose), []).append(seconds / prior)
+
+    def prior_scale(self, purpose: str) -> float:
+        """Median measured / prior of the newest runs of `purpose`, else of the nearest
+        purpose measured (NEAREST), else 1 (bounded like the drift)."""
+        recent: list[float] = []
+        for key in (str(purpose), *NEAREST.get(str(purpose), ())):
+            recent = self.prior_ratios.get(key, [])
+            if recent:
+                break
+        if not recent:
+            return 1.0
+        return min(DRIFT_BOUNDS[1], max(DRIFT_BOUNDS[0], _median(recent[-PRIOR_RUNS:])))
+
+    def source(self) -> str:
+        """What the estimate of a run not in the history rests on, in words."""
+        n = sum(len(v) for v in self.prior_ratios.values())
+        if self.prior is not None:
+            return (f"cost model scaled by {n} measured run{'s' if n != 1 else ''}" if n
+                    else "cost model (no run measured yet)")
+        return f"fit of {len(self.obs)} measured runs" if self.obs else "no estimate"
 
     def _observe(self, backend: str, model: str, purpose: str, seconds: float) -> None:
         self.obs.append((backend, model, purpose_class(purpose), math.log(seconds)))
@@ -135,6 +179,9 @@ class EtaEstimator:
         past = self.history.get((backend, model, purpose, attempt))
         if past:
             return _median(past) * self.drift(purpose)
+        prior = self.prior(backend, model, purpose) if self.prior is not None else None
+        if prior:
+            return prior * self.prior_scale(purpose)
         if not self.obs:
             return None
         mu, (bfac, mfac, pfac), line = self._fitted()
@@ -194,6 +241,8 @@ class ProgressView:
 
     def __init__(self, stream=None, enabled: bool | None = None) -> None:
         self.stream = stream or sys.stdout
+        self.fallback: Path | None = None   # where lines go once stdout's reader is gone
+        self.lost = False
         tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.bars = tty if enabled is None else enabled
         self._progress = None
@@ -205,10 +254,44 @@ class ProgressView:
     def line(self, text: str) -> None:
         """One plain line (printed above the bars when they are shown), secrets redacted."""
         text = redact_text(text)
-        if self._progress is not None:
-            self._progress.console.print(text, highlight=False, markup=False)
-        else:
-            print(text, file=self.stream, flush=True)
+        if self.lost:
+            self._to_fallback(text)
+            return
+        try:
+            if self._progress is not None:
+                self._progress.console.print(text, highlight=False, markup=False)
+            else:
+                print(text, file=self.stream, flush=True)
+        except BrokenPipeError:
+            self._lost_reader()
+            self._to_fallback(text)
+        except ValueError:              # stdout closed by then: the same as a lost reader
+            self._to_fallback(text)
+
+    def _lost_reader(self) -> None:
+        """stdout's reader went away (`epcap run | head`): SIGPIPE is not a reason to stop.
+        Point stdout at /dev/null (so no later write or the exit flush fails), drop the bars,
+        and go on writing lines to the fallback log."""
+        self._progress = None
+        self.bars = False
+        self.lost = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):
+            pass
+        self._to_fallback(f"epcap: stdout's reader went away at {time.strftime('%H:%M:%S')}; "
+                          "the campaign goes on, its lines continue here")
+
+    def _to_fallback(self, text: str) -> None:
+        if self.fallback is None:
+            return
+        try:
+            with open(self.fallback, "a", encoding="utf-8") as fh:
+                fh.write(text + "\n")
+        except OSError:
+            pass
 
     def start(self, done: int, total: int) -> None:
         if not self.bars:
@@ -236,6 +319,10 @@ class ProgressView:
                               description=f"{stage}", eta=current)
 
     def stop(self) -> None:
+        """Take the bars down (a reader that left is not an error)."""
         if self._progress is not None:
-            self._progress.stop()
+            try:
+                self._progress.stop()
+            except (BrokenPipeError, ValueError):
+                self._lost_reader()
             self._progress = None

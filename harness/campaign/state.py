@@ -1,6 +1,10 @@
 """A campaign's state for `epcap status` (docs/spec.md, command line): running (pid, host,
 since), interrupted (signal, when), stopped_after a stage, or done; read from the lock and
-events.jsonl, never from a running driver. Also the campaigns under a results root."""
+events.jsonl, never from a running driver. Runs left, the stage and the ETA of a campaign no
+driver runs are the plan minus what stands: the frozen runbook's plan with the standing runs
+replayed (read only, as `epcap run --dry-run` and a resume see it), whatever selectors,
+stage limits, signal or kill ended the last invocation. Also the campaigns under a results
+root."""
 
 from __future__ import annotations
 
@@ -10,10 +14,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from harness.errors import BadInput
 from harness.io.lock import LOCK_NAME
+from harness.pipeline.stages import STAGE_OF_PURPOSE
 from harness.results.events import campaign_stats, read_events
-from harness.results.layout import EVENTS_JSONL
-from harness.vocab import Event
+from harness.results.layout import EVENTS_JSONL, RUNBOOK_YAML
+from harness.vocab import Event, Stage
 
 RUNNING, INTERRUPTED, STOPPED_AFTER, DONE = "running", "interrupted", "stopped_after", "done"
 _HOLDER_MAX = 4096
@@ -88,6 +94,9 @@ def campaign_state(root: Path, probe_lock: bool = True) -> dict[str, Any]:
     holder = lock_holder(root) if probe_lock else None
     if holder is not None:
         return {**doc, "state": RUNNING, **holder}
+    plan = plan_left(root)
+    if plan is not None:
+        doc.update(plan)
     run = tail[0] if tail and tail[0]["ev"] == Event.RUN_START else {}
     doc.update(pid=run.get("pid"), host=run.get("host") or None, since=utc(run.get("t")))
     end = next((e for e in reversed(tail) if e["ev"] in (
@@ -97,7 +106,8 @@ def campaign_state(root: Path, probe_lock: bool = True) -> dict[str, Any]:
         return {**doc, "state": INTERRUPTED, "signal": "unknown (the driver died)",
                 "when": utc(events[-1]["t"]) if events else None}
     if end["ev"] == Event.CAMPAIGN_DONE:
-        return {**doc, "state": DONE, "when": utc(end["t"]), "runs_left": 0, "eta_s": 0.0}
+        return {**doc, "state": DONE, "when": utc(end["t"]), "runs_left": 0, "eta_s": 0.0,
+                "stage": "done"}
     if end["ev"] == Event.CHECKPOINT:
         return {**doc, "state": INTERRUPTED, "signal": end.get("reason"),
                 "when": utc(end["t"])}
@@ -105,7 +115,29 @@ def campaign_state(root: Path, probe_lock: bool = True) -> dict[str, Any]:
         return {**doc, "state": STOPPED_AFTER, "stage": end.get("stage"),
                 "when": utc(end["t"]), "stopped": {k: end.get(k) for k in (
                     "cell", "status", "log", "line_no", "line")}}
-    return {**doc, "state": STOPPED_AFTER, "stage": end.get("stage"), "when": utc(end["t"])}
+    if end.get("selection"):
+        return {**doc, "state": STOPPED_AFTER, "stopped_after": "selection",
+                "when": utc(end["t"])}
+    return {**doc, "state": STOPPED_AFTER, "stopped_after": end.get("stage"),
+            "stage": doc["stage"] if plan is not None else end.get("stage"),
+            "when": utc(end["t"])}
+
+
+def plan_left(root: Path) -> dict[str, Any] | None:
+    """{runs_left, stage, eta_s} of the frozen runbook's plan minus the standing runs (None
+    when the frozen runbook cannot be read: the events' own figures stand)."""
+    from harness.campaign.dryrun import PlanFilter, standing_plan  # the dry run's replay
+    from harness.runbook.load import load_runbook
+    try:
+        rb = load_runbook(root / RUNBOOK_YAML)
+        camp = standing_plan(rb, root, PlanFilter())
+        left = camp.runs_left()
+    except (BadInput, OSError, ValueError, KeyError):
+        return None
+    stage = STAGE_OF_PURPOSE[left[0][2]].value if left else Stage.REPORT.value
+    eta = camp.eta(left) if left else 0.0
+    return {"runs_left": len(left), "stage": stage,
+            "eta_s": None if eta is None else round(eta, 3)}
 
 
 def campaigns_under(root: Path, depth: int = 2) -> list[Path]:

@@ -138,7 +138,7 @@ TIMING_PART = "timing"                # warmup, iterations, trials: the time cel
 # measures: the launches already run are kept (replayed in round order) and only missing
 # rounds run.
 NON_RESULT_FIELDS = frozenset({"path", "campaign", "limits", "launcher", "repositories",
-                               "paths", "slurm", "gpu_hours_per_cell", "max_parallel_cells",
+                               "paths", "slurm", "cell_wall_hours", "max_parallel_cells",
                                "models_path"})
 # (the runbook's `measure:` section is named after its purpose, hence the vocabulary word)
 RESULT_FIELDS = frozenset({"models", "shape", "backends", "capacity", Purpose.MEASURE.value,
@@ -273,20 +273,45 @@ class History:
     runs: tuple[tuple[str, str, str, int, float], ...] = ()  # backend, model, purpose, attempt, s
     startup_s: float = 0.0      # median run_start -> first submit of an invocation
     pace: float = 1.0           # median wall / summed run time between first submit and end
+    campaigns: int = 0          # how many earlier campaigns taught it
+    where: tuple[str, ...] = ()     # the results roots searched
+    totals: tuple[float, ...] = ()  # summed run seconds of each complete earlier campaign
+
+    @property
+    def band(self) -> tuple[float, float] | None:
+        """min and max of the complete campaigns' summed run times over their median: how
+        much the same work varied (None with fewer than two)."""
+        if len(self.totals) < 2:
+            return None
+        mid = _median(list(self.totals))
+        return round(min(self.totals) / mid, 2), round(max(self.totals) / mid, 2)
 
 
-def history(root: Path, rb: Runbook) -> History:
+def history_files(root: Path, roots: tuple[Path, ...] = ()) -> list[Path]:
+    """events.jsonl of the campaigns beside `root` and in each of `roots` (a results root, or
+    a campaign directory itself), oldest first, `root`'s own left out."""
+    found: dict[Path, Path] = {}
+    for base in (root.parent, *roots):
+        base = Path(base)
+        for path in [base / EVENTS_JSONL, *base.glob("*/" + EVENTS_JSONL)]:
+            if path.is_file() and path.parent.resolve() != root.resolve():
+                found[path.resolve()] = path
+    return sorted(found.values(), key=lambda p: p.stat().st_mtime)
+
+
+def history(root: Path, rb: Runbook, roots: tuple[Path, ...] = ()) -> History:
     """What earlier campaigns under the same results root measured for the same work: the
     (backend, model, purpose, attempt, seconds) of their finished runs whose model, backend
     and every global result-bearing part (shape, iterations, capacities, seeds) match this
     runbook's; each invocation's start-up seconds (run_start to its first submit) and pace
     (its wall time over its summed run time: the driver's own share between runs). The ETA's
-    prior before this campaign has run anything (docs/campaign.md: ETA)."""
+    prior before this campaign has run anything (docs/campaign.md: ETA). `roots`: more results
+    roots (`epcap run --history DIR`) searched like `root`'s own."""
     mine = result_fields(rb)
     same_globals = [k for k in mine if ":" not in k]
-    found = [p for p in sorted(root.parent.glob("*/" + EVENTS_JSONL),
-                               key=lambda p: p.stat().st_mtime)
-             if p.parent.resolve() != root.resolve()][-HISTORY_CAMPAIGNS:]
+    found = history_files(root, roots)[-HISTORY_CAMPAIGNS:]
+    campaigns = 0
+    totals: list[float] = []
     runs: list[tuple[str, str, str, int, float]] = []
     startup: list[float] = []
     paces: list[float] = []
@@ -299,6 +324,7 @@ def history(root: Path, rb: Runbook) -> History:
         theirs = start.get("result_fields") or {}
         if any(theirs.get(k) != mine[k] for k in same_globals):
             continue
+        before = len(runs)
         for e in events:
             if (e["ev"] == Event.CELL_FINISH and e.get("span_s")
                     and theirs.get(f"model:{e.get('model')}") == mine.get(f"model:{e.get('model')}")
@@ -318,7 +344,12 @@ def history(root: Path, rb: Runbook) -> History:
                 spans += float(e.get("span_s") or 0.0)
             elif e.get("runs_complete") and first is not None and spans > 0:
                 paces.append((e["t"] - first) / spans)
-    return History(tuple(runs), _median(startup), min(2.0, max(1.0, _median(paces) or 1.0)))
+        campaigns += len(runs) > before
+        if any(e.get("runs_complete") for e in events) and len(runs) > before:
+            totals.append(sum(r[4] for r in runs[before:]))
+    return History(tuple(runs), _median(startup), min(2.0, max(1.0, _median(paces) or 1.0)),
+                   campaigns, tuple(str(Path(r)) for r in (root.parent, *roots)),
+                   tuple(totals))
 
 
 def _median(values: list[float]) -> float:

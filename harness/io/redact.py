@@ -72,12 +72,24 @@ def has_secret_word(name: str) -> bool:
 # docs/spec.md#provenance: "any env var whose name contains TOKEN, KEY,
 # SECRET, PASSWORD" -- a substring rule, kept as the contract says for environment variables
 SPEC_ENV_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
+# The variables the harness itself sets for a run (backends/megatron/base.py env, the launchers'
+# marker): names it owns, whose values it wrote, so never secrets whatever words they hold
+# (EPCAP_BUDGET_TOKENS is a slot count). Exempt by exact name, never by prefix: a user's
+# EPCAP_HF_TOKEN and the hidden-argument variables (EPCAP_HIDDEN_ARG_<i>) stay secret.
+HARNESS_ENV: frozenset[str] = frozenset({
+    "EPCAP_CELL", "EPCAP_PURPOSE", "EPCAP_CAPACITY", "EPCAP_BUDGET_TOKENS",
+    "EPCAP_PAD_MULTIPLE", "EPCAP_TIMING", "EPCAP_TIMING_WARMUP", "EPCAP_TIMING_ITERS",
+    "EPCAP_TIMING_TRIALS", "EPCAP_CELL_DIR", "EPCAP_PREFORK", "EPCAP_REFERENCE_CHILD",
+    "EPCAP_RANK_FIFOS"})
 
 
 def is_secret_env(name: str) -> bool:
     """True for an environment variable whose value must never be written: its name contains
-    TOKEN, KEY, SECRET or PASSWORD (the contract's rule, substrings included: TOKENIZER_PATH,
-    EPCAP_BUDGET_TOKENS), or a word of it names a credential (is_secret_name: AUTH, ...)."""
+    TOKEN, KEY, SECRET or PASSWORD (the contract's rule, substrings included: TOKENIZER_PATH),
+    or a word of it names a credential (is_secret_name: AUTH, ...); never for a name the
+    harness owns (HARNESS_ENV: EPCAP_BUDGET_TOKENS)."""
+    if name in HARNESS_ENV:
+        return False
     upper = name.upper()
     return any(word in upper for word in SPEC_ENV_WORDS) or has_secret_word(name)
 

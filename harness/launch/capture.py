@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import sys
 from pathlib import Path
 from typing import BinaryIO
@@ -33,6 +34,7 @@ from harness.io.redact import redact_text, secret_values
 LABEL_RE = re.compile(rb"^\s*(\d+): ?")
 TORCHRUN_RANK_RE = re.compile(rb"^\[rank(\d+)\]:")
 MAX_RANK = 1 << 20                  # a label beyond this is not a rank (refused, sent to stdout)
+FIFO_TIMEOUT_S = 120.0              # a FIFO no rank opened by then: the capture gives up
 
 
 class Capture:
@@ -40,12 +42,13 @@ class Capture:
     reads log growth as progress)."""
 
     def __init__(self, cell_dir: Path, ranks_per_task: int, secrets: list[str],
-                 rank: int | None = None):
+                 rank: int | None = None, log: str | None = None):
         self.cell_dir, self.ranks_per_task, self.secrets = cell_dir, ranks_per_task, secrets
         self.rank = rank                # set: every line is this rank's (local launcher)
+        self.log = log if log is not None else (None if rank is None else f"rank{rank}.log")
         self.files: dict[str, BinaryIO] = {}
-        if rank is not None:            # a fresh log per attempt, present even when silent
-            self.files[f"rank{rank}.log"] = open(cell_dir / f"rank{rank}.log", "wb")  # noqa: SIM115
+        if self.log is not None:        # a fresh log per attempt, present even when silent
+            self.files[self.log] = open(cell_dir / self.log, "wb")  # noqa: SIM115
 
     def _write(self, name: str, data: bytes) -> None:
         handle = self.files.get(name)
@@ -61,8 +64,8 @@ class Capture:
     def line(self, raw: bytes, out: BinaryIO) -> None:
         """Route one line (with its newline, if it had one)."""
         line = self.redact(raw)
-        if self.rank is not None:
-            self._write(f"rank{self.rank}.log", line)
+        if self.log is not None:
+            self._write(self.log, line)
             return
         label = LABEL_RE.match(line)
         if label is None or int(label.group(1)) > MAX_RANK:
@@ -85,9 +88,9 @@ class Capture:
 
 
 def run(cell_dir: Path, ranks_per_task: int, source: BinaryIO, out: BinaryIO,
-        rank: int | None = None) -> int:
+        rank: int | None = None, log: str | None = None) -> int:
     """Copy `source` into the cell's logs line by line until EOF."""
-    cap = Capture(cell_dir, ranks_per_task, secret_values(), rank)
+    cap = Capture(cell_dir, ranks_per_task, secret_values(), rank, log)
     try:
         for raw in source:
             cap.line(raw, out)
@@ -102,19 +105,47 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("cell_dir", type=Path)
     parser.add_argument("--ranks-per-task", type=int, default=1)
     parser.add_argument("--rank", type=int, default=None, help="every line is this rank's")
+    parser.add_argument("--log", default=None,
+                        help="every line goes to this file of the cell (node0.log)")
     parser.add_argument("--fifo", type=Path, default=None,
                         help="read this FIFO (removed once open) instead of stdin")
+    parser.add_argument("--fifo-timeout", type=float, default=FIFO_TIMEOUT_S,
+                        help="give up (exit 1) when no writer opens the FIFO within this")
     args = parser.parse_args(argv)
     if args.fifo is None:
         return run(args.cell_dir, max(1, args.ranks_per_task), sys.stdin.buffer,
-                   sys.stdout.buffer, args.rank)
-    with open(args.fifo, "rb") as source:       # blocks until the rank opens it for writing
+                   sys.stdout.buffer, args.rank, args.log)
+    source = open_fifo(args.fifo, args.fifo_timeout)
+    if source is None:
+        return 1
+    with source:
         args.fifo.unlink(missing_ok=True)
         try:
             os.rmdir(args.fifo.parent)
         except OSError:
             pass
-        return run(args.cell_dir, 1, source, sys.stdout.buffer, args.rank)
+        return run(args.cell_dir, 1, source, sys.stdout.buffer, args.rank, args.log)
+
+
+def open_fifo(path: Path, timeout_s: float) -> BinaryIO | None:
+    """The FIFO opened for reading once its writer opens it, or None (and the FIFO removed)
+    when none does within `timeout_s`: a capture never outlives a rank that never started."""
+    def give_up(_signum, _frame):
+        raise TimeoutError
+    old = signal.signal(signal.SIGALRM, give_up)
+    signal.setitimer(signal.ITIMER_REAL, max(0.01, timeout_s))
+    try:
+        return open(path, "rb")  # noqa: SIM115 -- blocks until the writer opens it
+    except (TimeoutError, OSError):
+        path.unlink(missing_ok=True)
+        try:
+            os.rmdir(path.parent)
+        except OSError:
+            pass
+        return None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 if __name__ == "__main__":

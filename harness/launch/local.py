@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.api.backend import LaunchSpec, free_port
+from harness.api.backend import RANK_FIFOS_ENV, LaunchSpec, free_port
 from harness.api.launcher import JobHandle, JobResult, Launcher
 from harness.launch.forkserver import ForkServer, uses_forkserver
 from harness.vocab import LauncherState
@@ -151,32 +151,61 @@ class LocalLauncher(Launcher):
         cell_dir = Path(cell_dir)
         cell_dir.mkdir(parents=True, exist_ok=True)
         port = free_port()
-        procs, logs, captures = [], [], []
-        for rank in range(spec.ntasks):
-            env = {**os.environ, **spec.env, "RANK": str(rank), "LOCAL_RANK": str(rank),
-                   "WORLD_SIZE": str(spec.ntasks), "LOCAL_WORLD_SIZE": str(spec.ntasks),
-                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                   MARKER_ENV: str(cell_dir.resolve())}
-            log = cell_dir / f"rank{rank}.log"
-            preload = uses_forkserver(spec.argv, env)
-            if preload:
-                fifo = Path(tempfile.mkdtemp(prefix="epcap-rank-")) / "out.fifo"
-                os.mkfifo(fifo, 0o600)
-                captures.append(start_capture(cell_dir, rank, spec.env, fifo=fifo))
-                procs.append(self._server(preload).start(spec.argv, env, spec.cwd, str(fifo)))
-            else:
-                cap = start_capture(cell_dir, rank, spec.env)
-                captures.append(cap)
-                procs.append(subprocess.Popen(
-                    spec.argv, env=env, cwd=spec.cwd, stdin=subprocess.DEVNULL,
-                    stdout=cap.stdin, stderr=subprocess.STDOUT, start_new_session=True))
-                cap.stdin.close()
-            logs.append(log)
+        procs: list = []
+        logs: list[Path] = []
+        captures: list[subprocess.Popen] = []
+        try:
+            for task in range(spec.ntasks):
+                self._start_task(spec, task, cell_dir, port, timeout_s, procs, logs, captures)
+        except BaseException:           # nothing of a half-started cell outlives it
+            kill_groups([p.pid for p in procs])
+            for cap in captures:
+                cap.kill()
+                cap.wait()
+            raise
         pids = [p.pid for p in procs]
         self._jobs[str(pids[0])] = _Job(procs, logs, timeout_s, captures)
         return JobHandle(cell_name=cell_name, cell_dir=cell_dir, job_id=str(pids[0]),
                          extra={"pids": pids, "pgids": pids, "port": port,
                                 "marker": str(cell_dir.resolve())})
+
+    def _start_task(self, spec: LaunchSpec, task: int, cell_dir: Path, port: int,
+                    timeout_s: float, procs: list, logs: list[Path],
+                    captures: list[subprocess.Popen]) -> None:
+        """Start one task and its capture(s): one capture per rank; a task that starts its
+        own ranks (spec.ranks_per_task > 1) gets one FIFO per rank and its own lines go to
+        node<T>.log."""
+        env = {**os.environ, **spec.env, "RANK": str(task), "LOCAL_RANK": str(task),
+               "WORLD_SIZE": str(spec.ntasks), "LOCAL_WORLD_SIZE": str(spec.ntasks),
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               MARKER_ENV: str(cell_dir.resolve())}
+        per_task = max(1, int(spec.ranks_per_task))
+        log_name = f"rank{task}.log"
+        if per_task > 1:
+            fifo_dir = Path(tempfile.mkdtemp(prefix="epcap-ranks-"))
+            env[RANK_FIFOS_ENV] = str(fifo_dir)
+            for rank in range(task * per_task, (task + 1) * per_task):
+                fifo = fifo_dir / f"rank{rank}.fifo"
+                os.mkfifo(fifo, 0o600)
+                captures.append(start_capture(cell_dir, rank, spec.env, fifo=fifo,
+                                              fifo_timeout_s=timeout_s))
+                logs.append(cell_dir / f"rank{rank}.log")
+            log_name = f"node{task}.log"
+        logs.append(cell_dir / log_name)
+        preload = uses_forkserver(spec.argv, env)
+        if preload:
+            fifo = Path(tempfile.mkdtemp(prefix="epcap-rank-")) / "out.fifo"
+            os.mkfifo(fifo, 0o600)
+            captures.append(start_capture(cell_dir, task, spec.env, fifo=fifo,
+                                          fifo_timeout_s=timeout_s, log=log_name))
+            procs.append(self._server(preload).start(spec.argv, env, spec.cwd, str(fifo)))
+        else:
+            cap = start_capture(cell_dir, task, spec.env, log=log_name)
+            captures.append(cap)
+            procs.append(subprocess.Popen(
+                spec.argv, env=env, cwd=spec.cwd, stdin=subprocess.DEVNULL,
+                stdout=cap.stdin, stderr=subprocess.STDOUT, start_new_session=True))
+            cap.stdin.close()
 
     def poll(self, handle: JobHandle) -> JobResult | None:
         """None while running; else how the cell ended (completed/failed/timeout)."""
@@ -245,9 +274,11 @@ class LocalLauncher(Launcher):
 
 
 def start_capture(cell_dir: Path, rank: int, spec_env: dict[str, str],
-                  fifo: Path | None = None) -> subprocess.Popen:
-    """The rank's capture process (redacts, writes rank<R>.log); stdin is the rank's pipe
-    unless `fifo`. Without the cell marker in its environment (it is no rank of the cell)."""
+                  fifo: Path | None = None, fifo_timeout_s: float | None = None,
+                  log: str | None = None) -> subprocess.Popen:
+    """The rank's capture process (redacts, writes rank<R>.log, or `log`); stdin is the
+    rank's pipe unless `fifo` (given up after `fifo_timeout_s` when no rank opens it).
+    Without the cell marker in its environment (it is no rank of the cell)."""
     env = {k: v for k, v in {**os.environ, **spec_env}.items() if k != MARKER_ENV}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HARNESS_ROOT),
                                                       env.get("PYTHONPATH")]))
@@ -255,13 +286,28 @@ def start_capture(cell_dir: Path, rank: int, spec_env: dict[str, str],
             "--rank", str(rank)]
     if fifo is not None:
         argv += ["--fifo", str(fifo)]
-    return subprocess.Popen(argv, env=env, cwd=str(HARNESS_ROOT),
+        if fifo_timeout_s is not None:
+            argv += ["--fifo-timeout", f"{max(1.0, float(fifo_timeout_s)):g}"]
+    if log is not None:
+        argv += ["--log", log]
+    proc = subprocess.Popen(argv, env=env, cwd=str(HARNESS_ROOT),
                             stdin=subprocess.DEVNULL if fifo else subprocess.PIPE,
                             start_new_session=True)
+    proc.fifo = fifo            # type: ignore[attr-defined]  # drain() releases it
+    return proc
 
 
 def drain(captures: list[subprocess.Popen]) -> None:
-    """Wait for the captures to write their last lines (they end at their rank's EOF)."""
+    """Wait for the captures to write their last lines (they end at their rank's EOF). A
+    capture still waiting for a writer on its FIFO (its rank never started: the task failed
+    first) is released by opening and closing the FIFO's write end: it reads EOF and ends."""
+    for cap in captures:
+        fifo = getattr(cap, "fifo", None)
+        if fifo is not None and cap.poll() is None:
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass            # opened and removed by the capture, or no reader yet
     deadline = time.monotonic() + CAPTURE_WAIT_S
     for cap in captures:
         try:

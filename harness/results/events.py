@@ -158,6 +158,7 @@ class StageDone(EventRecord):
     runs_left: int = 0
     stage: str = ""
     runs_complete: bool = False      # every run is done; the report (then campaign_done) follows
+    selection: bool = False          # stopped because --model/--backend left pairs out
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ Every error names file, line and field (over harness.io.yamldoc); see docs/runbo
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 
 from harness.api.registry import (
@@ -57,12 +58,31 @@ from harness.runbook.zoo import read_zoo
 
 TOP_KEYS = ("campaign", "models_file", "models", "shape", "backends", "capacity", "measure",
             "validate", "timing", "limits", "launcher", "device_memory_gb", "seed",
-            "repositories", "paths", "slurm", "gpu_hours_per_cell", "max_parallel_cells",
+            "repositories", "paths", "slurm", "cell_wall_hours", "gpu_hours_per_cell",
+            "max_parallel_cells",
             "routing", "container")
 # `paths` keys some code reads (backends/megatron/base.py: megatron, data, tokenizer); any
 # other key is an error, so a path nothing reads cannot look configured.
 PATH_KEYS = ("megatron", "data", "tokenizer")
 REQUIRED_TOP = ("campaign", "models", "shape", "backends")
+
+
+DEPRECATED_HOURS_KEY = "gpu_hours_per_cell"   # held wall-clock hours: renamed cell_wall_hours
+
+
+def cell_wall_hours(doc: _Doc, data: dict) -> float | None:
+    """`cell_wall_hours` (the wall-clock hours one cell holds its allocation); the old key
+    `gpu_hours_per_cell`, which held the same wall-clock hours under a GPU-hours name, is
+    read as it with a deprecation line on stderr; both at once is an error."""
+    new, old = data.get("cell_wall_hours"), data.get(DEPRECATED_HOURS_KEY)
+    if new is not None and old is not None:
+        raise doc.error((DEPRECATED_HOURS_KEY,), "deprecated name of cell_wall_hours; give "
+                        "only cell_wall_hours")
+    if old is not None:
+        print(f"epcap: {doc.path}: {DEPRECATED_HOURS_KEY} is deprecated (it holds wall-clock "
+              "hours per cell, not GPU-hours): rename it cell_wall_hours", file=sys.stderr)
+        return _check_type(doc, old, float, (DEPRECATED_HOURS_KEY,))
+    return None if new is None else _check_type(doc, new, float, ("cell_wall_hours",))
 
 
 def _models(doc: _Doc, data: dict, base: Path) -> tuple[ModelSpec, ...]:
@@ -258,9 +278,7 @@ def load_runbook(path: str | Path) -> Runbook:
         mem = _check_type(doc, mem, float, ("device_memory_gb",))
         if mem <= 0:
             raise doc.error(("device_memory_gb",), "must be positive")
-    gph = data.get("gpu_hours_per_cell")
-    if gph is not None:
-        gph = _check_type(doc, gph, float, ("gpu_hours_per_cell",))
+    gph = cell_wall_hours(doc, data)
     slurm = _fields_from(doc, SlurmConfig, data.get("slurm"), ("slurm",))
     limits = _fields_from(doc, Limits, data.get("limits"), ("limits",))
     models = _models(doc, data, base)
@@ -280,7 +298,7 @@ def load_runbook(path: str | Path) -> Runbook:
         repositories=_paths_map(doc, data, "repositories", base, resolve=True),
         paths=_paths_map(doc, data, "paths", base, resolve=False),
         slurm=SlurmConfig(**slurm), container=_container(doc, data),
-        gpu_hours_per_cell=gph,
+        cell_wall_hours=gph,
         max_parallel_cells=_check_type(doc, data.get("max_parallel_cells", 1), int,
                                        ("max_parallel_cells",)))
     raw_validate = data.get("validate")

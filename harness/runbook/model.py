@@ -173,7 +173,7 @@ class Runbook:
     paths: dict[str, str] = field(default_factory=dict)           # cluster paths (megatron, data)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     container: ContainerConfig = field(default_factory=ContainerConfig)
-    gpu_hours_per_cell: float | None = None
+    cell_wall_hours: float | None = None    # wall hours one cell holds (uncalibrated kinds)
     max_parallel_cells: int = 1     # cells in flight at once (independent models)
     models_path: Path | None = None  # the model zoo file it read (frozen next to the results)
     validate_config: ValidateConfig | None = None   # `validate:`; None = the defaults

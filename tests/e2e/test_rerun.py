@@ -204,7 +204,7 @@ def _edit(rb, field, draw):
               "limits": lambda v: Limits(run_timeout_s=v.run_timeout_s + 5),
               "slurm": lambda v: SlurmConfig(partition="other", time_limit="01:00:00"),
               "launcher": lambda v: "slurm", "paths": lambda v: {"logs": "/elsewhere"},
-              "max_parallel_cells": lambda v: v + 1, "gpu_hours_per_cell": lambda v: 3.0,
+              "max_parallel_cells": lambda v: v + 1, "cell_wall_hours": lambda v: 3.0,
               "repositories": lambda v: {"epcap": Path("/x")},
               "campaign": lambda v: v + "x", "path": lambda v: Path("/other.yaml"),
               "models_path": lambda v: Path("/z.yaml"),

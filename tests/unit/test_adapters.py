@@ -24,7 +24,7 @@ import backends.megatron.base as megatron
 from backends.megatron.args import flag_values
 from harness.api.backend import RunRequest
 from harness.api.registry import load_backend
-from harness.campaign.gpuhours import describe_estimate, estimate_gpu_hours
+from harness.campaign.estimate import CostModel
 from harness.errors import BadInput
 from harness.grid.capacity import UnexecutableCapacity, check_executable
 from harness.launch.slurm_time import parse_time_limit
@@ -277,13 +277,18 @@ def test_unexecutable_capacity_is_refused_with_numbers():
     assert check_executable("1.03125", 65536, 128) == 67584               # boundary: 528 x 128
 
 
-def test_gpu_hours_estimate(runbook):
-    assert estimate_gpu_hours(runbook, 10) == pytest.approx(10 * 1 * 8 * 0.25)
-    assert estimate_gpu_hours(runbook, ["a", "b"]) == pytest.approx(4.0)
-    assert "20.00 = 10 cells x 1 nodes x 8 GPUs x 0.25 h" in describe_estimate(runbook, 10)
-    fallback = replace(runbook, gpu_hours_per_cell=None)
-    assert estimate_gpu_hours(fallback, 3) == pytest.approx(3 * 8 * 1.0)
-    assert "upper bound" in describe_estimate(fallback, 3)
+def test_cell_wall_hours_is_the_prior_of_an_uncalibrated_kind(runbook, tmp_path, capsys):
+    """A GPU runbook has no calibrated rate: its cost model is the runbook's cell_wall_hours
+    (said to be an estimate); the old gpu_hours_per_cell key is read with a deprecation."""
+    model = CostModel.of(runbook)
+    assert model is not None and model.band is None and "your estimate" in model.source()
+    assert model.prior("echo", runbook.models[0].name, "measure") == pytest.approx(0.25 * 3600)
+    assert CostModel.of(replace(runbook, cell_wall_hours=None)) is None
+    (tmp_path / "models.yaml").write_text((ROOT / "runbooks" / "models.yaml").read_text())
+    old = tmp_path / "old.yaml"
+    old.write_text(TIERB.read_text().replace("cell_wall_hours:", "gpu_hours_per_cell:"))
+    assert load_runbook(old).cell_wall_hours == 0.25
+    assert "gpu_hours_per_cell is deprecated" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("text,hours", [("01:00:00", 1.0), ("30", 0.5), ("90:00", 1.5),

@@ -39,7 +39,9 @@ def test_tierb_memory_warnings_name_exactly_the_pairs_over_the_device(tmp_path):
     assert warned == ["QWEN3_235B echo", "QWEN3_235B moonep", "QWEN3_235B ultraep"]
     assert "94 layers" in text and "> device 180.00 GiB" in text
     assert "== summary ==" in text and "runs planned: 67 of 67" in text
-    assert "134.00" in text and "wall clock: 16.75 h serial" in text
+    assert "estimated GPU-hours: 134.00" in text and "time estimate: 16 h 45 min" in text
+    assert "cell_wall_hours (your estimate, not a measurement)" in text
+    assert "ceiling (slurm.time_limit" in text and "67 runs x 1 h = 67 h serial" in text
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tierb-b200-gbs8.dry-run"]
 
 
@@ -125,3 +127,14 @@ def test_selectors_restrict_the_plan(tmp_path, capsys):
     with pytest.raises(BadInput) as err:
         print_dry_run(rb, tmp_path / "reduced", "local", PlanFilter(models=("NOPE",)))
     assert err.value.field == "--model"
+
+
+def test_repro_writes_the_cells_paths_into_its_own_directory(tmp_path):
+    """A measure cell records its routing into the cell directory; its repro.sh points that
+    path into OUT_DIR (the old script wrote into a cell directory that did not exist and
+    exited 0 on the crash) and returns the ranks' status."""
+    dry(tmp_path, ROOT / "runbooks" / "local-cpu.yaml", "--until", "measure")
+    script = next(p for p in scripts(tmp_path, "local-cpu")
+                  if "__measure__" in str(p) and p.name == "repro.sh").read_text()
+    assert '"$OUT"/routing_trace.jsonl' in script and str(tmp_path) not in script
+    assert 'exit "$status"' in script and "set -e" not in script

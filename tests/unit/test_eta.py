@@ -125,7 +125,8 @@ def test_history_of_the_same_work_gives_the_first_line_a_figure(tmp_path):
     camp_dir = root / "reduced"
     assert store.history(camp_dir, rb).runs == ()   # another shape: no history, no figure
     camp = Campaign(rb, camp_dir, LocalLauncher(), Context(rb, (), None), ProgressView(), [])
-    assert camp.eta(camp.runs_left()) is None
+    assert camp.estimator.history == {}             # the first line is the cost model's
+    assert camp.estimator.source() == "cost model (no run measured yet)"
     _neighbour(root, "reduced-2", rb, spans)
     past = store.history(camp_dir, rb)
     assert sorted(r[4] for r in past.runs) == sorted(spans.values()) and past.startup_s >= 0

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from harness.io.known_flags import NONSECRET_FLAGS
 from harness.io.redact import (
+    HARNESS_ENV,
     REDACTED,
     flag_key,
     is_secret_env,
@@ -111,7 +112,7 @@ def test_a_secret_named_switch_does_not_hide_the_next_flag():
 
 @settings(max_examples=200, deadline=None)
 @given(words=st.lists(PLAIN_WORD, max_size=3), value=st.integers(10**7, 10**12).map(str))
-@example(words=["epcap", "budget"], value="65536000")
+@example(words=["moe", "budget"], value="65536000")
 @example(words=["num"], value="12345678")
 def test_token_counts_are_not_secret_names_but_the_contract_holds_for_the_environment(words,
                                                                                       value):
@@ -120,6 +121,7 @@ def test_token_counts_are_not_secret_names_but_the_contract_holds_for_the_enviro
     (docs/spec.md#provenance: its value never appears), so a value set in the environment
     under such a name is scrubbed wherever it shows up."""
     name = "_".join([*words, "tokens"]).upper()
+    assume(name not in HARNESS_ENV)     # the harness's own names: tests/unit/test_harness_env_names.py
     assert not is_secret_name(name) and is_secret_env(name)
     line = f"{name}={value} --{flag_key(name)[2:]} {value}"
     assert redact_text(line, []) == line

@@ -1,0 +1,98 @@
+"""Capture processes never outlive their cell, and a local cell's rank<R>.log holds rank R's
+lines only (a task that starts its own ranks gives each rank its own FIFO and capture; the
+task's own lines go to node<T>.log)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.api.backend import LaunchSpec
+from harness.launch.local import LocalLauncher, drain, start_capture
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_capture_whose_rank_never_opens_its_fifo_gives_up(tmp_path):
+    fifo = tmp_path / "f" / "out.fifo"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+    t0 = time.monotonic()
+    cap = start_capture(tmp_path, 0, {}, fifo=fifo, fifo_timeout_s=1.0)
+    assert cap.wait(timeout=30) == 1
+    assert time.monotonic() - t0 < 30 and not fifo.exists()
+
+
+def test_drain_releases_a_capture_still_waiting_for_its_writer(tmp_path):
+    fifo = tmp_path / "f" / "out.fifo"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+    cap = start_capture(tmp_path, 3, {}, fifo=fifo, fifo_timeout_s=600)
+    deadline = time.monotonic() + 20       # until it waits in open()
+    while time.monotonic() < deadline and not _waits_on_fifo(cap.pid):
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    drain([cap])
+    assert cap.poll() == 0 and time.monotonic() - t0 < 5
+    assert (tmp_path / "rank3.log").read_bytes() == b""
+
+
+def _waits_on_fifo(pid: int) -> bool:
+    try:
+        return "fifo" in Path(f"/proc/{pid}/wchan").read_text() or \
+            any("out.fifo" in os.readlink(f"/proc/{pid}/fd/{fd}") for fd in
+                os.listdir(f"/proc/{pid}/fd")) or \
+            Path(f"/proc/{pid}/wchan").read_text() in ("pipe_wait", "wait_for_partner")
+    except OSError:
+        return False
+
+
+def test_a_task_that_fails_before_starting_its_ranks_leaves_no_capture(tmp_path):
+    """A task of 3 ranks exits 2 at once: its rank captures end with the cell."""
+    spec = LaunchSpec(argv=[sys.executable, "-c", "import sys; print('bad flag'); sys.exit(2)"],
+                      ranks_per_task=3)
+    launcher = LocalLauncher()
+    handle = launcher.submit("c", spec, tmp_path, timeout_s=600)
+    t0 = time.monotonic()
+    while (result := launcher.poll(handle)) is None:
+        time.sleep(0.05)
+    assert result.exit_code == 2 and time.monotonic() - t0 < 8
+    assert (tmp_path / "node0.log").read_text() == "bad flag\n"
+    assert all((tmp_path / f"rank{r}.log").read_text() == "" for r in range(3))
+    assert not _captures_of(tmp_path)
+
+
+def _captures_of(cell: Path) -> list[int]:
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [int(ln.split()[0]) for ln in out.splitlines()
+            if "harness.launch.capture" in ln and str(cell.resolve()) in ln]
+
+
+@pytest.mark.slow
+def test_each_rank_log_holds_one_rank(tmp_path):
+    """The reference worker started once with --ranks 2 (launch: single) forks its ranks:
+    each rank's lines land in its own rank<R>.log."""
+    from harness.api.backend import RunRequest
+    from harness.api.registry import load_backend
+    from harness.results.layout import Cell
+    from harness.runbook.load import load_runbook
+    rb = load_runbook(ROOT / "tests" / "reliability" / "fixtures" / "tiny.yaml")
+    cell = Cell(rb.campaign, "QWEN3_30B", "echo", "measure", "2.00", 1)
+    spec = load_backend(rb.backend("echo")).command(RunRequest.for_cell(rb, cell, tmp_path))
+    assert spec.ntasks == 1 and spec.ranks_per_task == 2
+    launcher = LocalLauncher()
+    handle = launcher.submit(cell.name, spec, tmp_path, timeout_s=120)
+    while (result := launcher.poll(handle)) is None:
+        time.sleep(0.1)
+    assert result.exit_code == 0
+    for rank in (0, 1):
+        ranks = set(re.findall(r"\[MOE_DROP_DEBUG\]\[dispatch\].* rank=(\d+)",
+                               (tmp_path / f"rank{rank}.log").read_text()))
+        assert ranks == {str(rank)}
+    assert not _captures_of(tmp_path)
