@@ -132,6 +132,7 @@ def cli_run(runbook: str | None = None, results: str | None = None,
     # same directory exits 2 naming this one's pid and host.
     with CampaignLock(root):
         store.check_event_log(root, rb.campaign)    # again, now that no one else writes
+        store.mark_campaign(root, rb.campaign)      # how the next run recognises it
         command_line = ["epcap", *sys.argv[1:]]
         old = _install_signals()
         try:

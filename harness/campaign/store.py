@@ -21,6 +21,13 @@ from typing import Any
 from harness.api.backend import LaunchSpec
 from harness.errors import BadInput
 from harness.io.atomic import write_text_atomic
+from harness.io.boundary.campaigns import (
+    MARKER,
+    campaign_record,
+    choose_campaign_dir,
+    records_under,
+    write_marker,
+)
 from harness.io.lock import LOCK_NAME
 from harness.io.redact import redact_obj, redact_text
 from harness.io.safeio import read_bytes
@@ -82,30 +89,22 @@ from harness.vocab import (
 )
 
 
-def campaign_dirs(root: Path, campaign: str) -> list[Path]:
-    """results/<campaign> and results/<campaign>-<N>, oldest first."""
-    out = []
-    base = root / campaign
-    if base.is_dir():
-        out.append((1, base))
-    for path in root.glob(f"{campaign}-*") if root.is_dir() else []:
-        suffix = path.name[len(campaign) + 1:]
-        if suffix.isdigit() and path.is_dir():
-            out.append((int(suffix), path))
-    return [p for _, p in sorted(out)]
-
-
 def choose_dir(root: Path, campaign: str, fresh: bool) -> Path:
-    """The newest campaign dir (resume) or a new one (--fresh, or none yet)."""
-    dirs = campaign_dirs(root, campaign)
-    if dirs and not fresh:
-        return dirs[-1]
-    if not dirs:
-        return root / campaign
-    n = 2
-    while (root / f"{campaign}-{n}").exists():
-        n += 1
-    return root / f"{campaign}-{n}"
+    """The newest directory of `campaign` under the results root (resume), or a new one
+    (--fresh, or none yet): recognised by the record epcap wrote, never by its name
+    (harness/io/boundary/campaigns.py)."""
+    return choose_campaign_dir(root, campaign, fresh, EVENTS_JSONL)[0]
+
+
+def mark_campaign(folder: Path, campaign: str) -> None:
+    """Write the campaign marker into a campaign directory that lacks it (a new one, or one
+    started before markers), numbered after the campaign's other directories beside it."""
+    own = campaign_record(folder, EVENTS_JSONL)
+    if own is not None and own.campaign == campaign and (folder / MARKER).is_file():
+        return
+    others = [r.seq for r in records_under(folder.parent, EVENTS_JSONL)[0]
+              if r.campaign == campaign and r.path != folder]
+    write_marker(folder, campaign, max(others, default=0) + 1)
 
 
 def zoo_path(rb: Runbook) -> Path | None:
@@ -279,9 +278,10 @@ def history(root: Path, rb: Runbook) -> History:
     prior before this campaign has run anything (docs/campaign.md: ETA)."""
     mine = result_fields(rb)
     same_globals = [k for k in mine if ":" not in k]
-    found = [p for p in sorted(root.parent.glob("*/" + EVENTS_JSONL),
-                               key=lambda p: p.stat().st_mtime)
-             if p.parent.resolve() != root.resolve()][-HISTORY_CAMPAIGNS:]
+    # the neighbours epcap recorded as campaigns (a stray folder, a dangling link: ignored)
+    found = [r.path / EVENTS_JSONL for r in sorted(
+        records_under(root.parent, EVENTS_JSONL)[0], key=lambda r: (r.started, r.path))
+        if r.path.resolve() != root.resolve()][-HISTORY_CAMPAIGNS:]
     runs: list[tuple[str, str, str, int, float]] = []
     startup: list[float] = []
     paces: list[float] = []
@@ -341,7 +341,7 @@ def check_event_log(root: Path, campaign: str) -> None:
     would rebuild the tables short and overwrite the cells' logs."""
     if (root / EVENTS_JSONL).exists() or not root.is_dir():
         return
-    held = sorted(p.name for p in root.iterdir() if p.name != LOCK_NAME)
+    held = sorted(p.name for p in root.iterdir() if p.name not in (LOCK_NAME, MARKER))
     if held:
         raise BadInput(f"holds results ({len(held)} entries) but no {EVENTS_JSONL}; epcap "
                        f"will not resume over them. Restore {EVENTS_JSONL} from a backup to "
