@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from harness.io.boundary.campaigns import campaign_record
 from harness.io.lock import LOCK_NAME
 from harness.results.events import campaign_stats, read_events
 from harness.results.layout import EVENTS_JSONL
@@ -109,7 +110,8 @@ def campaign_state(root: Path, probe_lock: bool = True) -> dict[str, Any]:
 
 
 def campaigns_under(root: Path, depth: int = 2) -> list[Path]:
-    """Campaign directories (holding events.jsonl) at most `depth` levels under a results
+    """Campaign directories (harness/io/boundary/campaigns.py: a marker naming the
+    directory, or an event log opening with campaign_start) at most `depth` levels under a results
     root, sorted by path."""
     found: list[Path] = []
     level = [root]
@@ -120,7 +122,8 @@ def campaigns_under(root: Path, depth: int = 2) -> list[Path]:
                 children = sorted(p for p in d.iterdir() if p.is_dir() and not p.is_symlink())
             except OSError:
                 continue
-            for child in children:
-                (found if (child / EVENTS_JSONL).is_file() else nxt).append(child)
+            for child in children:          # recognised by the record epcap wrote there
+                recorded = campaign_record(child, EVENTS_JSONL) is not None
+                (found if recorded else nxt).append(child)
         level = nxt
     return sorted(found)

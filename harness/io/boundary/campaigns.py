@@ -83,6 +83,8 @@ def campaign_record(folder: Path, events_name: str) -> CampaignRecord | None:
     first = _first_event(folder, events_name)
     started = float(first["t"]) if first else 0.0
     marked = _marker(folder)
+    if marked is None and os.path.lexists(folder / MARKER):
+        return None                 # a copy (its marker names another directory), or damaged
     if marked is not None:
         campaign, seq = marked
     elif first is not None and first.get("ev") == "campaign_start" \

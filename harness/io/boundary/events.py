@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 
-from harness.io.bounds import TooManyDigits, parse_int
+from harness.io.bounds import parse_int
 
 MAX_EPOCH_S = 10**11              # seconds since 1970: year 5138; a label, never a duration
 MAX_SECONDS = 10**9               # a duration (wall_s, span_s, eta_s): some 31 years
@@ -55,11 +55,26 @@ def _pairs(pairs: list[tuple[str, object]]) -> dict:
     return out
 
 
-def _int(text: str) -> int:
+class _TooLong:
+    """Stands for an integer of over 30 digits (never converted), so its field is named."""
+
+
+_TOO_LONG = _TooLong()
+
+
+def _int(text: str) -> int | _TooLong:
     value = parse_int(text)
-    if value is None:
-        raise TooManyDigits("integer too long", text[:40], 0)
-    return value
+    return _TOO_LONG if value is None else value
+
+
+def _holds_too_long(value: object, depth: int = 0) -> bool:
+    if value is _TOO_LONG:
+        return True
+    if depth > 64:
+        return False
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) \
+        else ()
+    return any(_holds_too_long(v, depth + 1) for v in items)
 
 
 def decode_line(raw: bytes) -> tuple[dict | None, str | None, str | None]:
@@ -72,12 +87,13 @@ def decode_line(raw: bytes) -> tuple[dict | None, str | None, str | None]:
         record = json.loads(text, parse_int=_int, object_pairs_hook=_pairs)
     except DuplicateKey as exc:
         return None, exc.key[:40], "duplicate key"
-    except TooManyDigits:
-        return None, None, "an integer of over 30 digits"
     except (ValueError, RecursionError):
         return None, None, "not a JSON object"
     if not isinstance(record, dict):
         return None, None, "not a JSON object"
+    for key, value in record.items():
+        if _holds_too_long(value):
+            return None, key[:40], "an integer of over 30 digits"
     return record, None, None
 
 
