@@ -178,7 +178,7 @@ def recorded_options(traces) -> dict[str, dict]:
 
     try:
         header = routing_header(Path(traces[0]))
-    except (OSError, ValueError, UnicodeDecodeError):
+    except (BadInput, OSError, ValueError, UnicodeDecodeError):
         return {}
     if not isinstance(header, dict) or not header.get("planner_options"):
         return {}
