@@ -26,6 +26,7 @@ from harness.campaign.state import campaign_state, campaigns_under
 from harness.errors import BadInput, Findings, os_hint
 from harness.grid import capacity as cap
 from harness.health import probe
+from harness.io.atomic import sweep_temps
 from harness.io.boundary.campaigns import records_under
 from harness.io.lock import CampaignLock
 from harness.io.redact import redact_text
@@ -134,6 +135,7 @@ def cli_run(runbook: str | None = None, results: str | None = None,
     with CampaignLock(root):
         store.check_event_log(root, rb.campaign)    # again, now that no one else writes
         store.mark_campaign(root, rb.campaign)      # how the next run recognises it
+        sweep_temps(root)           # temp files of a rewrite killed mid-way (no writer now)
         command_line = ["epcap", *sys.argv[1:]]
         old = _install_signals()
         try:

@@ -253,6 +253,8 @@ class EventLog:
         try:
             os.write(fd, data)
             os.fsync(fd)
+        except OSError as exc:          # ENOSPC: name the file it could not write
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from None
         finally:
             os.close(fd)
         return record
@@ -406,13 +408,13 @@ def running_span(events: list[dict]) -> float:
     total, begin, last = 0.0, None, None
     for e in events:
         if e["ev"] == Event.RUN_START and begin is not None and last is not None:
-            total += last - begin
+            total += max(0.0, last - begin)
             begin = None
         if begin is None:
             begin = e["t"]
         last = e["t"]
     if begin is not None and last is not None:
-        total += last - begin
+        total += max(0.0, last - begin)         # a clock stepped back: never negative
     return round(total, 3)
 
 
