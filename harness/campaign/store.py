@@ -30,7 +30,7 @@ from harness.io.boundary.campaigns import (
 )
 from harness.io.lock import LOCK_NAME
 from harness.io.redact import redact_obj, redact_text
-from harness.io.safeio import read_bytes
+from harness.io.safeio import RUNBOOK_MAX_BYTES, read_bytes
 from harness.pipeline.decisions import Outcome
 from harness.pipeline.stages import plan_cells, timed_arms
 from harness.results.events import (
@@ -112,12 +112,18 @@ def zoo_path(rb: Runbook) -> Path | None:
     return rb.models_path
 
 
+def _runbook_bytes(path: Path) -> bytes:
+    """A runbook or models file again (the bounded reader: it may have been swapped for a
+    FIFO or a huge file since it was loaded)."""
+    return read_bytes(path, max_bytes=RUNBOOK_MAX_BYTES)
+
+
 def runbook_fingerprint(rb: Runbook) -> dict:
     """sha256 of the runbook file and its model zoo (bytes: what the provenance names)."""
-    out = {"runbook_sha256": hashlib.sha256(rb.path.read_bytes()).hexdigest()}
+    out = {"runbook_sha256": hashlib.sha256(_runbook_bytes(rb.path)).hexdigest()}
     zoo = zoo_path(rb)
     if zoo is not None and zoo.is_file():
-        out["models_sha256"] = hashlib.sha256(zoo.read_bytes()).hexdigest()
+        out["models_sha256"] = hashlib.sha256(_runbook_bytes(zoo)).hexdigest()
     return out
 
 
@@ -245,7 +251,8 @@ def revision(root: Path, rb: Runbook) -> tuple[dict, list[str]] | None:
 def freeze_runbook(root: Path, rb: Runbook) -> None:
     """runbook.yaml (and its zoo, when it sits next to it) copied as run, secrets redacted;
     a zoo whose file name holds a secret is not copied (the name would leak it)."""
-    write_text_atomic(root / RUNBOOK_YAML, redact_text(rb.path.read_text(encoding="utf-8")))
+    write_text_atomic(root / RUNBOOK_YAML, redact_text(_runbook_bytes(rb.path).decode(
+        "utf-8", "replace")))
     zoo = zoo_path(rb)
     if zoo is not None and zoo.is_file():
         rel = os.path.relpath(zoo, rb.path.parent)
@@ -254,7 +261,8 @@ def freeze_runbook(root: Path, rb: Runbook) -> None:
         target = (root / rel).resolve()
         if root.resolve() in target.parents:
             target.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(target, redact_text(zoo.read_text(encoding="utf-8")))
+            write_text_atomic(target, redact_text(_runbook_bytes(zoo).decode("utf-8",
+                                                                            "replace")))
 
 
 HISTORY_CAMPAIGNS = 20     # the newest campaign directories the ETA learns from

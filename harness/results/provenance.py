@@ -25,6 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from harness import __version__
+from harness.io.safeio import open_stream, read_bytes
 from harness.errors import BadInput
 from harness.io.boundary.tools import git_problem, run_tool
 from harness.io.atomic import write_text_atomic
@@ -264,7 +265,7 @@ def _env_facts(environ: dict[str, str]) -> dict[str, str]:
 def file_sha256(path: Path) -> str:
     """Hex sha256 of a file, streamed."""
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with open_stream(path) as handle:           # a regular file (never a FIFO)
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -335,14 +336,14 @@ def parse_provenance(text: str, path: str | None = None, strict: bool = False
 
 def read_provenance(path: Path | str, cap: int = READ_CAP_BYTES) -> dict[str, str]:
     """A provenance.txt as fields, leniently; reads at most `cap` bytes (untrusted)."""
-    with open(path, "rb") as handle:
+    with open_stream(path) as handle:           # a regular file (never a FIFO)
         data = handle.read(cap)
     return dict(parse_provenance(data.decode("utf-8", errors="replace")))
 
 
 def read_provenance_lines(path: Path | str) -> list[tuple[str, str]]:
     """One of our own provenance.txt files, strictly, as ordered (key, value) pairs."""
-    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    text = read_bytes(path, max_bytes=READ_CAP_BYTES).decode("utf-8", errors="replace")
     return parse_provenance(text, str(path), strict=True)
 
 
