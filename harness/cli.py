@@ -15,6 +15,14 @@ import click
 from harness import __version__
 from harness.api.registry import LAUNCHER_NAMES
 from harness.errors import BadInput, EpcapError, boundary_message
+from harness.io.boundary.streams import (
+    STDOUT,
+    check_stdout_open,
+    flush_stdout,
+    stdout_fails,
+    stream_error,
+    unnamed_os_error,
+)
 from harness.io.bounds import MAX_DECIMALS
 from harness.io.redact import looks_secret, redact_text
 from harness.vocab import DEFAULT_PAD_MULTIPLE, LauncherState, Stage
@@ -30,15 +38,24 @@ NO_ARGS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())    # click >= 
 def _call(body: Callable[..., int | None], /, **kwargs) -> None:
     """Run a command's body with kwargs; map its return and harness errors to exit codes."""
     try:
+        check_stdout_open()             # `>&-`: named, not a NoneType traceback
         code = body(**kwargs)
-        sys.stdout.flush()              # a closed pipe shows here, while it can be handled
+        flush_stdout()                  # a closed pipe or a full device shows here
     except BrokenPipeError:             # the reader left (`| head`): end silently
         _quiet_pipe()
         sys.exit(PIPE_EXIT)
     except EpcapError as exc:
         click.echo(f"epcap: error: {redact_text(str(exc))}", err=True)
+        if exc.path == STDOUT:
+            _quiet_pipe()               # the exit flush must not fail a second time
         sys.exit(exc.exit_code)
-    except (OSError, UnicodeError, RecursionError, OverflowError, MemoryError) as exc:
+    except OSError as exc:
+        message = boundary_message(exc) if exc.filename is not None else \
+            str(stream_error(exc)) if stdout_fails() else unnamed_os_error(exc)
+        click.echo(f"epcap: error: {redact_text(message)}", err=True)
+        _quiet_pipe()
+        sys.exit(2)
+    except (UnicodeError, RecursionError, OverflowError, MemoryError) as exc:
         click.echo(f"epcap: error: {redact_text(boundary_message(exc))}", err=True)
         sys.exit(2)
     sys.exit(code or 0)
@@ -59,7 +76,7 @@ def _quiet_pipe() -> None:
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):      # AttributeError: stdout is None
         pass
 
 

@@ -23,9 +23,10 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 from dataclasses import asdict, dataclass, field, replace
+
+from harness.io.boundary.tools import run_tool
 
 DEFAULT_MAX_USED_MIB = 1024
 PRE_CELL_FAIL_EXIT = 97         # batch scripts map this exit to "health probe failed"
@@ -74,6 +75,11 @@ class HealthReport:
 
 class NoGpu(Exception):
     """NVML, its driver or any device is missing: the machine is CPU-only for our purposes."""
+
+
+class GpuToolFailed(NoGpu):
+    """nvidia-smi is installed but failed (driver not loaded, no answer, unreadable output):
+    not a CPU-only machine, a broken one -- the probe is unhealthy, never ok."""
 
 
 def gpu_failures(gpu: GpuReading, max_used_mib: float) -> list[str]:
@@ -168,16 +174,12 @@ def _smi(args: list[str]) -> list[list[str]]:
     smi = shutil.which("nvidia-smi")
     if smi is None:
         raise NoGpu("nvidia-smi not on PATH")
-    try:
-        proc = subprocess.run([smi, *args, "--format=csv,noheader,nounits"], capture_output=True,
-                              text=True, timeout=SMI_TIMEOUT_S, stdin=subprocess.DEVNULL,
-                              check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise NoGpu(f"nvidia-smi did not answer: {exc}") from exc
-    if proc.returncode != 0:
-        raise NoGpu(f"nvidia-smi failed (exit {proc.returncode}): "
-                    f"{(proc.stderr or proc.stdout).strip()[:200]}")
-    return [[c.strip() for c in line.split(",")] for line in proc.stdout.splitlines()
+    done = run_tool([smi, *args, "--format=csv,noheader,nounits"], timeout_s=SMI_TIMEOUT_S)
+    if done.missing:
+        raise NoGpu(done.problem or "nvidia-smi could not start")
+    if not done.ok:                 # driver not loaded, no answer, non-UTF-8 output
+        raise GpuToolFailed(done.problem or "nvidia-smi failed")
+    return [[c.strip() for c in line.split(",")] for line in done.out.splitlines()
             if line.strip()]
 
 
@@ -242,6 +244,8 @@ def read_gpus(indices: list[int] | None = None) -> tuple[str, list[GpuReading], 
     except NoGpu as nvml_why:
         try:
             driver, gpus = read_smi(indices)
+        except GpuToolFailed as smi_why:
+            raise GpuToolFailed(f"{nvml_why}; {smi_why}") from None
         except NoGpu as smi_why:
             raise NoGpu(f"{nvml_why}; {smi_why}") from None
         return driver, gpus, "nvidia-smi"
@@ -252,6 +256,9 @@ def probe(max_used_mib: int = DEFAULT_MAX_USED_MIB, require_gpus: int = 0,
     """Read the GPUs (all, or `indices`) and judge them; `no-gpu` on a CPU-only machine."""
     try:
         driver, gpus, source = read_gpus(indices)
+    except GpuToolFailed as exc:    # installed and failing: never `ok`
+        return HealthReport(False, "unhealthy", [], [f"driver: {exc}"], None, str(exc),
+                            "nvidia-smi")
     except NoGpu as exc:
         report = evaluate(None, [], max_used_mib, require_gpus)
         report.reason = str(exc)

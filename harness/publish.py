@@ -202,6 +202,11 @@ def cli_publish(results_dir: str, repo: str, dry_run: bool = False,
     if why:
         return say_refused(why)
     prefix = target_prefix(root)
+    unreachable = "" if dry_run else hub_reachable()
+    if unreachable:
+        # the hub refused or did not answer: stop now, not after the client's retries
+        return say_refused([f"the hub cannot be reached ({redact_text(unreachable)}); nothing "
+                            "was uploaded: rerun when it answers"])
     existing, problem = existing_paths(repo)
     if existing is not None and any(p.startswith(prefix) for p in existing):
         return say_refused([f"hf://datasets/{repo}/{prefix} is already used"])
@@ -213,7 +218,8 @@ def cli_publish(results_dir: str, repo: str, dry_run: bool = False,
     try:
         url = upload(root, repo, prefix, files)
     except Exception as exc:  # noqa: BLE001 -- report the hub's error in one line
-        print(f"epcap publish: upload failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"epcap publish: upload failed: {type(exc).__name__}: {redact_text(str(exc))}",
+              file=sys.stderr)
         return 1
     print(f"uploaded {len(files)} files to hf://datasets/{repo}/{prefix} {url}")
     return 0

@@ -6,6 +6,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from harness.api.backend import Backend, LaunchSpec, NoOptions, OptionError, RunRequest
 from harness.errors import BadInput
@@ -28,6 +29,7 @@ LAUNCH_MODES = ("per-rank", "single", "forked")
 class ReferenceOptions(NoOptions):
     """Runbook `options:` of a reference backend (docs/reference-backend.md)."""
 
+    PATH_FIELDS: ClassVar[tuple[str, ...]] = ("trace", "record_trace")
     launch: str = "per-rank"            # per-rank: ep tasks; single: one task forks the ranks;
     #                                     forked: single, forked from the launcher's fork server
     device: str = "auto"                # auto | cpu | cuda

@@ -29,7 +29,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from harness.results.layout import Cell
 from harness.runbook.model import BackendConfig, ModelSpec, PhaseConfig, Runbook, Shape, SlurmConfig
@@ -74,6 +74,10 @@ class OptionError(ValueError):
 @dataclass(frozen=True)
 class NoOptions:
     """Options every backend accepts (its own OPTIONS dataclass adds more)."""
+
+    # option fields that hold local paths: a relative one resolves against the runbook's
+    # folder at load (harness/io/boundary/paths.py), not the checkout the backend runs in
+    PATH_FIELDS: ClassVar[tuple[str, ...]] = ()
 
     failure_patterns: dict = field(default_factory=dict)   # class -> extra regexes
     telemetry_tags: dict | None = None                      # override the telemetry tags

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from harness.audit.engine import NOT_PROVEN, AuditResult, UploadVerdict, audit_target
 from harness.audit.errata import parse_git_repos
+from harness.io.boundary.values import bounded_int
 from harness.results.tables import write_table_atomic
 from harness.vocab import DEFAULT_PAD_MULTIPLE
 
@@ -74,6 +75,7 @@ def cli_audit(target: str, errata: str | None = None, git_repos: tuple[str, ...]
               out: str | None = None, as_json: bool = False, strict: bool = False,
               pad_multiple: int = DEFAULT_PAD_MULTIPLE) -> int:
     """`epcap audit`: 0, or 1 under --strict when anything is INVALID or UNKNOWN."""
+    bounded_int(pad_multiple, "--pad-multiple", "pad_multiple")   # 10**23: refused, not looped on
     result = audit_target(target, Path(errata) if errata else None, parse_git_repos(git_repos),
                           pad_multiple=pad_multiple)
     if out:

@@ -17,7 +17,7 @@ from harness.audit.vocab import COMMIT_IMPOSSIBLE, PREDATES
 from harness.errors import BadInput
 from harness.io.safeio import RUNBOOK_MAX_BYTES, read_text
 from harness.io.yamldoc import Doc
-from harness.results.provenance import parse_repo_line, run_git
+from harness.results.provenance import git_why, parse_repo_line, run_git
 
 DEFAULT_ERRATA = Path(__file__).resolve().parents[2] / "provenance" / "errata.yaml"
 COMMIT_CHARS = "0123456789abcdefABCDEF"
@@ -207,9 +207,9 @@ def parse_git_repos(specs: tuple[str, ...] | list[str]) -> dict[str, Path]:
         name, sep, path = spec.partition("=")
         if not sep or not name.strip() or not path.strip():
             raise BadInput(f"expected NAME=PATH, got {spec!r}", field="--git-repo")
-        done = git(Path(path), "rev-parse", "--git-dir")
-        if done is None or done.returncode != 0:
-            raise BadInput(f"{path} is not a git checkout", field="--git-repo")
+        why = git_why(Path(path))           # git missing, dubious ownership, not a checkout
+        if why is not None:
+            raise BadInput(why, field="--git-repo")
         repos[name.strip()] = Path(path)
     return repos
 

@@ -8,7 +8,6 @@ covered by the nearest `provenance.txt` at or above its directory inside the upl
 from __future__ import annotations
 
 import hashlib
-import json
 import multiprocessing as mp
 import os
 import shutil
@@ -29,7 +28,9 @@ from harness.audit.readers import (
 )
 from harness.audit.rules.rederive import expected_shape
 from harness.audit.vocab import IGNORED_TAG, TABLES, ignored_name, is_ignored_row
-from harness.errors import EpcapError
+from harness.errors import BadInput, EpcapError
+from harness.io.boundary.events import decode_line
+from harness.io.safeio import open_stream
 from harness.io.yamldoc import Doc
 from harness.results.layout import CELL_JSON, EVENTS_JSONL, PROVENANCE_TXT, RUNBOOK_YAML
 from harness.runbook.load import load_runbook
@@ -204,9 +205,9 @@ def load_as_run(root: Path, folder: Path, upload: Upload) -> None:
 def recorded_models_sha(folder: Path) -> str | None:
     """models_sha256 of events.jsonl's first event (the zoo the campaign read), else None."""
     try:
-        with open(folder / EVENTS_JSONL, encoding="utf-8") as handle:
-            event = json.loads(handle.readline(1 << 16))
-    except (OSError, ValueError, UnicodeDecodeError):
+        with open_stream(folder / EVENTS_JSONL) as handle:     # a regular file only
+            event, _, _ = decode_line(handle.readline(1 << 16).rstrip(b"\n"))
+    except (BadInput, OSError):
         return None
     value = event.get("models_sha256") if isinstance(event, dict) else None
     return value if isinstance(value, str) else None

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from harness.audit.model import LogFacts, Row, Table
 from harness.errors import BadInput, EpcapError
+from harness.io.boundary.logs import LINE_MAX_BYTES, open_log
 from harness.io.yamldoc import Doc
 from harness.results import tables as results
 from harness.results.layout import RUNBOOK_YAML
@@ -247,13 +248,14 @@ def tagged_lines(paths: list[Path], tag: str) -> Iterator[str]:
     turning a few hundred MB of dispatch rows into Python strings."""
     needle = tag.encode()
     for path in paths:
-        with open(path, "rb") as handle:
+        with open_log(path) as handle:          # the one bounded, non-blocking log reader
             carry = b""
             while True:
                 data = handle.read(TAG_BLOCK_BYTES)
                 block = carry + data
                 cut = len(block) if not data else block.rfind(b"\n") + 1
                 carry, block = block[cut:], block[:cut]
+                carry = carry[:LINE_MAX_BYTES]      # a line with no end (a sparse file)
                 at = block.find(needle)
                 while at >= 0:
                     start = block.rfind(b"\n", 0, at) + 1

@@ -28,6 +28,8 @@ from harness.campaign.state import campaign_state, campaigns_under
 from harness.errors import BadInput, Findings, os_hint
 from harness.grid import capacity as cap
 from harness.health import probe
+from harness.io.atomic import sweep_temps
+from harness.io.boundary.campaigns import records_under
 from harness.io.lock import CampaignLock
 from harness.io.redact import redact_text
 from harness.launch import make_launcher
@@ -147,6 +149,8 @@ def cli_run(runbook: str | None = None, results: str | None = None,
     # same directory exits 2 naming this one's pid and host.
     with CampaignLock(root):
         store.check_event_log(root, rb.campaign)    # again, now that no one else writes
+        store.mark_campaign(root, rb.campaign)      # how the next run recognises it
+        sweep_temps(root)           # temp files of a rewrite killed mid-way (no writer now)
         command_line = ["epcap", *sys.argv[1:]]
         old = _install_signals()
         try:
@@ -414,17 +418,29 @@ def cli_status(results_dir: str, as_json: bool = False) -> int:
             print_state(doc)
         return 0
     found = campaigns_under(root) if root.is_dir() else []
+    ignored = ignored_under(root, found) if root.is_dir() else []
     if not found:
         raise BadInput(f"not a campaign directory (no {EVENTS_JSONL}) and no campaign "
-                       "directory under it", path=str(root))
+                       "directory under it" + (f" ({len(ignored)} other entries ignored)"
+                                               if ignored else ""), path=str(root))
     docs = [campaign_state(p) for p in found]
     if as_json:
-        print(json.dumps({"campaigns": docs}))
+        print(json.dumps({"campaigns": docs, "ignored": ignored}))
         return 0
     for doc in docs:
         left = "?" if doc["runs_left"] is None else doc["runs_left"]
         print(f"{doc['path']}: {state_words(doc)}; {doc['runs_done']} done, {left} left")
+    if ignored:
+        print(f"ignored (not a campaign epcap recorded): {', '.join(map(ascii, ignored))}")
     return 0
+
+
+def ignored_under(root: Path, campaigns: list[Path]) -> list[str]:
+    """Entries directly under a results root that are neither a campaign directory nor hold
+    one: a stray folder, a file, a backup copy (its record names another directory)."""
+    _, other = records_under(root, EVENTS_JSONL)
+    holding = {p.relative_to(root).parts[0] for p in campaigns if root in p.parents}
+    return [p.name for p in other if p.name not in holding]
 
 
 def state_words(doc: dict) -> str:

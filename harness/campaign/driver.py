@@ -17,6 +17,7 @@ from harness.campaign.progress import EtaEstimator, ProgressView, fmt_s, model_s
 from harness.errors import BadInput, CampaignStopped, EpcapError, Findings
 from harness.grid import capacity as cap
 from harness.io.atomic import write_text_atomic
+from harness.io.boundary.paths import check_under
 from harness.io.redact import redact_text
 from harness.launch import make_launcher
 from harness.pipeline.analysis import analyse, utc_now
@@ -268,7 +269,7 @@ class Campaign:
         t0 = time.monotonic()
         cell = self.next_cell(req)
         cap.check_executable(cell.capacity, self.ctx.n_of(req.model), self.rb.capacity.pad_multiple)
-        cdir = cell_dir(self.root, cell)
+        cdir = check_under(cell_dir(self.root, cell), self.root, "cell")   # never outside
         cdir.mkdir(parents=True, exist_ok=True)
         backend = self.backend(req.backend)
         try:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import BadInput
+from harness.io.boundary.campaigns import campaign_record
 from harness.io.lock import LOCK_NAME
 from harness.pipeline.stages import STAGE_OF_PURPOSE
 from harness.results.events import campaign_stats, read_events
@@ -141,7 +142,8 @@ def plan_left(root: Path) -> dict[str, Any] | None:
 
 
 def campaigns_under(root: Path, depth: int = 2) -> list[Path]:
-    """Campaign directories (holding events.jsonl) at most `depth` levels under a results
+    """Campaign directories (harness/io/boundary/campaigns.py: a marker naming the
+    directory, or an event log opening with campaign_start) at most `depth` levels under a results
     root, sorted by path."""
     found: list[Path] = []
     level = [root]
@@ -152,7 +154,8 @@ def campaigns_under(root: Path, depth: int = 2) -> list[Path]:
                 children = sorted(p for p in d.iterdir() if p.is_dir() and not p.is_symlink())
             except OSError:
                 continue
-            for child in children:
-                (found if (child / EVENTS_JSONL).is_file() else nxt).append(child)
+            for child in children:          # recognised by the record epcap wrote there
+                recorded = campaign_record(child, EVENTS_JSONL) is not None
+                (found if recorded else nxt).append(child)
         level = nxt
     return sorted(found)

@@ -21,9 +21,17 @@ from typing import Any
 from harness.api.backend import LaunchSpec
 from harness.errors import BadInput
 from harness.io.atomic import write_text_atomic
+from harness.io.boundary.campaigns import (
+    MARKER,
+    CampaignRecord,
+    campaign_record,
+    choose_campaign_dir,
+    records_under,
+    write_marker,
+)
 from harness.io.lock import LOCK_NAME
 from harness.io.redact import redact_obj, redact_text
-from harness.io.safeio import read_bytes
+from harness.io.safeio import RUNBOOK_MAX_BYTES, read_bytes
 from harness.pipeline.decisions import Outcome
 from harness.pipeline.stages import plan_cells, timed_arms
 from harness.results.events import (
@@ -85,30 +93,22 @@ from harness.vocab import (
 )
 
 
-def campaign_dirs(root: Path, campaign: str) -> list[Path]:
-    """results/<campaign> and results/<campaign>-<N>, oldest first."""
-    out = []
-    base = root / campaign
-    if base.is_dir():
-        out.append((1, base))
-    for path in root.glob(f"{campaign}-*") if root.is_dir() else []:
-        suffix = path.name[len(campaign) + 1:]
-        if suffix.isdigit() and path.is_dir():
-            out.append((int(suffix), path))
-    return [p for _, p in sorted(out)]
-
-
 def choose_dir(root: Path, campaign: str, fresh: bool) -> Path:
-    """The newest campaign dir (resume) or a new one (--fresh, or none yet)."""
-    dirs = campaign_dirs(root, campaign)
-    if dirs and not fresh:
-        return dirs[-1]
-    if not dirs:
-        return root / campaign
-    n = 2
-    while (root / f"{campaign}-{n}").exists():
-        n += 1
-    return root / f"{campaign}-{n}"
+    """The newest directory of `campaign` under the results root (resume), or a new one
+    (--fresh, or none yet): recognised by the record epcap wrote, never by its name
+    (harness/io/boundary/campaigns.py)."""
+    return choose_campaign_dir(root, campaign, fresh, EVENTS_JSONL)[0]
+
+
+def mark_campaign(folder: Path, campaign: str) -> None:
+    """Write the campaign marker into a campaign directory that lacks it (a new one, or one
+    started before markers), numbered after the campaign's other directories beside it."""
+    own = campaign_record(folder, EVENTS_JSONL)
+    if own is not None and own.campaign == campaign and (folder / MARKER).is_file():
+        return
+    others = [r.seq for r in records_under(folder.parent, EVENTS_JSONL)[0]
+              if r.campaign == campaign and r.path != folder]
+    write_marker(folder, campaign, max(others, default=0) + 1)
 
 
 def zoo_path(rb: Runbook) -> Path | None:
@@ -116,12 +116,18 @@ def zoo_path(rb: Runbook) -> Path | None:
     return rb.models_path
 
 
+def _runbook_bytes(path: Path) -> bytes:
+    """A runbook or models file again (the bounded reader: it may have been swapped for a
+    FIFO or a huge file since it was loaded)."""
+    return read_bytes(path, max_bytes=RUNBOOK_MAX_BYTES)
+
+
 def runbook_fingerprint(rb: Runbook) -> dict:
     """sha256 of the runbook file and its model zoo (bytes: what the provenance names)."""
-    out = {"runbook_sha256": hashlib.sha256(rb.path.read_bytes()).hexdigest()}
+    out = {"runbook_sha256": hashlib.sha256(_runbook_bytes(rb.path)).hexdigest()}
     zoo = zoo_path(rb)
     if zoo is not None and zoo.is_file():
-        out["models_sha256"] = hashlib.sha256(zoo.read_bytes()).hexdigest()
+        out["models_sha256"] = hashlib.sha256(_runbook_bytes(zoo)).hexdigest()
     return out
 
 
@@ -251,7 +257,8 @@ def revision(root: Path, rb: Runbook) -> tuple[dict, list[str]] | None:
 def freeze_runbook(root: Path, rb: Runbook) -> None:
     """runbook.yaml (and its zoo, when it sits next to it) copied as run, secrets redacted;
     a zoo whose file name holds a secret is not copied (the name would leak it)."""
-    write_text_atomic(root / RUNBOOK_YAML, redact_text(rb.path.read_text(encoding="utf-8")))
+    write_text_atomic(root / RUNBOOK_YAML, redact_text(_runbook_bytes(rb.path).decode(
+        "utf-8", "replace")))
     zoo = zoo_path(rb)
     if zoo is not None and zoo.is_file():
         rel = os.path.relpath(zoo, rb.path.parent)
@@ -260,7 +267,8 @@ def freeze_runbook(root: Path, rb: Runbook) -> None:
         target = (root / rel).resolve()
         if root.resolve() in target.parents:
             target.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(target, redact_text(zoo.read_text(encoding="utf-8")))
+            write_text_atomic(target, redact_text(_runbook_bytes(zoo).decode("utf-8",
+                                                                            "replace")))
 
 
 HISTORY_CAMPAIGNS = 20     # the newest campaign directories the ETA learns from
@@ -289,14 +297,16 @@ class History:
 
 def history_files(root: Path, roots: tuple[Path, ...] = ()) -> list[Path]:
     """events.jsonl of the campaigns beside `root` and in each of `roots` (a results root, or
-    a campaign directory itself), oldest first, `root`'s own left out."""
-    found: dict[Path, Path] = {}
+    a campaign directory itself), oldest first by their records, `root`'s own left out; only
+    directories epcap recorded as campaigns count (a stray folder or a dangling link: ignored)."""
+    found: dict[Path, CampaignRecord] = {}
     for base in (root.parent, *roots):
-        base = Path(base)
-        for path in [base / EVENTS_JSONL, *base.glob("*/" + EVENTS_JSONL)]:
-            if path.is_file() and path.parent.resolve() != root.resolve():
-                found[path.resolve()] = path
-    return sorted(found.values(), key=lambda p: p.stat().st_mtime)
+        own = campaign_record(Path(base), EVENTS_JSONL)
+        for rec in ([own] if own is not None else []) + records_under(Path(base), EVENTS_JSONL)[0]:
+            if rec.path.resolve() != root.resolve():
+                found[rec.path.resolve()] = rec
+    return [r.path / EVENTS_JSONL
+            for r in sorted(found.values(), key=lambda r: (r.started, str(r.path)))]
 
 
 def history(root: Path, rb: Runbook, roots: tuple[Path, ...] = ()) -> History:
@@ -377,7 +387,7 @@ def check_event_log(root: Path, campaign: str) -> None:
     would rebuild the tables short and overwrite the cells' logs."""
     if (root / EVENTS_JSONL).exists() or not root.is_dir():
         return
-    held = sorted(p.name for p in root.iterdir() if p.name != LOCK_NAME)
+    held = sorted(p.name for p in root.iterdir() if p.name not in (LOCK_NAME, MARKER))
     if held:
         raise BadInput(f"holds results ({len(held)} entries) but no {EVENTS_JSONL}; epcap "
                        f"will not resume over them. Restore {EVENTS_JSONL} from a backup to "

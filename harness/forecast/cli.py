@@ -21,6 +21,7 @@ from harness.forecast.core import (
 )
 from harness.grid.capacity import Grid
 from harness.io import bounds
+from harness.io.boundary.values import bounded_int, int_list
 from harness.io.bounds import parse_int
 from harness.io.safeio import RUNBOOK_MAX_BYTES, read_text
 from harness.loadmodel import planners
@@ -30,20 +31,6 @@ from harness.vocab import DEFAULT_PAD_MULTIPLE
 
 BYTES_PER_ELEMENT = 2          # bf16 hidden states, as the reference memory model counts them
 NAMED_PLACEMENTS = ("contiguous", "round-robin")
-
-
-def _ints(text: str | int | None, option: str) -> list[int] | None:
-    """'8,16,32' -> [8, 16, 32]; every value a positive integer."""
-    if text is None:
-        return None
-    try:
-        values = [int(x) for x in str(text).split(",") if x.strip()]
-    except ValueError:
-        raise BadInput(f"expected positive integers separated by commas, got {text!r}",
-                       field=option) from None
-    if not values or min(values) <= 0:
-        raise BadInput(f"expected positive integers, got {text!r}", field=option)
-    return values
 
 
 def _names(text: str, option: str, allowed: tuple[str, ...] | None = None) -> list[str]:
@@ -131,14 +118,18 @@ def forecast_rows(traces, model=None, experts=None, ep=None, micro_batch=None,
     if pad_multiple <= 0:
         raise BadInput(f"must be positive, got {pad_multiple}", field="--pad-multiple")
     bounds.check_option("pad-multiple", pad_multiple)     # 10**23 refused before any work
+    int_list(ep, "--ep", "ep")                            # before the trace is read
+    mbs = int_list(micro_batch, "--micro-batch", "micro_batch")
+    bounded_int(experts, "--experts", "experts")
+    bounded_int(seq, "--seq", "seq")
     decimals = _grid(grid)
     spec = zoo_model(model, zoo) if model else {}
     if model and experts and int(spec["experts"]) != experts:
         raise BadInput(f"{model} has {spec['experts']} experts, not {experts}", field="--experts")
     experts = experts or (int(spec["experts"]) if spec else None)
     routing, own_ep, where = load_routing(tuple(traces), experts, spec.get("topk"), seq)
-    eps = _ints(ep, "--ep") or neighbour_eps(own_ep, routing.experts)
-    return rows_for(routing, eps, where, _ints(micro_batch, "--micro-batch") or [None],
+    eps = int_list(ep, "--ep", "ep") or neighbour_eps(own_ep, routing.experts)
+    return rows_for(routing, eps, where, mbs or [None],
                     _names(placement, "--placement"), _names(personality, "--personality"),
                     _names(unit, "--unit", UNITS), pad_multiple, decimals, model,
                     spec.get("hidden"), recorded_options(traces))
@@ -187,7 +178,7 @@ def recorded_options(traces) -> dict[str, dict]:
 
     try:
         header = routing_header(Path(traces[0]))
-    except (OSError, ValueError, UnicodeDecodeError):
+    except (BadInput, OSError, ValueError, UnicodeDecodeError):
         return {}
     if not isinstance(header, dict) or not header.get("planner_options"):
         return {}

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.forecast.core import COLUMNS
+from harness.io.boundary.logs import open_log
+from harness.io.bounds import json_loads
 from harness.results.tables import write_table_atomic
 from harness.vocab import DEFAULT_PAD_MULTIPLE
 
@@ -80,9 +82,10 @@ def plot_forecast(rows: list[dict], path: Path,
     return fig
 
 
+HEADER_MAX_BYTES = 1 << 20        # a trace header line: a few hundred bytes in practice
+
+
 def routing_header(path: Path) -> dict:
     """The header line of an epcap trace (model, hidden, personality as recorded)."""
-    import json
-
-    with open(path, encoding="utf-8") as fh:
-        return json.loads(fh.readline())
+    with open_log(path, field="trace") as fh:     # a regular file; one bounded line
+        return json_loads(fh.readline(HEADER_MAX_BYTES).decode("utf-8"))

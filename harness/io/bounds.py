@@ -44,6 +44,8 @@ RANGES: dict[str, tuple[float, float]] = {
     "device_memory_gb": (1 / 1024, 1 << 20), "gpu_hours_per_cell": (0, 1e6),
     "cell_wall_hours": (0, 1e6),
     "max_parallel_cells": (1, 1024), "nodes": (1, 100_000), "gpus_per_node": (0, 1024),
+    # backend options (backends/reference/adapter.py ReferenceOptions)
+    "pg_timeout_s": (1, 7 * 24 * 3600), "threads": (1, 1024), "extra_dispatch_passes": (0, 1000),
 }
 
 

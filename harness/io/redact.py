@@ -109,10 +109,22 @@ def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
     return sorted(values, key=len, reverse=True)
 
 
+# credentials in a URL's userinfo: `scheme://user:PASSWORD@host` (the password), and a
+# token-long user alone (`https://<token>@github.com`); `git@host` and `ssh://git@...` stay
+URL_PASSWORD = re.compile(r"(?i)(?<![A-Za-z0-9+.-])([a-z][a-z0-9+.-]{0,30}:/{1,2}[^\s/:@]*):"
+                          r"([^\s/@]+)@")
+URL_TOKEN_USER = re.compile(r"(?i)(?<![A-Za-z0-9+.-])([a-z][a-z0-9+.-]{0,30}:/{1,2})"
+                            r"([^\s/:@]{20,})@")
+
+
 def scrub(text: str, secrets: list[str]) -> str:
-    """Replace every occurrence of a known secret value, then every token-shaped string."""
+    """Replace every occurrence of a known secret value, URL credentials, then every
+    token-shaped string."""
     for value in secrets:
         text = text.replace(value, REDACTED)
+    if ":/" in text:                # a URL (or one a path join collapsed to `https:/`)
+        text = URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", text)
+        text = URL_TOKEN_USER.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
     return TOKEN_PATTERN.sub(REDACTED, text)
 
 

@@ -12,6 +12,7 @@ import yaml
 
 from harness.errors import BadInput
 from harness.io import bounds
+from harness.io.boundary.text import text_problem
 from harness.io.safeio import RUNBOOK_MAX_BYTES, read_text
 from harness.io.safeyaml import compose
 
@@ -52,12 +53,16 @@ class Doc:
         try:
             key = yaml.SafeLoader("").construct_object(node, deep=True)
             hash(key)
-            return key
         except (ValueError, TypeError, yaml.YAMLError):  # a 4300+ digit integer, a !tag
             raise BadInput("YAML cannot construct this value (an unknown !tag, a number of "
                            "over 4300 digits, a list as a key?)",
                            path=str(self.path), line=node.start_mark.line + 1,
                            field=fmt_where(where) if self.quote else None) from None
+        why = text_problem(key) if isinstance(key, str) else None
+        if why is not None:             # NUL, a lone surrogate: no OS call may see it
+            raise BadInput(why, path=str(self.path), line=node.start_mark.line + 1,
+                           field=fmt_where(where) if self.quote else None)
+        return key
 
     def error(self, where: tuple, message: str) -> BadInput:
         """BadInput at the line of `where` (or its nearest parent that has one)."""

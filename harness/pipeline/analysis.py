@@ -10,7 +10,7 @@ rank, the survived warnings and any stated receive demand.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from harness.api.backend import Backend, RunRequest
@@ -27,8 +27,24 @@ from harness.vocab import FAILURE_CLASSES, TIMED_OK, Purpose, Status
 STEP_PURPOSES = (Purpose.MEASURE, Purpose.VALIDATE)   # runs whose per-step peaks are kept
 
 
+UTC_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
 def utc_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The wall clock as a label (never subtracted: durations are monotonic)."""
+    return datetime.now(timezone.utc).strftime(UTC_FORMAT)
+
+
+def finished_label(started_utc: str, wall_s: float | None) -> str:
+    """The finish label of a run: its start label plus its monotonic duration, so a clock
+    stepped back (or forward) during the run cannot write a row that ends before it starts."""
+    try:
+        start = datetime.strptime(started_utc, UTC_FORMAT).replace(tzinfo=timezone.utc)
+    except (TypeError, ValueError):
+        return utc_now()
+    if wall_s is None or not 0 <= wall_s < 10**9:
+        return max(utc_now(), started_utc)       # ISO labels order as text
+    return (start + timedelta(seconds=wall_s)).strftime(UTC_FORMAT)
 
 
 def analyse(req: RunRequest, backend: Backend, result: JobResult, cell_dir: Path,
@@ -81,7 +97,7 @@ def attempt_row(cell: Cell, n: int, impl: str, result: JobResult, summary: LogSu
         peak_actual_valid_recv=summary.peak_actual_valid_recv if measured else None,
         required_capacity=summary.required_capacity if measured else None,
         cell_dir=f"cells/{cell.name}", started_utc=started_utc,
-        finished_utc=utc_now(), wall_s=result.wall_s,
+        finished_utc=finished_label(started_utc, result.wall_s), wall_s=result.wall_s,
         backend_impl=impl,
         exit_code=result.exit_code,
         failure_line=failure.get("line") if failure.get("status") else None,

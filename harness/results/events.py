@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from harness.errors import BadInput
+from harness.io.boundary.events import decode_line, record_problem
 from harness.io.redact import redact_obj
 from harness.io.safeio import read_bytes
 from harness.results.layout import EVENTS_JSONL, Cell
@@ -253,6 +254,8 @@ class EventLog:
         try:
             os.write(fd, data)
             os.fsync(fd)
+        except OSError as exc:          # ENOSPC: name the file it could not write
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from None
         finally:
             os.close(fd)
         return record
@@ -306,18 +309,16 @@ def _event(raw: bytes, path: Path, number: int, strict: bool) -> dict:
     def bad(problem: str, field: str | None = None) -> BadInput:
         return BadInput(f"{problem}; {_RECOVER}", path=str(path), line=number, field=field)
 
-    try:
-        record = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise bad("not UTF-8") from None
-    except (ValueError, RecursionError):
-        raise bad("not a JSON object") from None
-    if not isinstance(record, dict):
-        raise bad("not a JSON object")
+    record, field, problem = decode_line(raw)
+    if record is None:
+        raise bad(problem or "not a JSON object", field)
     if not isinstance(record.get("ev"), str):
         raise bad("missing event name", "ev")
     if isinstance(record.get("t"), bool) or not isinstance(record.get("t"), (int, float)):
         raise bad("missing or non-numeric time", "t")
+    broken = record_problem(record)        # every field read: type, unit, range
+    if broken is not None:
+        raise bad(broken[1], broken[0])
     for name in REQUIRED.get(record["ev"], ()) if strict else ():
         if record.get(name) is None:
             raise bad(f"{record['ev']} event lacks a field", name)
@@ -408,13 +409,13 @@ def running_span(events: list[dict]) -> float:
     total, begin, last = 0.0, None, None
     for e in events:
         if e["ev"] == Event.RUN_START and begin is not None and last is not None:
-            total += last - begin
+            total += max(0.0, last - begin)
             begin = None
         if begin is None:
             begin = e["t"]
         last = e["t"]
     if begin is not None and last is not None:
-        total += last - begin
+        total += max(0.0, last - begin)         # a clock stepped back: never negative
     return round(total, 3)
 
 

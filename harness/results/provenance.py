@@ -25,7 +25,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from harness import __version__
+from harness.io.safeio import open_stream, read_bytes
 from harness.errors import BadInput
+from harness.io.boundary.tools import git_problem, run_tool
 from harness.io.atomic import write_text_atomic
 from harness.io.redact import (  # noqa: F401  (re-exported: provenance is where callers look)
     REDACTED,
@@ -46,12 +48,21 @@ NVSHMEM_PACKAGES = ("nvidia-nvshmem-cu12", "nvidia-nvshmem-cu13", "nvidia-nvshme
 
 def run_git(repo: Path, *args: str,
             timeout: float = GIT_TIMEOUT_S) -> subprocess.CompletedProcess | None:
-    """`git -C repo args...` (argv list, never a shell); None if git cannot run."""
-    try:
-        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                              timeout=timeout, check=False)
-    except (OSError, subprocess.SubprocessError):
+    """`git -C repo args...` through the tools boundary (argv list, never a shell, output
+    decoded safely); None if git cannot run (missing, or no answer in time)."""
+    done = run_tool(["git", "-C", str(repo), *args], timeout_s=timeout)
+    if done.code is None:
         return None
+    return subprocess.CompletedProcess(list(done.argv), done.code, done.out, done.err)
+
+
+def git_why(repo: Path) -> str | None:
+    """Why `repo` cannot be read with git, named as what it is (git missing, dubious
+    ownership, not a git checkout), or None when it can."""
+    if not Path(repo).is_dir():
+        return f"{repo}: no such directory (a local clone is needed)"
+    return git_problem(run_tool(["git", "-C", str(repo), "rev-parse", "--git-dir"],
+                                timeout_s=GIT_TIMEOUT_S), str(repo))
 
 
 def _git(repo: Path, *args: str) -> str | None:
@@ -84,6 +95,11 @@ def repo_line(path: Path) -> str:
         return f"missing {path}"
     facts = git_facts(path)
     if facts is None:
+        why = git_why(path) or ""
+        if why.startswith("git is not installed"):
+            return f"git-missing {path}"
+        if "dubious ownership" in why:
+            return f"git-refused {path} (dubious ownership: git -C {path} status)"
         return f"not-a-git-checkout {path}"
     return f"{facts['sha']} {facts['date']} {facts['branch']} dirty={facts['dirty']}"
 
@@ -132,13 +148,10 @@ def _gpu_from_smi() -> dict[str, str] | None:
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return None
-    try:
-        done = subprocess.run([smi, "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=20, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    rows = [line.rsplit(",", 1) for line in done.stdout.splitlines() if "," in line]
-    if done.returncode != 0 or not rows:
+    done = run_tool([smi, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                    timeout_s=20)
+    rows = [line.rsplit(",", 1) for line in done.out.splitlines() if "," in line]
+    if not done.ok or not rows:     # failed, no answer, or not UTF-8: nothing invented
         return None
     return _gpu_summary([r[0].strip() for r in rows], rows[0][1].strip(), "nvidia-smi")
 
@@ -252,7 +265,7 @@ def _env_facts(environ: dict[str, str]) -> dict[str, str]:
 def file_sha256(path: Path) -> str:
     """Hex sha256 of a file, streamed."""
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with open_stream(path) as handle:           # a regular file (never a FIFO)
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -323,14 +336,14 @@ def parse_provenance(text: str, path: str | None = None, strict: bool = False
 
 def read_provenance(path: Path | str, cap: int = READ_CAP_BYTES) -> dict[str, str]:
     """A provenance.txt as fields, leniently; reads at most `cap` bytes (untrusted)."""
-    with open(path, "rb") as handle:
+    with open_stream(path) as handle:           # a regular file (never a FIFO)
         data = handle.read(cap)
     return dict(parse_provenance(data.decode("utf-8", errors="replace")))
 
 
 def read_provenance_lines(path: Path | str) -> list[tuple[str, str]]:
     """One of our own provenance.txt files, strictly, as ordered (key, value) pairs."""
-    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    text = read_bytes(path, max_bytes=READ_CAP_BYTES).decode("utf-8", errors="replace")
     return parse_provenance(text, str(path), strict=True)
 
 

@@ -21,6 +21,7 @@ from harness.errors import BadInput
 from harness.grid.capacity import Grid
 from harness.grid.heldout import parse_target, resolve_validate
 from harness.io import bounds
+from harness.io.boundary.paths import resolve_against
 from harness.io.yamldoc import Doc as _Doc
 from harness.io.yamldoc import check_type as _check_type
 from harness.io.yamldoc import fields_from as _fields_from
@@ -129,7 +130,7 @@ def _models(doc: _Doc, data: dict, base: Path) -> tuple[ModelSpec, ...]:
     return tuple(out)
 
 
-def _backends(doc: _Doc, data: dict) -> tuple[BackendConfig, ...]:
+def _backends(doc: _Doc, data: dict, base: Path) -> tuple[BackendConfig, ...]:
     entries = data["backends"]
     if not isinstance(entries, list) or not entries:
         raise doc.error(("backends",), "must be a non-empty list of backends")
@@ -146,14 +147,14 @@ def _backends(doc: _Doc, data: dict) -> tuple[BackendConfig, ...]:
         fields.setdefault("module", fields["name"])
         if any(b.name.lower() == fields["name"].lower() for b in out):
             raise doc.error(where + ("name",), f"backend {fields['name']!r} listed twice")
-        fields["options"] = _backend_options(doc, entry, fields, where)
+        fields["options"] = _backend_options(doc, entry, fields, where, base)
         out.append(BackendConfig(**fields))
     if not any(b.select for b in out):
         raise doc.error(("backends",), "at least one backend needs select: true")
     return tuple(out)
 
 
-def _backend_options(doc: _Doc, entry: dict, fields: dict, where: tuple):
+def _backend_options(doc: _Doc, entry: dict, fields: dict, where: tuple, base: Path):
     """The entry's `options:` as its backend's OPTIONS dataclass, every field checked."""
     kind, module, name = fields["kind"], fields["module"], fields["name"]
     try:
@@ -166,6 +167,9 @@ def _backend_options(doc: _Doc, entry: dict, fields: dict, where: tuple):
         raise doc.error(where + ("module",), f"backend {name!r}: {why}")
     where = where + ("options",)
     kwargs = _fields_from(doc, cls, entry.get("options"), where)
+    for name in cls.PATH_FIELDS:        # relative: against the runbook's folder
+        if isinstance(kwargs.get(name), str) and kwargs[name]:
+            kwargs[name] = resolve_against(kwargs[name], base)
     try:
         return cls(**kwargs)
     except ValueError as exc:
@@ -289,7 +293,7 @@ def load_runbook(path: str | Path) -> Runbook:
     runbook = Runbook(
         path=path, campaign=campaign, models=models, shape=_shape(doc, data),
         models_path=base / data.get("models_file", "models.yaml"),
-        backends=_backends(doc, data), capacity=_capacity(doc, data),
+        backends=_backends(doc, data, base), capacity=_capacity(doc, data),
         measure=_phase(doc, data, "measure", PhaseConfig(warmup=1, iters=4)),
         timing=_phase(doc, data, "timing", TimingConfig(warmup=2, iters=10, trials=3)),
         limits=Limits(**limits), launcher=launcher,

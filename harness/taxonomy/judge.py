@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import BadInput
+from harness.io.boundary.logs import open_log, text_lines
 from harness.io.bounds import clip_line, parse_int
 from harness.io.safeio import read_json
 from harness.results.layout import CELL_JSON
@@ -551,9 +552,8 @@ def _decided(made: timeline.Decision, own: Hit | None, ff: timeline.First,
 def iter_log_lines(paths: Iterable[Path]) -> Iterator[tuple[str, int, str]]:
     """(path, 1-based line number, text without line ending) of every line, streamed."""
     for path in paths:
-        with open(path, "rb") as handle:          # split on \n only, like `wc -l`
-            for line_no, raw in enumerate(handle, start=1):
-                yield str(path), line_no, raw.decode("utf-8", "replace").rstrip("\r\n")
+        for line_no, text in text_lines(path):    # split on \n only, like `wc -l`; bounded
+            yield str(path), line_no, text
 
 
 _PREFIX = rb"(?:\d+: )?(?:\[(?:rank|default)\d+\]: ?)?"
@@ -584,7 +584,7 @@ def _whole_line_blocks(path: Path) -> Iterator[tuple[bytes, int]]:
     given one; an over-long line read by its first MAX_LINE bytes, the rest skipped), so
     reading with the summary or alone yields the same lines."""
     line_no = 0
-    with open(path, "rb") as handle:
+    with open_log(path) as handle:            # the one bounded, non-blocking log reader
         carry = b""
         while data := handle.read(telemetry.BLOCK_BYTES):
             block = carry + data

@@ -25,6 +25,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from harness.errors import BadInput
+from harness.io.boundary.logs import open_log
 from harness.telemetry.lines import (  # noqa: F401 - the parse rules, re-exported for callers
     DISPATCH_TAG,
     FIELDS,
@@ -115,15 +116,9 @@ class LogSummary:
 
 
 def _open(path: PathLike):
-    """Open a log for binary reading; a missing or unreadable file is bad input."""
-    try:
-        return open(path, "rb")
-    except FileNotFoundError:
-        raise BadInput("no such log file", path=str(path)) from None
-    except IsADirectoryError:
-        raise BadInput("is a directory, not a log file", path=str(path)) from None
-    except OSError as exc:
-        raise BadInput(f"cannot read log: {exc.strerror}", path=str(path)) from None
+    """Open a log for binary reading through the one bounded log reader
+    (harness/io/boundary/logs.py): a missing file, a FIFO or a device is bad input."""
+    return open_log(path, field=None)
 
 
 def _skip_line(fh) -> None:

@@ -7,7 +7,10 @@ its checker a small offending snippet, so every rule is seen failing:
   b. one YAML reader: harness/io/safeyaml.py (and yamldoc.py, which constructs its scalars);
   c. the pad multiple 128 has one home, harness/vocab.py DEFAULT_PAD_MULTIPLE;
   d. no private name (`_name`) imported from another module;
-  e. no backend imports or names `Purpose` (backends receive decisions, not purposes).
+  e. no backend imports or names `Purpose` (backends receive decisions, not purposes);
+  f. every reader of outside data goes through a boundary (harness/io/: safeio, the
+     boundary/ modules): no bare open() for reading, Path.read_text/read_bytes, json.load(s)
+     or subprocess call elsewhere in harness/, except the listed ones, each with its reason.
 """
 
 from __future__ import annotations
@@ -227,6 +230,90 @@ def purpose_uses(path: str, text: str) -> list[tuple[int, str]]:
     return out
 
 
+# ---- f. readers go through a boundary ------------------------------------------------------
+
+BOUNDARY_HOME = "harness/io/"
+READ_METHODS = {"read_text", "read_bytes"}
+JSON_READS = {"json.loads", "json.load"}
+TOOL_CALLS = {"subprocess.run", "subprocess.check_output", "subprocess.Popen",
+              "subprocess.check_call", "subprocess.call"}
+# (file, what): why that read needs no boundary. Everything else reads through harness/io.
+READERS_ALLOWED = {
+    ("harness/api/backend.py", "json.loads"):
+        "a timing object inside a log line the bounded log reader already cut",
+    ("harness/audit/load.py", "read_bytes"):
+        "the harness's own shipped models.yaml (its sha256), not user input",
+    ("harness/audit/readers.py", "json.loads"):
+        "bytes safe_read returned (regular file, inside TARGET, capped)",
+    ("harness/audit/readers.py", "open"):
+        "opens only what safe_real / lfs_pointer checked: a regular file inside TARGET",
+    ("harness/audit/readers.py", "read_bytes"):
+        "hashes logs whose sizes were summed under SMALL_LOGS_BYTES first",
+    ("harness/campaign/state.py", "json.loads"):
+        "the lock's holder note, read with os.pread of at most 4 KiB (never blocks)",
+    ("harness/campaign/store.py", "json.loads"):
+        "bytes from safeio.read_bytes (cell.json), or a round trip of our own value",
+    ("harness/launch/capture.py", "open"):
+        "the rank's own FIFO, created by the launcher for this capture",
+    ("harness/launch/container.py", "open"):
+        "hashes a container image the runbook names, after a size limit check",
+    ("harness/launch/forkserver.py", "subprocess.Popen"):
+        "starts the launcher's own fork server (a child, not a tool's output)",
+    ("harness/launch/forkserver.py", "json.loads"):
+        "the fork server's own line protocol with its parent",
+    ("harness/launch/local.py", "subprocess.Popen"):
+        "starts the ranks and their captures (children, not a tool's output)",
+    ("harness/launch/local.py", "read_bytes"):
+        "/proc/<pid>/environ of our own process groups (kernel-bounded)",
+    ("harness/launch/slurm.py", "subprocess.run"):
+        "Slurm clients (owned by the Slurm launch work: to move onto io.boundary.tools)",
+    ("harness/launch/slurm.py", "open"):
+        "the tail of a Slurm output file (seeks to the last 256 KiB)",
+    ("harness/launch/slurm.py", "json.loads"):
+        "the cell's own job note written by this launcher",
+    ("harness/launch/slurm.py", "read_text"):
+        "the launcher's own job note and health logs in the cell directory",
+    ("harness/launch/slurm_script.py", "read_text"):
+        "the batch script this module wrote",
+    ("harness/launch/slurm_script.py", "json.loads"):
+        "the metadata line this module wrote into that script",
+    ("harness/publish.py", "open"):
+        "scans files local_files listed (regular, not links) block by block",
+    ("harness/publish.py", "read_bytes"):
+        "the campaign's own small TSVs (regular, not links) for the run id",
+    ("harness/results/provenance.py", "read_text"):
+        "an installed package's version.py / a header under the install (first 64 KiB)",
+    ("harness/results/tables.py", "read_text"):
+        "compares a TSV epcap is about to rewrite with what it would write",
+}
+
+
+def _open_mode(call: ast.Call) -> str:
+    if len(call.args) >= 2 and isinstance(call.args[1], ast.Constant):
+        return str(call.args[1].value)
+    for kw in call.keywords:
+        if kw.arg == "mode" and isinstance(kw.value, ast.Constant):
+            return str(kw.value.value)
+    return "r"
+
+
+def outside_reads(path: str, text: str) -> list[tuple[int, str]]:
+    """(line, what) of every read that does not go through harness/io: open() for reading,
+    Path.read_text/read_bytes, json.load(s), subprocess calls."""
+    out = []
+    for node in ast.walk(ast.parse(text)):
+        if not isinstance(node, ast.Call):
+            continue
+        name = dotted(node.func)
+        if name == "open" and not any(c in _open_mode(node) for c in "wax+"):
+            out.append((node.lineno, "open"))
+        elif isinstance(node.func, ast.Attribute) and node.func.attr in READ_METHODS:
+            out.append((node.lineno, node.func.attr))
+        elif name in JSON_READS or name in TOOL_CALLS:
+            out.append((node.lineno, name))
+    return out
+
+
 def report(found: list[tuple[str, int, str]]) -> str:
     return "\n".join(f"{path}:{line}: {what}" for path, line, what in found)
 
@@ -343,3 +430,29 @@ def test_e_catches_purposes_in_backends():
                "    return req.record_routing\n")
     assert sorted(purpose_uses("backends/x.py", snippet)) == [
         (1, "from harness.vocab import Purpose"), (4, "Purpose"), (4, "v.Purpose")]
+
+
+def test_f_readers_go_through_a_boundary():
+    found = [(p, line, what) for p, text in sources()
+             if p.startswith("harness/") and not p.startswith(BOUNDARY_HOME)
+             for line, what in outside_reads(p, text) if (p, what) not in READERS_ALLOWED]
+    assert not found, ("read through harness/io (safeio, boundary.logs, boundary.events, "
+                       "boundary.tools, ...), or list the read with its reason:\n"
+                       + report(found))
+    seen = {(p, what) for p, text in sources() for _, what in outside_reads(p, text)}
+    assert set(READERS_ALLOWED) <= seen, sorted(set(READERS_ALLOWED) - seen)
+
+
+def test_f_catches_outside_reads():
+    snippet = ("import json, subprocess\n"
+               "from pathlib import Path\n"
+               "a = open('x').read()\n"
+               "b = open('x', 'rb')\n"
+               "c = Path('x').read_text()\n"
+               "d = json.loads(Path('x').read_bytes())\n"
+               "e = subprocess.run(['git', 'status'], capture_output=True)\n"
+               "ok = open('y', 'w'), open('z', mode='ab')\n")
+    assert sorted(outside_reads("harness/report/x.py", snippet)) == [
+        (3, "open"), (4, "open"), (5, "read_text"), (6, "json.loads"), (6, "read_bytes"),
+        (7, "subprocess.run")]
+    assert ("harness/report/x.py", "open") not in READERS_ALLOWED

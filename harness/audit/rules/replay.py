@@ -47,7 +47,8 @@ def check_replay(upload: Upload) -> Check:
 
 SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")           # git's full sha-1 or sha-256 (%H)
 BRANCH = re.compile(r"\S+")
-NOT_A_COMMIT = ("missing", "not-a-git-checkout")        # repo_line's two other forms
+NOT_A_COMMIT = ("missing", "not-a-git-checkout", "git-missing", "git-refused")   # repo_line's
+#                                                       other forms: no commit could be read
 
 
 def repo_value_problem(value: str) -> str | None:

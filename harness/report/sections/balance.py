@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from harness.errors import BadInput
+from harness.io.boundary.logs import text_lines
 from harness.io.bounds import parse_int
 from harness.report.inputs import Context
 from harness.results.layout import parse_cell_name
@@ -30,14 +32,16 @@ def _cell_rows(cell_dir: Path) -> list[dict[str, int]]:
     """The dispatch rows of one cell's rank logs as key -> int dicts."""
     rows = []
     for log in sorted(cell_dir.glob("rank*.log")):
-        with open(log, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
+        try:
+            for _, line in text_lines(log):     # the one bounded log reader
                 at = line.find(TAG)
                 if at >= 0:
                     pairs = _KV.findall(line[at + len(TAG):])
                     values = {k: parse_int(v) for k, v in pairs}   # None past 30 digits
                     if None not in values.values():
                         rows.append(values)
+        except BadInput:
+            continue            # a FIFO, a device, a directory: not a log (as classify skips it)
     return rows
 
 

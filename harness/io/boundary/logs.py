@@ -1,0 +1,48 @@
+"""The one reader of rank logs (and other line-oriented evidence), whichever command reads it.
+
+`open_log` opens a regular file only, without blocking: a FIFO, a device (a link to
+/dev/zero), a socket or a directory is BadInput, never a hang nor an endless read. `lines`
+yields bounded lines: a line longer than LINE_MAX_BYTES (a sparse file of NULs, a binary
+dump) is cut to its first LINE_MAX_BYTES, the rest skipped without being held, so memory
+stays bounded by the line cap whatever the file's size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from harness.io.safeio import STREAM_MAX_BYTES, open_stream
+
+LINE_MAX_BYTES = 16 << 20          # the telemetry scanner's cap on one line, for every reader
+LOG_MAX_BYTES = STREAM_MAX_BYTES   # 16 GiB: far beyond a real rank log
+_CHUNK = 1 << 20
+
+
+def open_log(path: str | Path, field: str | None = "log") -> BinaryIO:
+    """A binary stream on a regular log file within LOG_MAX_BYTES; BadInput otherwise."""
+    return open_stream(path, max_bytes=LOG_MAX_BYTES, field=field)
+
+
+def lines(path: str | Path, max_line: int = LINE_MAX_BYTES) -> Iterator[tuple[int, bytes]]:
+    """(1-based line number, the line without its ending, at most `max_line` bytes) of a
+    log, streamed; split on \\n only (like `wc -l`), a last line without newline included."""
+    with open_log(path) as fh:
+        line_no = 0
+        while True:
+            raw = fh.readline(max_line + 1)
+            if not raw:
+                return
+            line_no += 1
+            if len(raw) > max_line and not raw.endswith(b"\n"):
+                raw = raw[:max_line]
+                while (rest := fh.readline(_CHUNK)) and not rest.endswith(b"\n"):
+                    pass                    # the over-long line's tail, never held
+            yield line_no, raw.rstrip(b"\n")
+
+
+def text_lines(path: str | Path, max_line: int = LINE_MAX_BYTES) -> Iterator[tuple[int, str]]:
+    """`lines` decoded as UTF-8 (undecodable bytes replaced), a trailing \\r dropped."""
+    for line_no, raw in lines(path, max_line):
+        yield line_no, raw.decode("utf-8", "replace").rstrip("\r")
