@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.api.backend import LaunchSpec
-from harness.campaign.store import choose_dir
+from harness.campaign.store import choose_dir, mark_campaign
 from harness.grid.capacity import budget_tokens, is_executable
 from harness.launch import make_launcher
 from harness.launch.local import LocalLauncher
@@ -105,11 +105,16 @@ def test_cancel_from_an_earlier_driver(tmp_path):
 
 
 def test_choose_dir_never_reuses_with_fresh(tmp_path):
+    """Directories count as the campaign's by the record epcap wrote (mark_campaign), never by
+    name: a bare folder named like the campaign is left alone."""
     assert choose_dir(tmp_path, "c", fresh=False) == tmp_path / "c"
     (tmp_path / "c").mkdir()
+    assert choose_dir(tmp_path, "c", fresh=False) == tmp_path / "c-2"   # not epcap's: kept
+    mark_campaign(tmp_path / "c", "c")
     assert choose_dir(tmp_path, "c", fresh=False) == tmp_path / "c"
     assert choose_dir(tmp_path, "c", fresh=True) == tmp_path / "c-2"
     (tmp_path / "c-2").mkdir()
+    mark_campaign(tmp_path / "c-2", "c")
     assert choose_dir(tmp_path, "c", fresh=False) == tmp_path / "c-2"     # resume the newest
     assert choose_dir(tmp_path, "c", fresh=True) == tmp_path / "c-3"
 
