@@ -385,7 +385,7 @@ class SlurmLauncher(Launcher):
             proc = sbatch_retrying(["sbatch", "--test-only", str(path)], where=self.where,
                                    say=self.say, sleep=self.sleep)
             line = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
-            said.append(f"sbatch --test-only {path.parent.name}: {line[-1] if line else 'ok'}")
+            said.append(f"sbatch --test-only {path.parent.name}: {line[-1] if line else 'accepted'}")
         return said
 
     # -- find after a restart ----------------------------------------------------------------

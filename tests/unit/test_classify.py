@@ -66,9 +66,12 @@ def test_every_source_names_repository_file_commit():
                 want = 64 if src["repo"].startswith("pypi:") else 40
                 assert len(src["commit"]) == want, (case["name"], src)
     for src in load_table().sources:
-        # a git commit, or for a binary package (pypi:name==version) the wheel's sha256
-        want = 64 if src["repo"].startswith("pypi:") else 40
-        assert src["repo"] and src["file"] and len(src["commit"]) == want, src
+        # a git commit, or for a binary package (pypi:name==version) the wheel's sha256;
+        # the harness's own lines (repo epcap, e.g. its Slurm setup check) name their file
+        assert src["repo"] and src["file"], src
+        if src["repo"] != "epcap":
+            want = 64 if src["repo"].startswith("pypi:") else 40
+            assert len(src["commit"]) == want, src
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

@@ -32,7 +32,8 @@ from harness.telemetry.summary import summarize
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "logs" / "cluster"
 CASES = json.loads((FIXTURES / "cases.json").read_text(encoding="utf-8"))
-ALL_STATUSES = {"does_not_fit", "assert", "badflag", "crash", "timeout", "infra", None}
+ALL_STATUSES = {"does_not_fit", "assert", "badflag", "crash", "timeout", "infra", "cancelled",
+                None}
 
 
 def patterns_of(backend: str) -> dict:
@@ -142,7 +143,7 @@ def test_launcher_state_and_the_fatal_signature():
     assert classify(137, "oom", bug, pats, 0).status == "does_not_fit"
     assert classify(None, "node_fail", bug, pats, 0).status == "infra"
     assert classify(None, "cancelled", bug, pats, 0).status == "assert"
-    assert classify(None, "cancelled", lines("fine"), pats, 0).status == "infra"
+    assert classify(None, "cancelled", lines("fine"), pats, 0).status == "cancelled"
 
 
 def test_clean_exit_needs_rows_and_ignores_noise():
