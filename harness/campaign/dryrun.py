@@ -266,4 +266,16 @@ def timing_cost(rb: Runbook, timed_runs: int) -> str:
             f"({', '.join(arms) or 'none'}) x {rb.timing.launches} launches; baseline "
             f"{baseline}, max_cv {rb.timing.max_cv:g}\n  the launches and the control add "
             f"{added} runs over one launch per (model, backend): "
-            f"{describe_estimate(rb, added)}")
+            f"{describe_estimate(rb, added)}" + resolution_cost(rb))
+
+
+def resolution_cost(rb: Runbook) -> str:
+    """With a timing.resolution: how many more rounds (and runs) it may add, at most."""
+    t = rb.timing
+    if t.resolution is None:
+        return ""
+    _, arms = timed_arms(rb)
+    more = (t.launch_cap - t.launches) * len(arms) * len(rb.models)
+    return (f"\n  timing.resolution {t.resolution:g}: further rounds until every interval is "
+            f"within ±{100 * t.resolution:g}%, up to {t.launch_cap} launches (at most {more} "
+            f"more runs: {describe_estimate(rb, more)})")
