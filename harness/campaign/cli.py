@@ -264,13 +264,16 @@ def apply_revision_and_retry(camp: Campaign, rb: Runbook, root: Path, view: Prog
 def finished_already(camp: Campaign, root: Path, rev: tuple[dict, list[str]] | None,
                      select: Selectors, view: ProgressView) -> bool:
     """A done campaign that this invocation would not change (no result-bearing edit, no
-    --retry match): say so, with where the report is, and write nothing, so its statistics
-    (wall span, busy share, ETA error) stay those of the runs."""
+    --retry match, no launch added by a timing edit): say so, with where the report is, and
+    write nothing, so its statistics (wall span, busy share, ETA error) stay those of the
+    runs."""
     doc = campaign_state(root, probe_lock=False)
     if doc["state"] != "done" or (rev is not None and rev[1]):
         return False
     if select.retry and store.retry_cells(camp.finished, select.retry, camp.ctx.selected):
         return False
+    if rev is not None and (camp.runs_left() or camp.rb.timing.resolution is not None):
+        return False        # more launches planned, or a resolution the rounds may not meet
     if rev is not None:
         view.line("runbook changed, no result-bearing field (comments, paths, limits, Slurm "
                   "options)")
