@@ -48,7 +48,7 @@ from harness.results.layout import EVENTS_JSONL, PROVENANCE_TXT
 from harness.results.provenance import capture_provenance, write_provenance
 from harness.runbook.load import load_runbook
 from harness.runbook.model import Runbook
-from harness.vocab import FAILURE_CLASSES, Stage, StageMode
+from harness.vocab import FAILURE_CLASSES, Purpose, Stage, StageMode
 
 DEFAULT_RUNBOOK = "runbooks/local-cpu.yaml"
 
@@ -272,8 +272,9 @@ def finished_already(camp: Campaign, root: Path, rev: tuple[dict, list[str]] | N
         return False
     if select.retry and store.retry_cells(camp.finished, select.retry, camp.ctx.selected):
         return False
-    if rev is not None and (camp.runs_left() or camp.rb.timing.resolution is not None):
-        return False        # more launches planned, or a resolution the rounds may not meet
+    more_launches = any(purpose == Purpose.TIME for _, _, purpose, _ in camp.runs_left())
+    if rev is not None and (more_launches or camp.rb.timing.resolution is not None):
+        return False        # a timing edit added launches, or asks a resolution to check
     if rev is not None:
         view.line("runbook changed, no result-bearing field (comments, paths, limits, Slurm "
                   "options)")

@@ -396,7 +396,8 @@ def restate(root: Path, key: str) -> None:
 def test_an_infra_failure_retried_stays_valid(lie):
     """QWEN3_30B echo's second launch first died with its node (launcher state node_fail:
     infra, no logs) and was retried as attempt 3, as the driver does (limits.infra_retries
-    1): timing_launches numbers that retry launch 3; the tables are otherwise unchanged."""
+    1): timing_launches numbers that retry launch 3, timing_trials keeps it launch 2 (its
+    round); the tables are otherwise unchanged."""
     old, infra, retry = (f"cells/{QWEN}__echo__time__cap1p125__a{i}" for i in (2, 2, 3))
     (lie / old).rename(lie / retry)
     data = json.loads((lie / retry / "cell.json").read_text())
@@ -405,6 +406,8 @@ def test_an_infra_failure_retried_stays_valid(lie):
     corpus.replace_file(lie / retry / "cell.json", json.dumps(data, indent=1).encode())
     corpus.set_row(lie, ATTEMPTS_TSV, {"cell_dir": old}, attempt="3", cell_dir=retry)
     corpus.set_row(lie, TIMING_LAUNCHES_TSV, {"cell_dir": old}, launch="3", cell_dir=retry)
+    # timing_trials.tsv numbers launches by round: the retry is still round 2's launch
+    corpus.set_row(lie, TIMING_TRIALS_TSV, {"cell_dir": old}, cell_dir=retry)
     (lie / infra).mkdir()
     shutil.copy(lie / retry / "provenance.txt", lie / infra / "provenance.txt")
     data.update(name=Path(infra).name, launcher={"state": "node_fail", "exit_code": None,
