@@ -300,13 +300,13 @@ def _whisker(ax, x: float, trio, color: str, marker: str) -> None:
                 capsize=4, lw=1.3, zorder=3)
 
 
-def _noise_band(ax, x: float, med: float | None, pct: float | None, color: str) -> None:
-    """Shade median ± noise floor % around a median."""
-    if med is None or pct is None:
+def _launch_band(ax, x: float, medians: list[float | None], color: str) -> None:
+    """Shade the launches' range: min to max of the launch medians (two or more launches)."""
+    ys = [m for m in medians if m is not None]
+    if len(ys) < 2:
         return
-    half = med * pct / 100.0
-    ax.add_patch(Rectangle((x - 0.12, med - half), 0.24, 2 * half, color=color, alpha=0.18,
-                           lw=0, zorder=1))
+    ax.add_patch(Rectangle((x - 0.12, min(ys)), 0.24, max(ys) - min(ys), color=color,
+                           alpha=0.18, lw=0, zorder=1))
 
 
 def _launch_dots(ax, x: float, medians: list[float | None], color: str) -> None:
@@ -359,16 +359,14 @@ def name_layout(names_per_panel: list[list[str]], size: float = TICK_FONT,
 
 def plot_timing(points: list[TimePoint], path: Path, missing_p10: bool,
                 colors: dict[str, str] | None = None) -> Figure:
-    """Figure 4: dispatch and combine median with p10-p90 and the noise floor, per model."""
+    """Figure 4: dispatch and combine arm medians with p10-p90, the launch medians and
+    their range, per model."""
     width, rotation, taller = name_layout([[p.backend for p in ps]
                                            for ps in _by_model(points).values()])
     fig, panels, colors = _model_panels(points, colors, width, 4.8 + taller)
     for ax, (model, pts) in panels:
         highs = [v for p in pts if p.status == Status.OK for v in (*p.dispatch, *p.combine)
                  if v is not None]
-        highs += [m * (1 + p.noise_floor_pct / 100) for p in pts
-                  if p.status == Status.OK and p.noise_floor_pct is not None
-                  for m in (p.dispatch[1], p.combine[1]) if m is not None]
         for x, p in enumerate(pts):
             if p.status != Status.OK or p.dispatch[1] is None:
                 _placeholder(ax, x, p.status)
@@ -376,7 +374,7 @@ def plot_timing(points: list[TimePoint], path: Path, missing_p10: bool,
             c = colors[p.backend]
             for k, (off, trio, mk) in enumerate(((-0.2, p.dispatch, "o"),
                                                  (0.2, p.combine, "s"))):
-                _noise_band(ax, x + off, trio[1], p.noise_floor_pct, c)
+                _launch_band(ax, x + off, [pair[k] for pair in p.launches], c)
                 _whisker(ax, x + off, trio, c, mk)
                 _launch_dots(ax, x + off, [pair[k] for pair in p.launches], c)
                 highs += [v for pair in p.launches if (v := pair[k]) is not None]
@@ -396,8 +394,7 @@ def plot_timing(points: list[TimePoint], path: Path, missing_p10: bool,
         Line2D([], [], ls="", marker="o", color="0.2", label="dispatch median"),
         Line2D([], [], ls="", marker="s", color="0.2", label="combine median"),
         Line2D([], [], color="0.2", label=f"whisker: {whisk}"),
-        Patch(color="0.2", alpha=0.2,
-              label="median ± noise_floor_pct (launch-to-launch with several launches)"),
+        Patch(color="0.2", alpha=0.2, label="range of the launch medians (min–max)"),
         Line2D([], [], ls="", marker="o", mfc="none", color="0.2", ms=4,
                label="one launch's median (independent process start)"),
         Patch(fill=False, hatch=PLACEHOLDER_HATCH, ec="0.45", label="does not fit / not timed"),

@@ -54,7 +54,7 @@ from harness.results.layout import EVENTS_JSONL, PROVENANCE_TXT
 from harness.results.provenance import capture_provenance, write_provenance
 from harness.runbook.load import load_runbook
 from harness.runbook.model import Runbook
-from harness.vocab import FAILURE_CLASSES, Stage, StageMode, Status
+from harness.vocab import FAILURE_CLASSES, Purpose, Stage, StageMode, Status
 
 DEFAULT_RUNBOOK = "runbooks/local-cpu.yaml"
 DRIVER_LOG = "driver.log"       # the driver's lines once its stdout's reader is gone
@@ -284,13 +284,17 @@ def apply_revision_and_retry(camp: Campaign, rb: Runbook, root: Path, view: Prog
 def finished_already(camp: Campaign, root: Path, rev: tuple[dict, list[str]] | None,
                      select: Selectors, view: ProgressView) -> bool:
     """A done campaign that this invocation would not change (no result-bearing edit, no
-    --retry match): say so, with where the report is, and write nothing, so its statistics
-    (wall span, busy share, ETA error) stay those of the runs."""
+    --retry match, no launch added by a timing edit): say so, with where the report is, and
+    write nothing, so its statistics (wall span, busy share, ETA error) stay those of the
+    runs."""
     doc = campaign_state(root, probe_lock=False)
     if doc["state"] != "done" or (rev is not None and rev[1]):
         return False
     if select.retry and store.retry_cells(camp.finished, select.retry, camp.ctx.selected):
         return False
+    more_launches = any(purpose == Purpose.TIME for _, _, purpose, _ in camp.runs_left())
+    if rev is not None and (more_launches or camp.rb.timing.resolution is not None):
+        return False        # a timing edit added launches, or asks a resolution to check
     if rev is not None:
         view.line("runbook changed, no result-bearing field (comments, paths, limits, Slurm "
                   "options)")

@@ -414,4 +414,18 @@ def timing_cost(rb: Runbook, timed: list[PlannedCell]) -> str:
     return (f"timing: {len(timed)} timed runs planned (full plan: {len(rb.models)} models x "
             f"{len(arms)} arms ({', '.join(arms) or 'none'}) x {rb.timing.launches} launches); "
             f"baseline {baseline}, max_cv {rb.timing.max_cv:g}; the launches and the control "
-            f"add {len(timed) - once} of them over one launch per (model, backend)")
+            f"add {len(timed) - once} of them over one launch per (model, backend)"
+            + resolution_cost(rb))
+
+
+def resolution_cost(rb: Runbook) -> str:
+    """With a timing.resolution: how many more rounds (and runs) it may add, at most (not in
+    the time estimate, which plans the runbook's `launches`)."""
+    t = rb.timing
+    if t.resolution is None:
+        return ""
+    _, arms = timed_arms(rb)
+    more = (t.launch_cap - t.launches) * len(arms) * len(rb.models)
+    return (f"\n  timing.resolution {t.resolution:g}: further rounds until every interval is "
+            f"within ±{100 * t.resolution:g}%, up to {t.launch_cap} launches (at most {more} "
+            f"more runs, not in the time estimate above)")

@@ -6,8 +6,9 @@
   L-moments (Hosking, Wallis & Wood 1985: closed form, steadier than maximum likelihood at
   the 10-100 steps a campaign has), evaluated with scipy.stats.genextreme. Its `at(budget)`
   gives P(step peak > budget) with a percentile-bootstrap 95% interval (resampled steps,
-  fixed seed). No fit (too few steps, constant or nearly constant peaks) is a stated
-  reason, never a number.
+  fixed seed). No fit (too few steps, constant or nearly constant peaks, or ties so heavy
+  that the bootstrap's resamples are mostly identical peaks) is a stated reason, never a
+  number.
 
 Peaks are integer slots, so P(peak > b) is read from the continuous fit at b + 0.5.
 """
@@ -112,8 +113,18 @@ class RiskModel:
         return RiskEstimate(budget, value, float(low), float(high), self.steps)
 
 
-def no_fit_reason(peaks: Sequence[int]) -> str | None:
-    """Why these per-step peaks admit no tail fit, or None when they do."""
+def _resamples(x: np.ndarray, resamples: int, seed: int) -> np.ndarray:
+    """The bootstrap's resamples of the sorted peaks (fixed seed), each row sorted."""
+    rng = np.random.default_rng(seed)
+    return np.sort(rng.choice(x, size=(resamples, len(x)), replace=True), axis=1)
+
+
+def no_fit_reason(peaks: Sequence[int], resamples: int = RESAMPLES,
+                  seed: int = BOOTSTRAP_SEED) -> str | None:
+    """Why these per-step peaks admit no tail fit, or None when they do: too few steps, too
+    few distinct peaks, or ties so heavy that more than ALPHA/2 of the bootstrap resamples
+    hold fewer than MIN_DISTINCT_PEAKS distinct values (the interval's upper end would then
+    be a resample of identical peaks, not a tail)."""
     n, distinct = len(peaks), len(set(peaks))
     if n < MIN_FIT_STEPS:
         return f"{n} steps: a tail fit needs at least {MIN_FIT_STEPS} (run more iterations)"
@@ -122,19 +133,27 @@ def no_fit_reason(peaks: Sequence[int]) -> str | None:
                 "backend): no tail to fit")
     if distinct < MIN_DISTINCT_PEAKS:
         return f"only {distinct} distinct step peaks in {n} steps: no tail to fit"
+    sample = _resamples(np.sort(np.asarray(peaks, dtype=np.float64)), resamples, seed)
+    kinds = 1 + np.count_nonzero(np.diff(sample, axis=1), axis=1)
+    tied = float(np.mean(kinds < MIN_DISTINCT_PEAKS))
+    if tied > ALPHA / 2:
+        top = max(set(peaks), key=list(peaks).count)
+        return (f"{list(peaks).count(top)} of {n} steps peaked at exactly {top} slots: "
+                f"{100 * tied:.0f}% of the bootstrap resamples hold fewer than "
+                f"{MIN_DISTINCT_PEAKS} distinct peaks, so a 95% bound would be a resample of "
+                "identical peaks, not a tail")
     return None
 
 
 def fit_risk(peaks: Sequence[int], resamples: int = RESAMPLES,
              seed: int = BOOTSTRAP_SEED) -> RiskModel | str:
     """A RiskModel of these exact (not lower-bound) per-step peaks, or why none is possible."""
-    reason = no_fit_reason(list(peaks))
+    reason = no_fit_reason(list(peaks), resamples, seed)
     if reason is not None:
         return reason
     x = np.sort(np.asarray(peaks, dtype=np.float64))
     c, loc, scale = (float(v[0]) for v in _lmoment_gev(x[None, :]))
-    rng = np.random.default_rng(seed)
-    sample = np.sort(rng.choice(x, size=(resamples, len(x)), replace=True), axis=1)
+    sample = _resamples(x, resamples, seed)
     return RiskModel(c, loc, scale, len(x), _lmoment_gev(sample))
 
 

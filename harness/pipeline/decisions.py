@@ -225,6 +225,8 @@ def time_step(ctx: Context, model: str) -> Pipe:
             ctx.timing[(model, arm)] = timing_row(ctx.n_of(model), outs[arm])
             ctx.dirty = True
         rounds += 1
+        if rounds < t.launches:
+            continue                 # the first timing.launches rounds always run
         why = {arm: f"no usable launch (timing status {ctx.timing[(model, arm)].status})"
                for arm in arms if (model, arm) in ctx.timing and not any(usable[arm])}
         rows = verdicts.comparison_rows(rb.campaign, model, usable, baseline, t.max_cv, why,

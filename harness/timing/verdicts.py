@@ -270,7 +270,9 @@ def verdict_text(row: dict) -> str:
     lo, hi = _num(row.get("ci_low")), _num(row.get("ci_high"))
     text = verdict if fig is None else f"{verdict} ×{fig:.3f}"
     if lo is not None and hi is not None:
-        text += f" (95% CI {lo:.3f}–{hi:.3f})"
+        text += f" (95% CI {lo:.3f}–{hi:.3f}"
+        mde = _num(row.get("mde"))
+        text += ")" if mde is None else f"; detectable ≥{100 * mde:.1f}%)"
     if verdict == stats.TOO_NOISY and row.get("reason"):
         text += f"; {row['reason']}"
     return text
@@ -305,10 +307,18 @@ def report_lines(rows: Sequence[dict], max_cv: float | None) -> list[str]:
         out.append(f"| {model} | {arm} | {base} | {launches} | {by_phase.get('dispatch', '')} "
                    f"| {by_phase.get('combine', '')} |")
     limit = "" if max_cv is None else f" (max_cv {max_cv:g})"
-    out += ["", "Ratio = backend median / baseline median over all launches and trials (above 1 "
-            "= slower); 95% CI from a paired bootstrap over launches and trials (20,000 "
+    stops = sorted({str(r.get("stopped_by")) for r in rows if r.get("stopped_by")})
+    if any(s == STOP_MAX for s in stops):
+        out += ["", "**Resolution not reached:** the launches hit timing.max_launches before "
+                "every interval was as narrow as timing.resolution asks (`resolved` false "
+                "in comparison.tsv)."]
+    out += ["", "Ratio = backend median / baseline median over all launches and trials, the "
+            "medians timing.tsv shows (above 1 = slower); 95% CI from a paired bootstrap over "
+            "launches and trials (20,000 "
             "resamples, fixed seed, Student-t on launches − 1 degrees of freedom). `faster`/"
             f"`slower` only when the CI excludes 1 and both CVs are within the limit{limit}; "
-            "`too_noisy` when a CV is over it or fewer than two launches ran. "
+            "`too_noisy` when a CV is over it or fewer than two launches ran. `detectable`: "
+            "the minimum detectable effect at these launches and spread (about 90% power); "
+            "an `indistinguishable` row rules out only differences larger than it. "
             "Method: docs/timing-verdicts.md.", ""]
     return out

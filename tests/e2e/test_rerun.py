@@ -194,7 +194,9 @@ def _edit(rb, field, draw):
         sub = draw(st.sampled_from(["iters", "trials", "launches", "warmup", "max_cv"]))
         bump = getattr(value, sub) + draw(st.integers(1, 3))
         new = dataclasses.replace(value, **{sub: bump})
-        return dataclasses.replace(rb, timing=new), [] if sub == "max_cv" else ["timing"]
+        # max_cv changes only comparison rows; launches only how many rounds run (kept ones
+        # replay): neither changes a cell's result
+        return dataclasses.replace(rb, timing=new), [] if sub in ("max_cv", "launches") else ["timing"]
     simple = {"seed": lambda v: v + 1, "device_memory_bytes": lambda v: (v or 0) + 1024,
               "shape": lambda v: dataclasses.replace(v, seq=v.seq * 2),
               "capacity": lambda v: dataclasses.replace(v, max_remeasure=v.max_remeasure + 1),

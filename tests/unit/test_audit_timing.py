@@ -25,6 +25,7 @@ from harness.results.layout import (
     COMPARISON_TSV,
     SELECTION_TSV,
     TIMING_LAUNCHES_TSV,
+    TIMING_TRIALS_TSV,
     TIMING_TSV,
 )
 
@@ -121,7 +122,7 @@ def drop_rows(root: Path, table: str, **match) -> None:
 def remove_arm(root: Path, model: str, arm: str) -> None:
     """Every trace of one timed arm of one model: its rows in every table, its cells and the
     events naming them (a careful forger edits events.jsonl too: it is not hashed)."""
-    for table in (TIMING_TSV, COMPARISON_TSV, TIMING_LAUNCHES_TSV):
+    for table in (TIMING_TSV, COMPARISON_TSV, TIMING_LAUNCHES_TSV, TIMING_TRIALS_TSV):
         drop_rows(root, table, model=model, backend=arm)
     drop_rows(root, ATTEMPTS_TSV, model=model, backend=arm, purpose="time")
     names = []
@@ -244,6 +245,30 @@ def test_timing_launches_value_not_rederived(lie, monkeypatch, column, value):
                                        "phase": "dispatch"}, **{column: value})
     u = audit(lie)
     assert u.verdict == "INVALID" and NOT_REDERIVED in u.reasons, u.why
+
+
+# ------------------------------------------------------------ timing_trials.tsv
+
+@pytest.mark.parametrize("column,value", [("ms", "0.001"), ("cell_dir", "cells/elsewhere")])
+def test_timing_trials_value_not_rederived(lie, monkeypatch, column, value):
+    """timing_trials.tsv is one of the tables the replayed pipeline builds: a changed trial
+    median or cell is caught by the same rule as timing.tsv's figures."""
+    corpus.set_row(lie, TIMING_TRIALS_TSV, {"model": QWEN, "backend": "ultraep", "launch": "2",
+                                            "phase": "dispatch", "trial": "1"},
+                   **{column: value})
+    caught_only_by(lie, NOT_REDERIVED, monkeypatch)
+
+
+def test_timing_trials_row_renumbered(lie):
+    corpus.set_row(lie, TIMING_TRIALS_TSV, {"model": QWEN, "backend": "ultraep", "launch": "2",
+                                            "phase": "dispatch", "trial": "1"}, trial="9")
+    u = audit(lie)
+    assert u.verdict == "INVALID" and NOT_REDERIVED in u.reasons, u.why
+
+
+def test_timing_trials_row_missing(lie, monkeypatch):
+    drop_rows(lie, TIMING_TRIALS_TSV, model=QWEN, backend="ultraep", launch="1", trial="2")
+    caught_only_by(lie, INCOMPLETE, monkeypatch)
 
 
 # ------------------------------------------------------------ arms and launches
@@ -371,7 +396,8 @@ def restate(root: Path, key: str) -> None:
 def test_an_infra_failure_retried_stays_valid(lie):
     """QWEN3_30B echo's second launch first died with its node (launcher state node_fail:
     infra, no logs) and was retried as attempt 3, as the driver does (limits.infra_retries
-    1): timing_launches numbers that retry launch 3; the tables are otherwise unchanged."""
+    1): timing_launches numbers that retry launch 3, timing_trials keeps it launch 2 (its
+    round); the tables are otherwise unchanged."""
     old, infra, retry = (f"cells/{QWEN}__echo__time__cap1p125__a{i}" for i in (2, 2, 3))
     (lie / old).rename(lie / retry)
     data = json.loads((lie / retry / "cell.json").read_text())
@@ -380,6 +406,8 @@ def test_an_infra_failure_retried_stays_valid(lie):
     corpus.replace_file(lie / retry / "cell.json", json.dumps(data, indent=1).encode())
     corpus.set_row(lie, ATTEMPTS_TSV, {"cell_dir": old}, attempt="3", cell_dir=retry)
     corpus.set_row(lie, TIMING_LAUNCHES_TSV, {"cell_dir": old}, launch="3", cell_dir=retry)
+    # timing_trials.tsv numbers launches by round: the retry is still round 2's launch
+    corpus.set_row(lie, TIMING_TRIALS_TSV, {"cell_dir": old}, cell_dir=retry)
     (lie / infra).mkdir()
     shutil.copy(lie / retry / "provenance.txt", lie / infra / "provenance.txt")
     data.update(name=Path(infra).name, launcher={"state": "node_fail", "exit_code": None,

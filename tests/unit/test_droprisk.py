@@ -78,6 +78,17 @@ def test_no_fit_is_a_reason_not_a_number():
     assert no_fit_reason(list(range(MIN_FIT_STEPS))) is None
 
 
+def test_no_fit_when_ties_leave_the_bootstrap_nothing_to_fit():
+    """Eleven identical peaks and two others: three distinct values, but most bootstrap
+    resamples hold fewer than three, so the '95% bound' would be a resample of identical
+    peaks (the earlier code fitted it and printed that bound)."""
+    peaks = [2048] * 11 + [2049, 2050]
+    reason = fit_risk(peaks)
+    assert isinstance(reason, str) and "11 of 13 steps peaked at exactly 2048" in reason
+    assert no_fit_reason(peaks) == reason
+    assert not isinstance(fit_risk(gev_peaks(13, seed=3)), str)     # distinct peaks still fit
+
+
 def test_select_for_risk_is_the_smallest_rung_meeting_the_target():
     n, pad = 2048, 128
     model = fit_risk(gev_peaks(65, seed=5))

@@ -612,3 +612,25 @@ def test_timing_table_parts_keep_each_phase_together(built):
     assert ["model", "backend", "dispatch vs echo", "combine vs echo"] in heads, heads
     joined = next(h for h, _ in md_tables(section) if "dispatch vs echo" in h)
     assert {"status", "dispatch_ms_median", "combine_ms_p90", "combine vs echo"} <= set(joined)
+
+
+def test_the_a_a_warning_stands_where_the_verdicts_first_appear(built):
+    """The summary's table (the first with verdicts) carries the warning, above it."""
+    _, path, _ = built
+    summary = path.read_text().split("## Summary", 1)[1].split("\n## ", 1)[0]
+    assert summary.index("**The verdicts below are unreliable:**") < summary.index("| model")
+    assert "QWEN3_30B echo~control combine: slower" in summary
+
+
+def test_timing_figure_band_is_the_launches_range(tmp_path):
+    """Figure 4's band runs from the lowest to the highest launch median (the earlier band,
+    median x (1 +- noise floor), ran 0-71 ms while a launch sat at 86 ms)."""
+    from harness import figures as fg
+
+    pts = [fg.TimePoint("M", "echo", "ok", (40.0, 50.0, 60.0), (2.0, 2.1, 2.5), 140.0,
+                        launches=((20.0, 2.0), (86.0, 2.2), (45.0, 2.1)))]
+    fig = fg.plot_timing(pts, tmp_path / "t.png", missing_p10=False)
+    bands = [(p.get_y(), p.get_y() + p.get_height()) for ax in fig.axes for p in ax.patches
+             if not p.get_hatch() and p.get_alpha() is not None]
+    assert (20.0, 86.0) in [(round(a, 6), round(b, 6)) for a, b in bands]
+    assert all(lo >= 0 for lo, _ in bands)

@@ -162,3 +162,12 @@ def test_ci_needs_two_launches():
         stats.bootstrap_ci([[1.0, 1.1]], [[1.0, 1.2]])
     c = stats.compare([[1.0, 1.1]], [[1.0, 1.2]])
     assert (c.ci_low, c.ci_high, c.verdict) == (None, None, stats.TOO_NOISY)
+
+
+def test_t90_table_and_expansion_and_the_mde():
+    from scipy.stats import t as student
+    for df in range(1, 80):
+        assert stats.t90(df) == pytest.approx(student.ppf(0.90, df), abs=2e-3)
+    assert stats.mde(0.01, 3) == pytest.approx(np.expm1((4.303 + 1.886) * 0.01))
+    assert stats.halfwidth(0.01, 3) == pytest.approx(np.expm1(4.303 * 0.01))
+    assert stats.mde(0.01, 3) > stats.halfwidth(0.01, 3)

@@ -119,3 +119,14 @@ def test_report_lines_banner_table_and_cells():
 def test_row_keys_are_the_comparison_columns():
     from harness.results.rows import COMPARISON_COLUMNS
     assert verdicts.ROW_KEYS == COMPARISON_COLUMNS
+
+
+def test_launches_done_by_launches_resolution_and_cap():
+    wide = [{"ratio_median": 1.0, "halfwidth": 0.2}, {"ratio_median": None, "halfwidth": None}]
+    narrow = [{"ratio_median": 1.0, "halfwidth": 0.02}, {"ratio_median": None}]
+    assert verdicts.launches_done(wide, 2, 3, None, 3) is None          # launches always run
+    assert verdicts.launches_done(wide, 3, 3, None, 3) == verdicts.STOP_LAUNCHES
+    assert verdicts.launches_done(wide, 3, 3, 0.03, 6) is None          # not narrow: go on
+    assert verdicts.launches_done(narrow, 3, 3, 0.03, 6) == verdicts.STOP_RESOLUTION
+    assert verdicts.launches_done(wide, 6, 3, 0.03, 6) == verdicts.STOP_MAX
+    assert verdicts.resolved(0.03, 0.03) and not verdicts.resolved(None, 0.03)

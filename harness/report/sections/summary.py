@@ -5,6 +5,7 @@ dispatch and combine times and the comparison verdicts. The wide tables come aft
 from __future__ import annotations
 
 from harness.report.inputs import Context, md_table
+from harness.timing.verdicts import control_check
 from harness.vocab import Verdict
 
 # the verdicts in a word each (the legend under the table spells them out)
@@ -40,14 +41,29 @@ def render(ctx: Context) -> list[str]:
     out = ["## Summary", ""]
     if not rows:
         return out + [ctx.missing("summary", "no rows in any TSV"), ""]
+    out += control_banner(ctx)
     out += [md_table(["model", "backend", "selected", "timed at", "disp ms", "comb ms",
                       "verdict"], rows), "",
-            "Capacities as multiples of the uniform share N; disp/comb ms: median dispatch and",
-            "combine times over the timed launches, in milliseconds; verdict against the",
+            "Capacities as multiples of the uniform share N; disp/comb ms: the arm medians (the",
+            "median of all trial medians over the timed launches, in milliseconds; the ratio a",
+            "verdict states is theirs: docs/timing-verdicts.md#definitions); verdict against the",
             f"baseline {ctx.baseline or '(none)'}: one word when both phases agree, else "
             "d: dispatch, c: combine",
             "(same: indistinguishable, noisy: too_noisy). Wider tables follow.", ""]
     return out
+
+
+def control_banner(ctx: Context) -> list[str]:
+    """The A/A warning, where the verdicts first appear: the control arm not
+    indistinguishable makes every verdict of the table unreliable."""
+    rows = ctx.comparison.rows if ctx.comparison else []
+    reliable, problems = control_check(rows)
+    if reliable:
+        return []
+    shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3
+                                       else "")
+    return ["**The verdicts below are unreliable:** the A/A control (the baseline timed a "
+            f"second time) did not come out indistinguishable ({shown}); see Timing.", ""]
 
 
 def _verdict(by_phase: dict[str, str]) -> str:

@@ -42,17 +42,20 @@ def render(ctx: Context) -> list[str]:
     if not t.has("dispatch_ms_p10"):
         out += ["p10 columns not recorded in timing.tsv: whiskers run from the median to p90.",
                 ""]
-    out += ["Times in ms per call: each figure is the median over the pair's launches of "
-            "that launch's own value (median, p10, p90); with several launches "
-            "noise_floor_pct is the launch-to-launch spread of (dispatch + combine) medians, "
-            "100 × (max − min) / median. The verdict columns are comparison.tsv's (above). "
+    out += ["Times in ms per call: median, p10 and p90 of all the pair's trial medians, "
+            "pooled over its launches (timing_trials.tsv; the ratios above divide these "
+            "medians: docs/timing-verdicts.md#definitions); with several launches "
+            "noise_floor_pct is the launch-to-launch spread of the (dispatch + combine) "
+            "launch medians, 100 × (max − min) / median. step_cv and algbw_gbps are the "
+            "median of the launches' own values. The verdict columns are comparison.tsv's (above). "
             "cell_dir names the first launch; every launch is a purpose=time row of "
             "capacity_attempts.tsv. A pair that does not fit has no times: it is marked, never "
             "zero.", ""]
     if "fig4_timing.png" in ctx.figures:
         out += ["![Dispatch and combine timing](fig4_timing.png)", "",
-                "Figure 4: hollow dots are the individual launches' medians (independent "
-                "process starts): their spread is the run-to-run variance a verdict must beat.",
+                "Figure 4: bars are the arm medians; hollow dots the launch medians "
+                "(independent process starts) and the shaded band their range (min to max): "
+                "the run-to-run variance a verdict must beat.",
                 ""]
     return out
 
