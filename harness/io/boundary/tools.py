@@ -89,5 +89,5 @@ def git_problem(run: ToolRun, repo: str) -> str | None:
                 f"`git -C {shlex.quote(repo)} status` to see it, and `git config --global "
                 f"--add safe.directory {shlex.quote(repo)}` if you trust it")
     if "not a git repository" in run.err:
-        return f"{repo} is not a git checkout"
+        return f"{repo} is not a git checkout (run `git -C {shlex.quote(repo)} status` to see it)"
     return run.problem
