@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.api.backend import LaunchSpec
-from harness.campaign.store import choose_dir
+from harness.campaign.store import choose_dir, mark_campaign
 from harness.grid.capacity import budget_tokens, is_executable
 from harness.launch import make_launcher
 from harness.launch.local import LocalLauncher
@@ -107,11 +107,15 @@ def test_cancel_from_an_earlier_driver(tmp_path):
 def test_choose_dir_never_reuses_with_fresh(tmp_path):
     assert choose_dir(tmp_path, "c", fresh=False) == tmp_path / "c"
     (tmp_path / "c").mkdir()
+    mark_campaign(tmp_path / "c", "c")                  # what `epcap run` records in it
     assert choose_dir(tmp_path, "c", fresh=False) == tmp_path / "c"
     assert choose_dir(tmp_path, "c", fresh=True) == tmp_path / "c-2"
     (tmp_path / "c-2").mkdir()
+    mark_campaign(tmp_path / "c-2", "c")
     assert choose_dir(tmp_path, "c", fresh=False) == tmp_path / "c-2"     # resume the newest
     assert choose_dir(tmp_path, "c", fresh=True) == tmp_path / "c-3"
+    (tmp_path / "c-7").mkdir()                          # no record: never resumed, skipped
+    assert choose_dir(tmp_path, "c", fresh=False) == tmp_path / "c-2"
 
 
 def test_dry_run_tierb_without_gpus(tmp_path):
