@@ -46,7 +46,7 @@ def _call(body: Callable[..., int | None], /, **kwargs) -> None:
         sys.exit(PIPE_EXIT)
     except EpcapError as exc:
         click.echo(f"epcap: error: {redact_text(str(exc))}", err=True)
-        if exc.path == STDOUT:
+        if getattr(exc, "path", None) == STDOUT:
             _quiet_pipe()               # the exit flush must not fail a second time
         sys.exit(exc.exit_code)
     except OSError as exc:

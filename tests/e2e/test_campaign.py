@@ -117,6 +117,8 @@ def test_choose_dir_never_reuses_with_fresh(tmp_path):
     mark_campaign(tmp_path / "c-2", "c")
     assert choose_dir(tmp_path, "c", fresh=False) == tmp_path / "c-2"     # resume the newest
     assert choose_dir(tmp_path, "c", fresh=True) == tmp_path / "c-3"
+    (tmp_path / "c-7").mkdir()                          # no record: never resumed, skipped
+    assert choose_dir(tmp_path, "c", fresh=False) == tmp_path / "c-2"
 
 
 def test_dry_run_tierb_without_gpus(tmp_path):

@@ -289,6 +289,7 @@ READERS_ALLOWED = {
 
 
 def _open_mode(call: ast.Call) -> str:
+    """The mode of an open() call ('r' when not given)."""
     if len(call.args) >= 2 and isinstance(call.args[1], ast.Constant):
         return str(call.args[1].value)
     for kw in call.keywords:

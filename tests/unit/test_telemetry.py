@@ -661,10 +661,10 @@ def test_empty_log_summary_has_nulls(tmp_path):
 def test_missing_file_and_directory_are_bad_input(tmp_path):
     with pytest.raises(BadInput) as info:
         summarize([tmp_path / "nope.log"])
-    assert str(info.value) == f"{tmp_path / 'nope.log'}: no such log file"
-    with pytest.raises(BadInput) as info:
+    assert str(info.value) == f"{tmp_path / 'nope.log'}: file not found"
+    with pytest.raises(BadInput) as info:           # the one log reader (io.boundary.logs)
         summarize([tmp_path])
-    assert str(info.value) == f"{tmp_path}: is a directory, not a log file"
+    assert str(info.value) == f"{tmp_path}: must be a regular file, got a directory"
 
 
 def test_unreadable_file_is_bad_input(tmp_path, monkeypatch):
@@ -672,10 +672,10 @@ def test_unreadable_file_is_bad_input(tmp_path, monkeypatch):
 
     def deny(*_a, **_k):
         raise PermissionError(13, "Permission denied")
-    monkeypatch.setattr("builtins.open", deny)
+    monkeypatch.setattr("harness.io.safeio.os.open", deny)
     with pytest.raises(BadInput) as info:
         summarize(path)
-    assert str(info.value) == f"{path}: cannot read log: Permission denied"
+    assert str(info.value) == f"{path}: permission denied: check the file's mode and owner"
 
 
 def test_malformed_lists_are_capped(tmp_path, monkeypatch):

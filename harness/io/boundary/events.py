@@ -47,6 +47,7 @@ class DuplicateKey(ValueError):
 
 
 def _pairs(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object's pairs as a dict; DuplicateKey for a key named twice."""
     out: dict = {}
     for key, value in pairs:
         if key in out:
@@ -63,11 +64,13 @@ _TOO_LONG = _TooLong()
 
 
 def _int(text: str) -> int | _TooLong:
+    """A JSON integer, or the marker for one of over 30 digits (never converted)."""
     value = parse_int(text)
     return _TOO_LONG if value is None else value
 
 
 def _holds_too_long(value: object, depth: int = 0) -> bool:
+    """True when `value` is, or holds, an over-long integer's marker."""
     if value is _TOO_LONG:
         return True
     if depth > 64:

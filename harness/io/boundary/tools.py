@@ -29,6 +29,7 @@ class ToolRun:
 
     @property
     def ok(self) -> bool:
+        """True when the tool ran, answered in UTF-8 and exited 0."""
         return self.problem is None
 
     @property
@@ -38,6 +39,7 @@ class ToolRun:
 
 
 def _decode(data: bytes, name: str, what: str) -> tuple[str, str | None]:
+    """(text, None), or (text with replacements, why) for output that is not UTF-8."""
     try:
         return data.decode("utf-8")[:OUTPUT_MAX_CHARS], None
     except UnicodeDecodeError as exc:
@@ -89,5 +91,5 @@ def git_problem(run: ToolRun, repo: str) -> str | None:
                 f"`git -C {shlex.quote(repo)} status` to see it, and `git config --global "
                 f"--add safe.directory {shlex.quote(repo)}` if you trust it")
     if "not a git repository" in run.err:
-        return f"{repo} is not a git checkout"
+        return f"{repo} is not a git checkout (run `git -C {shlex.quote(repo)} status` to see it)"
     return run.problem
