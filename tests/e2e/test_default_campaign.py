@@ -39,7 +39,8 @@ MEASURED = "<measured>"
 VOLATILE = {"started_utc", "finished_utc", "wall_s", "dispatch_ms_median", "dispatch_ms_p90",
             "combine_ms_median", "combine_ms_p90", "step_cv", "noise_floor_pct", "algbw_gbps",
             "dispatch_ms_p10", "combine_ms_p10", "ratio_median", "ci_low", "ci_high",
-            "cv_backend", "cv_baseline", "verdict", "reason"}
+            "cv_backend", "cv_baseline", "verdict", "reason", "dispatch_gbps", "combine_gbps",
+            "dispatch_link_fraction", "combine_link_fraction"}
 
 
 def normalised(results: Path) -> dict:
