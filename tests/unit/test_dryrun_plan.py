@@ -34,10 +34,11 @@ def test_tierb_memory_warnings_name_exactly_the_pairs_over_the_device(tmp_path):
     text = dry(tmp_path, TIERB)
     warned = sorted(ln.split(":")[1].strip() for ln in text.splitlines()
                     if ln.startswith("WARNING:") and "modelled" in ln)
-    assert warned == ["QWEN3_235B echo", "QWEN3_235B moonep", "QWEN3_235B ultraep"]
+    assert warned == ["QWEN3_235B echo", "QWEN3_235B mcore-alltoall", "QWEN3_235B mcore-deepep",
+                      "QWEN3_235B mcore-hybridep", "QWEN3_235B moonep", "QWEN3_235B ultraep"]
     assert "94 layers" in text and "> device 180.00 GiB" in text
-    assert "== summary ==" in text and "runs planned: 67 of 67" in text
-    assert "134.00" in text and "wall clock: 16.75 h serial" in text
+    assert "== summary ==" in text and "runs planned: 106 of 106" in text
+    assert "212.00" in text and "wall clock: 26.5 h serial" in text
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tierb-b200-gbs8.dry-run"]
 
 
