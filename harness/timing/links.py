@@ -62,12 +62,14 @@ LINKS: tuple[Link, ...] = (
     Link("H100", "NVLink 4", 18, 25.0, 20.6, H100_PAGE),
 )
 
-NO_GPU = ("no-gpu", "cpu", "")
+NO_GPU = ("no-gpu", "cpu")
 
 
 def link_of(device: str | None) -> tuple[Link | None, str]:
     """(the declared link of a device name, why none): `NVIDIA B200` -> B200's NVLink 5."""
-    name = (device or "").strip()
+    if device is None:
+        return None, "the run named no device (no device_name in its timing object)"
+    name = device.strip()
     if name.lower() in NO_GPU:
         return None, "no GPU (CPU emulation): no link limit applies"
     upper = name.upper()
@@ -79,6 +81,8 @@ def link_of(device: str | None) -> tuple[Link | None, str]:
         return next(link for link in LINKS if link.kind in found), ""
     if len(found) > 1:
         return None, f"device {name!r} names several GPU kinds {sorted(found)}"
+    if not name:
+        return None, "the device name is empty"
     return None, f"GPU {name!r} is not in the declared link table (harness/timing/links.py)"
 
 

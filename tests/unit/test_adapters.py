@@ -261,7 +261,9 @@ def test_zoo_matches_public_configs_and_router_is_explicit():
 def test_tierb_runbook_plan_inputs(runbook):
     assert runbook.launcher == "slurm" and runbook.capacity.decimals is None
     assert [(b.name, b.select, b.time) for b in runbook.backends] == \
-        [("echo", True, True), ("ultraep", True, True), ("moonep", False, True)]
+        [("echo", True, True), ("ultraep", True, True), ("moonep", False, True),
+         ("mcore-alltoall", False, True), ("mcore-deepep", False, True),
+         ("mcore-hybridep", False, True)]
     assert {"blackwell_run_scripts", "megatron-lm", "echo", "ultraep", "moonep"} <= \
         set(runbook.repositories)
     ns = {m.name: runbook.shape.uniform_tokens(m.topk) for m in runbook.models}

@@ -36,12 +36,13 @@ def test_tierb_memory_warnings_name_exactly_the_pairs_over_the_device(tmp_path):
     text = dry(tmp_path, TIERB)
     warned = sorted(ln.split(":")[1].strip() for ln in text.splitlines()
                     if ln.startswith("WARNING:") and "modelled" in ln)
-    assert warned == ["QWEN3_235B echo", "QWEN3_235B moonep", "QWEN3_235B ultraep"]
+    assert warned == ["QWEN3_235B echo", "QWEN3_235B mcore-alltoall", "QWEN3_235B mcore-deepep",
+                      "QWEN3_235B mcore-hybridep", "QWEN3_235B moonep", "QWEN3_235B ultraep"]
     assert "94 layers" in text and "> device 180.00 GiB" in text
-    assert "== summary ==" in text and "runs planned: 67 of 67" in text
-    assert "estimated GPU-hours: 134.00" in text and "time estimate: 16 h 45 min" in text
+    assert "== summary ==" in text and "runs planned: 106 of 106" in text
+    assert "estimated GPU-hours: 212.00" in text and "time estimate: 26 h 30 min" in text
     assert "cell_wall_hours (your estimate, not a measurement)" in text
-    assert "ceiling (slurm.time_limit" in text and "67 runs x 1 h = 67 h serial" in text
+    assert "ceiling (slurm.time_limit" in text and "106 runs x 1 h = 106 h serial" in text
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tierb-b200-gbs8.dry-run"]
 
 

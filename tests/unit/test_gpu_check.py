@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "gpu_check.py"
 _spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
@@ -16,6 +18,7 @@ gpu_check = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(gpu_check)
 
 
+@pytest.mark.slow
 def test_without_a_gpu_it_says_so_and_exits_2():
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, str(SCRIPT)], cwd=ROOT, capture_output=True,

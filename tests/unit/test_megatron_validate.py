@@ -398,7 +398,9 @@ def test_provenance_says_how_commands_are_checked(tmp_path, monkeypatch):
     monkeypatch.delenv("EPCAP_MEGATRON_TREES", raising=False)
     rb = load_runbook(TIERB)
     fields = provenance_fields(rb)
-    assert sorted(fields) == ["preflight.echo", "preflight.moonep", "preflight.ultraep"]
+    assert sorted(fields) == ["preflight.echo", "preflight.mcore-alltoall",
+                              "preflight.mcore-deepep", "preflight.mcore-hybridep",
+                              "preflight.moonep", "preflight.ultraep"]
     assert all(v.startswith("against argument names only") for v in fields.values())
     stand_in_tree(tmp_path / rb.backend("echo").options.megatron["commit"])
     monkeypatch.setenv("EPCAP_MEGATRON_TREES", str(tmp_path))

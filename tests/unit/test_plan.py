@@ -244,8 +244,8 @@ def test_time_cells_are_launch_rounds_in_rotated_order():
     from harness.runbook.load import load_runbook
     rb = load_runbook(Path(__file__).resolve().parents[2] / "runbooks" / "local-cpu.yaml")
     time_cells = [p for p in plan_cells(rb) if p.purpose == "time"]
-    assert len(time_cells) == 4 * 4 * 3          # models x (3 backends + control) x launches
+    arms = ["echo", "ultraep", "moonep", "mcore-alltoall", "mcore-deepep", "mcore-hybridep",
+            "echo~control"]
+    assert len(time_cells) == 4 * len(arms) * 3  # models x (6 backends + control) x launches
     first = [p.backend for p in time_cells if p.model == "QWEN3_30B"]
-    assert first == ["echo", "ultraep", "moonep", "echo~control",
-                     "ultraep", "moonep", "echo~control", "echo",
-                     "moonep", "echo~control", "echo", "ultraep"]
+    assert first == arms + arms[1:] + arms[:1] + arms[2:] + arms[:2]

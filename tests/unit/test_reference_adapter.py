@@ -65,7 +65,7 @@ def test_single_launch_is_one_task_that_spawns_the_ranks():
 
 def test_unknown_personality_is_rejected():
     with pytest.raises(ValueError, match="personality"):
-        load_backend(BackendConfig("x", "reference", "deepep")).command(_req())
+        load_backend(BackendConfig("x", "reference", "nccl-ep")).command(_req())
 
 
 def test_rank_env_torchrun_and_slurm():

@@ -111,7 +111,8 @@ def test_the_link_table():
         link, _ = link_of(name)
         assert link.gbps == 450.0 and link.nccl_gbps == pytest.approx(18 * 20.6), name
     assert link_of("NVIDIA H200")[0].kind == "H200"
-    for name, why in (("cpu", "no GPU"), ("no-gpu", "no GPU"), (None, "no GPU"),
+    for name, why in (("cpu", "no GPU"), ("no-gpu", "no GPU"), (None, "named no device"),
+                      ("", "empty"),
                       ("Tesla T4", "not in the declared link table"),
                       ("NVIDIA H100 PCIe", "PCIe/NVL part"), ("NVIDIA H100 NVL", "PCIe/NVL")):
         link, text = link_of(name)

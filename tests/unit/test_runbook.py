@@ -40,7 +40,9 @@ def test_shipped_runbooks_load():
     assert [m.topk for m in local.models] == [8, 8, 8, 6]
     assert local.device_memory_bytes == 12 * 2**20
     assert [(b.name, b.select, b.time) for b in local.backends] == [
-        ("echo", True, True), ("ultraep", True, True), ("moonep", False, True)]
+        ("echo", True, True), ("ultraep", True, True), ("moonep", False, True),
+        ("mcore-alltoall", False, True), ("mcore-deepep", False, True),
+        ("mcore-hybridep", False, True)]
     reduced = load_runbook(FIX / "reduced.yaml")
     assert len(reduced.models) == 2 and len(reduced.backends) == 3
     tier = load_runbook(ROOT / "runbooks" / "tierb-b200-gbs8.yaml")

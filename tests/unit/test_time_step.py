@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from harness.pipeline.decisions import Context, Outcome, time_step
@@ -22,6 +23,8 @@ def timing(d: float, c: float) -> dict:
 def drive(times: dict, dnf: set = frozenset()) -> tuple[Context, list[str]]:
     """Run QWEN3_30B's time step; times[arm] = per-round (dispatch, combine) medians."""
     rb = load_runbook(RUNBOOK)
+    rb = replace(rb, backends=tuple(b for b in rb.backends      # the forks' arms only
+                                    if not b.name.startswith("mcore-")))
     ctx = Context(rb, (), None)
     for b in ("echo", "ultraep"):
         ctx.selection[("QWEN3_30B", b)] = SelectionRow(
