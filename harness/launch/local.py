@@ -305,14 +305,17 @@ def drain(captures: list[subprocess.Popen]) -> None:
     """Wait for the captures to write their last lines (they end at their rank's EOF). A
     capture still waiting for a writer on its FIFO (its rank never started: the task failed
     first) is released by opening and closing the FIFO's write end: it reads EOF and ends."""
-    for cap in captures:
-        fifo = getattr(cap, "fifo", None)
-        if fifo is not None and cap.poll() is None:
+    deadline = time.monotonic() + CAPTURE_WAIT_S
+    waiting = [c for c in captures if getattr(c, "fifo", None) is not None]
+    while waiting and time.monotonic() < deadline:
+        for cap in waiting:     # a capture not yet in open() is released on a later pass
             try:
-                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+                os.close(os.open(cap.fifo, os.O_WRONLY | os.O_NONBLOCK))
             except OSError:
                 pass            # opened and removed by the capture, or no reader yet
-    deadline = time.monotonic() + CAPTURE_WAIT_S
+        waiting = [c for c in waiting if c.poll() is None and Path(c.fifo).exists()]
+        if waiting:
+            time.sleep(0.05)
     for cap in captures:
         try:
             cap.wait(timeout=max(0.1, deadline - time.monotonic()))
