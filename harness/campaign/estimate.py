@@ -32,7 +32,7 @@ class KindRate:
     per_iter_s: float       # per iteration: the collectives' fixed cost
     per_unit_s: float       # per work unit (see the module docstring)
     server_s: float         # once per invocation whose backends fork from a server
-    band: tuple[float, float]   # actual / estimated at the start, lowest and highest measured
+    band: tuple[float, float]   # actual / estimated at the start: the bench's bound, met so far
     measured: str           # where, when, under what load
     load_ref: float = 0.0   # 1-minute load average the rate was measured at (at its start)
     load_slope: float = 0.0     # duration grows by this fraction per unit of load above it
