@@ -280,3 +280,30 @@ def test_the_cost_model_is_the_prior_and_the_canaries_replace_its_scale():
     assert est.predict("ultraep", m, "time") == pytest.approx(1.5 * prior["time"])
     assert est.predict("ultraep", m, "canary") == pytest.approx(2.0 * prior["canary"])
     assert est.source() == "cost model scaled by 4 measured runs"
+
+
+def test_history_dir_elsewhere_teaches_the_estimate(tmp_path):
+    """`--history DIR`: a campaign of the same work under another results root (or named as a
+    campaign directory itself) is learnt from as a neighbour would be, and the dry run says
+    so in its estimate's source."""
+    from click.testing import CliRunner
+
+    from harness.campaign import store
+    from harness.cli import main
+    from harness.runbook.load import load_runbook
+    rb = load_runbook(REDUCED)
+    spans = {("QWEN3_30B", "echo", "measure"): 4.0, ("QWEN3_30B", "echo", "time"): 6.0}
+    other = tmp_path / "elsewhere"
+    _neighbour(other, "reduced-7", rb, spans)
+    mine = tmp_path / "mine" / "reduced"
+    assert store.history(mine, rb).runs == ()
+    for root in (other, other / "reduced-7"):
+        past = store.history(mine, rb, (root,))
+        assert sorted(r[4] for r in past.runs) == [4.0, 6.0] and past.campaigns == 1
+    out = CliRunner().invoke(main, ["run", str(REDUCED), "--dry-run", "--results",
+                                    str(tmp_path / "mine"), "--history", str(other)])
+    assert out.exit_code == 0, out.output
+    assert "from the history of 1 earlier campaign(s) of the same work under" in out.output
+    bad = CliRunner().invoke(main, ["run", str(REDUCED), "--dry-run", "--history",
+                                    str(tmp_path / "nowhere")])
+    assert bad.exit_code == 2 and "--history" in bad.output
