@@ -12,6 +12,7 @@ same work where there is one.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from harness.api.registry import CLUSTER_KIND
@@ -31,21 +32,33 @@ class KindRate:
     per_iter_s: float       # per iteration: the collectives' fixed cost
     per_unit_s: float       # per work unit (see the module docstring)
     server_s: float         # once per invocation whose backends fork from a server
-    band: tuple[float, float]   # actual / estimated at the start, lowest and highest measured
+    band: tuple[float, float]   # actual / estimated at the start: the bench's bound, met so far
     measured: str           # where, when, under what load
+    load_ref: float = 0.0   # 1-minute load average the rate was measured at (at its start)
+    load_slope: float = 0.0     # duration grows by this fraction per unit of load above it
 
 
 # Calibrated by least squares on the 64 runs (the first left out) of the default campaign
 # (runbooks/local-cpu.yaml, 4 gloo ranks forked from a server) on the 2-core build machine,
 # 2026-12-02, load average 4.5 (six other engineers' jobs): start 0.197 s, 0.0869 s per
 # iteration, 0.0697 s per work unit; the server's first run took 2.16 s against 0.3 s for the
-# other canaries. The band: docs/campaign.md, "The cost model" (bench_eta.py figures).
+# other canaries. The load term: first campaigns started at 1-minute load averages 1.4, 7.1
+# and 11.6 ran 1.04x, 1.6x and 2.3x the unloaded prior (0.11 per unit of load above 1.4). The
+# band: docs/campaign.md, "The cost model" (bench_eta.py figures).
 RATES: dict[str, KindRate] = {
     CPU_KIND: KindRate(kind=CPU_KIND, start_s=0.197, per_iter_s=0.0869, per_unit_s=0.0697,
                        server_s=1.9, band=(0.5, 2.0),
-                       measured="default campaign on the 2-core build machine, 2026-12-02, "
-                                "load average 4.5"),
+                       measured="default campaign on the 2-core build machine, 2026-12-02",
+                       load_ref=1.4, load_slope=0.11),
 }
+
+
+def load_now() -> float | None:
+    """The machine's 1-minute load average (None where the OS does not say)."""
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
 
 
 def machine_kind(rb: Runbook) -> str | None:
@@ -87,19 +100,22 @@ class CostModel:
     """The prior of one runbook's run durations: the kind's calibrated rate, or the runbook's
     own `cell_wall_hours` where no kind is calibrated (a user's estimate, said so)."""
 
-    def __init__(self, rb: Runbook, rate: KindRate | None) -> None:
+    def __init__(self, rb: Runbook, rate: KindRate | None, load: float | None = None) -> None:
         self.rb = rb
         self.rate = rate
+        self.load = load
+        self.load_factor = 1.0 if rate is None or load is None else \
+            1.0 + rate.load_slope * max(0.0, load - rate.load_ref)
 
     @classmethod
-    def of(cls, rb: Runbook) -> CostModel | None:
+    def of(cls, rb: Runbook, load: float | None = None) -> CostModel | None:
         """The cost model of `rb`, or None when neither a calibrated kind nor the runbook's
         `cell_wall_hours` gives a prior."""
         kind = machine_kind(rb)
         rate = RATES.get(kind) if kind else None
         if rate is None and rb.cell_wall_hours is None:
             return None
-        return cls(rb, rate)
+        return cls(rb, rate, load_now() if load is None and rate is not None else load)
 
     def prior(self, backend: str, model: str, purpose: str) -> float | None:
         """Prior seconds of one run (None for an unknown model)."""
@@ -111,14 +127,14 @@ class CostModel:
             return float(self.rb.cell_wall_hours or 0.0) * 3600.0 or None
         r = self.rate
         iters = run_iterations(run_phase(self.rb, purpose), purpose)
-        return r.start_s + r.per_iter_s * iters + r.per_unit_s * work_units(self.rb, model,
-                                                                             purpose)
+        return self.load_factor * (r.start_s + r.per_iter_s * iters
+                                   + r.per_unit_s * work_units(self.rb, model, purpose))
 
     @property
     def startup_s(self) -> float:
         """One-time seconds of an invocation: the fork server's start where one is used."""
-        return self.rate.server_s if self.rate is not None and forks_from_server(self.rb) \
-            else 0.0
+        return self.load_factor * self.rate.server_s \
+            if self.rate is not None and forks_from_server(self.rb) else 0.0
 
     @property
     def band(self) -> tuple[float, float] | None:
@@ -129,7 +145,9 @@ class CostModel:
         """What the prior is, in words."""
         if self.rate is None:
             return "runbook cell_wall_hours (your estimate, not a measurement)"
-        return f"cost model, {self.rate.kind} rate ({self.rate.measured})"
+        load = "" if self.load is None else \
+            f"; load average {self.load:.1f} now: x{self.load_factor:.2f}"
+        return f"cost model, {self.rate.kind} rate ({self.rate.measured}{load})"
 
 
 def ceiling_hours(rb: Runbook) -> float:

@@ -3,7 +3,11 @@
 Every rank gets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT on
 top of os.environ + spec.env; its stdout+stderr reach cell_dir/rank<R>.log through its own
 capture process (harness/launch/capture.py: the one redaction pass, line by line, before
-anything is written; a pipe, or a FIFO for a forked rank). A cell whose
+anything is written; a pipe, or a FIFO for a forked rank). A task that starts its own ranks
+(spec.ranks_per_task > 1: a worker given --ranks) gets one FIFO per rank (RANK_FIFOS_ENV), so
+rank<R>.log still holds rank R's lines only; the task's own lines go to node<T>.log. A capture
+whose FIFO no rank opens gives up after the run's timeout, and one still waiting when the
+cell ends is released, so no capture outlives its cell. A cell whose
 logs stop growing for `timeout_s` is killed (every rank's process group) and ends `timeout`.
 When one rank fails, the others get a short grace period and are then killed, so a collective
 waiting on a dead peer never hangs the campaign. A run whose env asks for it (EPCAP_PREFORK)
@@ -301,14 +305,17 @@ def drain(captures: list[subprocess.Popen]) -> None:
     """Wait for the captures to write their last lines (they end at their rank's EOF). A
     capture still waiting for a writer on its FIFO (its rank never started: the task failed
     first) is released by opening and closing the FIFO's write end: it reads EOF and ends."""
-    for cap in captures:
-        fifo = getattr(cap, "fifo", None)
-        if fifo is not None and cap.poll() is None:
+    deadline = time.monotonic() + CAPTURE_WAIT_S
+    waiting = [c for c in captures if getattr(c, "fifo", None) is not None]
+    while waiting and time.monotonic() < deadline:
+        for cap in waiting:     # a capture not yet in open() is released on a later pass
             try:
-                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+                os.close(os.open(cap.fifo, os.O_WRONLY | os.O_NONBLOCK))
             except OSError:
                 pass            # opened and removed by the capture, or no reader yet
-    deadline = time.monotonic() + CAPTURE_WAIT_S
+        waiting = [c for c in waiting if c.poll() is None and Path(c.fifo).exists()]
+        if waiting:
+            time.sleep(0.05)
     for cap in captures:
         try:
             cap.wait(timeout=max(0.1, deadline - time.monotonic()))

@@ -80,9 +80,10 @@ def cell_wall_hours(doc: _Doc, data: dict) -> float | None:
         raise doc.error((DEPRECATED_HOURS_KEY,), "deprecated name of cell_wall_hours; give "
                         "only cell_wall_hours")
     if old is not None:
+        hours = _check_type(doc, old, float, (DEPRECATED_HOURS_KEY,))    # bad input first
         print(f"epcap: {doc.path}: {DEPRECATED_HOURS_KEY} is deprecated (it holds wall-clock "
               "hours per cell, not GPU-hours): rename it cell_wall_hours", file=sys.stderr)
-        return _check_type(doc, old, float, (DEPRECATED_HOURS_KEY,))
+        return hours
     return None if new is None else _check_type(doc, new, float, ("cell_wall_hours",))
 
 

@@ -41,7 +41,9 @@ def test_planted_tokens_reach_no_file_and_no_printed_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(runbook),
                            "--results", str(results), "--until", "preflight"],
                           cwd=ROOT, env=env, capture_output=True, timeout=300, check=False)
-    logs = sorted(results.glob("leak/cells/*/rank*.log"))
+    # rank<R>.log and node<T>.log: a task that starts its own ranks (launch: single) and
+    # rejects the flag before starting them says so in its node log
+    logs = sorted(results.glob("leak/cells/*/*.log"))
     assert logs, proc.stdout.decode() + proc.stderr.decode()        # the cell ran ...
     text = b"".join(p.read_bytes() for p in logs)
     assert b"no-such-flag" in text and b"REDACTED" in text          # ... and failed on the flag

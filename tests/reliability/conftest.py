@@ -30,7 +30,9 @@ class FakeLauncher(LocalLauncher):
         argv = list(spec.argv)
         if argv[1:3] == ["-m", "backends.reference"]:
             argv = [sys.executable, str(FAKE_RANK), *argv[3:]]
-        return super().submit(cell_name, dataclasses.replace(spec, argv=argv), cell_dir,
+        # the fake writes every rank's lines itself, as one process: one log, no rank FIFOs
+        return super().submit(cell_name, dataclasses.replace(spec, argv=argv,
+                                                             ranks_per_task=1), cell_dir,
                               timeout_s)
 
 

@@ -59,6 +59,7 @@ NUMBERS = [
     ("seed: 1234", "seed: 1234\ndevice_memory_gb: -4", "device_memory_gb: must be in"),
     ("seed: 1234", "seed: 1234\nmax_parallel_cells: 100000", "max_parallel_cells: must be in"),
     ("seed: 1234", "seed: 1234\ngpu_hours_per_cell: .nan", "gpu_hours_per_cell"),
+    ("seed: 1234", "seed: 1234\ncell_wall_hours: .nan", "cell_wall_hours"),
     ('measure: "2.00"', 'measure: "1e309"', "capacity.measure: must be a positive capacity"),
     ('measure: "2.00"', 'measure: "NaN"', "capacity.measure: must be a positive capacity"),
     ('measure: "2.00"', 'measure: "-1"', "capacity.measure: must be a positive capacity"),

@@ -139,3 +139,19 @@ def test_repro_writes_the_cells_paths_into_its_own_directory(tmp_path):
                   if "__measure__" in str(p) and p.name == "repro.sh").read_text()
     assert '"$OUT"/routing_trace.jsonl' in script and str(tmp_path) not in script
     assert 'exit "$status"' in script and "set -e" not in script
+
+
+def test_selectors_never_give_negative_counts(tmp_path):
+    """--model/--backend restrict the plan; the timing line counts the timed runs planned
+    (the old one subtracted the full plan's launches from the selection's: -9 runs)."""
+    import re
+    full = dry(tmp_path, REDUCED)
+    for args in (("--model", "QWEN3_30B"), ("--backend", "moonep"),
+                 ("--model", "QWEN3_30B", "--backend", "echo")):
+        text = dry(tmp_path, REDUCED, *args)
+        planned = int(re.search(r"runs planned: (\d+) of", text).group(1))
+        added = int(re.search(r"control add (-?\d+) of them", text).group(1))
+        timed = int(re.search(r"timing: (\d+) timed runs planned", text).group(1))
+        assert 0 < planned < int(re.search(r"runs planned: (\d+) of", full).group(1))
+        assert 0 <= added <= timed <= planned
+        assert "-" not in re.search(r"time estimate: ([^(]*)", text).group(1)

@@ -253,3 +253,57 @@ def test_the_drift_of_one_purpose_class_is_not_carried_to_another():
     est.add("a", "small", "time", 0.8, 1)
     assert est.predict("a", "small", "time", 2) == pytest.approx(0.8)
     assert est.predict("a", "small", "measure", 2) == pytest.approx(2.6)
+
+
+def test_the_cost_model_is_the_prior_and_the_canaries_replace_its_scale():
+    """A first campaign (no history): every run is its cost-model prior; once runs of a
+    purpose are measured their measured/prior ratio scales it, and an unmeasured purpose
+    takes its nearest measured purpose's (time <- validate <- measure <- canary)."""
+    from harness.campaign.estimate import CostModel, machine_kind
+    from harness.campaign.progress import EtaEstimator, model_size
+    from harness.campaign.store import iterations_per_purpose
+    from harness.runbook.load import load_runbook
+    rb = load_runbook(REDUCED.parents[3] / "runbooks" / "local-cpu.yaml")
+    assert machine_kind(rb) == "cpu"
+    cost = CostModel.of(rb, load=1.0)      # an idle machine: the rate as calibrated
+    est = EtaEstimator({m.name: model_size(m) for m in rb.models}, iterations_per_purpose(rb),
+                       cost.prior)
+    m = rb.models[0].name
+    prior = {p: cost.prior("echo", m, p) for p in ("canary", "measure", "validate", "time")}
+    assert prior["canary"] < prior["measure"] == prior["validate"] <= prior["time"] * 1.5
+    assert est.predict("echo", m, "time") == pytest.approx(prior["time"])
+    assert est.source() == "cost model (no run measured yet)"
+    for _ in range(3):
+        est.add("echo", m, "canary", 2.0 * prior["canary"])
+    assert est.predict("ultraep", m, "time") == pytest.approx(2.0 * prior["time"])
+    est.add("echo", m, "validate", 1.5 * prior["validate"])
+    assert est.predict("ultraep", m, "time") == pytest.approx(1.5 * prior["time"])
+    assert est.predict("ultraep", m, "canary") == pytest.approx(2.0 * prior["canary"])
+    assert est.source() == "cost model scaled by 4 measured runs"
+
+
+def test_history_dir_elsewhere_teaches_the_estimate(tmp_path):
+    """`--history DIR`: a campaign of the same work under another results root (or named as a
+    campaign directory itself) is learnt from as a neighbour would be, and the dry run says
+    so in its estimate's source."""
+    from click.testing import CliRunner
+
+    from harness.campaign import store
+    from harness.cli import main
+    from harness.runbook.load import load_runbook
+    rb = load_runbook(REDUCED)
+    spans = {("QWEN3_30B", "echo", "measure"): 4.0, ("QWEN3_30B", "echo", "time"): 6.0}
+    other = tmp_path / "elsewhere"
+    _neighbour(other, "reduced-7", rb, spans)
+    mine = tmp_path / "mine" / "reduced"
+    assert store.history(mine, rb).runs == ()
+    for root in (other, other / "reduced-7"):
+        past = store.history(mine, rb, (root,))
+        assert sorted(r[4] for r in past.runs) == [4.0, 6.0] and past.campaigns == 1
+    out = CliRunner().invoke(main, ["run", str(REDUCED), "--dry-run", "--results",
+                                    str(tmp_path / "mine"), "--history", str(other)])
+    assert out.exit_code == 0, out.output
+    assert "from the history of 1 earlier campaign(s) of the same work under" in out.output
+    bad = CliRunner().invoke(main, ["run", str(REDUCED), "--dry-run", "--history",
+                                    str(tmp_path / "nowhere")])
+    assert bad.exit_code == 2 and "--history" in bad.output
