@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from harness.io.redact import redact_text
-from harness.vocab import DURATION_CLASS
+from harness.vocab import DURATION_CLASS, Purpose
 
 SHRINK = 0.1            # pseudo-observations pulling each factor toward 0 (stability)
 DRIFT_RUNS = 64         # the newest own runs the drift (load now vs history) is taken from
@@ -38,9 +38,9 @@ DECAY = 0.9             # weight of a run per newer run: recent durations count 
 # An unmeasured purpose scales its prior by the nearest measured purpose's ratio: time and
 # validate runs make the same iterations without recording routing; a measure run records
 # it; a canary is one iteration, mostly process start, which load slows the most.
+_T, _V, _M, _C = Purpose.TIME, Purpose.VALIDATE, Purpose.MEASURE, Purpose.CANARY
 NEAREST: dict[str, tuple[str, ...]] = {
-    "time": ("validate", "measure", "canary"), "validate": ("time", "measure", "canary"),
-    "measure": ("validate", "time", "canary"), "canary": ("measure", "validate", "time")}
+    _T: (_V, _M, _C), _V: (_T, _M, _C), _M: (_V, _T, _C), _C: (_M, _V, _T)}
 
 
 def model_size(model) -> float:

@@ -29,6 +29,7 @@ from harness.vocab import Status
 UNCLASSIFIED = Status.UNCLASSIFIED
 NODE_FILE = re.compile(r"^(node|health|rank)[_-]?(\d+)\.")
 # strsignal() texts srun prints, and the negative exit codes torchrun's agent reports
+SHELL_SIGNAL_BASE = 128   # a shell reports a child ended by signal n as exit 128 + n
 SIGNALS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
            "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL",
            "Killed": "SIGKILL", "Terminated": "SIGTERM"}
@@ -118,8 +119,8 @@ def record_event(spec: RecordSpec, found: re.Match, *, path: str, line_no: int,
         code = int(facts["code"]) if facts.get("code", "").lstrip("-").isdigit() else None
         if signal is None and code is not None and code < 0:
             signal = SIGNAL_NUMBERS.get(-code, f"signal {-code}")
-        if signal is None and code is not None and code > 128:
-            signal = SIGNAL_NUMBERS.get(code - 128)
+        if signal is None and code is not None and code > SHELL_SIGNAL_BASE:
+            signal = SIGNAL_NUMBERS.get(code - SHELL_SIGNAL_BASE)
             facts["by_code"] = "128+n"
         facts.update(signal=signal, code=code)
     elif spec.kind in ("oom_kill", "xid"):

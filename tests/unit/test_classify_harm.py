@@ -24,8 +24,9 @@ C33 = CLASSIFY / "corpus33"
 CLUSTER = ROOT / "tests" / "fixtures" / "logs" / "cluster"
 HARM = {"does_not_fit": "data", "assert": "bug", "badflag": "bug", "crash": "bug",
         "infra": "infra", "timeout": "infra", "unclassified": "unknown", "ok": "none",
-        "drops": "none", "lower_bound": "none", None: "none"}
-KINDS = ("data", "bug", "infra", "unknown", "none")
+        "drops": "none", "lower_bound": "none", None: "none",
+        "cancelled": "stopped"}    # a user's or an admin's scancel: recorded, never retried
+KINDS = ("data", "bug", "infra", "unknown", "stopped", "none")
 
 
 def pairs() -> list[tuple[str, str, str]]:

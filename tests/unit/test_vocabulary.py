@@ -22,6 +22,7 @@ ALLOWED = {
     ("harness/telemetry/cli.py", "lower_bound"): "a key of `epcap parse --json`",
     ("harness/report/build.py", "report"): "the default output folder, results/<c>/report",
     ("harness/health.py", "ok"): "the health probe's own status (ok | unhealthy | no-gpu)",
+    ("harness/io/boundary/events.py", "ok"): "the `ok` field of an event record (a flag)",
 }
 
 
