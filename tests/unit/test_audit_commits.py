@@ -217,3 +217,17 @@ def test_recorded_date_the_clone_contradicts(scripts, registry, tmp_path, monkey
     u = verdict(root, registry, {RUN_SCRIPTS: scripts["repo"]})
     assert u.verdict == "INVALID" and COMMIT_IMPOSSIBLE in u.reasons, u.why
     assert any("the --git-repo clone dates it 2024-01-01" in w for w in u.why), u.why
+
+
+def test_a_commit_with_no_run_start_to_order_it_is_unknown(scripts, registry, tmp_path):
+    """utc_start deleted from a provenance that names a commit: the commit cannot be ordered
+    against its run (missing evidence: UNKNOWN, naming the key; once a survivor of the
+    fuzzer, when no rule read utc_start)."""
+    sha, when = scripts["shas"]["new"]
+    root = upload(tmp_path / "u", f"{sha} {when} main dirty=false")
+    prov = root / "provenance.txt"
+    prov.write_text("".join(x for x in prov.read_text().splitlines(keepends=True)
+                            if not x.startswith("utc_start:")))
+    u = verdict(root, registry, {RUN_SCRIPTS: scripts["repo"]})
+    assert u.verdict == "UNKNOWN" and u.reasons == [COMMIT_IMPOSSIBLE], u.why
+    assert any("no utc_start" in w for w in u.why)
