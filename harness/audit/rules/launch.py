@@ -8,7 +8,9 @@ device to measure), that figure is the backend's own memory model for the reques
 (`Backend.modelled_peak_memory`: harness/loadmodel/memory.py), never a free number.
 
 Paths are compared by name only when both are absolute (an upload audited elsewhere than
-it ran: the interpreter, `--record-trace` under the results directory).
+it ran: the interpreter, `--record-trace` under the results directory). The rebuilt argv is
+redacted as the driver redacts the one it records (harness.io.redact.redact_argv: a
+secret-named option's value, token shapes).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from harness.audit.model import NOT_APPLICABLE, Cell, Check, Rule, Source, Table
 from harness.audit.rules.rederive import as_run, derive
 from harness.audit.vocab import LAUNCH_NOT_RUNBOOK
 from harness.errors import EpcapError
+from harness.io.redact import redact_argv
 from harness.results.layout import ATTEMPTS_TSV, CELL_JSON, parse_cell_name
 from harness.vocab import Purpose
 
@@ -51,7 +54,7 @@ def argv_problem(cell: Cell, req: RunRequest, backend: Backend) -> tuple[str | N
     if not isinstance(argv, list):
         return None, f"{cell.path}/{CELL_JSON}: field argv missing"
     try:
-        want = [str(a) for a in backend.command(req).argv]
+        want = redact_argv([str(a) for a in backend.command(req).argv])  # as recorded
     except (EpcapError, KeyError, ValueError, LookupError, OSError) as exc:
         return None, f"{cell.path}: the backend builds no command ({type(exc).__name__})"
     got = [str(a) for a in argv]
