@@ -102,6 +102,16 @@ class ReferenceBackend(Backend):
         return {"expected_ranks": req.shape.ep, "expected_layers": req.model.moe_layers,
                 "expected_iters": req.iterations}
 
+    def modelled_peak_memory(self, req: RunRequest) -> int | None:
+        """The memory model's total for the run this request launches (what the worker
+        reports as `modelled` peak memory off a GPU: worker.peak_memory)."""
+        from harness.loadmodel.memory import estimate_memory_bytes
+
+        from .options import memory_of, model_of, parse_args, shape_of
+        args = parse_args([str(a) for a in self.command(req).argv[3:]])
+        return int(estimate_memory_bytes(model_of(args), shape_of(args), args.capacity,
+                                         args.personality, args.ep, memory_of(args))["total"])
+
     def command(self, req: RunRequest) -> LaunchSpec:
         if self.config.module not in LIBRARIES:
             raise ValueError(f"reference backend {self.name!r}: personality "

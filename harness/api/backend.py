@@ -219,6 +219,12 @@ class Backend(ABC):
         a native timing format overrides this)."""
         return first_timing_object(lines)
 
+    def modelled_peak_memory(self, req: RunRequest) -> int | None:
+        """The peak memory (bytes per rank) this backend reports for the request when it has
+        no device to measure (`peak_mem_source: modelled`), so the audit can hold a stated
+        figure to it; None when the backend models none."""
+        return None
+
 
 def first_timing_object(lines: Iterable[str]) -> dict | None:
     """The first `[EPCAP_TIMING] {...}` object in the log lines (docs/spec.md#telemetry),

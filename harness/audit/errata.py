@@ -330,6 +330,9 @@ def commit_problems(name: str, run: dict[str, str], started: str | None,
     bad, unknown = [], []
     sha, stated = run["sha"], parse_date(run.get("date"))
     begun = parse_date(started)
+    if begun is None:
+        unknown.append(f"repo.{name} commit {sha[:12]}: no utc_start (ISO 8601) in the same "
+                       f"provenance to order it against the run")
     if stated and begun and (stated - begun).total_seconds() > COMMIT_SKEW_S:
         bad.append(f"repo.{name} commit {sha[:12]} dated {run['date']}, after the run that "
                    f"recorded it started ({started})")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from harness.audit.vocab import (
     CELL_IDENTITY,
+    COMMIT_IMPOSSIBLE,
     EARLIER_NOT_REDERIVED,
     HELD_OUT_NOT_REDERIVED,
     INCOMPLETE,
@@ -246,7 +247,9 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
         "name": _e(IDENTITY, "the directory name", CELL_IDENTITY),
         "cell": _e(IDENTITY, "campaign/model/backend/purpose/capacity/attempt of the name",
                    CELL_IDENTITY),
-        "argv": _e(IDENTITY, "--model and --capacity of the name", CELL_IDENTITY),
+        "argv": _e(IDENTITY, "--model and --capacity of the name; the whole argv is the "
+                   "backend's own command for the cell's request under the runbook as run "
+                   "(launch-not-runbook)", CELL_IDENTITY),
         "status": _e(REDERIVED, JUDGE, NOT_REDERIVED),
         "launcher": _e(CHECKED, "exit_code and state feed judge_run; OOM/assert signatures "
                        "must be in the logs", NOT_REDERIVED),
@@ -270,7 +273,10 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
                                     UNVALIDATED),
         "(provenance keys present)": _e(CHECKED, "a harness-written provenance.txt carries every "
                                     "docs/spec.md#provenance key, once", PROVENANCE_INCOMPLETE),
-        "(provenance values)": _e(CONTEXT, "command_line, utc_start, hostnames, gpu.*, torch, "
+        "utc_start": _e(CHECKED, "the run's start: every repo.<name> commit of the same file "
+                        "is dated before it (and, with --git-repo, is the clone's)",
+                        COMMIT_IMPOSSIBLE),
+        "(provenance values)": _e(CONTEXT, "command_line, hostnames, gpu.*, torch, "
                               "cuda, nccl, nvshmem, python, harness.*: facts of the machine "
                               "and the invocation, recorded once; nothing in an upload "
                               "re-derives them"),

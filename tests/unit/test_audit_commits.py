@@ -92,8 +92,9 @@ def without_commit_check(monkeypatch) -> None:
 @pytest.mark.parametrize("how", ["nudged", "rounded", "emptied"])
 def test_over_provision_edited_is_invalid(tmp_path_factory, tmp_path, monkeypatch, how):
     """The pipeline's replayed select step writes over_provision = budget / peak; an edited
-    one (a digit nudged, rounded to two decimals, emptied) is selection-not-rederived, and
-    VALID with that rule switched off."""
+    one (a digit nudged, rounded to two decimals, emptied) is selection-not-rederived; the
+    first two VALID with its column comparison switched off, the last caught as an evidence
+    column left empty."""
     valid = corpus.harness_campaign(tmp_path_factory.getbasetemp())
     lie = corpus.link_copy(valid, tmp_path / "lie")
 
@@ -109,6 +110,9 @@ def test_over_provision_edited_is_invalid(tmp_path_factory, tmp_path, monkeypatc
     (u,) = audit_target(lie).uploads
     assert u.verdict == "INVALID" and "selection-not-rederived" in u.reasons, u.why
     assert any("over_provision" in w for w in u.why), u.why
+    if how == "emptied":
+        assert any("field over_provision empty" in w for w in u.why), u.why
+        return                        # the rule's "evidence column left empty" branch
     from harness.audit.rules import pipeline
     monkeypatch.setattr(pipeline, "column_problems", lambda *a, **k: [])
     (blind,) = audit_target(lie).uploads
@@ -213,3 +217,17 @@ def test_recorded_date_the_clone_contradicts(scripts, registry, tmp_path, monkey
     u = verdict(root, registry, {RUN_SCRIPTS: scripts["repo"]})
     assert u.verdict == "INVALID" and COMMIT_IMPOSSIBLE in u.reasons, u.why
     assert any("the --git-repo clone dates it 2024-01-01" in w for w in u.why), u.why
+
+
+def test_a_commit_with_no_run_start_to_order_it_is_unknown(scripts, registry, tmp_path):
+    """utc_start deleted from a provenance that names a commit: the commit cannot be ordered
+    against its run (missing evidence: UNKNOWN, naming the key; once a survivor of the
+    fuzzer, when no rule read utc_start)."""
+    sha, when = scripts["shas"]["new"]
+    root = upload(tmp_path / "u", f"{sha} {when} main dirty=false")
+    prov = root / "provenance.txt"
+    prov.write_text("".join(x for x in prov.read_text().splitlines(keepends=True)
+                            if not x.startswith("utc_start:")))
+    u = verdict(root, registry, {RUN_SCRIPTS: scripts["repo"]})
+    assert u.verdict == "UNKNOWN" and u.reasons == [COMMIT_IMPOSSIBLE], u.why
+    assert any("no utc_start" in w for w in u.why)

@@ -369,11 +369,12 @@ def test_dropping_validate_hidden_behind_a_later_pass(lie, monkeypatch):
 
 def test_held_out_claim_whose_validate_cell_ran_the_measure_seed(lie, monkeypatch):
     """The validate cell's argv says it ran --seed 1234, the measure seed; the runbook gives
-    validate runs 1235 and the selection claims held_out=true."""
+    validate runs 1235 and the selection claims held_out=true (also an argv that is not the
+    backend's command for the cell: launch-not-runbook)."""
     def measure_seed(d):
         d["argv"][d["argv"].index("--seed") + 1] = "1234"
     json_edit(lie / QV / "cell.json", measure_seed)
-    caught_by(lie, monkeypatch, "held-out-not-rederived")
+    caught_by(lie, monkeypatch, "held-out-not-rederived", "launch-not-runbook")
 
 
 @pytest.mark.parametrize("column,value", [("validate_attempts", "2"), ("validate_seed", "1234"),

@@ -6,6 +6,7 @@ from harness.audit.rules import (
     cells,
     heldout,
     invariants,
+    launch,
     legacy,
     physics,
     pipeline,
@@ -17,6 +18,6 @@ from harness.audit.rules.apply import apply_rule, check_missing_provenance, fold
 
 RULES = (*basic.RULES, *cells.RULES, *selection.RULES, *rederive.RULES, *pipeline.RULES,
          *timing.RULES, *heldout.RULES, *legacy.RULES, *invariants.RULES,
-         *physics.RULES)
+         *physics.RULES, *launch.RULES)
 
 __all__ = ["RULES", "apply_rule", "check_missing_provenance", "fold"]
