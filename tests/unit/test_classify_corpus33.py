@@ -85,18 +85,6 @@ def test_explain_prints_the_timeline_around_the_decision(capsys):
     assert ": unclassified" in out and "quoted: " in out and "timeline" not in out
 
 
-def test_unclassified_policy_default_and_configurable():
-    """Default: retry once as infra, then stop for a person; configurable, checked."""
-    from harness.errors import BadInput
-    from harness.taxonomy.policy import DEFAULT_POLICY, UnclassifiedPolicy
-    assert [DEFAULT_POLICY.action(n) for n in (1, 2, 3)] == ["retry", "stop", "stop"]
-    loose = UnclassifiedPolicy.from_doc({"retries": 0, "then": "continue"})
-    assert loose.action(1) == "continue"
-    for bad in ({"retries": -1}, {"retries": True}, {"then": "guess"}):
-        with pytest.raises(BadInput):
-            UnclassifiedPolicy.from_doc(bad)
-
-
 def test_status_and_report_count_unclassified_separately(tmp_path):
     """`epcap status` (campaign_stats) and the report's failures table count it apart."""
     from harness.results.events import campaign_stats
