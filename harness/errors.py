@@ -6,9 +6,10 @@ import errno
 
 
 class EpcapError(Exception):
-    """Base class; `exit_code` is what the CLI exits with."""
+    """Base class; `exit_code` is what the CLI exits with, `path` the file it names (if any)."""
 
     exit_code = 2
+    path: str | None = None
 
 
 class BadInput(EpcapError):
@@ -70,6 +71,7 @@ class Findings(EpcapError):
 
 
 class CampaignStopped(EpcapError):
-    """The campaign stopped on a bug-class failure (assert/badflag): exit 3."""
+    """The campaign stopped for a person (a bug class, or an unclassified run past its
+    retries under `limits.unclassified.then: stop`): exit 3."""
 
     exit_code = 3

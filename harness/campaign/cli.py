@@ -194,7 +194,8 @@ def run_campaign(rb: Runbook, root: Path, launch: Launcher, stages: tuple[str, .
                                 pid=os.getpid(), host=socket.gethostname(),
                                 eta_s=None if camp.first_eta is None
                                 else round(camp.first_eta, 3), runs_left=len(left),
-                                infra_retries=rb.limits.infra_retries))
+                                infra_retries=rb.limits.infra_retries,
+                                unclassified_retries=rb.limits.unclassified.retries))
         camp.reap_stale()
         camp.write_tables(derived=False)
         return drive(camp, rb, root, view, new, t_start)
@@ -483,4 +484,5 @@ def stopped_line(ev: dict) -> str:
     where = ":".join(str(ev[k]) for k in ("log", "line_no") if ev.get(k) is not None)
     detail = ": ".join(p for p in (where, str(ev.get("line") or "")) if p)
     return (f"stopped: {ev.get('status') or 'unknown status'} in {ev.get('cell') or 'unknown cell'}"
-            + (f" ({detail})" if detail else ""))
+            + (f" ({detail})" if detail else "")
+            + (f"; run `{ev['hint']}`" if ev.get("hint") else ""))

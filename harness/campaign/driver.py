@@ -48,6 +48,7 @@ from harness.results.layout import (
     cell_dir,
 )
 from harness.results.provenance import write_provenance
+from harness.results.retries import RetryBudget
 from harness.results.rows import ATTEMPT_COLUMNS
 from harness.results.tables import append_row
 from harness.runbook.model import Runbook
@@ -73,7 +74,7 @@ class Active:
     spec: LaunchSpec
     started_utc: str
     t0: float
-    infra_left: int
+    retries_left: RetryBudget
     adopted: bool = False             # a job an earlier driver submitted (its span is not ours)
 
 
@@ -161,7 +162,8 @@ class Campaign:
     def standing(self, runs: list[CellFinish]) -> int:
         """How many of one key's finished runs stand (the retried infra failures left out)."""
         return len(runs) - sum(superseded_infra([r.status for r in runs],
-                                                self.rb.limits.infra_retries))
+                                                self.rb.limits.infra_retries,
+                                                self.rb.limits.unclassified.retries))
 
     def unfinished_starts(self) -> list[CellSubmit]:
         return store.unfinished_starts(self.root)
@@ -207,7 +209,7 @@ class Campaign:
                              "not in the plan any more (runbook edit or selection)")
         self.orphans.clear()
 
-    def adopt(self, pipe: Pipe | None, req: Request, infra_left: int) -> Active | None:
+    def adopt(self, pipe: Pipe | None, req: Request, retries_left: RetryBudget) -> Active | None:
         """The earlier driver's job for this request, as this request's run (finished or still
         running: polled like one of ours, nothing resubmitted), else None."""
         orphan = self.orphans.pop((req.model, req.backend, req.purpose), None)
@@ -231,7 +233,7 @@ class Campaign:
         self.view.line(f"  {cell.name}: adopting job {orphan.handle.job_id}, submitted by an "
                        "earlier driver (not resubmitted)")
         return Active(pipe, req, cell, orphan.handle, backend, spec, utc_now(),
-                      time.monotonic(), infra_left, adopted=True)
+                      time.monotonic(), retries_left, adopted=True)
 
     # -- replay and run ------------------------------------------------------------------
     def replayed(self, req: Request) -> Outcome | None:
@@ -260,10 +262,10 @@ class Campaign:
         return Cell(self.rb.campaign, req.model, req.backend, req.purpose,
                     cap.format_capacity(req.capacity), self.attempts[key])
 
-    def launch(self, pipe: Pipe | None, req: Request, infra_left: int) -> Active:
+    def launch(self, pipe: Pipe | None, req: Request, retries_left: RetryBudget) -> Active:
         """Check, write cell.json + provenance, submit, record the pids (or adopt the job an
         earlier driver submitted for this request)."""
-        adopted = self.adopt(pipe, req, infra_left)
+        adopted = self.adopt(pipe, req, retries_left)
         if adopted is not None:
             return adopted
         t0 = time.monotonic()
@@ -291,7 +293,7 @@ class Campaign:
             raise
         self.log.write(CellStart(**where, job_id=handle.job_id,
                                  job_extra=store.jsonable(handle.extra)))
-        return Active(pipe, req, cell, handle, backend, spec, utc_now(), t0, infra_left)
+        return Active(pipe, req, cell, handle, backend, spec, utc_now(), t0, retries_left)
 
     def write_cell_provenance(self, cdir: Path, cell: Cell, spec: LaunchSpec) -> None:
         fields = dict(self.provenance)
@@ -407,11 +409,11 @@ class Campaign:
         for pipe in pipes:
             self.advance(pipe, None, waiting, first=True)
         while waiting or self.active:
-            for pid, (pipe, req, infra_left) in list(waiting.items()):
+            for pid, (pipe, req, retries_left) in list(waiting.items()):
                 if len(self.active) >= self.rb.max_parallel_cells:
                     break
                 del waiting[pid]
-                self.active.append(self.launch(pipe, req, infra_left))
+                self.active.append(self.launch(pipe, req, retries_left))
             if self.ctx.dirty:
                 self.write_derived()
             self.poll_once(waiting)
@@ -427,7 +429,7 @@ class Campaign:
             except StopIteration:
                 return
             first = False
-            outcome, infra_left = self.replay_with_retries(req)
+            outcome, retries_left = self.replay_with_retries(req)
             if outcome is None and not self.ctx.selected(req.model, req.backend):
                 self.ctx.deferred.add((req.model, req.backend))    # outside --model/--backend
                 return
@@ -436,18 +438,19 @@ class Campaign:
                 if self.ctx.stage_mode(stage) != StageMode.RUN:
                     raise Replay(f"{req.model}/{req.backend}: no {req.purpose} results yet "
                                  f"(stage {stage} not selected); run that stage first")
-                waiting[id(pipe)] = (pipe, req, infra_left)
+                waiting[id(pipe)] = (pipe, req, retries_left)
                 return
             self.check_bug(outcome)
+            self.check_unclassified(outcome)
 
-    def replay_with_retries(self, req: Request) -> tuple[Outcome | None, int]:
-        """Replay finished runs of `req`, skipping infra failures that were retried
-        (pipeline.replay.next_standing, the rule the audit replays by too).
+    def replay_with_retries(self, req: Request) -> tuple[Outcome | None, RetryBudget]:
+        """Replay finished runs of `req`, skipping infra and unclassified failures that were
+        retried (pipeline.replay.next_standing, the rule the audit replays by too).
 
-        Returns the outcome the pipeline sees (None: a new run is needed) and the infra
-        retries still allowed for that new run.
+        Returns the outcome the pipeline sees (None: a new run is needed) and the retries
+        still allowed for that new run.
         """
-        return next_standing(lambda: self.replayed(req), self.rb.limits.infra_retries)
+        return next_standing(lambda: self.replayed(req), self.rb.limits)
 
     def poll_once(self, waiting: dict) -> None:
         time.sleep(POLL_S)
@@ -458,9 +461,11 @@ class Campaign:
             self.active.remove(act)
             out = self.finish(act, result)
             self.check_bug(out)
-            if out.status == Status.INFRA and act.infra_left > 0:
-                self.active.append(self.launch(act.pipe, act.request, act.infra_left - 1))
+            if act.retries_left.allows(out.status):
+                self.active.append(self.launch(act.pipe, act.request,
+                                               act.retries_left.spent(out.status)))
                 continue
+            self.check_unclassified(out)
             if act.pipe is not None:
                 self.advance(act.pipe, out, waiting)
 
@@ -469,13 +474,33 @@ class Campaign:
         if out.status not in BUG_CLASSES:
             return
         fail = out.failure or {}
-        msg = (f"campaign stopped: {out.status} in cell {out.cell.name}; log {fail.get('path')}"
-               f":{fail.get('line_no')}: {fail.get('line')}")
-        self.cancel_active("bug-class failure")
+        self.stop(out, f"campaign stopped: {out.status} in cell {out.cell.name}; log "
+                       f"{fail.get('path')}:{fail.get('line_no')}: {fail.get('line')}",
+                  "bug-class failure")
+
+    def check_unclassified(self, out: Outcome) -> None:
+        """An unclassified run past its retries stops the campaign for a person (exit 3)
+        when `limits.unclassified.then` is `stop`; with `continue` it stands as a failure. A
+        read-only replay (`epcap status`, the dry run) records nothing and plans on past it."""
+        policy = self.rb.limits.unclassified
+        if out.status != Status.UNCLASSIFIED or policy.then != "stop" or self.log is None:
+            return
+        hint = f"epcap classify --explain {cell_dir(self.root, out.cell)}"
+        self.stop(out, f"campaign stopped: {out.status} in cell {out.cell.name} (retried "
+                       f"{policy.retries} times, limits.unclassified): nothing known says why "
+                       f"it failed; run `{hint}` to see its timeline, then fix and resume, or "
+                       "rerun it with `epcap run --retry unclassified`",
+                  "unclassified failure", hint)
+
+    def stop(self, out: Outcome, msg: str, reason: str, hint: str | None = None) -> None:
+        """Stop the campaign on `out`: cancel the runs in flight, record the stop (event,
+        STOPPED.txt) and raise CampaignStopped (exit 3) with `msg`."""
+        fail = out.failure or {}
+        self.cancel_active(reason)
         self.log.write(Stopped(cell=out.cell.name, status=out.status,
                                        log=fail.get("path"), line_no=fail.get("line_no"),
                                        line=fail.get("line"),
-                                       stage=STAGE_OF_PURPOSE[out.cell.purpose]))
+                                       stage=STAGE_OF_PURPOSE[out.cell.purpose], hint=hint))
         msg = redact_text(msg)
         write_text_atomic(self.root / STOPPED_TXT, msg + "\n")
         raise CampaignStopped(msg)
@@ -496,18 +521,19 @@ class Campaign:
         model = canary_model(self.rb)
         for b in self.rb.backends:
             req = Request(model, b.name, Purpose.CANARY, self.rb.capacity.measure)
-            out, infra_left = self.replay_with_retries(req)
+            out, retries_left = self.replay_with_retries(req)
             if out is None and not self.ctx.selected(None, b.name):
                 continue                    # outside --backend: its canary waits too
             if out is None and mode != StageMode.RUN:
                 raise Replay(f"no canary results for {b.name}; run the preflight stage first")
-            while out is None or (out.status == Status.INFRA and infra_left > 0):
+            while out is None or retries_left.allows(out.status):
                 if out is not None:
-                    infra_left -= 1
-                act = self.launch(None, req, 0)
+                    retries_left = retries_left.spent(out.status)
+                act = self.launch(None, req, retries_left)
                 self.active.append(act)
                 out = self.wait(act)
             self.check_bug(out)
+            self.check_unclassified(out)
             if out.status not in CANARY_OK:
                 fail = out.failure or {}
                 self.log.write(Stopped(cell=out.cell.name, status=out.status,

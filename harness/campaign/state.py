@@ -115,7 +115,7 @@ def campaign_state(root: Path, probe_lock: bool = True) -> dict[str, Any]:
     if end["ev"] == Event.CAMPAIGN_STOPPED:
         return {**doc, "state": STOPPED_AFTER, "stage": end.get("stage"),
                 "when": utc(end["t"]), "stopped": {k: end.get(k) for k in (
-                    "cell", "status", "log", "line_no", "line")}}
+                    "cell", "status", "log", "line_no", "line", "hint")}}
     if end.get("selection"):
         return {**doc, "state": STOPPED_AFTER, "stopped_after": "selection",
                 "when": utc(end["t"])}

@@ -41,6 +41,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "launches": (0, 100),       # timing.launches: process starts per arm (0: the loader says >= 1)
     "pad_multiple": (1, 1 << 16), "max_remeasure": (0, 100), "max_validate_steps": (0, 1000),
     "run_timeout_s": (0.001, 7 * 24 * 3600), "infra_retries": (0, 100),
+    "retries": (0, 10),         # limits.unclassified.retries
     "device_memory_gb": (1 / 1024, 1 << 20), "gpu_hours_per_cell": (0, 1e6),
     "cell_wall_hours": (0, 1e6),
     "max_parallel_cells": (1, 1024), "nodes": (1, 100_000), "gpus_per_node": (0, 1024),

@@ -7,7 +7,8 @@ pipeline built with the upload's: a decision has one home, and a new stage in th
 audited without a line in harness/audit/ (docs/architecture.md#the-audit-is-the-pipeline-replayed).
 
 `next_standing` is the one rule for which of a request's finished runs the pipeline sees,
-used by the driver's resume and by the audit alike.
+used by the driver's resume and by the audit alike (its loop is harness.results.retries,
+which `epcap status` counts by too).
 """
 
 from __future__ import annotations
@@ -16,26 +17,27 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harness.pipeline.decisions import Context, Outcome, Request, model_pipeline
-from harness.vocab import Status
+from harness.results.retries import RetryBudget
+from harness.results.retries import next_standing as retry_rule
+from harness.runbook.model import Limits
 
 
-def next_standing(following: Callable[[], Outcome | None], infra_retries: int
-                  ) -> tuple[Outcome | None, int]:
+def next_standing(following: Callable[[], Outcome | None], limits: Limits
+                  ) -> tuple[Outcome | None, RetryBudget]:
     """The outcome a request sees from its finished runs, taken in attempt order by
-    `following()` (None when there are no more): an infra failure followed by a later run
-    of the same request was retried and is skipped, at most `infra_retries` times.
+    `following()` (None when there are no more): an infra or unclassified failure followed
+    by a later run of the same request was retried and is skipped, at most
+    `limits.infra_retries` / `limits.unclassified.retries` times (the one retry rule,
+    harness.results.retries).
 
-    Returns (the outcome, or None when a new run is needed; the infra retries still
-    allowed for that new run)."""
-    left = infra_retries
-    outcome = following()
-    while outcome is not None and outcome.status == Status.INFRA and left > 0:
-        later = following()
-        left -= 1
-        if later is None:
-            return None, left
-        outcome = later
-    return outcome, left
+    Returns (the outcome, or None when a new run is needed; the retries still allowed for
+    that new run)."""
+    return retry_rule(following, lambda out: out.status, budget_of(limits))
+
+
+def budget_of(limits: Limits) -> RetryBudget:
+    """The retries a request starts with under the runbook's limits."""
+    return RetryBudget(infra=limits.infra_retries, unclassified=limits.unclassified.retries)
 
 
 @dataclass

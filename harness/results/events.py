@@ -26,6 +26,7 @@ from harness.io.boundary.events import decode_line, record_problem
 from harness.io.redact import redact_obj
 from harness.io.safeio import read_bytes
 from harness.results.layout import EVENTS_JSONL, Cell
+from harness.results.retries import RetryBudget, next_standing
 from harness.vocab import BUG_CLASSES, CANARY_OK, FAILURE_CLASSES, Event, Purpose, Stage, Status
 
 
@@ -96,6 +97,7 @@ class RunStart(EventRecord):
     eta_s: float | None = None          # the estimate the banner printed for this invocation
     runs_left: int | None = None        # the runs it planned (at least)
     infra_retries: int | None = None    # limits.infra_retries: which infra runs were retried
+    unclassified_retries: int | None = None     # limits.unclassified.retries: the same
 
 
 @dataclass(frozen=True)
@@ -169,7 +171,8 @@ class CampaignDone(StageDone):
 
 @dataclass(frozen=True)
 class Stopped(EventRecord):
-    """The campaign stopped: a bug-class failure or a failed canary, with its log line."""
+    """The campaign stopped: a bug-class failure, an unclassified one past its retries, or a
+    failed canary, with its log line (and, where a person must look, the command to run)."""
 
     EV: ClassVar[Event] = Event.CAMPAIGN_STOPPED
     cell: str = ""
@@ -178,6 +181,7 @@ class Stopped(EventRecord):
     line_no: int | None = None
     line: str | None = None
     stage: str = ""
+    hint: str | None = None
 
 
 @dataclass(frozen=True)
@@ -367,28 +371,41 @@ def reruns_on_resume(status: str, purpose: str) -> bool:
     return status in BUG_CLASSES or (purpose == Purpose.CANARY and status not in CANARY_OK)
 
 
-def superseded_infra(statuses: list[str], infra_retries: int | None) -> list[bool]:
-    """For one (model, backend, purpose)'s finished runs in order: True for an infra failure a
-    later run retried. Per request the driver skips an infra run while retries are left and
-    a later run exists (harness/campaign/driver.py replay_with_retries); None (a log older
-    than the field): every infra run followed by another is taken as retried."""
-    out, i = [False] * len(statuses), 0
-    while i < len(statuses):
-        left = float("inf") if infra_retries is None else infra_retries
-        while statuses[i] == Status.INFRA and left > 0 and i + 1 < len(statuses):
-            out[i], i, left = True, i + 1, left - 1
-        i += 1
+def superseded_infra(statuses: list[str], infra_retries: int | None,
+                     unclassified_retries: int | None = 0) -> list[bool]:
+    """For one (model, backend, purpose)'s finished runs in order: True for a failure a later
+    run retried (infra; unclassified per limits.unclassified), by the one retry rule
+    (harness.results.retries.next_standing, which the driver's resume and the audit step
+    by); None (a log older than the field): every such run followed by another counts as
+    retried."""
+    out, pos = [False] * len(statuses), [0]
+    budget = RetryBudget(float("inf") if infra_retries is None else infra_retries,
+                         float("inf") if unclassified_retries is None else unclassified_retries)
+
+    def following() -> int | None:
+        if pos[0] >= len(statuses):
+            return None
+        pos[0] += 1
+        return pos[0] - 1
+
+    while pos[0] < len(statuses):
+        first = pos[0]
+        seen, _ = next_standing(following, statuses.__getitem__, budget)
+        for n in range(first, seen if seen is not None else pos[0] - 1):
+            out[n] = True
     return out
 
 
 def standing_finishes(events: list[dict]) -> list[dict]:
     """The cell_finish events whose results stand: not invalidated (a runbook edit, --retry),
-    not an infra failure a later run retried, not a run that reruns on resume. What
+    not a failure a later run retried (infra, unclassified), not a run that reruns on resume. What
     `runs_done` counts, so a rerun is never done twice."""
     invalid = {c for e in events if e["ev"] == Event.CELLS_INVALIDATED
                for c in e.get("cells") or ()}
-    retries = next((e["infra_retries"] for e in reversed(events)
-                    if e["ev"] == Event.RUN_START and e.get("infra_retries") is not None), None)
+    start = next((e for e in reversed(events)
+                  if e["ev"] == Event.RUN_START and e.get("infra_retries") is not None), {})
+    retries = start.get("infra_retries")
+    unclassified = start.get("unclassified_retries", 0 if start else None)
     by_key: dict[tuple, list[dict]] = {}
     for n, e in enumerate(events):
         if e["ev"] != Event.CELL_FINISH or e.get("cell") in invalid or reruns_on_resume(
@@ -397,7 +414,8 @@ def standing_finishes(events: list[dict]) -> list[dict]:
         key = tuple(e.get(k) for k in ("model", "backend", "purpose"))
         by_key.setdefault(key if None not in key else (n,), []).append((n, e))
     out = [ne for runs in by_key.values() for ne, gone in zip(
-        runs, superseded_infra([e.get("status") for _, e in runs], retries), strict=True)
+        runs, superseded_infra([e.get("status") for _, e in runs], retries, unclassified),
+        strict=True)
         if not gone]
     return [e for _, e in sorted(out, key=lambda ne: ne[0])]
 

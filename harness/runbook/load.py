@@ -39,6 +39,7 @@ from harness.runbook.checks import (
 )
 from harness.runbook.model import (
     CONTAINER_ENGINES,
+    UNCLASSIFIED_ACTIONS,
     BackendConfig,
     CapacityConfig,
     ContainerConfig,
@@ -49,6 +50,7 @@ from harness.runbook.model import (
     Shape,
     SlurmConfig,
     TimingConfig,
+    UnclassifiedPolicy,
 )
 from harness.runbook.zoo import read_zoo
 
@@ -228,6 +230,17 @@ def _shape(doc: _Doc, data: dict) -> Shape:
     return Shape(**fields)
 
 
+def _limits(doc: _Doc, value: object) -> Limits:
+    """`limits:` checked, with `unclassified: {retries, then}` (its policy, a mapping)."""
+    data = _mapping(doc, value, ("limits",), tuple(f.name for f in dataclasses.fields(Limits)))
+    fields = _fields_from(doc, Limits, {k: v for k, v in data.items() if k != "unclassified"},
+                          ("limits",), skip=("unclassified",))
+    if data.get("unclassified") is not None:
+        fields["unclassified"] = UnclassifiedPolicy(**_fields_from(
+            doc, UnclassifiedPolicy, data["unclassified"], ("limits", "unclassified")))
+    return Limits(**fields)
+
+
 def _container(doc: _Doc, data: dict) -> ContainerConfig:
     """`container:` checked: a known engine, an image when one is used, mounts SRC:DST[:FLAGS]
     without commas. The launcher is checked at preflight (`--launcher` may override the
@@ -285,7 +298,7 @@ def load_runbook(path: str | Path) -> Runbook:
             raise doc.error(("device_memory_gb",), "must be positive")
     gph = cell_wall_hours(doc, data)
     slurm = _fields_from(doc, SlurmConfig, data.get("slurm"), ("slurm",))
-    limits = _fields_from(doc, Limits, data.get("limits"), ("limits",))
+    limits = _limits(doc, data.get("limits"))
     models = _models(doc, data, base)
     if data.get("routing") is not None:                # campaign-wide default workload
         routing = _check_type(doc, data["routing"], dict, ("routing",))
@@ -297,7 +310,7 @@ def load_runbook(path: str | Path) -> Runbook:
         backends=_backends(doc, data, base), capacity=_capacity(doc, data),
         measure=_phase(doc, data, "measure", PhaseConfig(warmup=1, iters=4)),
         timing=_phase(doc, data, "timing", TimingConfig(warmup=2, iters=10, trials=3)),
-        limits=Limits(**limits), launcher=launcher,
+        limits=limits, launcher=launcher,
         device_memory_bytes=None if mem is None else int(mem * 2**30),
         seed=_check_type(doc, data.get("seed", 1234), int, ("seed",)),
         repositories=_paths_map(doc, data, "repositories", base, resolve=True),
@@ -318,6 +331,10 @@ def load_runbook(path: str | Path) -> Runbook:
         raise doc.error(("limits", "run_timeout_s"), "must be positive")
     if runbook.limits.infra_retries < 0:
         raise doc.error(("limits", "infra_retries"), "must be >= 0")
+    if runbook.limits.unclassified.then not in UNCLASSIFIED_ACTIONS:
+        raise doc.error(("limits", "unclassified", "then"),
+                        f"must be one of {', '.join(UNCLASSIFIED_ACTIONS)}, got "
+                        f"{runbook.limits.unclassified.then!r}")
     check_shape(doc, runbook, CLUSTER_KIND)
     check_capacities(doc, runbook)
     check_timing(doc, runbook)

@@ -116,10 +116,23 @@ class TimingConfig(PhaseConfig):
         return max(self.launches, DEFAULT_MAX_LAUNCHES)
 
 
+UNCLASSIFIED_ACTIONS = ("stop", "continue")
+
+
+@dataclass(frozen=True)
+class UnclassifiedPolicy:
+    """`limits.unclassified`: retry an unclassified run `retries` times as a new attempt
+    (like infra), then `stop` the campaign for a person (exit 3) or `continue`."""
+
+    retries: int = 1
+    then: str = "stop"              # one of UNCLASSIFIED_ACTIONS
+
+
 @dataclass(frozen=True)
 class Limits:
     run_timeout_s: float = 600.0    # no progress within this -> timeout
     infra_retries: int = 2
+    unclassified: UnclassifiedPolicy = UnclassifiedPolicy()
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ order are in docs/taxonomy.md; in short:
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -183,6 +184,8 @@ class _Scan:
         self.warnings_total = 0
         self.malformed_rows = 0
         self.demand: Hit | None = None     # the overflow report that decides drops
+        self.cuts: list[timeline.Event] = []   # logs that end mid-line (note_cut_tails)
+        self.tails_read: set[str] = set()       # logs whose end note_cut_tails looked at
 
     def feed(self, path: str, line_no: int, raw: str) -> None:
         text = clean(raw)
@@ -262,6 +265,15 @@ class _Scan:
                     spec, found, path=path, line_no=line_no, file_index=index, text=text,
                     layout=self.layout, ts=ts, exact=_exact(ts), rank=who))
                 return
+
+    def note_cut(self, path: str, line_no: int, text: str) -> None:
+        """A log whose last line is cut (no newline at its end) as a `cut` event of the rank
+        that printed it, placed after its progress."""
+        text = clean(text)
+        who, _ = attribute(text, path, self.layout)
+        index = self.files.setdefault(path, len(self.files))
+        self.cuts.append(timeline.Event(path, line_no, index, clip_line(text.strip()), "cut",
+                                        "rank" if who is not None else "node", who))
 
     def _progress(self, who: str, kind: int, n: int, path: str | None = None) -> None:
         seen = self.last_iter.setdefault(who, {})
@@ -435,12 +447,17 @@ def classify(exit_code: int | None, launcher_state: str, lines: Iterable[tuple],
     scan, _ = new_scan(patterns, library, table, layout, tags)
     for event in lines:           # (path, line_no, text) or the readers' events
         scan.event(event)
+    note_cut_tails(scan, [Path(p) for p in scan.files])   # the files read, where they exist
     return verdict(scan, exit_code, launcher_state, rows)
 
 
 def verdict(scan: _Scan, exit_code: int | None, launcher_state: str, rows: int) -> Outcome:
     """The outcome of a scan that has read all of a run's lines (steps 2-5 above)."""
     fatal = scan.finish()
+    limited = timeline.fallout_after_limit(h.event() for h in fatal)
+    for hit in fatal:               # after the time limit: fallout by place
+        if (hit.file_index, hit.line_no) in limited:
+            hit.sig = dataclasses.replace(hit.sig, fallout=True)
     ranks = per_rank(fatal)
     demand = scan.demand.demand if scan.demand else None
     common = {"warnings": tuple(h.to_dict() for h in scan.warnings),
@@ -485,6 +502,16 @@ def verdict(scan: _Scan, exit_code: int | None, launcher_state: str, rows: int) 
             made = timeline.Decision(None, None, made.rule)
         if made.cls is not None:
             return _decided(made, own, ff, shown, said, common)
+    cut = timeline.cut_first(events, scan.cuts) if not hung and not cancelled else None
+    if cut is not None and node_hit is None:
+        common["first_by"] = "the only rank whose log ends in a line of its own (cut)"
+        common["explain"] = tuple(timeline.explain(shown + [cut], cut))
+        return Outcome(UNCLASSIFIED, cut.path, cut.line_no, cut.text,
+                       first_failed_rank=cut.rank, quoted=(_record_dict(cut, ff),),
+                       reason=f"rank {cut.rank}'s log ends in a cut line ({cut.where()}) that "
+                              f"no signature's stable prefix matches, and every other rank "
+                              f"shows only fallout: it failed first, and nothing says why; "
+                              f"{said}", **common)
     common["explain"] = tuple(timeline.explain(shown, deciding.event() if deciding else None))
     if deciding is not None:
         cls_name = Status.DROPS if deciding.sig.cls == OVERFLOW else Status(deciding.sig.cls)
@@ -746,6 +773,32 @@ def cell_layout(cell_dir: Path) -> Layout:
     return layout_of(read_cell_json(cell_dir))
 
 
+TAIL_BYTES = 4096
+
+
+def note_cut_tails(scan: _Scan, paths: Iterable[Path]) -> None:
+    """Hand the scan each log's last line when the log ends without a newline (a write cut
+    by the process's death): read from the file's tail, its line number counted only then.
+    Each file once; a name that is no file (lines handed over in memory) is skipped."""
+    for path in paths:
+        if str(path) in scan.tails_read or not Path(path).is_file():
+            continue
+        scan.tails_read.add(str(path))
+        with open_log(path) as handle:
+            size = handle.seek(0, os.SEEK_END)
+            if size == 0:
+                continue
+            handle.seek(max(0, size - TAIL_BYTES))
+            tail = handle.read(TAIL_BYTES)
+            if tail.endswith(b"\n"):
+                continue
+            handle.seek(0)
+            line_no = 1 + sum(block.count(b"\n") for block in iter(
+                lambda: handle.read(telemetry.BLOCK_BYTES), b""))
+        scan.note_cut(str(path), line_no,
+                      tail[tail.rfind(b"\n") + 1:].decode("utf-8", "replace"))
+
+
 def classify_logs(exit_code: int | None, launcher_state: str, log_paths: Iterable[Path],
                   patterns: dict[str, Iterable[str]] | None, rows: int, *,
                   library: str | None = None, table: Table | None = None,
@@ -755,6 +808,7 @@ def classify_logs(exit_code: int | None, launcher_state: str, log_paths: Iterabl
     existing = [Path(p) for p in log_paths if Path(p).is_file()]
     scan, signatures = new_scan(patterns, library, table, layout, tags)
     read_logs(existing, LineReader(scan, signatures, tags))
+    note_cut_tails(scan, existing)
     return verdict(scan, exit_code, launcher_state, rows)
 
 
@@ -784,6 +838,7 @@ def judge_run(exit_code: int | None, state: str, logs: Iterable[Path], patterns:
         summary = summarize(logs, tags=tags, observe=reader)
     else:
         read_logs(logs, reader)
+    note_cut_tails(scan, logs)
     rows = summary.rows if summary else 0
     out = verdict(scan, exit_code, state, rows)
     status = out.status

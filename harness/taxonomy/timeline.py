@@ -13,7 +13,8 @@ the run by its first abnormal event (docs/taxonomy.md#the-timeline-decides):
 2. its own signature decides; a hardware or driver Xid on its node makes it infra; with no
    signature, its exit record decides by structure (signalled: crash; killed with the OOM
    killer naming its pid: does_not_fit); nothing known: `unclassified`, lines quoted;
-3. communication and teardown symptoms of the other ranks after it are fallout by place.
+3. communication and teardown symptoms of the other ranks after it are fallout by place;
+   so are those of every rank after the launcher's time-limit record (`fallout_after_limit`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ SIGNAL_NUMBERS = {11: "SIGSEGV", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE", 4: "SIG
 CRASH_SIGNALS = frozenset({"SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL"})
 HARDWARE_XID = frozenset({"hardware", "driver"})
 MAX_EVENTS = 4000           # records kept per cell (the cause comes first)
+# a rank's communication and teardown symptoms: fallout when they follow the time limit
+TEARDOWN_CLASSES = frozenset({Status.INFRA, Status.TIMEOUT})
 
 
 @dataclass(frozen=True)
@@ -242,6 +245,40 @@ def decide(first: First, own: Event | None, records: Iterable[Event], *, layout:
     quoted = tuple(e for e in (ex, own) if e is not None)
     return Decision(UNCLASSIFIED, ex or own, "no signature and no structural evidence says "
                                              f"why rank {first.rank} failed", quoted)
+
+
+def after(first: Event, later: Event) -> bool:
+    """Whether `later` stands after `first` in the timeline: by line order within one file,
+    else by both stamps (a tie is not after); False where nothing orders them."""
+    if first.path == later.path:
+        return later.order() > first.order()
+    return first.ts is not None and later.ts is not None and later.ts > first.ts
+
+
+def fallout_after_limit(events: Iterable[Event]) -> set[tuple[int, int]]:
+    """The orders (Event.order) of the ranks' own communication and teardown signatures
+    (infra, timeout) that stand after the launcher's time-limit record (a timeout signature
+    no rank printed, e.g. slurmstepd's `DUE TO TIME LIMIT`): the limit killed the job, and
+    what its ranks print after it is fallout by place, whoever's pattern matched it."""
+    events = list(events)
+    limits = [e for e in events if e.kind == "signature" and e.rank is None
+              and e.cls == Status.TIMEOUT and not e.fallout]
+    return {e.order() for e in events if e.kind == "signature" and e.rank is not None
+            and e.cls in TEARDOWN_CLASSES and not e.fallout
+            and any(after(limit, e) for limit in limits)}
+
+
+def cut_first(events: Iterable[Event], cuts: Iterable[Event]) -> Event | None:
+    """A rank's cut last line (kind `cut`: its log ends mid-line, before any signature's
+    stable prefix) when it is the only abnormal event of its own: every signature a rank
+    printed is fallout (so another rank failed first), none is a node's or launcher's own,
+    and the cut rank printed none. That rank failed first, and nothing says why."""
+    events = [e for e in events if e.kind == "signature"]
+    if not events or any(not e.fallout for e in events):
+        return None
+    signed = {e.rank for e in events}
+    silent = [c for c in cuts if c.rank is not None and c.rank not in signed]
+    return silent[0] if len(silent) == 1 else None
 
 
 def explain(events: Iterable[Event], decided: Event | None, *, before: int = 5,

@@ -3,7 +3,9 @@ log format (banner, setup and dispatch rows, timing, done lines), no torch, abou
 
 Deterministic: rank r of layer l reads actual_valid_recv = N + 100 + r + l, so a campaign's
 tables are the same on every run. `--fake-fail` prints an assertion naming its argv (which
-may carry a token) and exits 1; FAKE_RANK_SLEEP_S delays the start (concurrency tests).
+may carry a token) and exits 1; `--fake-silent-exit` prints the rows of its first iteration
+and exits 1 saying nothing (the taxonomy's `unclassified`: failed after rows, no signature);
+FAKE_RANK_SLEEP_S delays the start (concurrency tests).
 """
 
 from __future__ import annotations
@@ -42,12 +44,16 @@ def main() -> int:
         for layer in range(layers):
             out.append(f"[MOE_DROP_DEBUG][setup_metadata] iter=0 layer={layer} rank={r} "
                        f"budget={budget} exact_recv_per_rank=[{n},{n}]")
-    for it in range(total):
+    silent = "--fake-silent-exit" in extra
+    for it in range(1 if silent else total):
         for layer in range(layers):
             for r in range(ranks):
                 act = min(budget, n + 100 + r + layer)
                 out.append(f"[MOE_DROP_DEBUG][dispatch] iter={it} layer={layer} rank={r} "
                            f"expected_recv={n} actual_valid_recv={act} budget={budget}")
+    if silent:
+        print("\n".join(out), flush=True)
+        return 1
     if args.timed:
         timing = {"trials": args.trials, "iters": args.iters, "samples_per_trial": 4,
                   "dispatch_ms_median": 1.0, "dispatch_ms_p10": 0.9, "dispatch_ms_p90": 1.1,

@@ -69,7 +69,12 @@ def defaults(tmp_path: Path) -> dict[str, str]:
     for prefix, cls, value in (("limits", Limits, rb.limits), ("slurm", SlurmConfig, rb.slurm),
                                ("container", ContainerConfig, rb.container)):
         for f in dataclasses.fields(cls):
-            out[f"{prefix}.{f.name}"] = shown(getattr(value, f.name))
+            inner = getattr(value, f.name)
+            if dataclasses.is_dataclass(inner):         # limits.unclassified: {retries, then}
+                for g in dataclasses.fields(inner):
+                    out[f"{prefix}.{f.name}.{g.name}"] = shown(getattr(inner, g.name))
+            else:
+                out[f"{prefix}.{f.name}"] = shown(inner)
     out.update({"launcher": rb.launcher, "device_memory_gb": "null (unlimited)",
                 "seed": shown(rb.seed), "repositories": shown(rb.repositories),
                 "paths": shown(rb.paths), "cell_wall_hours": shown(rb.cell_wall_hours),

@@ -4,7 +4,7 @@ The campaign's own steps (harness.pipeline.decisions.model_pipeline, driven by
 harness.pipeline.replay.replay) run again with the upload's cells as their source instead of
 a launcher: each request is answered by the next standing cell of its (model, backend,
 purpose) in attempt order -- abandoned and invalidated cells left out, bug-class runs re-run,
-retried infra failures skipped by the driver's own rule (pipeline.replay.next_standing) --
+retried failures (infra, unclassified) skipped by the driver's own rule (next_standing) --
 and its outcome is derived by the campaign's own analysis (rules.rederive.derive ->
 harness.pipeline.analysis.analyse). The selection, timing and comparison rows the steps
 build are then compared with the upload's tables, row by row and column by column.
@@ -159,8 +159,7 @@ class CellSource:
         if req.purpose == Purpose.TIME:
             launch = self.launches[key[:2]] = self.launches.get(key[:2], 0) + 1
         try:
-            out, _ = next_standing(lambda: self.following(key),
-                                   self.upload.runbook.limits.infra_retries)
+            out, _ = next_standing(lambda: self.following(key), self.upload.runbook.limits)
         except Undecided as exc:
             self.stop = Stop(req, UNDECIDED, str(exc), launch)
             return None
