@@ -586,7 +586,7 @@ def test_harness_campaign_audits_valid_and_mutations_do_not(campaign, tmp_path):
     saturated = corpus.copy(campaign, tmp_path / "saturated")
     (cell,) = [p for p in (saturated / "cells").iterdir()
                if "__echo__validate__" in p.name and p.name.startswith("QWEN3_30B")]
-    log = next(cell.glob("*.log"))
+    log = next(cell.glob("rank*.log"))
     lines = log.read_text().splitlines()
     at = next(i for i, line in enumerate(lines) if "[MOE_DROP_DEBUG][dispatch]" in line)
     budget = lines[at].rsplit("budget=", 1)[1].split()[0]

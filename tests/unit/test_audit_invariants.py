@@ -189,7 +189,7 @@ def test_a_rank_over_its_budget_and_a_missing_rank(campaign, tmp_path):
     from harness.telemetry.summary import summarize
     gone = tmp_path / "gone"
     gone.mkdir()
-    log = sorted(cell.glob("*.log"))[0]
+    log = sorted(cell.glob("rank*.log"))[0]
     lines = log.read_bytes().split(b"\n")
     row_at = next(i for i, x in enumerate(lines) if b"[dispatch]" in x)
     del lines[row_at]
