@@ -18,6 +18,7 @@ from harness.forecast.core import (
     Setting,
     neighbour_eps,
     per_rank_tokens,
+    stream_peaks,
 )
 from harness.grid.capacity import Grid
 from harness.io import bounds
@@ -82,14 +83,47 @@ def placement_file(path: str, experts: int) -> dict[int, np.ndarray]:
     return homes
 
 
+def _bad_trace(exc: trace_reader.TraceError) -> BadInput:
+    return BadInput(exc.message, path=exc.path, line=exc.line or None, field=exc.field)
+
+
+def stream_routing(traces: tuple[str, ...], experts: int | None, topk: int | None,
+                   seq: int | None):
+    """One epcap trace file as a streamed Routing (its calls read once, one step in memory),
+    its own EP size and where; None when the trace is not one epcap file."""
+    if len(traces) != 1 or Path(traces[0]).is_dir():
+        return None
+    try:
+        got = trace_reader.stream_epcap(str(traces[0]), experts)
+    except trace_reader.TraceError as exc:
+        raise _bad_trace(exc) from None
+    if got is None:
+        return None
+    trace, calls = got
+    where = {"path": trace.paths[0], "line": 1}
+    experts = experts or trace.experts
+    if topk is not None and trace.topk != topk:
+        raise BadInput(f"trace has top-{trace.topk}, the model top-{topk}", field="topk", **where)
+
+    def checked():
+        try:
+            for step, _layer, ids in calls:
+                yield step, ids
+        except trace_reader.TraceError as exc:
+            raise _bad_trace(exc) from None
+    total = trace.ranks * trace.header["tokens"]
+    own_ep = trace.header.get("ep") or trace.ranks
+    return (Routing(trace.source(), experts, trace.topk, total, checked(),
+                    seq or trace.header.get("seq")), own_ep, where)
+
+
 def load_routing(traces: tuple[str, ...], experts: int | None, topk: int | None,
                  seq: int | None):
     """The trace as a forecast Routing, plus its own EP size (checked: file:line: field)."""
     try:
         trace = trace_reader.read_trace(traces, experts)
     except trace_reader.TraceError as exc:
-        raise BadInput(exc.message, path=exc.path, line=exc.line or None,
-                       field=exc.field) from None
+        raise _bad_trace(exc) from None
     first = min(trace.records.values(), key=lambda r: (r.path, r.line))
     where = {"path": first.path, "line": 1 if trace.fmt == "epcap" else first.line}
     experts = experts or trace.experts
@@ -127,12 +161,20 @@ def forecast_rows(traces, model=None, experts=None, ep=None, micro_batch=None,
     if model and experts and int(spec["experts"]) != experts:
         raise BadInput(f"{model} has {spec['experts']} experts, not {experts}", field="--experts")
     experts = experts or (int(spec["experts"]) if spec else None)
-    routing, own_ep, where = load_routing(tuple(traces), experts, spec.get("topk"), seq)
-    eps = int_list(ep, "--ep", "ep") or neighbour_eps(own_ep, routing.experts)
-    return rows_for(routing, eps, where, mbs or [None],
-                    _names(placement, "--placement"), _names(personality, "--personality"),
-                    _names(unit, "--unit", UNITS), pad_multiple, decimals, model,
-                    spec.get("hidden"), recorded_options(traces))
+
+    def rows(routing: Routing, own_ep: int, where: dict) -> list[dict]:
+        eps = int_list(ep, "--ep", "ep") or neighbour_eps(own_ep, routing.experts)
+        return rows_for(routing, eps, where, mbs or [None], _names(placement, "--placement"),
+                        _names(personality, "--personality"), _names(unit, "--unit", UNITS),
+                        pad_multiple, decimals, model, spec.get("hidden"),
+                        recorded_options(traces))
+    streamed = stream_routing(tuple(traces), experts, spec.get("topk"), seq)
+    if streamed is not None:
+        try:
+            return rows(*streamed)
+        except trace_reader.NotStreamable:
+            pass                # read it whole: read_trace names the fault exactly
+    return rows(*load_routing(tuple(traces), experts, spec.get("topk"), seq))
 
 
 def rows_for(routing: Routing, eps: list[int], where: dict, mbs: list, placements: list[str],
@@ -150,7 +192,7 @@ def rows_for(routing: Routing, eps: list[int], where: dict, mbs: list, placement
                        "with seq", field="--micro-batch")
     files = {p: placement_file(p, routing.experts) for p in placements
              if p not in NAMED_PLACEMENTS}
-    rows = []
+    jobs = []
     for name in personalities:
         try:
             planner = planners.load_planner(name)
@@ -166,10 +208,11 @@ def rows_for(routing: Routing, eps: list[int], where: dict, mbs: list, placement
                         raise BadInput(f"no placement for EP {e}", path=p, field="placement")
                     for mb in mbs:
                         per_rank_tokens(routing.tokens, e, mb, routing.seq)
-                        rows.append(engine.row(Setting(e, mb, p, name, u), home, planner,
-                                               pad_multiple, decimals, model, hidden,
-                                               BYTES_PER_ELEMENT))
-    return rows
+                        jobs.append((engine, Setting(e, mb, p, name, u), home, planner))
+    peaks = stream_peaks(routing.calls, jobs)      # one pass over the trace for every row
+    return [engine.row_from_peaks(s, got, pad_multiple, decimals, model, hidden,
+                                  BYTES_PER_ELEMENT)
+            for (engine, s, _home, _planner), got in zip(jobs, peaks, strict=True)]
 
 
 def recorded_options(traces) -> dict[str, dict]:

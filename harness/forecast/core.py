@@ -34,7 +34,8 @@ class Routing:
     experts: int
     topk: int
     tokens: int                                   # T, the same at every step
-    calls: tuple[tuple[int, np.ndarray], ...]     # (step, ids) per (step, router layer)
+    calls: Iterable[tuple[int, np.ndarray]]       # (step, ids) per (step, router layer);
+                                                  # a stream read once (forecast.cli)
     seq: int | None = None                        # sequence length (for --micro-batch)
 
     @property
@@ -111,45 +112,64 @@ class Forecaster:
         self.r, self.options = routing, options
         self._counts: dict[tuple[int, int, int], np.ndarray] = {}
 
-    def counts(self, call: int, lo: int, hi: int) -> np.ndarray:
-        """Slots per expert of global tokens [lo, hi) of one router call."""
+    def counts(self, call: int, lo: int, hi: int, ids: np.ndarray | None = None) -> np.ndarray:
+        """Slots per expert of global tokens [lo, hi) of one router call (`ids`: its ids,
+        when the calls are streamed)."""
         key = (call, lo, hi)
         got = self._counts.get(key)
         if got is None:
-            ids = self.r.calls[call][1]
+            ids = self.r.calls[call][1] if ids is None else ids
             got = np.bincount(ids[lo:hi].reshape(-1), minlength=self.r.experts)
             self._counts[key] = got
         return got
 
-    def step_peaks(self, s: Setting, home: np.ndarray, planner) -> dict[int, int]:
-        """Peak per-rank demand of every step (over its routers, dispatches and ranks)."""
+    def call_peak(self, s: Setting, home: np.ndarray, planner, call: int,
+                  ids: np.ndarray) -> int:
+        """Peak per-rank demand of one router call (over its dispatches and ranks)."""
         r = self.r
         tokens = per_rank_tokens(r.tokens, s.ep, s.micro_batch, r.seq)
-        bounds = dispatch_bounds(r.tokens, s.ep, tokens, s.micro_batch is None)
+        peak = 0
+        for lo, hi in dispatch_bounds(r.tokens, s.ep, tokens, s.micro_batch is None):
+            try:
+                quotas = planner.plan(self.counts(call, lo, hi, ids), home, s.ep, self.options)
+            except ValueError as exc:      # e.g. moonep: slots not divisible by ep
+                raise BadInput(f"{s.personality} cannot plan EP {s.ep}: {exc}",
+                               path=r.source, field="personality") from None
+            if s.unit == "slots":
+                load = planner.demand(quotas)
+            else:
+                dest = planner.slot_destinations(ids[lo:hi].reshape(-1), quotas)
+                load = distinct_per_rank(np.asarray(dest).reshape(hi - lo, r.topk), s.ep)
+            peak = max(peak, int(np.max(load)))
+        return peak
+
+    def forget(self, call: int) -> None:
+        """Drop the cached counts of one router call (streaming: it will not come again)."""
+        for key in [k for k in self._counts if k[0] == call]:
+            del self._counts[key]
+
+    def step_peaks(self, s: Setting, home: np.ndarray, planner) -> dict[int, int]:
+        """Peak per-rank demand of every step (over its routers, dispatches and ranks)."""
         peaks: dict[int, int] = {}
-        for call, (step, ids) in enumerate(r.calls):
-            for lo, hi in bounds:
-                try:
-                    quotas = planner.plan(self.counts(call, lo, hi), home, s.ep, self.options)
-                except ValueError as exc:      # e.g. moonep: slots not divisible by ep
-                    raise BadInput(f"{s.personality} cannot plan EP {s.ep}: {exc}",
-                                   path=r.source, field="personality") from None
-                if s.unit == "slots":
-                    load = planner.demand(quotas)
-                else:
-                    dest = planner.slot_destinations(ids[lo:hi].reshape(-1), quotas)
-                    load = distinct_per_rank(np.asarray(dest).reshape(hi - lo, r.topk), s.ep)
-                peaks[step] = max(peaks.get(step, 0), int(np.max(load)))
+        for call, (step, ids) in enumerate(self.r.calls):
+            peaks[step] = max(peaks.get(step, 0), self.call_peak(s, home, planner, call, ids))
         return peaks
 
     def row(self, s: Setting, home: np.ndarray, planner, pad_multiple: int = DEFAULT_PAD_MULTIPLE,
             decimals: int | None = None, model: str | None = None, hidden: int | None = None,
             bytes_per_element: int = 2) -> dict:
         """One forecast.tsv row (docs/spec.md#tsv-columns)."""
+        return self.row_from_peaks(s, self.step_peaks(s, home, planner), pad_multiple,
+                                   decimals, model, hidden, bytes_per_element)
+
+    def row_from_peaks(self, s: Setting, peaks: dict[int, int],
+                       pad_multiple: int = DEFAULT_PAD_MULTIPLE, decimals: int | None = None,
+                       model: str | None = None, hidden: int | None = None,
+                       bytes_per_element: int = 2) -> dict:
+        """The row of a setting whose per-step peaks are known."""
         r = self.r
         tokens = per_rank_tokens(r.tokens, s.ep, s.micro_batch, r.seq)
         n = tokens * r.topk
-        peaks = self.step_peaks(s, home, planner)
         peak = max(peaks.values())
         selected = cap.round_up_to_grid(max(peak, 1), n, pad_multiple, decimals)
         budget = cap.budget_tokens(selected, n)
@@ -167,6 +187,21 @@ class Forecaster:
                 "buffer_bytes_per_rank": None if hidden is None else
                 budget * hidden * bytes_per_element,
                 "_micro_batch_given": s.micro_batch is not None}     # not a column
+
+
+def stream_peaks(calls: Iterable[tuple[int, np.ndarray]],
+                 jobs: Sequence[tuple[Forecaster, Setting, np.ndarray, object]]
+                 ) -> list[dict[int, int]]:
+    """Per-step peaks of every job (engine, setting, home, planner) in ONE pass over the
+    router calls: each call is counted once, used by every job, then dropped, so memory is
+    one call's ids (plus one integer per step and job) whatever the trace's length."""
+    peaks: list[dict[int, int]] = [{} for _ in jobs]
+    for call, (step, ids) in enumerate(calls):
+        for (engine, s, home, planner), got in zip(jobs, peaks, strict=True):
+            got[step] = max(got.get(step, 0), engine.call_peak(s, home, planner, call, ids))
+        for engine in {id(j[0]): j[0] for j in jobs}.values():
+            engine.forget(call)
+    return peaks
 
 
 def neighbour_eps(ep: int, experts: int) -> list[int]:

@@ -9,7 +9,10 @@ rank<R>.log still holds rank R's lines only; the task's own lines go to node<T>.
 whose FIFO no rank opens gives up after the run's timeout, and one still waiting when the
 cell ends is released, so no capture outlives its cell. A cell whose
 logs stop growing for `timeout_s` is killed (every rank's process group) and ends `timeout`.
-When one rank fails, the others get a short grace period and are then killed, so a collective
+Each task that ends non-zero is recorded, in the order the launcher saw it end, in
+cell_dir/launcher.log (EXIT_RECORD: its exit code, negative for a signal, and pid): the
+taxonomy's exit record (signatures.yaml `local-launcher-exit`), so a rank killed by a signal,
+which prints nothing, is still named as the first failed rank. When one rank fails, the others get a short grace period and are then killed, so a collective
 waiting on a dead peer never hangs the campaign. A run whose env asks for it (EPCAP_PREFORK)
 is forked from a server that pre-imported those modules (harness.launch.forkserver).
 """
@@ -35,6 +38,8 @@ PEER_GRACE_S = 3.0          # after one rank fails, how long the others may take
 KILL_WAIT_S = 2.0           # SIGTERM -> SIGKILL escalation
 CAPTURE_WAIT_S = 10.0       # after the ranks end, how long their captures may take to drain
 MARKER_ENV = "EPCAP_CELL_DIR"
+EXIT_LOG = "launcher.log"   # the local launcher's own record of the tasks that failed
+EXIT_RECORD = "epcap local launcher: task {task} (pid {pid}) ended (exitcode: {code})"
 
 
 def log_size(paths: list[Path]) -> int:
@@ -120,8 +125,12 @@ class _Job:
     """In-memory state of one running cell."""
 
     def __init__(self, procs: list[subprocess.Popen], logs: list[Path], timeout_s: float,
-                 captures: list[subprocess.Popen] | None = None):
+                 captures: list[subprocess.Popen] | None = None,
+                 exit_log: Path | None = None):
         self.procs = procs
+        self.exit_log = exit_log
+        self.ended: set[int] = set()    # tasks whose end is recorded
+        self.first_code: int | None = None  # the first non-zero exit seen (the run's code)
         self.captures = captures or []
         self.logs = logs
         self.timeout_s = timeout_s
@@ -168,7 +177,8 @@ class LocalLauncher(Launcher):
                 cap.wait()
             raise
         pids = [p.pid for p in procs]
-        self._jobs[str(pids[0])] = _Job(procs, logs, timeout_s, captures)
+        self._jobs[str(pids[0])] = _Job(procs, logs, timeout_s, captures,
+                                        cell_dir / EXIT_LOG)
         return JobHandle(cell_name=cell_name, cell_dir=cell_dir, job_id=str(pids[0]),
                          extra={"pids": pids, "pgids": pids, "port": port,
                                 "marker": str(cell_dir.resolve())})
@@ -220,9 +230,10 @@ class LocalLauncher(Launcher):
             return job.result
         now = time.monotonic()
         codes = [p.poll() for p in job.procs]
+        record_exits(job, codes)
         if all(c is not None for c in codes):
             return self._finish(job, LauncherState.COMPLETED if all(c == 0 for c in codes) else LauncherState.FAILED,
-                                _first_failure(codes), "")
+                                job.first_code or _first_failure(codes), "")
         size = log_size(job.logs)
         if size != job.last_size:
             job.last_size, job.last_growth = size, now
@@ -235,7 +246,9 @@ class LocalLauncher(Launcher):
             if now - job.first_fail > PEER_GRACE_S:
                 self._kill(job)
                 codes = [p.poll() if p.poll() is not None else p.wait() for p in job.procs]
-                return self._finish(job, LauncherState.FAILED, _first_failure(codes),
+                record_exits(job, codes)
+                return self._finish(job, LauncherState.FAILED,
+                                    job.first_code or _first_failure(codes),
                                     "peers killed after a rank failed")
         return None
 
@@ -275,6 +288,24 @@ class LocalLauncher(Launcher):
         job.result = JobResult(state, code, list(job.logs),
                                round(time.monotonic() - job.started, 3), detail)
         return job.result
+
+
+def record_exits(job: _Job, codes: list[int | None]) -> None:
+    """Append an exit record for each task newly seen ending non-zero (in the order seen)."""
+    lines = []
+    for task, (proc, code) in enumerate(zip(job.procs, codes, strict=True)):
+        if code is None or task in job.ended:
+            continue
+        job.ended.add(task)
+        if code != 0:
+            job.first_code = code if job.first_code is None else job.first_code
+            lines.append(EXIT_RECORD.format(task=task, pid=proc.pid, code=code) + "\n")
+    if lines and job.exit_log is not None:
+        try:
+            with open(job.exit_log, "a", encoding="utf-8") as fh:
+                fh.writelines(lines)
+        except OSError:
+            pass        # evidence only: the run's own outcome does not depend on it
 
 
 def start_capture(cell_dir: Path, rank: int, spec_env: dict[str, str],

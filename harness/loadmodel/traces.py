@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -274,26 +274,112 @@ def _read_epcap(path: str, experts: int | None) -> Trace:
     trace: Trace | None = None
     for line_no, text, obj in _lines(path):
         if trace is None:
-            if line_no != 1 or obj.get("format") != TRACE_FORMAT or obj.get("version") != 1:
-                raise TraceError(path, line_no, "format", f"expected {TRACE_FORMAT!r} version 1 "
-                                 "on line 1")
-            for key in ("experts", "topk", "tokens"):
-                _int(obj, key, path, 1)
-            if experts is not None and obj["experts"] != experts:
-                raise TraceError(path, 1, "experts", f"trace has {obj['experts']}, this run "
-                                 f"needs {experts}")
-            trace = Trace("epcap", (path,), obj["topk"], obj["experts"], obj)
+            trace = _epcap_header(path, line_no, obj, experts)
             continue
-        _bool_check(obj, text, path, line_no)
-        key = tuple(_int(obj, k, path, line_no) for k in ("iter", "layer", "rank"))
-        ids = check_ids(obj.get("topk_ids"), "topk_ids", trace.header["tokens"], trace.topk,
-                        trace.experts, path, line_no)
-        w = obj.get("topk_weights")
-        wt = None if w is None else check_weights(w, "topk_weights", ids.shape, path, line_no)
-        _add(trace, key, Record(ids, wt, path, line_no))
+        key, rec = _epcap_record(trace, path, line_no, text, obj)
+        _add(trace, key, rec)
     if trace is None:
         raise TraceError(path, 1, "format", "empty file: no header")
     return trace
+
+
+class NotStreamable(Exception):
+    """An epcap trace whose records are not grouped by step, or whose steps differ in shape
+    (a missing, duplicate or extra record, weights on some records only): read it whole with
+    `read_trace`, which names the fault with its file, line and field."""
+
+
+Call = tuple[int, LayerKey, np.ndarray]       # step, router layer, global batch ids [T, K]
+
+
+def stream_epcap(path: str, experts: int | None = None) -> tuple[Trace, Iterator[Call]] | None:
+    """An epcap trace read one step at a time: (the trace's header, ranks, layers and first
+    step, then an iterator of its router calls in step and layer order). Memory is one step's
+    records, whatever the file's length. None when `path` is no epcap trace. Every record is
+    checked as `read_trace` checks it (TraceError names file, line, field); a step shaped
+    unlike the first, or a step whose records are not contiguous, raises NotStreamable from
+    the iterator (the caller then reads the whole trace for the exact refusal)."""
+    first = _first_object(path)
+    if first is None or "format" not in first:
+        return None
+    lines = _lines(path)
+    trace = None
+    for line_no, _text, obj in lines:
+        trace = _epcap_header(path, line_no, obj, experts)
+        break
+    if trace is None:
+        raise TraceError(path, 1, "format", "empty file: no header")
+    steps = _epcap_steps(trace, path, lines)
+    head = next(steps, None)
+    if head is None:
+        raise TraceError(path, 1, "records", "trace holds no routing records")
+    step, recs = head
+    trace.layers = sorted({k[0] for k in recs}, key=_sort_key)
+    trace.ranks = max(k[1] for k in recs) + 1
+    trace.steps = [step]
+    shape = {(la, r) for la in trace.layers for r in range(trace.ranks)}
+    weighted = next(iter(recs.values())).weights is not None
+
+    def calls() -> Iterator[Call]:
+        for step, recs in _chain(head, steps):
+            if recs.keys() != shape or any((r.weights is not None) != weighted
+                                           for r in recs.values()):
+                raise NotStreamable(f"step {step} differs from the first step's records")
+            for layer in trace.layers:
+                yield step, layer, np.concatenate([recs[(layer, r)].ids
+                                                   for r in range(trace.ranks)])
+    return trace, calls()
+
+
+def _chain(head: tuple, rest: Iterator[tuple]) -> Iterator[tuple]:
+    yield head
+    yield from rest
+
+
+def _epcap_steps(trace: Trace, path: str, lines: Iterator[tuple[int, str, dict]]
+                 ) -> Iterator[tuple[int, dict[tuple[LayerKey, int], Record]]]:
+    """(step, {(layer, rank): record}) for each run of records of one step, checked per line."""
+    done: set[int] = set()
+    step, recs = None, {}
+    for line_no, text, obj in lines:
+        key, rec = _epcap_record(trace, path, line_no, text, obj)
+        if key[0] != step:
+            if step is not None:
+                yield step, recs
+            if key[0] in done:
+                raise NotStreamable(f"the records of step {key[0]} are not contiguous")
+            step, recs = key[0], {}
+            done.add(step)
+        if key[1:] in recs:
+            raise NotStreamable(f"duplicate record at {path}:{line_no}")
+        recs[key[1:]] = rec
+    if step is not None:
+        yield step, recs
+
+
+def _epcap_header(path: str, line_no: int, obj: dict, experts: int | None) -> Trace:
+    """The Trace of an epcap header line (line 1), checked."""
+    if line_no != 1 or obj.get("format") != TRACE_FORMAT or obj.get("version") != 1:
+        raise TraceError(path, line_no, "format", f"expected {TRACE_FORMAT!r} version 1 "
+                         "on line 1")
+    for key in ("experts", "topk", "tokens"):
+        _int(obj, key, path, 1)
+    if experts is not None and obj["experts"] != experts:
+        raise TraceError(path, 1, "experts", f"trace has {obj['experts']}, this run "
+                         f"needs {experts}")
+    return Trace("epcap", (path,), obj["topk"], obj["experts"], obj)
+
+
+def _epcap_record(trace: Trace, path: str, line_no: int, text: str, obj: dict
+                  ) -> tuple[tuple[int, int, int], Record]:
+    """One epcap record line, checked: its (iter, layer, rank) and Record."""
+    _bool_check(obj, text, path, line_no)
+    key = tuple(_int(obj, k, path, line_no) for k in ("iter", "layer", "rank"))
+    ids = check_ids(obj.get("topk_ids"), "topk_ids", trace.header["tokens"], trace.topk,
+                    trace.experts, path, line_no)
+    w = obj.get("topk_weights")
+    wt = None if w is None else check_weights(w, "topk_weights", ids.shape, path, line_no)
+    return key, Record(ids, wt, path, line_no)
 
 
 def _read_megatron(trace: Trace, path: str, source: int) -> None:
