@@ -4,6 +4,7 @@ the figure and/or one JSON document. Every refusal is BadInput naming file:line:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 
@@ -168,13 +169,21 @@ def forecast_rows(traces, model=None, experts=None, ep=None, micro_batch=None,
                         _names(personality, "--personality"), _names(unit, "--unit", UNITS),
                         pad_multiple, decimals, model, spec.get("hidden"),
                         recorded_options(traces))
-    streamed = stream_routing(tuple(traces), experts, spec.get("topk"), seq)
+    return streamed_rows(tuple(traces), experts, spec.get("topk"), seq, rows)
+
+
+def streamed_rows(traces: tuple[str, ...], experts: int | None, topk: int | None,
+                  seq: int | None, rows: Callable[[Routing, int, dict], list[dict]]
+                  ) -> list[dict]:
+    """`rows(routing, own_ep, where)` over the trace streamed one step at a time (one epcap
+    file), else (Megatron's files, or records not grouped by step) read whole."""
+    streamed = stream_routing(traces, experts, topk, seq)
     if streamed is not None:
         try:
             return rows(*streamed)
         except trace_reader.NotStreamable:
             pass                # read it whole: read_trace names the fault exactly
-    return rows(*load_routing(tuple(traces), experts, spec.get("topk"), seq))
+    return rows(*load_routing(traces, experts, topk, seq))
 
 
 def rows_for(routing: Routing, eps: list[int], where: dict, mbs: list, placements: list[str],

@@ -51,7 +51,7 @@ def campaign_forecast(results_dir: Path, out: Path,
     """The report's forecast section: each measure run's recorded routing at EP sizes around
     the campaign's (x1/2, x2, x4 where they divide the experts); writes forecast.tsv/png."""
     from harness.errors import BadInput
-    from harness.forecast.cli import load_routing, rows_for
+    from harness.forecast.cli import rows_for, streamed_rows
     from harness.forecast.core import neighbour_eps
 
     lines = ["## Forecast: other EP sizes from the recorded routing", "",
@@ -70,18 +70,24 @@ def campaign_forecast(results_dir: Path, out: Path,
         try:
             header = routing_header(path) if path.is_file() else \
                 _cluster_header(results_dir, model, backend)
-            routing, own_ep, where = load_routing((str(path),), header.get("experts"), None,
-                                                  None)
-            got = rows_for(routing, neighbour_eps(own_ep, routing.experts), where, [None],
-                           ["contiguous"], [header.get("personality", "raw")], ["slots"],
-                           pad_multiple, None, model, header.get("hidden"),
-                           {header.get("personality"): header.get("planner_options") or {}})
+
+            seen: dict[str, int] = {}
+
+            def forecast(routing, own_ep: int, where: dict, header: dict = header,
+                     model: str = model, seen: dict = seen) -> list[dict]:
+                seen["own_ep"] = own_ep
+                return rows_for(routing, neighbour_eps(own_ep, routing.experts), where,
+                                [None], ["contiguous"], [header.get("personality", "raw")],
+                                ["slots"], pad_multiple, None, model, header.get("hidden"),
+                                {header.get("personality"):
+                                 header.get("planner_options") or {}})
+            got = streamed_rows((str(path),), header.get("experts"), None, None, forecast)
         except (BadInput, StopIteration, OSError, ValueError) as exc:
             table.append([model, backend, f"not available: {exc}"] + [""] * 8)
             continue
         for r in got:
             r["source"] = str(path.relative_to(results_dir))
-            own = r["ep"] == own_ep
+            own = r["ep"] == seen["own_ep"]
             mib = "" if r["buffer_bytes_per_rank"] is None else \
                 f"{r['buffer_bytes_per_rank'] / 2**20:.2f}"
             table.append([model, backend, f"{r['ep']}{' (campaign)' if own else ''}",
