@@ -3,11 +3,13 @@
 Real processes through the real local launcher (harness/launch/local.py): four ranks of
 tests/reliability/signal_rank.py; one is SIGKILLed or SIGSEGVed and prints nothing, the
 others then print NCCL watchdog and closed-socket lines and exit 1. `epcap classify` must
-name the signalled rank. Seen failing on the code before the launcher's exit record (rank 0,
+name the signalled rank, and so must the campaign's capacity_attempts.tsv row (its
+failure_line is the launcher's record of that rank). Seen failing on the code before the launcher's exit record (rank 0,
 `infra`, "no exact evidence orders the ranks"); see docs/reliability.md."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import sys
@@ -19,9 +21,10 @@ import pytest
 from harness.api.backend import LaunchSpec
 from harness.api.launcher import JobResult
 from harness.launch.local import LocalLauncher
+from harness.results.tables import read_rows
 from harness.vocab import LauncherState
 
-from .conftest import HERE, run_cli
+from .conftest import HERE, FakeLauncher, run_cli
 
 RANKS = 4
 
@@ -60,3 +63,30 @@ def test_the_signalled_rank_is_the_first_failed_rank(tmp_path, victim, sig, stat
     assert found["first_failed_rank"] == str(victim), found
     assert found["status"] == status, found
     assert "exit record" in found["first_by"], found
+
+
+class SignalLauncher(FakeLauncher):
+    """The local launcher: a measure cell runs RANKS copies of signal_rank.py (rank VICTIM
+    SIGSEGVs), any other cell the reliability suite's fake rank (the canary passes)."""
+
+    victim = 2
+
+    def submit(self, cell_name, spec, cell_dir, timeout_s):
+        if "__measure__" not in cell_name:
+            return super().submit(cell_name, spec, cell_dir, timeout_s)
+        argv = [sys.executable, str(HERE / "signal_rank.py"), str(self.victim), "SIGSEGV"]
+        return LocalLauncher.submit(self, cell_name, dataclasses.replace(
+            spec, argv=argv, ntasks=RANKS, ranks_per_task=1), cell_dir, timeout_s)
+
+
+def test_the_campaign_attempts_row_names_the_signalled_rank(tiny, tmp_path, monkeypatch):
+    import harness.campaign.cli as campaign_cli
+    monkeypatch.setattr(campaign_cli, "make_launcher", lambda name, rb=None: SignalLauncher())
+    results = tmp_path / "r"
+    res = run_cli("run", tiny, "--results", results, "--until", "measure", timeout_s=180)
+    assert "Traceback" not in res.text, res.text
+    rows = read_rows(results / "tiny" / "capacity_attempts.tsv")
+    assert rows, res.text
+    for row in rows:
+        assert row["status"] == "crash", row
+        assert "task 2 " in row["failure_line"] and "exitcode: -11" in row["failure_line"], row
