@@ -1,8 +1,8 @@
 """Fault: a 10-million-row routing trace made `epcap forecast` time out (issue 36).
 
 The forecast read the whole trace into memory (a Record per line, every step's ids) before
-it computed anything: peak RSS grew with the trace (37 MiB at 100k rows, 69 MiB at 1M, about
-320 MiB at 10M, and per-line overhead of about 500 bytes on traces of short records). It
+it computed anything: peak RSS grew with the trace (37 MiB at 100k rows, 69 MiB at 1M,
+376 MiB at 10M, and per-line overhead of about 500 bytes on traces of short records). It
 now streams an epcap trace one step at a time (harness/loadmodel/traces.py `stream_epcap`,
 harness/forecast/core.py `stream_peaks`). This test measures the peak RSS of `epcap
 forecast` children on 100k and 1M generated rows and asserts a bounded ratio (no wall-clock
@@ -68,3 +68,19 @@ def test_a_trace_with_steps_out_of_order_is_read_whole_with_the_same_result(tmp_
     assert forecast_peak(trace)[0] == {
         "forecasts": [{**r, "source": str(trace)} for r in forecast_peak(shuffled)[0]
                       ["forecasts"]]}
+
+
+def test_a_step_missing_a_record_is_refused_with_its_line_as_before(tmp_path):
+    """A streamed trace whose later step lacks a record: the whole-trace reader's refusal."""
+    trace = tmp_path / "t.jsonl"
+    write_trace(trace, 3 * 4 * 8 * 16, tokens=16)
+    lines = trace.read_text().splitlines()
+    del lines[1 + 4 * 8 + 5]                       # step 1, layer 0, rank 5
+    trace.write_text("\n".join(lines) + "\n")
+    done = subprocess.run([sys.executable, "-m", "harness.cli", "forecast", str(trace)],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"epcap: error: {trace}:"), done.stderr
+    assert "records: no record for step=1 layer=0 rank=5" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
