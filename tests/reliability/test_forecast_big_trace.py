@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -55,7 +54,6 @@ def test_forecast_memory_stays_bounded_from_100k_to_1m_rows(tmp_path):
     ratio = b_rss / s_rss
     assert ratio <= MAX_RATIO, f"peak RSS {s_rss:.1f} MiB at 100k rows, {b_rss:.1f} MiB " \
                                f"at 1M rows: ratio {ratio:.2f} > {MAX_RATIO}"
-    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss > 0
 
 
 def test_a_trace_with_steps_out_of_order_is_read_whole_with_the_same_result(tmp_path):
