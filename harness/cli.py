@@ -35,6 +35,17 @@ GRID_HELP = f"Capacity grid: exact, or decimals-D (legacy: D decimals, D at most
 NO_ARGS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())    # click >= 8.2
 
 
+class PathValue(click.Path):
+    """A path option or argument that refuses an option-shaped value: `run --results
+    --no-such-option` would otherwise start a campaign in a folder named `--no-such-option`."""
+
+    def convert(self, value, param, ctx):  # noqa: ANN001, ANN201 - click's signature
+        if isinstance(value, str) and value.startswith("--"):
+            self.fail(f"{value!r} looks like an option, not a path (write ./{value} for a "
+                      "file of that name)", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 def _call(body: Callable[..., int | None], /, **kwargs) -> None:
     """Run a command's body with kwargs; map its return and harness errors to exit codes."""
     try:
@@ -143,8 +154,8 @@ def main() -> None:
 
 
 @main.command()
-@click.argument("runbook", required=False, type=click.Path(dir_okay=False))
-@click.option("--results", "results", type=click.Path(file_okay=False),
+@click.argument("runbook", required=False, type=PathValue(dir_okay=False))
+@click.option("--results", "results", type=PathValue(file_okay=False),
               help="Results root (default: results/). The campaign writes results/<campaign>/.")
 @click.option("--launcher", type=click.Choice(LAUNCHER_NAMES),
               help="Override the runbook's launcher.")
@@ -164,7 +175,7 @@ def main() -> None:
 @click.option("--retry", metavar="CLASS[,CLASS...]",
               help="Re-run finished cells that failed with these classes (e.g. crash,timeout) "
                    "as new attempts.")
-@click.option("--history", "history", multiple=True, type=click.Path(file_okay=False),
+@click.option("--history", "history", multiple=True, type=PathValue(file_okay=False),
               metavar="DIR", help="Also learn run times from the campaigns under this results "
                                   "root (repeatable); the ETA and the dry run's estimate.")
 def run(runbook, results, launcher, dry_run, no_test_only, fresh, stages, until, models,
@@ -192,7 +203,7 @@ def run(runbook, results, launcher, dry_run, no_test_only, fresh, stages, until,
 
 
 @main.command()
-@click.argument("results_dir", type=click.Path(file_okay=False))
+@click.argument("results_dir", type=PathValue(file_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def status(results_dir, as_json) -> None:
     """State (running, interrupted, stopped after a stage, done), runs done / left, failures
@@ -233,7 +244,7 @@ def capacity(seq, mbs, topk, required, peak, check, pad_multiple, decimals, as_j
 
 
 @main.command()
-@click.argument("logs", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("logs", nargs=-1, required=True, type=PathValue(dir_okay=False))
 @click.option("--warmup", type=int, default=0, show_default=True,
               help="Skip dispatch rows with iter < WARMUP.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
@@ -253,10 +264,10 @@ def parse(logs, warmup, as_json) -> None:
 
 @main.command()
 @click.argument("target")
-@click.option("--errata", type=click.Path(dir_okay=False), help="Errata registry YAML.")
+@click.option("--errata", type=PathValue(dir_okay=False), help="Errata registry YAML.")
 @click.option("--git-repo", "git_repos", multiple=True, metavar="NAME=PATH",
               help="A clone used for commit ancestry (repeatable).")
-@click.option("--out", type=click.Path(dir_okay=False), help="Write the verdicts as TSV.")
+@click.option("--out", type=PathValue(dir_okay=False), help="Write the verdicts as TSV.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.option("--strict", is_flag=True, help="Exit 1 if anything is INVALID or UNKNOWN.")
 @click.option("--pad-multiple", type=click.IntRange(min=1), default=DEFAULT_PAD_MULTIPLE,
@@ -276,8 +287,8 @@ def audit(target, errata, git_repos, out, as_json, strict, pad_multiple) -> None
 
 
 @main.command()
-@click.argument("results_dir", type=click.Path(file_okay=False))
-@click.option("--out", type=click.Path(file_okay=False), help="Output directory (default: RESULTS_DIR/report).")
+@click.argument("results_dir", type=PathValue(file_okay=False))
+@click.option("--out", type=PathValue(file_okay=False), help="Output directory (default: RESULTS_DIR/report).")
 def report(results_dir, out) -> None:
     """Write report.md, figures and demand.tsv for a campaign.
 
@@ -291,7 +302,7 @@ def report(results_dir, out) -> None:
 
 
 @main.command()
-@click.argument("results_dir", type=click.Path(file_okay=False))
+@click.argument("results_dir", type=PathValue(file_okay=False))
 @click.option("--repo", required=True, metavar="ORG/NAME", help="HuggingFace dataset repository.")
 @click.option("--dry-run", is_flag=True, help="List what would be uploaded where.")
 @click.option("--allow-empty", "allow_empty", is_flag=True,
@@ -310,8 +321,8 @@ def publish(results_dir, repo, dry_run, allow_empty) -> None:
 
 
 @main.command()
-@click.argument("cell_dirs", nargs=-1, required=True, type=click.Path())
-@click.option("--runbook", type=click.Path(dir_okay=False),
+@click.argument("cell_dirs", nargs=-1, required=True, type=PathValue())
+@click.option("--runbook", type=PathValue(dir_okay=False),
               help="Take the backend's failure patterns from this runbook.")
 @click.option("--backend", help="Backend name (default: cell.json's cell.backend).")
 @click.option("--exit-code", "exit_code", type=int,
@@ -338,7 +349,7 @@ def classify(cell_dirs, runbook, backend, exit_code, state, as_json, explain) ->
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-@click.option("--runbook", type=click.Path(dir_okay=False),
+@click.option("--runbook", type=PathValue(dir_okay=False),
               help="Check this node for the runbook: its Slurm gpus_per_node GPUs and its "
                    "container plugin (pyxis loaded into srun, apptainer on PATH).")
 @click.option("--require-gpus", type=int, default=0, metavar="N",
@@ -368,7 +379,7 @@ def doctor(as_json, runbook, require_gpus) -> None:
 
 
 @main.command()
-@click.argument("traces", nargs=-1, required=True, type=click.Path())
+@click.argument("traces", nargs=-1, required=True, type=PathValue())
 @click.option("--model", help="Zoo model (runbooks/models.yaml): experts, top-k, hidden size.")
 @click.option("--experts", type=int, help="Expert count (when the trace does not say it).")
 @click.option("--ep", help="EP sizes, comma-separated (default: the trace's, x1/2, x2, x4).")
@@ -383,7 +394,7 @@ def doctor(as_json, runbook, require_gpus) -> None:
 @click.option("--grid", default="exact", show_default=True, help=GRID_HELP)
 @click.option("--unit", default="slots", show_default=True, help="slots or tokens.")
 @click.option("--seq", type=int, help="Sequence length of the trace (for --micro-batch).")
-@click.option("--out", type=click.Path(file_okay=False),
+@click.option("--out", type=PathValue(file_okay=False),
               help="Write forecast.tsv and forecast.png here.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def forecast(traces, model, experts, ep, micro_batch, placement, personality, pad_multiple,

@@ -163,17 +163,16 @@ def test_default_campaign_validates_on_held_out_routing_with_its_risk(default_ru
 
 
 @pytest.mark.slow
-def test_default_campaign_audits_valid_within_two_seconds(default_run):
+def test_default_campaign_audits_valid(default_run):
     """issue 16: the default campaign's own results audit VALID, every row re-derived from
-    its cell's cell.json and logs; the audit (logs included) stays under 2 s."""
+    its cell's cell.json and logs. The audit's time is a benchmark's target
+    (tests/benchmarks/bench_audit.py), never a timed test: these machines are noisy."""
     started = time.perf_counter()
     result = audit_target(default_run)
     elapsed = time.perf_counter() - started
     print(f"audit of the default campaign: {elapsed:.3f} s (reported {result.elapsed_s:.3f} s)")
     (upload,) = result.uploads
     assert (upload.verdict, upload.why) == ("VALID", [])
-    assert elapsed < 2 * 3 * 104 / 65        # 2 s on a quiet machine; 2 shared cores here;
-    #                                          104 runs since the public baselines (65 before)
 
 
 @pytest.mark.slow

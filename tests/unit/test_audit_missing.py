@@ -131,7 +131,7 @@ def test_campaign_pointer_logs_name_the_fix(campaign, tmp_path):
 
 def test_campaign_deleted_logs_name_the_cells(campaign, tmp_path):
     up = corpus.link_copy(campaign, tmp_path / "u")
-    unlink(up, "rank*.log")
+    unlink(up, "*.log")      # every log: rank<R>.log and node<T>.log
     u = only(audit_target(up))
     assert "missing-logs" in u.unknown and u.verdict != "VALID"
     assert "hold no log" in " ".join(u.why)
@@ -147,5 +147,5 @@ def test_campaign_with_lfs_pointer_logs_is_unknown_not_invalid(campaign, tmp_pat
 
 def test_campaign_without_logs_is_unknown_not_invalid(campaign, tmp_path):
     up = corpus.link_copy(campaign, tmp_path / "u")
-    unlink(up, "rank*.log")
+    unlink(up, "*.log")      # every log: rank<R>.log and node<T>.log
     assert only(audit_target(up)).verdict == "UNKNOWN"

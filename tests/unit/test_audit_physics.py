@@ -68,7 +68,7 @@ def forge(obj: dict, factor: float) -> dict:
 
 def restate(root: Path, factors: dict[str, float]) -> None:
     """Every time cell's object forged (factor 1: only the device), events.jsonl's copies too,
-    then timing_launches.tsv, timing.tsv and comparison.tsv rebuilt by the harness's own code
+    then timing_launches.tsv, timing.tsv, comparison.tsv and timing_trials.tsv rebuilt by the harness's own code
     (the store's writer; the pipeline replayed on the cells)."""
     from harness.audit.load import load_upload
     from harness.audit.rules.pipeline import replay_upload
@@ -92,8 +92,11 @@ def restate(root: Path, factors: dict[str, float]) -> None:
     write_timing_launches(root)
     upload = load_upload(root.parent, root, 128)
     rep = replay_upload(upload)
+    from harness.results.layout import TIMING_TRIALS_TSV
+    from harness.results.rows import TIMING_TRIAL_COLUMNS
     for name, columns, built in ((TIMING_TSV, TIMING_COLUMNS, rep.timing),
-                                 (COMPARISON_TSV, COMPARISON_COLUMNS, rep.comparison)):
+                                 (COMPARISON_TSV, COMPARISON_COLUMNS, rep.comparison),
+                                 (TIMING_TRIALS_TSV, TIMING_TRIAL_COLUMNS, rep.trials)):
         (root / name).unlink()
         write_table_atomic(root / name, columns, list(built.values()))
 

@@ -48,9 +48,17 @@ def json_edit(path: Path, change) -> None:
     corpus.replace_file(path, json.dumps(data, indent=1).encode())
 
 
+SEAM = "\n<<epcap-test: next rank log>>\n"
+
+
 def log_edit(cell: Path, change) -> None:
-    log = next(cell.glob("rank*.log"))
-    corpus.replace_file(log, change(log.read_text()).encode())
+    """Apply `change` to the cell's rank logs as one text (each rank<R>.log holds rank R only,
+    and an edit may move slots between ranks), then write each file's part back."""
+    logs = sorted(cell.glob("rank*.log"))
+    parts = change(SEAM.join(p.read_text() for p in logs)).split(SEAM)
+    assert len(parts) == len(logs)
+    for log, text in zip(logs, parts, strict=True):
+        corpus.replace_file(log, text.encode())
 
 
 def test_the_harness_campaign_is_valid(campaign):

@@ -22,6 +22,9 @@ ALLOWED = {
     ("harness/telemetry/cli.py", "lower_bound"): "a key of `epcap parse --json`",
     ("harness/report/build.py", "report"): "the default output folder, results/<c>/report",
     ("harness/health.py", "ok"): "the health probe's own status (ok | unhealthy | no-gpu)",
+    ("harness/results/retries.py", "infra"): "the RetryBudget field of that name",
+    ("harness/results/retries.py", "unclassified"): "the RetryBudget field of that name",
+    ("harness/runbook/load.py", "unclassified"): "the runbook's `limits.unclassified` key",
     ("harness/io/boundary/events.py", "ok"): "the `ok` field of an event record (a flag)",
 }
 
