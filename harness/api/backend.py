@@ -226,16 +226,32 @@ class Backend(ABC):
         return None
 
 
+# srun's I/O forwarding carries at most 1024 bytes per message, so `srun --label` splits a
+# longer line into labelled pieces (SchedMD/slurm src/common/io_hdr.h SLURM_IO_MAX_MSG_LEN;
+# seen here: a 1,100-byte [EPCAP_TIMING] line arrived as a 1,024-byte line and its tail).
+MAX_TIMING_PIECES = 64
+
+
 def first_timing_object(lines: Iterable[str]) -> dict | None:
     """The first `[EPCAP_TIMING] {...}` object in the log lines (docs/spec.md#telemetry),
-    else None: the default timing reader, also the audit's for uploads with no runbook."""
-    for line in lines:
+    else None: the default timing reader, also the audit's for uploads with no runbook. An
+    object split over consecutive lines (srun's 1024-byte pieces) is joined back, at most
+    MAX_TIMING_PIECES lines."""
+    it = iter(lines)
+    for line in it:
         idx = line.find(TIMING_TAG)
-        if idx >= 0:
+        if idx < 0:
+            continue
+        text = line[idx + len(TIMING_TAG):].strip()
+        for _ in range(MAX_TIMING_PIECES):
             try:
-                return json.loads(line[idx + len(TIMING_TAG):].strip())
+                return json.loads(text)
             except json.JSONDecodeError:
-                return None
+                piece = next(it, None)
+                if piece is None:
+                    return None
+                text += piece.rstrip("\r\n")
+        return None
     return None
 
 

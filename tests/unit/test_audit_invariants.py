@@ -280,6 +280,11 @@ def test_impossible_clocks(campaign, tmp_path, monkeypatch):
         u = audit(lie)
         assert u.verdict == "INVALID" and CLOCK in u.reasons, (what, u.why)
         blind = audit(lie, monkeypatch, (CLOCK,))
+        if what.startswith("negative") and any("must be in [0," in w for w in blind.why):
+            # events.jsonl's boundary (harness/io/boundary/events.py) refuses a negative
+            # duration itself: without the rule the upload is UNKNOWN, never VALID
+            assert blind.verdict == "UNKNOWN", (what, blind.why)
+            continue
         assert (blind.verdict, blind.why) == ("VALID", []), (what, blind.why)
 
 
