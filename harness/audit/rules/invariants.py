@@ -45,10 +45,10 @@ from harness.audit.model import (
     verdict_of,
     where,
 )
-from harness.audit.rules.rederive import as_run, derive, upload_events
+from harness.audit.rules.rederive import as_run, timing_objects, upload_events
 from harness.audit.vocab import CLOCK_IMPOSSIBLE, CONSERVATION, TIMING_IMPLAUSIBLE
-from harness.results.layout import ATTEMPTS_TSV, CELL_JSON, EVENTS_JSONL, parse_cell_name
-from harness.vocab import Event, Purpose
+from harness.results.layout import ATTEMPTS_TSV, CELL_JSON, EVENTS_JSONL
+from harness.vocab import Event
 
 CLOCK_SLACK_S = 60.0          # events.jsonl `t` may step back this much (an NTP correction)
 SPAN_SLACK_S = 2.0            # started_utc/finished_utc are whole seconds
@@ -231,13 +231,7 @@ def check_timing_objects(table: Table, upload: Upload) -> Check:
     if not as_run(upload):
         return Check(TIMING_IMPLAUSIBLE, NOT_APPLICABLE, ["no runbook as run (the earlier layout)"])
     bad, seen, count = [], {}, 0
-    for key, cell in sorted(upload.cells.items()):
-        named = parse_cell_name(cell.name, upload.runbook.campaign)
-        if cell.problem or named is None or named.purpose != Purpose.TIME:
-            continue
-        obj = derive(upload, cell).timing
-        if not isinstance(obj, dict):
-            continue                         # no object: the timing rules judge that
+    for key, _cell, obj in timing_objects(upload):
         count += 1
         bad += [f"{key}: [EPCAP_TIMING] {p}" for p in object_problems(obj)]
         text = json.dumps(obj, sort_keys=True)

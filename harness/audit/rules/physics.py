@@ -15,11 +15,10 @@ still break it. timing.tsv's own `*_gbps` and `link_gbps` columns are held to th
 from __future__ import annotations
 
 from harness.audit.model import NOT_APPLICABLE, Check, Rule, Source, Table, Upload, verdict_of
-from harness.audit.rules.rederive import as_run, derive
+from harness.audit.rules.rederive import as_run, timing_objects
 from harness.audit.vocab import ABOVE_LINK_LIMIT
-from harness.results.layout import ATTEMPTS_TSV, TIMING_TSV, parse_cell_name
+from harness.results.layout import ATTEMPTS_TSV, TIMING_TSV
 from harness.timing.links import Link, achieved_gbps, link_of
-from harness.vocab import Purpose
 
 PHASES = ("dispatch", "combine")
 SLACK = 1e-9                  # float slack of a recomputed rate against the limit
@@ -85,13 +84,7 @@ def check_link_limit(table: Table, upload: Upload) -> Check:
     if not as_run(upload):
         return Check(ABOVE_LINK_LIMIT, NOT_APPLICABLE, ["no runbook as run (the earlier layout)"])
     bad, judged, why_not = table_claims(upload), 0, set()
-    for key, cell in sorted(upload.cells.items()):
-        named = parse_cell_name(cell.name, upload.runbook.campaign)
-        if cell.problem or named is None or named.purpose != Purpose.TIME:
-            continue
-        obj = derive(upload, cell).timing
-        if not isinstance(obj, dict):
-            continue                         # no object: the timing rules judge that
+    for key, cell, obj in timing_objects(upload):
         link, why = cell_link(obj, cell.provenance)
         if link is None:
             why_not.add(why)

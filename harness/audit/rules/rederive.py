@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
@@ -698,3 +699,15 @@ RULES: tuple[Rule, ...] = (
          (Source(ATTEMPTS_TSV, ("purpose", "status", "cell_dir")),), False, check_incomplete,
          "a validate whose telemetry lacks iterations or a rank"),
 )
+
+
+def timing_objects(upload: Upload) -> Iterator[tuple[str, Cell, dict]]:
+    """(key, cell, its [EPCAP_TIMING] object) of every time cell that has one, in key order:
+    the objects the timing rules aggregate (a cell without one is the timing rules' to judge)."""
+    for key, cell in sorted(upload.cells.items()):
+        named = parse_cell_name(cell.name, upload.runbook.campaign)
+        if cell.problem or named is None or named.purpose != Purpose.TIME:
+            continue
+        obj = derive(upload, cell).timing
+        if isinstance(obj, dict):
+            yield key, cell, obj
