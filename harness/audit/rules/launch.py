@@ -18,7 +18,7 @@ from __future__ import annotations
 from harness.api.backend import Backend, RunRequest
 from harness.api.registry import load_backend
 from harness.audit.model import NOT_APPLICABLE, Cell, Check, Rule, Source, Table, Upload, verdict_of
-from harness.audit.rules.rederive import as_run, derive
+from harness.audit.rules.rederive import as_run, derive, invalidated
 from harness.audit.vocab import LAUNCH_NOT_RUNBOOK
 from harness.errors import EpcapError
 from harness.io.redact import redact_argv
@@ -87,13 +87,15 @@ def memory_problem(upload: Upload, cell: Cell, req: RunRequest, backend: Backend
 
 def check_launch(table: Table, upload: Upload) -> Check:
     """Every cell's argv is its backend's own command under the runbook as run, and every
-    modelled peak memory is the memory model's."""
+    modelled peak memory is the memory model's; cells a `cells_invalidated` event took out
+    (they ran under an earlier runbook) are not results and are skipped, as the replay does."""
     if not as_run(upload):
         return Check(LAUNCH_NOT_RUNBOOK, NOT_APPLICABLE, ["no runbook as run (the earlier "
                                                          "layout)"])
     bad, unknown, seen = [], [], 0
+    gone = invalidated(upload)          # taken out of the results by a runbook edit or --retry
     for _, cell in sorted(upload.cells.items()):
-        if cell.problem or cell.cell_json is None:
+        if cell.problem or cell.cell_json is None or cell.name in gone:
             continue
         found = request_of(upload, cell)
         if found is None:
