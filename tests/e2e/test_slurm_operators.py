@@ -116,9 +116,17 @@ def wait_state(job: str, prefix: str, limit_s: float = 120) -> str:
     raise AssertionError(f"job {job} never reached {prefix}: {S.query_state(job)}")
 
 
-def all_cells_ran_once(results: Path) -> None:
+def all_cells_ran_once(results: Path, limit_s: float = 60) -> None:
+    """Each cell's stable job name holds exactly one job in sacct. Accounting records a job a
+    moment after it ends (slurmctld -> accounting storage), so a cell whose job ended just
+    before the driver exited is polled for until it appears; a second job would already be
+    there (it was submitted, and ended, earlier)."""
     for script in results.rglob(SS.SCRIPT_NAME):
+        deadline = time.monotonic() + limit_s
         jobs = jobs_of_cell(script.parent)
+        while not jobs and time.monotonic() < deadline:
+            time.sleep(0.5)
+            jobs = jobs_of_cell(script.parent)
         assert len(jobs) == 1, (script.parent.name, jobs)
 
 
