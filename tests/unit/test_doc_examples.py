@@ -7,13 +7,9 @@ installs packages, ...). Indented blocks are synopses and layouts, not examples.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
+import docrun
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -21,29 +17,11 @@ from click.testing import CliRunner
 from harness.cli import main
 from harness.runbook.load import load_runbook
 
-ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-FENCE = re.compile(r"^```([A-Za-z]*)[^\n]*\n(.*?)^```[ \t]*$", re.M | re.S)
-NOT_RUN = re.compile(r"^\*\(not run by the doc test: ([^)]+)\)\*$")
+ROOT = docrun.ROOT
 SAVE_AS = re.compile(r"^# save as (\S+)")
 FRAGMENT_OF = re.compile(r"^# fragment of (\S+)")
 RUNNABLE = ("sh", "yaml")
-
-
-def examples() -> list[tuple[str, int, str, str, str | None]]:
-    """(doc, line, language, body, why not run) of every fenced block."""
-    out = []
-    for doc in DOCS:
-        text = doc.read_text(encoding="utf-8")
-        for m in FENCE.finditer(text):
-            line = text.count("\n", 0, m.start()) + 1
-            before = text[:m.start()].rstrip("\n").splitlines()
-            why = NOT_RUN.match(before[-1].strip()) if before else None
-            if why is None and len(before) > 1:   # a reason may wrap onto two lines
-                why = NOT_RUN.match(" ".join(x.strip() for x in before[-2:]))
-            out.append((str(doc.relative_to(ROOT)), line, m.group(1), m.group(2),
-                        why.group(1) if why else None))
-    return out
+examples, sandbox = docrun.examples, docrun.sandbox
 
 
 def runnable(kind: str) -> list:
@@ -64,20 +42,6 @@ def test_every_example_is_run_or_says_why_not():
             first = body.splitlines()[0]
             assert SAVE_AS.match(first) or FRAGMENT_OF.match(first), \
                 f"{doc}:{line}: a runbook says `# save as PATH`, a fragment `# fragment of PATH`"
-
-
-def sandbox(tmp_path: Path) -> Path:
-    """A directory like a checkout after `make venv`: .venv and a copy of runbooks/."""
-    box = tmp_path / "box"
-    box.mkdir()
-    (box / ".venv").symlink_to(Path(sys.prefix))
-    shutil.copytree(ROOT / "runbooks", box / "runbooks")
-    return box
-
-
-def env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(
-        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
 
 @pytest.mark.parametrize("example", runnable("yaml"))
@@ -108,9 +72,12 @@ def test_yaml_example_runs_as_written(example, tmp_path, monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("example", runnable("sh"))
-def test_shell_example_runs_as_written(example, tmp_path):
+def test_shell_example_runs_as_written(example, tmp_path, request):
+    """README's first session runs once per suite (the readme_first_session fixture, whose
+    campaign the default-campaign tests read); every other block runs here."""
     doc, line, _, body, _ = example
-    box = sandbox(tmp_path)
-    res = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", body], cwd=box, env=env(),
-                         capture_output=True, text=True, timeout=900)
+    if example == docrun.first_session():
+        _, res, _ = request.getfixturevalue("readme_first_session")
+    else:
+        res = docrun.run_shell(body, sandbox(tmp_path))
     assert res.returncode == 0, f"{doc}:{line}:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
