@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -579,9 +580,15 @@ def test_harness_campaign_audits_valid_and_mutations_do_not(campaign, tmp_path):
             return None
         return row
     corpus.edit(unvalidated, ATTEMPTS_TSV, no_ultraep_validate)
-    # the dropped row's finished cell now has no row: cell-identity as well (issue 23)
-    assert dropped and only(audit_target(unvalidated)).reasons == ["unvalidated-selection",
-                                                                    "cell-identity"]
+    # the dropped row's finished cell now has no row: cell-identity (issue 23); the
+    # selection's own check is the replay's here (unvalidated-selection is the earlier
+    # layout's rule: n/a where the runbook as run is in the upload)
+    assert dropped and only(audit_target(unvalidated)).reasons == ["cell-identity"]
+    cell_dir = unvalidated / dropped[0]["cell_dir"]
+    shutil.rmtree(cell_dir)                     # and its cell: the replay misses the evidence
+    gone = only(audit_target(unvalidated))
+    assert gone.verdict == "INVALID" and "held-out-not-rederived" in gone.reasons, gone.reasons
+    assert any(cell_dir.name in w for w in gone.why), gone.why
 
     saturated = corpus.copy(campaign, tmp_path / "saturated")
     (cell,) = [p for p in (saturated / "cells").iterdir()

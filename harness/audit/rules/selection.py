@@ -158,9 +158,24 @@ def check_below_peak(table: Table, upload: Upload) -> Check:
     return verdict_of(bad, [], BELOW_PEAK, [])
 
 
+def replayed_instead(code: str, upload: Upload) -> Check | None:
+    """n/a where the runbook as run is in the upload: the replayed pipeline decides there
+    (timing-not-rederived, selection-not-rederived, held-out-not-rederived), so a stage that
+    decides differently is judged by its own code, not by this module's restatement."""
+    from harness.audit.rules.rederive import as_run
+    if as_run(upload):
+        return Check(code, NOT_APPLICABLE, ["judged by the replayed pipeline (the runbook as "
+                                            "run is in the upload)"])
+    return None
+
+
 def check_timing_not_max(table: Table, upload: Upload) -> Check:
-    """Each model is timed at max(selected capacity of its select backends): the selection's
-    timing_capacity, timing.tsv and the purpose=time attempts."""
+    """Without the runbook as run (the earlier layout): each model is timed at max(selected
+    capacity of its select backends): the selection's timing_capacity, timing.tsv and the
+    purpose=time attempts."""
+    replay = replayed_instead(TIMING_NOT_MAX, upload)
+    if replay:
+        return replay
     chosen: dict[str, dict[str, str]] = {}
     for row in table.rows:
         if decimal_of(row.get("selected_capacity")) is not None:
@@ -196,8 +211,12 @@ def check_timing_not_max(table: Table, upload: Upload) -> Check:
 
 
 def check_unvalidated(table: Table, upload: Upload) -> Check:
-    """Every select backend's selection has a validate attempt at its selected capacity, and
-    every backend measured successfully has a selection row."""
+    """Without the runbook as run (the earlier layout): every select backend's selection has
+    a validate attempt at its selected capacity, and every backend measured successfully has
+    a selection row."""
+    replay = replayed_instead(UNVALIDATED, upload)
+    if replay:
+        return replay
     missing = need_attempts(UNVALIDATED, upload)
     if missing:
         return missing
