@@ -30,6 +30,7 @@ from harness.health import probe_tools
 from harness.io.atomic import current_umask, write_text_atomic
 from harness.io.redact import REDACTED, is_secret_env
 from harness.launch.container import unmounted
+from harness.launch.outdir import OUT_VAR, cell_dirs, out_dir_lines, out_words
 from harness.launch.slurm import SlurmLauncher
 from harness.launch.slurm_script import HIDDEN_ARG, SCRIPT_NAME, hidden_values
 from harness.loadmodel.memory import estimate_memory_bytes, format_size
@@ -131,18 +132,6 @@ def memory_warnings(rb: Runbook, selection: PlanFilter) -> list[str]:
     return out
 
 
-OUT_VAR = "OUT"
-
-
-def out_words(text: str, cell_dirs: tuple[str, ...]) -> str:
-    """`text` as one shell word, every occurrence of the cell directory replaced by the
-    repro's output directory ("$OUT"), the rest quoted."""
-    for cdir in cell_dirs:
-        if cdir and cdir in text:
-            return f'"${OUT_VAR}"'.join(shlex.quote(p) if p else "" for p in text.split(cdir))
-    return shlex.quote(text)
-
-
 def repro_script(cell_name: str, spec: LaunchSpec, cdir: Path | None = None) -> str:
     """A bash script that reruns one cell by hand, as the local launcher ran it: the same
     argv, environment (secrets come from the caller's environment, never from this file) and
@@ -152,7 +141,7 @@ def repro_script(cell_name: str, spec: LaunchSpec, cdir: Path | None = None) -> 
     exits with the first failing rank's status (0 when every rank exits 0) and needs no
     harness installed (only what the cell's own argv runs)."""
     q = shlex.quote
-    dirs = () if cdir is None else tuple(dict.fromkeys((str(Path(cdir).resolve()), str(cdir))))
+    dirs = cell_dirs(cdir)
     n = int(spec.ntasks)
     lines = ["#!/bin/bash",
              f"# repro of {cell_name}: the argv, environment and working directory epcap ran "
@@ -162,11 +151,7 @@ def repro_script(cell_name: str, spec: LaunchSpec, cdir: Path | None = None) -> 
              "exit status: the first failing rank's.",
              "set -uo pipefail",
              'here=$(cd "$(dirname "$0")" && pwd)',
-             f'{OUT_VAR}="${{1:-}}"',
-             f'if [ -z "${OUT_VAR}" ]; then {OUT_VAR}=$(mktemp -d "$here.repro.XXXXXX") || exit 1; '
-             f'else mkdir -p -- "${OUT_VAR}" || exit 1; fi',
-             f'{OUT_VAR}=$(cd "${OUT_VAR}" && pwd) || exit 1',
-             f'echo "repro {cell_name}: writing into ${OUT_VAR}" >&2']
+             *out_dir_lines('"$here"', ".repro", f"repro {cell_name}")]
     for key, value in sorted(spec.env.items()):
         if is_secret_env(key):
             lines.append(f': "${{{key}:?set {key} in your environment ({REDACTED} here)}}"')

@@ -47,6 +47,7 @@ from harness.launch.slurm_script import (
     ranks_per_task,
     sbatch_options,
     script_meta,
+    submit_options,
 )
 from harness.launch.slurm_time import elapsed_seconds
 from harness.runbook.model import ContainerConfig, SlurmConfig
@@ -339,7 +340,8 @@ class SlurmLauncher(Launcher):
         script = self.write_script(cell_name, spec, cell_dir, timeout_s)
         name = job_name(self.campaign, cell_name, cell_dir)
         since = script.stat().st_mtime - 5
-        out = sbatch_retrying(["sbatch", "--parsable", str(script)], cwd=cell_dir,
+        out = sbatch_retrying(["sbatch", "--parsable", *submit_options(name, cell_dir),
+                               str(script), str(cell_dir)], cwd=cell_dir,
                               extra_env=hidden_values(spec), where=self.where, say=self.say,
                               sleep=self.sleep,
                               submitted=lambda: max(self.job_ids_named(name, since=since),

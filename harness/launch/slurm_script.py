@@ -15,6 +15,7 @@ from harness.errors import BadInput
 from harness.health import DEFAULT_MAX_USED_MIB, PRE_CELL_FAIL_EXIT
 from harness.io.redact import is_secret_env, redact_argv
 from harness.launch.container import PYXIS_OPTION, ContainerLaunch
+from harness.launch.outdir import OUT_VAR, cell_dirs, out_dir_lines, out_words
 from harness.launch.slurm_time import TIME_RE
 from harness.runbook.model import SlurmConfig
 
@@ -37,6 +38,13 @@ HIDDEN_ARG = "EPCAP_HIDDEN_ARG_"
 # rank0.log and exits with this; the taxonomy's epcap-slurm-setup signature makes it badflag.
 SETUP_FATAL = "[EPCAP_SLURM] FATAL setup:"
 SETUP_FAIL_EXIT = 96
+RERUN_SUFFIX = ".rerun"        # the job name in the script: a by-hand rerun of the cell
+
+
+def submit_options(name: str, cell_dir: Path) -> list[str]:
+    """What the harness's own sbatch adds before the script (command-line options override
+    #SBATCH lines): the cell's stable job name and its batch log in the cell directory."""
+    return [f"--job-name={name}", f"--output={Path(cell_dir) / 'slurm-%j.out'}"]
 
 
 def hidden_values(spec: LaunchSpec) -> dict[str, str]:
@@ -54,10 +62,11 @@ def hidden_values(spec: LaunchSpec) -> dict[str, str]:
     return out
 
 
-def script_argv(spec: LaunchSpec) -> list[str]:
-    """The argv as shell words: each value quoted, each secret a reference to its variable."""
+def script_argv(spec: LaunchSpec, dirs: tuple[str, ...] = ()) -> list[str]:
+    """The argv as shell words: each value quoted (a path inside the cell directory `dirs`
+    as one inside "$OUT"), each secret a reference to its variable."""
     hidden = hidden_values(spec)
-    return [f'"${{{HIDDEN_ARG}{i}}}"' if f"{HIDDEN_ARG}{i}" in hidden else shlex.quote(str(a))
+    return [f'"${{{HIDDEN_ARG}{i}}}"' if f"{HIDDEN_ARG}{i}" in hidden else out_words(str(a), dirs)
             for i, a in enumerate(spec.argv)]
 
 
@@ -124,7 +133,11 @@ def memory_options(slurm: SlurmConfig, per_node_tasks: int, where: str | None) -
 
 def sbatch_options(slurm: SlurmConfig, spec: LaunchSpec, name: str, cell_dir: Path,
                    where: str | None = None) -> list[str]:
-    """The `#SBATCH` arguments of one cell, validated; each is one sbatch argument."""
+    """The `#SBATCH` arguments of one cell, validated; each is one sbatch argument. No
+    --output or --chdir: the script writes into the directory given as its argument, and the
+    job name is the cell's with RERUN_SUFFIX (the harness's own submission overrides name and
+    output on sbatch's command line: submit_options), so a job a user submits by hand is never
+    taken for the cell's own on resume."""
     if not TIME_RE.match(slurm.time_limit):
         raise BadInput(f"not a Slurm time ({slurm.time_limit!r}); use e.g. 00:30:00",
                        path=where, field="slurm.time_limit")
@@ -134,8 +147,7 @@ def sbatch_options(slurm: SlurmConfig, spec: LaunchSpec, name: str, cell_dir: Pa
     nodes = spec.nodes if spec.nodes > 1 else slurm.nodes
     gpus = spec.gpus_per_node or slurm.gpus_per_node
     per_node = tasks_per_node(spec, nodes)
-    opts = [f"--job-name={name}", f"--output={Path(cell_dir) / 'slurm-%j.out'}",
-            f"--chdir={spec.cwd or cell_dir}", f"--nodes={nodes}", f"--ntasks={spec.ntasks}",
+    opts = [f"--job-name={name}{RERUN_SUFFIX}", f"--nodes={nodes}", f"--ntasks={spec.ntasks}",
             f"--ntasks-per-node={per_node}",
             f"--cpus-per-task={cpus_per_task(slurm, spec, gpus)}",
             f"--time={slurm.time_limit}"]
@@ -167,23 +179,32 @@ def batch_script(options: list[str], spec: LaunchSpec, cell_dir: Path, python: s
     container = container or ContainerLaunch()
     q = shlex.quote
     cell = Path(cell_dir)
+    dirs = cell_dirs(cell)
+    out = f'"${OUT_VAR}"'
     for key, value in spec.env.items():
         if not ENV_KEY_RE.match(key):
             raise BadInput(f"not an environment variable name: {key!r}", field="env")
         check_value(str(value), f"env.{key}", None)
-    lines = ["#!/bin/bash", "# epcap cell batch script (generated; every value shell-quoted)"]
+    lines = ["#!/bin/bash", "# epcap cell batch script (generated; every value shell-quoted)",
+             f"# usage: sbatch [--output=DIR/slurm-%j.out] {SCRIPT_NAME} [DIR]   (DIR: where "
+             f"this run writes; default: a new directory {cell.name}{RERUN_SUFFIX}.XXXXXX "
+             "beside the cell; epcap passes the cell directory)"]
     if meta:
         lines.append(f"{META_TAG} {json.dumps(meta, sort_keys=True)}")
     lines += [f"#SBATCH {q(opt)}" for opt in options]
-    workdir = str(spec.cwd or cell)
-    lines += ["set -u", f"export EPCAP_CELL_DIR={q(str(cell))}",
-              "# sbatch --chdir to a directory missing on the node runs in /tmp: refuse instead",
-              f'if [ "$(pwd -P)" != "$(cd {q(workdir)} 2>/dev/null && pwd -P)" ]; then',
-              f'  echo "{SETUP_FATAL} working directory {workdir} (--chdir) is missing on '
-              f'$(hostname)" | tee -a {q(str(cell / "rank0.log"))}; exit {SETUP_FAIL_EXIT}; fi',
+    workdir = out if not spec.cwd else out_words(str(spec.cwd), dirs)
+    shown = "$OUT" if not spec.cwd else str(spec.cwd)
+    lines += ["set -u", *out_dir_lines(q(str(cell)), RERUN_SUFFIX, "epcap cell",
+                                       missing=f"{SETUP_FATAL} output directory",
+                                       missing_exit=SETUP_FAIL_EXIT),
+              f"export EPCAP_CELL_DIR={out}",
+              "# the working directory, checked on the node (a missing one is not /tmp)",
+              f"if ! cd {workdir} 2>/dev/null; then",
+              f'  echo "{SETUP_FATAL} working directory {shown} is missing on '
+              f'$(hostname)" | tee -a {out}/rank0.log; exit {SETUP_FAIL_EXIT}; fi',
               "# the harness (health probe, capture) from the checkout that wrote this script",
               f'export PYTHONPATH={q(str(HARNESS_ROOT))}"${{PYTHONPATH:+:$PYTHONPATH}}"']
-    lines += [f"export {key}={q(str(value))}" for key, value in spec.env.items()
+    lines += [f"export {key}={out_words(str(value), dirs)}" for key, value in spec.env.items()
               if not is_secret_env(key)]
     hidden = sorted(hidden_values(spec))
     if hidden:
@@ -201,14 +222,14 @@ def batch_script(options: list[str], spec: LaunchSpec, cell_dir: Path, python: s
         health = [q(python), "-m", "harness.health", "--pre-cell", "--require-gpus",
                   str(int(gpus_per_node)), "--max-used-mib", str(int(max_used_mib))]
         lines += ['srun --export=ALL --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 '
-                  f"--output={q(str(cell / 'health%t.log'))} " + " ".join(health)
+                  f"--output={out}/health%t.log " + " ".join(health)
                   + f" || exit {PRE_CELL_FAIL_EXIT}"]
     for value in (*container.srun_options, *container.exec_prefix):
         check_value(str(value), "container", None)
     if container.srun_options:          # pyxis: the plugin must be loaded, else srun refuses
         lines += [f"srun --help 2>&1 | grep -q -e {q(PYXIS_OPTION)} || {{ echo "
                   f"{q(SETUP_FATAL + ' container plugin missing: srun has no ' + PYXIS_OPTION)}"
-                  f' "on $(hostname) (pyxis not loaded)" | tee -a {q(str(cell / "rank0.log"))};'
+                  f' "on $(hostname) (pyxis not loaded)" | tee -a {out}/rank0.log;'
                   f" exit {SETUP_FAIL_EXIT}; }}"]
     # --export=ALL: the steps get this script's environment (its exports, PATH) even when the
     # job was submitted with --export=NONE (srun would inherit SLURM_EXPORT_ENV=NONE)
@@ -217,8 +238,8 @@ def batch_script(options: list[str], spec: LaunchSpec, cell_dir: Path, python: s
              '--cpus-per-task="${SLURM_CPUS_PER_TASK:-1}"']
             + [q(o) for o in container.srun_options]
             + [q(a) for a in container.exec_prefix]
-            + ["bash", "-c", q(RANK_WRAPPER), "epcap-rank"] + script_argv(spec))
-    capture = [q(python), "-m", "harness.launch.capture", q(str(cell)), "--ranks-per-task",
+            + ["bash", "-c", q(RANK_WRAPPER), "epcap-rank"] + script_argv(spec, dirs))
+    capture = [q(python), "-m", "harness.launch.capture", out, "--ranks-per-task",
                str(ranks_per_task(spec, gpus_per_node))]
     lines += ["# shellcheck disable=SC2016  # the rank wrapper expands on the node",
               " ".join(srun) + " 2>&1 | " + " ".join(capture),

@@ -155,6 +155,35 @@ def test_a_transient_sbatch_failure_is_retried_and_the_campaign_goes_on(tmp_path
     all_cells_ran_once(results)
 
 
+def telemetry(log: Path) -> list[str]:
+    """The dispatch telemetry lines of a rank log (the rows a cell's numbers come from), in
+    order (one task's spawned ranks interleave their lines)."""
+    return sorted(line for line in log.read_text().splitlines() if "[MOE_DROP_DEBUG]" in line)
+
+
+def test_a_cells_batch_script_rerun_by_hand_reproduces_it_elsewhere(tmp_path):
+    """`sbatch --wait slurm.sbatch DIR` on the real Slurm, nothing set by hand: the same
+    telemetry rows and exit status as the cell's own job, written only into DIR; the cell
+    directory is left byte for byte, and the by-hand job is not the cell's (`.rerun`)."""
+    results = tmp_path / "res"
+    out = run_epcap(runbook(tmp_path), results)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (cell,) = [s.parent for s in results.rglob(SS.SCRIPT_NAME) if "__echo__" in s.parent.name]
+    before = {p.name: p.read_bytes() for p in cell.iterdir()}
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(["sbatch", "--wait", f"--output={mine}/slurm-%j.out",
+                           str(cell / SS.SCRIPT_NAME), str(mine)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert telemetry(mine / "rank0.log") == telemetry(cell / "rank0.log") != []
+    assert {p.name: p.read_bytes() for p in cell.iterdir()} == before
+    job = done.stdout.split()[-1]
+    name = S.run_cmd(["sacct", "-X", "-n", "-P", "-j", job, "-o", "JobName"]).stdout.strip()
+    assert name == SS.script_meta(cell / SS.SCRIPT_NAME)["job_name"] + SS.RERUN_SUFFIX
+
+
 def test_a_bad_partition_stops_at_the_dry_run_before_any_job(tmp_path):
     rb = runbook(tmp_path, SLURM_LINE.replace("nodes: 1", "partition: nosuchpart, nodes: 1"))
     results = tmp_path / "res"

@@ -6,6 +6,7 @@ import json
 import os
 import shlex
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -52,8 +53,7 @@ def test_options_from_runbook(tmp_path):
                       time_limit="01:00:00", mem_per_task="16G",
                       extra_sbatch=("--exclusive", "--constraint=h100&ib"))
     opts = SS.sbatch_options(cfg, spec(), "NAME", tmp_path)
-    assert opts == ["--job-name=NAME", f"--output={tmp_path}/slurm-%j.out",
-                    f"--chdir={tmp_path}", "--nodes=2", "--ntasks=4", "--ntasks-per-node=2",
+    assert opts == ["--job-name=NAME.rerun", "--nodes=2", "--ntasks=4", "--ntasks-per-node=2",
                     "--cpus-per-task=1", "--time=01:00:00",
                     "--partition=gpu", "--account=proj 1", "--gres=gpu:8",
                     "--mem=32G", "--no-requeue", "--exclusive", "--constraint=h100&ib"]
@@ -89,10 +89,11 @@ def test_script_refuses_a_missing_workdir_and_a_missing_pyxis(tmp_path):
                            container=ContainerLaunch(srun_options=("--container-image=x",)))
     assert "srun --help" in text and SS.PYXIS_OPTION in text
     body = text.split("srun --help")[0]                   # up to the pyxis check
-    proc = subprocess.run(["bash", "-c", body], cwd="/", capture_output=True, text=True)
+    proc = subprocess.run(["bash", "-c", body, "slurm.sbatch", str(tmp_path)], cwd="/",
+                          capture_output=True, text=True)
     assert proc.returncode == SS.SETUP_FAIL_EXIT, proc.stdout + proc.stderr
     line = (tmp_path / "rank0.log").read_text()
-    assert f"working directory {gone} (--chdir) is missing" in line
+    assert f"working directory {gone} is missing" in line
     out = classify_logs(SS.SETUP_FAIL_EXIT, "failed", [tmp_path / "rank0.log"], None, rows=0)
     assert out.status == "badflag" and "FATAL setup" in out.line
 
@@ -185,7 +186,8 @@ def run_script(tmp_path: Path, argv: list[str], env: dict[str, str]) -> subproce
     script = tmp_path / "job.sh"
     script.write_text(text)
     path = f"{fake_bin(tmp_path)}:{os.environ['PATH']}"
-    proc = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True,
+    proc = subprocess.run(["bash", str(script), str(tmp_path)], cwd=tmp_path,
+                          capture_output=True, text=True,
                           env={"PATH": path, "SLURM_JOB_ID": "12345",
                                "SLURM_JOB_NODELIST": "node-[a-b]", "SLURM_JOB_NUM_NODES": "1"},
                           timeout=30)
@@ -212,8 +214,8 @@ def test_script_propagates_rank_exit_code(tmp_path):
     script.write_text(SS.batch_script([], sp, tmp_path, "true"))
     env = {"PATH": f"{fake_bin(tmp_path)}:{os.environ['PATH']}", "SLURM_JOB_ID": "1",
            "SLURM_JOB_NODELIST": "n", "SLURM_JOB_NUM_NODES": "1"}
-    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, timeout=30,
-                          cwd=tmp_path)          # sbatch --chdir
+    proc = subprocess.run(["bash", str(script), str(tmp_path)], env=env, capture_output=True,
+                          timeout=30, cwd=tmp_path)          # as epcap submits it
     assert proc.returncode == 3
 
 
@@ -223,9 +225,46 @@ def test_failed_health_step_stops_before_ranks(tmp_path):
     script.write_text(SS.batch_script([], sp, tmp_path, "false", gpus_per_node=2))  # probe fails
     env = {"PATH": f"{fake_bin(tmp_path)}:{os.environ['PATH']}", "SLURM_JOB_ID": "1",
            "SLURM_JOB_NODELIST": "n", "SLURM_JOB_NUM_NODES": "1"}
-    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, timeout=30,
-                          cwd=tmp_path)          # sbatch --chdir
+    proc = subprocess.run(["bash", str(script), str(tmp_path)], env=env, capture_output=True,
+                          timeout=30, cwd=tmp_path)          # as epcap submits it
     assert proc.returncode == S.PRE_CELL_FAIL_EXIT and not (tmp_path / "RAN").exists()
+
+
+def test_a_rerun_by_hand_writes_only_into_its_directory(tmp_path):
+    """`sbatch slurm.sbatch` with no argument writes into a new directory beside the cell,
+    with DIR into DIR: the cell directory is left as it was, byte for byte (argv and
+    environment paths inside the cell directory follow the output directory)."""
+    cell = tmp_path / "cells" / "M__echo__measure__cap2p00__a1"
+    cell.mkdir(parents=True)
+    (cell / "rank0.log").write_text("the cell's own log\n")
+    prog = ("import os, sys; open(sys.argv[1], 'w').write(os.environ['EPCAP_CELL_DIR'] + '|' "
+            "+ os.environ['TRACE'] + '|' + os.getcwd())")
+    sp = LaunchSpec(argv=["python3", "-c", prog, str(cell / "out.txt")], ntasks=1,
+                    env={"TRACE": str(cell / "trace.bin")})
+    script = cell / SS.SCRIPT_NAME
+    script.write_text(SS.batch_script(SS.sbatch_options(SlurmConfig(), sp, "N", cell), sp, cell,
+                                      sys.executable))
+    before = {p.name: p.read_bytes() for p in cell.iterdir()}
+    env = {"PATH": f"{fake_bin(tmp_path)}:{os.environ['PATH']}", "SLURM_JOB_ID": "7",
+           "SLURM_JOB_NODELIST": "n", "SLURM_JOB_NUM_NODES": "1",
+           "PYTHONPATH": str(Path(SS.__file__).resolve().parents[2])}
+    by_hand = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True,
+                             timeout=60, cwd=tmp_path)
+    assert by_hand.returncode == 0, by_hand.stderr
+    (made,) = [p for p in cell.parent.iterdir() if p.name.startswith(cell.name + ".rerun.")]
+    assert (made / "out.txt").read_text() == f"{made}|{made}/trace.bin|{made}"
+    assert {p.name: p.read_bytes() for p in cell.iterdir()} == before
+    given = tmp_path / "mine"
+    given.mkdir()
+    again = subprocess.run(["bash", str(script), str(given)], env=env, capture_output=True,
+                           text=True, timeout=60, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert (given / "out.txt").read_text() == f"{given}|{given}/trace.bin|{given}"
+    assert {p.name: p.read_bytes() for p in cell.iterdir()} == before
+    missing = subprocess.run(["bash", str(script), str(tmp_path / "nowhere")], env=env,
+                             capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert missing.returncode == SS.SETUP_FAIL_EXIT and "nowhere is missing" in missing.stderr
+    assert "--job-name=N" in SS.submit_options("N", cell)[0] and SS.RERUN_SUFFIX == ".rerun"
 
 
 def test_cpu_only_cells_skip_the_probe(tmp_path):
