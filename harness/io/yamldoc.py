@@ -86,6 +86,22 @@ def read_doc(path: Path, where_from: str | None = None, quote: bool = True) -> D
     return Doc(path, read_text(path, max_bytes=RUNBOOK_MAX_BYTES, field=where_from), quote)
 
 
+def line_of(path: str | Path | None, field: str) -> int | None:
+    """The line of a dotted field (`slurm.partition`) in a YAML file, or of its nearest
+    parent that is written; None when the file or the field cannot be read (a message still
+    names the file and field)."""
+    if path is None:
+        return None
+    try:
+        doc = read_doc(Path(path))
+    except (OSError, BadInput, yaml.YAMLError):
+        return None
+    where = tuple(field.split("."))
+    while where and where not in doc.lines:
+        where = where[:-1]
+    return doc.lines.get(where) if where else None
+
+
 def mapping(doc: Doc, value, where: tuple, allowed: tuple[str, ...] | None) -> dict:
     """Check `value` is a mapping with string keys, all of them in `allowed` (None = any)."""
     if value is None:

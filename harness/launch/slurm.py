@@ -37,6 +37,7 @@ from harness.errors import BadInput, EpcapError
 from harness.health import PRE_CELL_FAIL_EXIT
 from harness.io.atomic import write_text_atomic
 from harness.io.bounds import clip_line
+from harness.io.yamldoc import line_of
 from harness.launch.container import container_launch
 from harness.launch.slurm_script import (
     SCRIPT_NAME,
@@ -147,8 +148,10 @@ def sbatch_retrying(argv: list[str], cwd: Path | None = None,
             text = str(exc)                 # no answer in time: a busy controller
         if (not is_transient(text) and "did not answer" not in text) or delay is None:
             spent = f" (after {attempt} retries)" if attempt else ""
-            raise SubmitRefused(f"{argv[0]} refused {argv[-1]}{spent}: {clip_line(text)}",
-                                path=where, field=refusal_field(text))
+            script = next((a for a in argv if a.endswith(SCRIPT_NAME)), argv[-1])
+            field = refusal_field(text)
+            raise SubmitRefused(f"{argv[0]} refused {script}{spent}: {clip_line(text)}",
+                                path=where, line=line_of(where, field), field=field)
         if say is not None:
             say(f"sbatch: transient failure ({clip_line(text)}); retry {attempt + 1} of "
                 f"{len(SUBMIT_BACKOFF_S)} in {delay:g} s")

@@ -189,7 +189,9 @@ def test_a_bad_partition_stops_at_the_dry_run_before_any_job(tmp_path):
     results = tmp_path / "res"
     dry = run_epcap(rb, results, "--dry-run")
     assert dry.returncode == 2, dry.stdout + dry.stderr
-    assert "slurm.partition: " in dry.stderr and "Invalid partition name specified" in dry.stderr
+    line = next(i for i, text in enumerate(rb.read_text().splitlines(), 1) if "nosuchpart" in text)
+    assert f"{rb}:{line}: slurm.partition: " in dry.stderr, dry.stderr
+    assert "Invalid partition name specified" in dry.stderr
     real = run_epcap(rb, results)
     assert real.returncode == 2 and "Invalid partition name specified" in real.stderr
     assert not list(results.glob("*/events.jsonl"))            # nothing started

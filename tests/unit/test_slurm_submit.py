@@ -115,6 +115,24 @@ def test_test_only_refusal_names_the_field(tmp_path, path_with):
         S.SlurmLauncher(Rb(partition="nope")).check_submission(
             [("c", LaunchSpec(argv=["true"], ntasks=1), tmp_path / "c")])
     assert err.value.field == "slurm.partition" and "Invalid partition name" in str(err.value)
+    assert err.value.line is None                      # rb.yaml is not there: file and field
+
+
+@pytest.mark.parametrize("text, line", [
+    ("campaign: c\nslurm:\n  nodes: 1\n  partition: nope\n", 4),
+    ("campaign: c\n\nslurm: {nodes: 1, partition: nope}\n", 3),
+    ("campaign: c\nslurm:\n  nodes: 1\n", 2),          # not written: its parent's line
+])
+def test_a_refusal_names_the_runbook_line_of_its_field(tmp_path, path_with, text, line):
+    path_with(fake_sbatch(tmp_path, [(1, FAIL + "Invalid partition name specified")]))
+    rb = Rb(partition="nope")
+    rb.path = tmp_path / "rb.yaml"
+    rb.path.write_text(text)
+    with pytest.raises(S.SubmitRefused) as err:
+        S.SlurmLauncher(rb).check_submission(
+            [("c", LaunchSpec(argv=["true"], ntasks=1), tmp_path / "c")])
+    assert err.value.line == line
+    assert str(err.value).startswith(f"{rb.path}:{line}: slurm.partition: sbatch refused ")
 
 
 # ---- containers: mounts and the plugin ------------------------------------------------------
