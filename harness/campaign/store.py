@@ -38,6 +38,7 @@ from harness.results.events import (
     CellAbandoned,
     CellFinish,
     CellSubmit,
+    elapsed,
     parse_event,
     read_events,
     reruns_on_resume,
@@ -342,18 +343,18 @@ def history(root: Path, rb: Runbook, roots: tuple[Path, ...] = ()) -> History:
                     == mine.get(f"backend:{base_backend(str(e.get('backend')))}")):
                 runs.append((str(e["backend"]), str(e["model"]), str(e["purpose"]),
                              int(e.get("attempt") or 0), float(e["span_s"])))
-        run_t = first = None
+        run_ev = first = None
         spans = 0.0
         for e in events:
             if e["ev"] == Event.RUN_START:
-                run_t, first, spans = e["t"], None, 0.0
-            elif e["ev"] == Event.CELL_SUBMIT and run_t is not None and first is None:
-                startup.append(max(0.0, e["t"] - run_t))
-                first = e["t"]
+                run_ev, first, spans = e, None, 0.0
+            elif e["ev"] == Event.CELL_SUBMIT and run_ev is not None and first is None:
+                startup.append(elapsed(run_ev, e))
+                first = e
             elif e["ev"] == Event.CELL_FINISH:
                 spans += float(e.get("span_s") or 0.0)
             elif e.get("runs_complete") and first is not None and spans > 0:
-                paces.append((e["t"] - first) / spans)
+                paces.append(elapsed(first, e) / spans)
         campaigns += len(runs) > before
         if any(e.get("runs_complete") for e in events) and len(runs) > before:
             totals.append(sum(r[4] for r in runs[before:]))

@@ -252,7 +252,8 @@ class EventLog:
 
     def append(self, ev: str, **fields) -> dict:
         """Write one event (single write + fsync) and return it."""
-        record = redact_obj({"ev": ev, "t": round(time.time(), 3), **fields})
+        record = redact_obj({"ev": ev, "t": round(time.time(), 3),
+                             MONO: round(time.monotonic(), 3), **fields})
         data = (json.dumps(record, sort_keys=False, default=str) + "\n").encode("utf-8")
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
@@ -420,6 +421,19 @@ def standing_finishes(events: list[dict]) -> list[dict]:
     return [e for _, e in sorted(out, key=lambda ne: ne[0])]
 
 
+MONO = "mono"       # time.monotonic() of the writing process: durations; `t` is only a label
+
+
+def elapsed(a: dict, b: dict) -> float:
+    """Seconds from event `a` to event `b` of one invocation (one driver process): their
+    monotonic readings when both carry one (a wall clock stepped by NTP or by hand moves
+    neither), else their `t` labels, never negative."""
+    if isinstance(a.get(MONO), (int, float)) and isinstance(b.get(MONO), (int, float)) \
+            and b[MONO] >= a[MONO]:
+        return float(b[MONO] - a[MONO])
+    return max(0.0, float(b["t"]) - float(a["t"]))
+
+
 def running_span(events: list[dict]) -> float:
     """Seconds the campaign spent running: the sum over its invocations of run_start to
     that invocation's last event, so the idle time between a finished campaign and a later
@@ -427,19 +441,19 @@ def running_span(events: list[dict]) -> float:
     total, begin, last = 0.0, None, None
     for e in events:
         if e["ev"] == Event.RUN_START and begin is not None and last is not None:
-            total += max(0.0, last - begin)
+            total += elapsed(begin, last)
             begin = None
         if begin is None:
-            begin = e["t"]
-        last = e["t"]
+            begin = e
+        last = e
     if begin is not None and last is not None:
-        total += max(0.0, last - begin)         # a clock stepped back: never negative
+        total += elapsed(begin, last)           # a clock stepped back: never negative
     return round(total, 3)
 
 
-def _invocation(events: list[dict]) -> tuple[dict | None, list[dict], float | None]:
+def _invocation(events: list[dict]) -> tuple[dict | None, list[dict], dict | None]:
     """The invocation that completed the runs: its run_start (None in an older log), its
-    finished-cell events carrying an ETA, and the time the runs completed. Statistics of
+    finished-cell events carrying an ETA, and the event at which the runs completed. Statistics of
     the ETA rate that invocation's own estimates, never an earlier one's."""
     end_i = next((i for i in range(len(events) - 1, -1, -1)
                   if events[i].get("runs_complete")), None)
@@ -451,7 +465,7 @@ def _invocation(events: list[dict]) -> tuple[dict | None, list[dict], float | No
     start_i = next((i for i in range(end_i, -1, -1) if events[i]["ev"] == Event.RUN_START), None)
     window = events[(start_i or 0):end_i + 1]
     points = [e for e in window if e["ev"] == Event.CELL_FINISH and e.get("eta_s") is not None]
-    return (events[start_i] if start_i is not None else None), points, events[end_i]["t"]
+    return (events[start_i] if start_i is not None else None), points, events[end_i]
 
 
 def eta_error(events: list[dict]) -> float | None:
@@ -462,7 +476,7 @@ def eta_error(events: list[dict]) -> float | None:
         points[0] if points else None)
     if first is None or end is None:
         return None
-    actual = end - first["t"]
+    actual = elapsed(first, end)
     return round(first["eta_s"] / actual, 3) if actual > 0 else None
 
 
@@ -477,6 +491,6 @@ def eta_error_at(events: list[dict], fractions=(0.25, 0.5, 0.75)) -> dict[str, f
             continue
         idx = max(0, min(len(points) - 1, int(round(frac * len(points))) - 1))
         point = points[idx]
-        actual = end - point["t"]
+        actual = elapsed(point, end) if end is not None else 0.0
         out[key] = round(point["eta_s"] / actual, 3) if actual > 0 else None
     return out

@@ -192,6 +192,38 @@ def test_a_clock_stepped_back_writes_no_row_that_ends_before_it_starts(tiny, tmp
         assert float(row["wall_s"]) >= 0
 
 
+def test_a_clock_stepped_back_leaves_the_campaigns_durations_right(tiny, tmp_path,
+                                                                  fake_launcher, monkeypatch):
+    """The wall clock steps back an hour after the fifth event: the events' `t` labels go
+    back, their monotonic readings do not, and the campaign's running span and ETA figures
+    (campaign_stats) are measured from those: positive and no longer than the run took.
+    Seen failing with durations from `t` (a running span of 0 s, no ETA figures)."""
+    import time as real_time
+
+    import harness.results.events as events_mod
+
+    calls = [0]
+
+    class SteppedClock:
+        monotonic = staticmethod(real_time.monotonic)
+
+        @staticmethod
+        def time() -> float:
+            calls[0] += 1
+            return real_time.time() - (3600.0 if calls[0] > 5 else 0.0)
+
+    monkeypatch.setattr(events_mod, "time", SteppedClock)
+    results = tmp_path / "r"
+    t0 = real_time.monotonic()
+    assert run_cli("run", tiny, "--results", results, timeout_s=120).code == 0
+    took = real_time.monotonic() - t0
+    events = events_mod.read_events(results / "tiny" / "events.jsonl")
+    assert min(e["t"] for e in events[5:]) < events[0]["t"] - 3000      # the labels went back
+    stats = events_mod.campaign_stats(results / "tiny")
+    assert 0 < stats["wall_span_s"] <= took + 1, (stats["wall_span_s"], took)
+    assert stats["eta_error_at"]["50%"] is not None and stats["eta_error_at"]["50%"] > 0
+
+
 # -- an unreachable hub --------------------------------------------------------------------------------
 def closed_port() -> int:
     with socket.socket() as s:
