@@ -264,7 +264,11 @@ def clock_edit(root: Path, rng: random.Random) -> str:
     else:
         starts = [i for i, e in enumerate(events) if e["ev"] in ("campaign_start", "run_start")]
         at = rng.randrange(starts[0] + 2, len(events))
-        events[at]["t"] = events[at - 1]["t"] - rng.uniform(61, 86400)
+        back = rng.uniform(61, 86400)
+        events[at]["t"] = events[at - 1]["t"] - back
+        if "mono" in events[at - 1]:           # moved back on the monotonic clock as well
+            prev = events[at - 1]["mono"]
+            events[at]["mono"] = round(prev - rng.uniform(0.01, min(back, prev)), 3)
         kind += f" {at} ({events[at]['ev']})"
     corpus.replace_file(root / EVENTS_JSONL,
                         ("\n".join(json.dumps(e) for e in events) + "\n").encode())
@@ -287,6 +291,23 @@ def test_impossible_clocks(campaign, tmp_path, monkeypatch):
             assert blind.verdict == "UNKNOWN", (what, blind.why)
             continue
         assert (blind.verdict, blind.why) == ("VALID", []), (what, blind.why)
+
+
+def test_a_wall_clock_stepped_back_mid_run_is_not_a_lie(campaign, tmp_path):
+    """NTP (or an operator) steps the wall clock back an hour after some event: every later
+    `t` label goes back, the monotonic readings do not; the run stays VALID."""
+    rng = random.Random(5)
+    for n in range(3):
+        honest = corpus.link_copy(campaign, tmp_path / f"step{n}")
+        events = [json.loads(x) for x in (honest / EVENTS_JSONL).read_text().splitlines()]
+        assert all("mono" in e for e in events)
+        at = rng.randrange(3, len(events))
+        for e in events[at:]:
+            e["t"] = round(e["t"] - 3600.0, 3)
+        corpus.replace_file(honest / EVENTS_JSONL,
+                            ("\n".join(json.dumps(e) for e in events) + "\n").encode())
+        u = audit(honest)
+        assert (u.verdict, u.why) == ("VALID", []), (at, u.why)
 
 
 def test_a_clock_that_cannot_be_read_is_unknown(campaign, tmp_path):

@@ -141,25 +141,32 @@ def row_clocks(table: Table, row: Row) -> tuple[list[str], list[str]]:
 
 
 def event_clocks(upload: Upload) -> tuple[list[str], list[str]]:
-    """events.jsonl's `t` never steps back by more than CLOCK_SLACK_S within one run."""
+    """Within one run (one driver process) events never go back in time: by their monotonic
+    readings (`mono`) where both events carry one -- the wall-clock `t` is then only a label,
+    which an NTP or manual step may move back -- else by `t`, with CLOCK_SLACK_S of slack."""
     events, problem = upload_events(upload)
     if events is None:
         return [], [problem] if problem else []
-    bad, unknown, last = [], [], None
+    bad, unknown, last, last_mono = [], [], None, None
     for number_, event in enumerate(events, start=1):
-        t = number(event.get("t"))
+        t, mono = number(event.get("t")), number(event.get("mono"))
         if t is None:
             unknown.append(f"{EVENTS_JSONL}: event {number_} ({event.get('ev')}): t is not "
                            f"a number")
             continue
         if event.get("ev") in (Event.CAMPAIGN_START, Event.RUN_START):
-            last = t
+            last, last_mono = t, mono
             continue
-        if last is not None and t < last - CLOCK_SLACK_S:
-            bad.append(f"{EVENTS_JSONL}: event {number_} ({event.get('ev')} "
-                       f"{event.get('cell') or ''}) at t={t} is {last - t:.0f} s before an "
-                       f"earlier event of the same run")
+        said = f"{EVENTS_JSONL}: event {number_} ({event.get('ev')} {event.get('cell') or ''})"
+        if mono is not None and last_mono is not None:
+            if mono < last_mono:
+                bad.append(f"{said} at mono={mono} is {last_mono - mono:.3f} s before an "
+                           f"earlier event of the same run (monotonic clock)")
+        elif last is not None and t < last - CLOCK_SLACK_S:
+            bad.append(f"{said} at t={t} is {last - t:.0f} s before an earlier event of the "
+                       f"same run")
         last = t if last is None else max(last, t)
+        last_mono = mono if last_mono is None or mono is None else max(last_mono, mono)
     return bad, unknown
 
 
