@@ -41,7 +41,8 @@ def demand_cells(results_dir: Path) -> list[Cell]:
 
 
 def build_demand(ctx: Context):
-    """Write demand.tsv; return (note line, {cell name: rows DataFrame} of measure cells)."""
+    """Write demand.tsv; return (note line, {cell name: demand_map_rows of its rows} of the
+    measure cells with telemetry rows)."""
     path = ctx.out / "demand.tsv"
     cells = demand_cells(ctx.results_dir)
     measured = {}
@@ -56,7 +57,7 @@ def build_demand(ctx: Context):
             df[list(DEMAND_COLUMNS)].to_csv(fh, sep="\t", header=False, index=False,
                                             lineterminator="\n")
             if c.purpose == Purpose.MEASURE:
-                measured[c.name] = df
+                measured[c.name] = demand_map_rows(df)
     note = (f"[`demand.tsv`](demand.tsv): one row per dispatch telemetry row of the "
             f"{len(cells)} measure and validate cells (columns: {', '.join(DEMAND_COLUMNS)}). "
             "Heatmaps: measure cells only; value = max over all iterations (no warmup skipped) "
@@ -66,22 +67,32 @@ def build_demand(ctx: Context):
     return note, measured
 
 
+def demand_map_rows(df):
+    """What a heatmap keeps of a measure cell's rows: per (rank, layer) the max ratio
+    actual_valid_recv / expected_recv and whether any row saturated, and the cell's max
+    budget / expected_recv; None when no row has a non-zero uniform share. Reduced as each
+    cell is read, so the report holds one cell's rows at a time, not the campaign's."""
+    df = df[df["expected_recv"] > 0]          # a zero uniform share has no ratio
+    if df.empty:
+        return None
+    d = df.assign(ratio=df["actual_valid_recv"] / df["expected_recv"],
+                  sat=df["actual_valid_recv"] >= df["budget"])
+    g = d.groupby(["rank", "layer"]).agg(ratio=("ratio", "max"), sat=("sat", "any"))
+    return g, float((d["budget"] / d["expected_recv"]).max())
+
+
 def demand_maps(measured: dict) -> dict[str, list]:
-    """model -> DemandMap list built from the measure cells' rows."""
+    """model -> DemandMap list built from the measure cells' reduced rows (demand_map_rows)."""
     from harness.figures import DemandMap  # lazy: matplotlib is slow to import
 
     out: dict[str, list] = {}
-    for name, df in measured.items():
+    for name, reduced in measured.items():
         cell = parse_cell_name(name)
-        df = df[df["expected_recv"] > 0]          # a zero uniform share has no ratio
-        if df.empty:
+        if reduced is None:
             continue
-        d = df.assign(ratio=df["actual_valid_recv"] / df["expected_recv"],
-                      sat=df["actual_valid_recv"] >= df["budget"])
-        g = d.groupby(["rank", "layer"]).agg(ratio=("ratio", "max"), sat=("sat", "any"))
+        g, budget_ratio = reduced
         ratio = g["ratio"].unstack("layer")
         sat = g["sat"].unstack("layer").reindex_like(ratio).fillna(False).astype(bool)
-        budget_ratio = float((d["budget"] / d["expected_recv"]).max())
         out.setdefault(cell.model, []).append(DemandMap(
             name, cell.backend, [int(r) for r in ratio.index], [int(v) for v in ratio.columns],
             ratio.to_numpy(dtype=float), sat.to_numpy(dtype=bool), budget_ratio))

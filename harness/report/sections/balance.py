@@ -13,6 +13,7 @@ does not enter the timing capacity (docs/spec.md#pipeline).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from harness.errors import BadInput
@@ -28,9 +29,9 @@ COLUMNS = ("model", "backend", "rows", "uniform_tokens", "peak_pre_balance_recv"
            "raw_required", "peak_actual_valid_recv", "rebalanced_required", "reduction")
 
 
-def _cell_rows(cell_dir: Path) -> list[dict[str, int]]:
-    """The dispatch rows of one cell's rank logs as key -> int dicts."""
-    rows = []
+def _cell_rows(cell_dir: Path) -> Iterator[dict[str, int]]:
+    """The dispatch rows of one cell's rank logs as key -> int dicts, streamed (a cell of
+    many iterations is never held: memory is one line's)."""
     for log in sorted(cell_dir.glob("rank*.log")):
         try:
             for _, line in text_lines(log):     # the one bounded log reader
@@ -39,10 +40,12 @@ def _cell_rows(cell_dir: Path) -> list[dict[str, int]]:
                     pairs = _KV.findall(line[at + len(TAG):])
                     values = {k: parse_int(v) for k, v in pairs}   # None past 30 digits
                     if None not in values.values():
-                        rows.append(values)
+                        yield values
         except BadInput:
             continue            # a FIFO, a device, a directory: not a log (as classify skips it)
-    return rows
+
+
+BALANCE_KEYS = frozenset({"pre_balance_recv", "actual_valid_recv", "expected_recv"})
 
 
 def balance_rows(campaign_dir: Path | str) -> list[dict[str, object]]:
@@ -55,15 +58,17 @@ def balance_rows(campaign_dir: Path | str) -> list[dict[str, object]]:
                       key=lambda c: (c.model, c.backend, c.attempt, c.name))
     out: dict[tuple[str, str], dict[str, object]] = {}
     for cell in measured:
-        rows = [r for r in _cell_rows(root / cell.name)
-                if {"pre_balance_recv", "actual_valid_recv", "expected_recv"} <= r.keys()]
-        if not rows:
+        count = n = pre = post = 0          # folded as the rows stream by
+        for r in _cell_rows(root / cell.name):
+            if BALANCE_KEYS <= r.keys():
+                n = max(n, r["expected_recv"]) if count else r["expected_recv"]
+                pre = max(pre, r["pre_balance_recv"]) if count else r["pre_balance_recv"]
+                post = max(post, r["actual_valid_recv"]) if count else r["actual_valid_recv"]
+                count += 1
+        if not count:
             continue
-        n = max(r["expected_recv"] for r in rows)
-        pre = max(r["pre_balance_recv"] for r in rows)
-        post = max(r["actual_valid_recv"] for r in rows)
         out[(cell.model, cell.backend)] = {
-            "model": cell.model, "backend": cell.backend, "rows": len(rows),
+            "model": cell.model, "backend": cell.backend, "rows": count,
             "uniform_tokens": n, "peak_pre_balance_recv": pre,
             "raw_required": f"{pre / n:.6f}", "peak_actual_valid_recv": post,
             "rebalanced_required": f"{post / n:.6f}",
