@@ -36,6 +36,7 @@ from harness.api.launcher import JobHandle, JobResult, Launcher
 from harness.errors import BadInput, EpcapError
 from harness.health import PRE_CELL_FAIL_EXIT
 from harness.io.atomic import write_text_atomic
+from harness.io.boundary.tools import run_tool
 from harness.io.bounds import clip_line
 from harness.io.yamldoc import line_of
 from harness.launch.container import container_launch
@@ -220,16 +221,18 @@ def parse_scontrol(out: str) -> SlurmState | None:
 def run_cmd(argv: list[str], timeout: float = CMD_TIMEOUT_S,
             cwd: Path | None = None,
             extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """Run a Slurm client (argv list, no shell) with a timeout; SlurmError if it is missing.
-    `extra_env` adds variables to its environment (the cell's secrets, for sbatch)."""
+    """Run a Slurm client through the one boundary for external tools (io.boundary.tools:
+    argv list, no shell, a deadline, output decoded as UTF-8); SlurmError if it is missing or
+    does not answer. `extra_env` adds variables to its environment (the cell's secrets, for
+    sbatch)."""
     env = {**os.environ, **extra_env} if extra_env else None
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd,
-                              stdin=subprocess.DEVNULL, check=False, env=env)
-    except FileNotFoundError as exc:
-        raise SlurmError(f"{argv[0]} not found: is Slurm installed on this host?") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise SlurmError(f"{argv[0]} did not answer within {timeout:g} s") from exc
+    run = run_tool(argv, timeout_s=timeout, cwd=str(cwd) if cwd is not None else None, env=env)
+    if run.missing:
+        raise SlurmError(f"{argv[0]} not found: is Slurm installed on this host? "
+                         f"({run.problem})")
+    if run.code is None:
+        raise SlurmError(f"{argv[0]} did not answer within {timeout:g} s")
+    return subprocess.CompletedProcess(list(run.argv), run.code, run.out, run.err)
 
 
 def _try(argv: list[str]) -> str | None:

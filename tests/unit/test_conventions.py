@@ -276,8 +276,6 @@ READERS_ALLOWED = {
         "starts the ranks and their captures (children, not a tool's output)",
     ("harness/launch/local.py", "read_bytes"):
         "/proc/<pid>/environ of our own process groups (kernel-bounded)",
-    ("harness/launch/slurm.py", "subprocess.run"):
-        "Slurm clients (owned by the Slurm launch work: to move onto io.boundary.tools)",
     ("harness/launch/slurm.py", "open"):
         "the tail of a Slurm output file (seeks to the last 256 KiB)",
     ("harness/launch/slurm.py", "json.loads"):

@@ -202,3 +202,21 @@ def test_run_exits_1_when_a_cell_failed(tmp_path, statuses, code):
     assert exit_status(tmp_path, view) == code
     if code:
         assert "failed" in view.lines[-1] and statuses[-1] in view.lines[-1]
+
+
+def test_slurm_clients_go_through_the_tool_boundary(tmp_path, path_with):
+    """A missing client and one that does not answer are SlurmError naming it; output that
+    is not UTF-8 is decoded with replacements (io.boundary.tools), never a traceback."""
+    with pytest.raises(S.SlurmError, match="no-such-sacct not found"):
+        S.run_cmd(["no-such-sacct"])
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "sacct").write_text("#!/bin/sh\nprintf '12|COMPLETED\\377\\n'\n")
+    (bindir / "squeue").write_text("#!/bin/sh\nsleep 5\n")
+    for name in ("sacct", "squeue"):
+        (bindir / name).chmod(0o755)
+    path_with(bindir)
+    proc = S.run_cmd(["sacct", "-j", "12"])
+    assert proc.returncode == 0 and proc.stdout.startswith("12|COMPLETED")
+    with pytest.raises(S.SlurmError, match="squeue did not answer within 0.5 s"):
+        S.run_cmd(["squeue"], timeout=0.5)
