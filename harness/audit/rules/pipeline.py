@@ -217,12 +217,10 @@ def _replay(upload: Upload) -> UploadReplay:
         out.problem = (f"the pipeline cannot be replayed on this upload's cells "
                        f"({type(exc).__name__}: {str(exc)[:200]})")
         return out
-    out.selection = {(norm(m), norm(b)): row for (m, b), row in ctx.selection.items()}
-    out.timing = {(norm(m), norm(b)): row for (m, b), row in ctx.timing.items()}
-    out.comparison = {(norm(r.model), norm(r.backend), norm(r.phase)): r
-                      for rows in ctx.comparison.values() for r in rows}
-    out.trials = {(norm(r.model), norm(r.backend), str(r.launch), norm(r.phase), str(r.trial)): r
-                  for rows in ctx.trials.values() for r in rows}
+    out.selection = {built_key(PAIR_KEY, row): row for row in ctx.selection.values()}
+    out.timing = {built_key(PAIR_KEY, row): row for row in ctx.timing.values()}
+    out.comparison = {built_key(PHASE_KEY, r): r for rows in ctx.comparison.values() for r in rows}
+    out.trials = {built_key(TRIAL_KEY, r): r for rows in ctx.trials.values() for r in rows}
     out.unused = source.unused()
     out.pairs_ended = {(norm(m), norm(b)) for m, b in ctx.pairs_ended}
     return out
@@ -338,17 +336,40 @@ def compare_rows(table: Table | None, built: dict[tuple, ResultRow], key_of, rep
     return bad, [k for k in built if k not in seen and compared(rep, k, name)]
 
 
-def pair_key(row: Row) -> tuple[str, str]:
-    return row.name("model"), row.name("backend")
+# The key columns of each table the replay builds: one definition for the rows the pipeline
+# builds (result rows) and the rows the upload wrote (text), so both sides key alike.
+PAIR_KEY = ("model", "backend")
+PHASE_KEY = ("model", "backend", "phase")
+TRIAL_KEY = ("model", "backend", "launch", "phase", "trial")
+NUMBER_KEYS = ("launch", "trial")
 
 
-def phase_key(row: Row) -> tuple[str, str, str]:
-    return row.name("model"), row.name("backend"), row.name("phase")
+def key_of(columns: tuple[str, ...], value_of) -> tuple[str, ...]:
+    """A row's key: names normalised (norm), numbers as their integer's digits (`01` = `1`;
+    a value that is no whole number keys as "None", matching no built row)."""
+    out = []
+    for column in columns:
+        value = value_of(column)
+        out.append(str(int_of(str(value))) if column in NUMBER_KEYS
+                   else norm(None if value is None else str(value)))
+    return tuple(out)
+
+
+def built_key(columns: tuple[str, ...], row: ResultRow) -> tuple[str, ...]:
+    """The key of a row the replayed pipeline built."""
+    return key_of(columns, lambda c: getattr(row, c))
+
+
+def pair_key(row: Row) -> tuple[str, ...]:
+    return key_of(PAIR_KEY, row.get)
+
+
+def phase_key(row: Row) -> tuple[str, ...]:
+    return key_of(PHASE_KEY, row.get)
 
 
 def trial_key(row: Row) -> tuple[str, ...]:
-    return (row.name("model"), row.name("backend"), str(int_of(row.get("launch"))),
-            row.name("phase"), str(int_of(row.get("trial"))))
+    return key_of(TRIAL_KEY, row.get)
 
 
 def claimed_models(upload: Upload, *tables: str) -> set[str]:
@@ -459,9 +480,9 @@ def check_timing_complete(table: Table, upload: Upload) -> Check:
     if isinstance(rep, Check):
         return rep
     missing: list[str] = []
-    for name, built, key_of in ((TIMING_TSV, rep.timing, pair_key),
-                                (COMPARISON_TSV, rep.comparison, phase_key),
-                                (TIMING_TRIALS_TSV, rep.trials, trial_key)):
+    for name, built, row_key in ((TIMING_TSV, rep.timing, pair_key),
+                                 (COMPARISON_TSV, rep.comparison, phase_key),
+                                 (TIMING_TRIALS_TSV, rep.trials, trial_key)):
         t = upload.tables.get(name)
         if t is not None and t.unreadable:
             continue
@@ -470,7 +491,7 @@ def check_timing_complete(table: Table, upload: Upload) -> Check:
         if built and t is None:
             missing.append(f"{name} absent, but the pipeline makes {len(built)} rows")
             continue
-        _, absent = compare_rows(t, built, key_of, rep, [])
+        _, absent = compare_rows(t, built, row_key, rep, [])
         missing += [f"{name}: no row for {' '.join(k)}" for k in absent]
     started = {norm(c.name.split("__")[0]) for _, c in rep.unused if "__time__" in c.name}
     started |= {norm(req.model) for req, _ in rep.answered if req.purpose == Purpose.TIME}
