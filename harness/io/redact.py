@@ -11,6 +11,7 @@ text is secret-named by its *words* (is_secret_name), so Megatron's
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Mapping
@@ -83,6 +84,7 @@ HARNESS_ENV: frozenset[str] = frozenset({
     "EPCAP_RANK_FIFOS"})
 
 
+@functools.lru_cache(maxsize=4096)      # a pure function of the name; called per env item
 def is_secret_env(name: str) -> bool:
     """True for an environment variable whose value must never be written: its name contains
     TOKEN, KEY, SECRET or PASSWORD (the contract's rule, substrings included: TOKENIZER_PATH),
