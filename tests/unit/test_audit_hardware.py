@@ -206,3 +206,21 @@ def test_the_rank_line_reader():
         with pytest.raises(BadInput) as err:
             rank_record(payload, path="r.log", line=3)
         assert str(err.value).startswith("r.log:3: ") and (field is None or field in str(err.value))
+
+
+def test_provenance_that_saw_no_gpu_tool_is_no_contradiction(on_h100, tmp_path):
+    """`gpu.source: none` records no-gpu without looking (no NVML, no nvidia-smi): ranks on
+    H100s are no contradiction there; the same no-gpu seen by NVML is."""
+    blind = corpus.link_copy(on_h100, tmp_path / "blind")
+    corpus.set_provenance(blind, gpu__model="no-gpu", gpu__count="0", gpu__source="none")
+    assert check(audit(blind)).state == "pass"
+    seen = corpus.link_copy(on_h100, tmp_path / "seen")
+    corpus.set_provenance(seen, gpu__model="no-gpu", gpu__count="0", gpu__source="nvml")
+    u = audit(seen)
+    assert u.verdict == "INVALID" and CODE in u.reasons, u.why
+
+
+def test_gpu_names_compare_by_name_and_link():
+    from harness.audit.rules.hardware import same_gpu
+    assert same_gpu(H100, H100) and same_gpu("NVIDIA H100 80GB HBM3 MIG 1g.10gb", H100)
+    assert not same_gpu(H100, "NVIDIA B200") and not same_gpu("NVIDIA H100", "NVIDIA H100 PCIe")

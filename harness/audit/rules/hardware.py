@@ -13,7 +13,8 @@ by harness/io/boundary/logs.py `rank_record`). The claims held to it:
 - **hosts and GPUs**: with the local launcher (no container) the ranks ran where the driver
   ran, so every rank's host is one of the cell's provenance `hostnames`. A rank whose host is
   the provenance's ran on that machine's GPUs: its GPU `device_name` is one of `gpu.model`'s,
-  and the distinct GPU devices used there number at most `gpu.count`.
+  and the distinct GPU devices used there number at most `gpu.count` (unless provenance saw
+  no GPU tool at all: `gpu.source: none`, which records `no-gpu` without looking).
 
 Evidence missing is UNKNOWN (an unreadable line; a rank log without a line where its
 backend's other cells print one, in a run that exited 0); an upload none of whose logs holds
@@ -52,13 +53,13 @@ NO_GPU = ("no-gpu", "")
 
 
 def same_gpu(stated: str, recorded: str) -> bool:
-    """A rank's device_name against one gpu.model name: equal, or one the other's prefix.
-    Both are the driver's product name: the rank's is torch.cuda.get_device_name, i.e.
-    cudaDeviceProp.name (pytorch/pytorch torch/cuda/__init__.py, get_device_name returns
-    get_device_properties(device).name; at cf30153c4c131c8164ee7798e5022d810682e2cb, the
-    2.13.0 installed here), provenance's NVML's nvmlDeviceGetName (nvidia-ml-py) or
-    `nvidia-smi --query-gpu=name`; a MIG instance may carry a suffix after the GPU's name,
-    which must not change the link harness/timing/links.py declares (`H100` vs `H100 PCIe`)."""
+    """A rank's device_name against one gpu.model name: equal, or one the other's prefix (a
+    MIG suffix) naming the same link of harness/timing/links.py (never `H100` for `H100 PCIe`)."""
+    # Both are the driver's product name. The rank's: torch.cuda.get_device_name, which
+    # returns get_device_properties(device).name, i.e. cudaDeviceProp.name (pytorch/pytorch
+    # torch/cuda/__init__.py at cf30153c4c131c8164ee7798e5022d810682e2cb, the 2.13.0 installed
+    # here). Provenance's: NVML nvmlDeviceGetName (nvidia-ml-py) or
+    # `nvidia-smi --query-gpu=name` (harness/results/provenance.py).
     a, b = norm(stated), norm(recorded)
     if not (a and b) or not (a == b or a.startswith(b + " ") or b.startswith(a + " ")):
         return False
@@ -185,7 +186,8 @@ def provenance_problems(upload: Upload, cell: Cell, got: Stated) -> list[str]:
                 f"{prov.get('hostnames')!r} (the local launcher: the ranks ran where the "
                 f"driver did)" for at, rec in got.records if rec.host not in hosts][:1]
     here = [(at, rec) for at, rec in got.records if rec.host in hosts and rec.device_name != "cpu"]
-    if not here or "gpu.model" not in prov:
+    unseen = prov.get("gpu.source") == "none" and norm(prov.get("gpu.model")) in NO_GPU
+    if not here or "gpu.model" not in prov or unseen:   # unseen: neither NVML nor nvidia-smi
         return bad
     kinds = [k for k in prov["gpu.model"].split(",") if norm(k) not in NO_GPU]
     for at, rec in here:
