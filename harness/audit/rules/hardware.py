@@ -16,6 +16,9 @@ by harness/io/boundary/logs.py `rank_record`). The claims held to it:
   and the distinct GPU devices used there number at most `gpu.count` (unless provenance saw
   no GPU tool at all: `gpu.source: none`, which records `no-gpu` without looking).
 
+Not compared: provenance's `env.WORLD_SIZE` and `env.SLURM_*` (the driver's own environment;
+a cell's job gets its own), and, under Slurm, its `hostnames` and GPUs (the submitting host's).
+
 Evidence missing is UNKNOWN (an unreadable line; a rank log without a line where its
 backend's other cells print one, in a run that exited 0); an upload none of whose logs holds
 the line (written before it existed, or by a backend that does not print it) is n/a.
