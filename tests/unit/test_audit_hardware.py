@@ -140,6 +140,15 @@ def test_a_faster_gpu_in_provenance_is_named_by_file_line_and_field(on_h100, tmp
     assert "provenance.txt's gpu.model 'NVIDIA B200'" in why, why
 
 
+def test_fewer_gpus_in_provenance_than_the_ranks_used(on_h100, tmp_path):
+    lie = corpus.link_copy(on_h100, tmp_path / "count")
+    corpus.set_provenance(lie, gpu__count="1")
+    u = audit(lie)
+    assert u.verdict == "INVALID" and CODE in u.reasons, u.why
+    assert "state 2 GPU devices ['cuda:0', 'cuda:1']" in " ".join(check(u).why), u.why
+    assert "provenance.txt's gpu.count is 1" in " ".join(check(u).why), u.why
+
+
 def test_the_object_device_against_rank_zero(campaign, tmp_path):
     """The CPU campaign's time objects re-labelled B200 (provenance too), the ranks still on
     cpu: the object's device is not rank 0's."""
