@@ -180,9 +180,10 @@ def one_rank(args, rank: int, world: int, local_rank: int) -> int:
     import torch
     import torch.distributed as dist
 
-    from backends.reference.worker import init_group, pick_device
+    from backends.reference.worker import announce, init_group, pick_device
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
     device = pick_device(args.device, local_rank)
+    announce(rank, world, local_rank, device)
     init_group(device, rank, world, args.pg_timeout_s)
     try:
         return MCoreRank(args, rank, device).run()

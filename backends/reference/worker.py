@@ -12,6 +12,7 @@ import sys
 import torch
 import torch.distributed as dist
 
+from harness.api.backend import rank_line
 from harness.loadmodel.memory import estimate_memory_bytes
 from harness.loadmodel.trace_io import preload, write_epcap, write_megatron
 from harness.timing.traffic import remote_local, row_bytes
@@ -57,6 +58,19 @@ def pick_device(choice: str, local_rank: int) -> torch.device:
         torch.cuda.set_device(idx)
         return torch.device("cuda", idx)
     return torch.device("cpu")
+
+
+def device_name(device: torch.device) -> str:
+    """The GPU's name as CUDA reports it (the link table's key), or `cpu`."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return "cpu"
+
+
+def announce(rank: int, world: int, local_rank: int, device: torch.device) -> None:
+    """This rank's `[EPCAP_RANK]` line: who it is, on which host and device."""
+    say(rank_line(rank=rank, world=world, local_rank=local_rank, device=str(device),
+                  device_name=device_name(device)))
 
 
 def init_group(device: torch.device, rank: int, world: int, timeout_s: int) -> None:
@@ -254,14 +268,8 @@ class RankRun:
                    dispatch_bytes_per_rank=quantile(remote, 0.5),
                    combine_bytes_per_rank=quantile(remote, 0.5),
                    dispatch_local_bytes_per_rank=quantile(local, 0.5),
-                   copies=self.p.copies, device_name=self.device_name())
+                   copies=self.p.copies, device_name=device_name(self.device))
         say("[EPCAP_TIMING] " + json.dumps(out, separators=(",", ":")))
-
-    def device_name(self) -> str:
-        """The GPU's name as CUDA reports it (the link table's key), or `cpu`."""
-        if self.device.type == "cuda":
-            return torch.cuda.get_device_name(self.device)
-        return "cpu"
 
     def peak_memory(self) -> tuple[int, str]:
         """Measured CUDA peak (max over ranks) on GPU, else the memory model's total."""
@@ -294,6 +302,7 @@ def run_rank(args: argparse.Namespace, rank: int, world: int, local_rank: int) -
     """Join the process group, run, leave."""
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
     device = pick_device(args.device, local_rank)
+    announce(rank, world, local_rank, device)
     init_group(device, rank, world, args.pg_timeout_s)
     try:
         return RankRun(args, rank, device).run()

@@ -18,6 +18,10 @@ rank's log, once:
                     "per_trial": [{"dispatch_ms_median": ..., "combine_ms_median": ...}, ...]}
 
 A JSON object on one line after the tag. Keys may be added; none renamed.
+
+Rank contract: each rank prints once, when it has its device, on its own log
+`[EPCAP_RANK] {"rank": R, "world": W, "local_rank": L, "host": "...", "device": "cuda:0|cpu",
+"device_name": "NVIDIA H100 80GB HBM3|cpu"}` (`rank_line`; the audit's `hardware-mismatch`).
 """
 
 from __future__ import annotations
@@ -43,11 +47,20 @@ from harness.vocab import (
     run_timed,
 )
 
-__all__ = ["DEFAULT_FAILURE_PATTERNS", "TIMING_TAG", "Backend",
+__all__ = ["DEFAULT_FAILURE_PATTERNS", "RANK_TAG", "TIMING_TAG", "Backend",
            "BackendConfig", "Cell", "LaunchSpec", "ModelSpec", "NoOptions", "PhaseConfig",
            "OptionError", "RunRequest", "Shape", "SlurmConfig", "free_port", "make_options"]
 
 TIMING_TAG = "[EPCAP_TIMING]"
+RANK_TAG = "[EPCAP_RANK]"
+
+
+def rank_line(*, rank: int, world: int, local_rank: int, device: str, device_name: str) -> str:
+    """The `[EPCAP_RANK]` line a rank prints once (module docstring); host = this host's name
+    as provenance.txt records it (socket.gethostname)."""
+    fields = {"rank": rank, "world": world, "local_rank": local_rank,
+              "host": socket.gethostname(), "device": device, "device_name": device_name}
+    return f"{RANK_TAG} " + json.dumps(fields, separators=(",", ":"))
 
 DEFAULT_FAILURE_PATTERNS: dict[str, tuple[str, ...]] = {
     Status.ASSERT: (r"AssertionError", r"must be a multiple of pad_multiple",

@@ -22,6 +22,7 @@ from harness.audit.vocab import (
     CELL_IDENTITY,
     COMMIT_IMPOSSIBLE,
     EARLIER_NOT_REDERIVED,
+    HARDWARE_MISMATCH,
     HELD_OUT_NOT_REDERIVED,
     INCOMPLETE,
     INCONSISTENT,
@@ -258,6 +259,11 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
         "shape": _e(CHECKED, "seq x micro_batch x topk = N, with the logs' own grid, status "
                     "and peak: the earlier layout's evidence (audit/rules/legacy.py)",
                     EARLIER_NOT_REDERIVED),
+
+        "ntasks": _e(CHECKED, "divides the world the ranks' [EPCAP_RANK] lines state",
+                     HARDWARE_MISMATCH),
+        "nodes": _e(CHECKED, "at least the distinct hosts the ranks' [EPCAP_RANK] lines state",
+                    HARDWARE_MISMATCH),
     },
     PROVENANCE_KEYS: {
         "runbook.sha256": _e(HASHED, "sha256 of runbook.yaml; also events.jsonl "
@@ -279,7 +285,12 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
         "(provenance values)": _e(CONTEXT, "command_line, hostnames, gpu.*, torch, "
                               "cuda, nccl, nvshmem, python, harness.*: facts of the machine "
                               "and the invocation, recorded once; nothing in an upload "
-                              "re-derives them"),
+                              "re-derives them (a cell's own hostnames, gpu.model and "
+                              "gpu.count are held to its ranks: the next entry)"),
+        "(a cell's hostnames, gpu.model, gpu.count)": _e(
+            CHECKED, "against the cell's ranks' [EPCAP_RANK] lines: every host one of "
+            "hostnames under the local launcher; on that host each GPU device_name one of "
+            "gpu.model's and at most gpu.count GPU devices", HARDWARE_MISMATCH),
         "events.jsonl cell_finish": _e(CHECKED, "results.events.read_events: every cell the "
                                        "run recorded as finished (canaries too) is in the "
                                        "upload", MISSING_CELL),
@@ -335,7 +346,7 @@ EVIDENCE_FILES: dict[str, str] = {
     f"*{CELL_JSON}": "each cell's identity, launcher record and summary",
     **{f"*{suffix}": "cell logs as taxonomy.judge.cell_logs reads them (rank<R>.log, "
                      "node<N>.log, health<N>.log, slurm-<job>.out, .err): telemetry, "
-                     "[EPCAP_TIMING], failure signatures"
+                     "[EPCAP_TIMING], [EPCAP_RANK], failure signatures"
        for suffix in LOG_SUFFIXES},
 }
 

@@ -267,6 +267,34 @@ def tagged_lines(paths: list[Path], tag: str) -> Iterator[str]:
                     break
 
 
+def numbered_tagged_lines(path: Path, tags: tuple[str, ...], prefix: bytes = b"[EPCAP_"
+                          ) -> Iterator[tuple[int, str]]:
+    """(1-based line number, line) of the log's lines holding one of `tags` (each starting
+    with `prefix`), found as `tagged_lines` finds them: a bytes search, block by block."""
+    needles = tuple(t.encode() for t in tags)
+    with open_log(path) as handle:
+        carry, line_no = b"", 1                 # the number of the block's first line
+        while True:
+            data = handle.read(TAG_BLOCK_BYTES)
+            block = carry + data
+            cut = len(block) if not data else block.rfind(b"\n") + 1
+            carry, block = block[cut:][:LINE_MAX_BYTES], block[:cut]
+            at, counted = block.find(prefix), 0
+            while at >= 0:
+                start = block.rfind(b"\n", 0, at) + 1
+                end = block.find(b"\n", at)
+                end = len(block) if end < 0 else end
+                line = block[start:end]
+                if any(n in line for n in needles):
+                    line_no += block.count(b"\n", counted, start)
+                    counted = start
+                    yield line_no, line.decode("utf-8", "replace").rstrip("\r")
+                at = block.find(prefix, end)
+            line_no += block.count(b"\n", counted)
+            if not data:
+                break
+
+
 MAX_UPLOAD_DEPTH = 32      # directory levels searched for uploads (os.walk recurses)
 
 

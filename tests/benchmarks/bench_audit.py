@@ -3,9 +3,10 @@ logs, side by side in one run (issue 23: target ratio < 2).
 
 Generates a harness-shaped upload in a temporary directory: a runbook as run (4 zoo models at
 94 MoE layers, 3 reference backends, EP 8, 65 measure iterations), its sha256 in provenance,
-and per (model, backend) a measure, a validate and a time cell, each with 8 rank logs of
-8 x 94 x 65 SPEC section 1 dispatch rows and a cell.json; then times `epcap audit UPLOAD
---json` and `epcap parse <every log> --json` (best of TRIALS, page cache warm), prints both,
+and per (model, backend) a measure, a validate and a time cell, each with 8 rank logs (each
+rank's [EPCAP_RANK] line, then 8 x 94 x 65 SPEC section 1 dispatch rows) and a cell.json;
+then times `epcap audit UPLOAD --json` and `epcap parse <every log> --json` (best of
+TRIALS, page cache warm), prints both,
 the ratio (wall, and CPU seconds of the processes and their workers) and the upload's size,
 and deletes it. The upload's verdict is printed, not judged:
 the audit does its full work (every cell re-summarised and re-judged) whatever it finds.
@@ -53,7 +54,10 @@ def runbook_text() -> str:
 
 def write_logs(cell: Path, budget: int, rnd: random.Random) -> None:
     for r in range(RANKS):
-        parts = [f"[MOE_DROP_DEBUG][setup_metadata] iter=0 layer=0 rank={r} budget={budget} "
+        rank = {"rank": r, "world": RANKS, "local_rank": r, "host": "bench", "device": "cpu",
+                "device_name": "cpu"}                    # the [EPCAP_RANK] line a rank prints
+        parts = [f"[EPCAP_RANK] {json.dumps(rank, separators=(',', ':'))}\n",
+                 f"[MOE_DROP_DEBUG][setup_metadata] iter=0 layer=0 rank={r} budget={budget} "
                  f"exact_recv_per_rank=[{','.join([str(N)] * RANKS)}]\n"]
         for it in range(ITERS):
             for layer in range(LAYERS):

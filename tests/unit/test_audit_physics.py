@@ -1,7 +1,7 @@
 """The physical limit (harness/audit/rules/physics.py, `above-link-limit`): the shared campaign,
-run for real on CPU, is VALID (no GPU: not applicable, said why); labelled as run on a B200 and
-re-stated everywhere with the harness's own code it stays VALID (CPU rates are far below 900
-GB/s); seeded forgers make time cells faster, re-state every table consistently (the logs'
+run for real on CPU, is VALID (no GPU: not applicable, said why); labelled as run on B200s (ranks,
+provenance and objects: corpus.label_gpu) and re-stated everywhere with the harness's own code
+it stays VALID (CPU rates are far below 900 GB/s); seeded forgers make time cells faster, re-state every table consistently (the logs'
 objects, events.jsonl, timing_launches.tsv, timing.tsv and comparison.tsv as the pipeline
 replay builds them) and are caught by `above-link-limit` and by nothing else."""
 
@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.audit import audit_target
-from harness.results.layout import COMPARISON_TSV, EVENTS_JSONL, TIMING_TSV
-from harness.results.rows import COMPARISON_COLUMNS, TIMING_COLUMNS
+from harness.results.layout import TIMING_TSV
 from harness.timing.links import link_of
 
 CORPUS_PY = Path(__file__).resolve().parents[1] / "fixtures" / "uploads" / "corpus.py"
@@ -67,38 +66,11 @@ def forge(obj: dict, factor: float) -> dict:
 
 
 def restate(root: Path, factors: dict[str, float]) -> None:
-    """Every time cell's object forged (factor 1: only the device), events.jsonl's copies too,
-    then timing_launches.tsv, timing.tsv, comparison.tsv and timing_trials.tsv rebuilt by the harness's own code
-    (the store's writer; the pipeline replayed on the cells)."""
-    from harness.audit.load import load_upload
-    from harness.audit.rules.pipeline import replay_upload
-    from harness.campaign.store import write_timing_launches
-    from harness.results.tables import write_table_atomic
-    forged: dict[str, dict] = {}
-    for log in time_logs(root):
-        lines = log.read_bytes().split(b"\n")
-        at = next(i for i, x in enumerate(lines) if TAG in x)
-        obj = forge(json.loads(lines[at].split(TAG, 1)[1]), factors.get(log.parent.name, 1.0))
-        forged[log.parent.name] = obj
-        lines[at] = lines[at].split(TAG, 1)[0] + TAG + json.dumps(obj, separators=(",", ":")).encode()
-        corpus.replace_file(log, b"\n".join(lines))
-    events = []
-    for line in (root / EVENTS_JSONL).read_text().splitlines():
-        event = json.loads(line)
-        if event.get("ev") == "cell_finish" and event.get("cell") in forged:
-            event["timing"] = forged[event["cell"]]
-        events.append(json.dumps(event))
-    corpus.replace_file(root / EVENTS_JSONL, ("\n".join(events) + "\n").encode())
-    write_timing_launches(root)
-    upload = load_upload(root.parent, root, 128)
-    rep = replay_upload(upload)
-    from harness.results.layout import TIMING_TRIALS_TSV
-    from harness.results.rows import TIMING_TRIAL_COLUMNS
-    for name, columns, built in ((TIMING_TSV, TIMING_COLUMNS, rep.timing),
-                                 (COMPARISON_TSV, COMPARISON_COLUMNS, rep.comparison),
-                                 (TIMING_TRIALS_TSV, TIMING_TRIAL_COLUMNS, rep.trials)):
-        (root / name).unlink()
-        write_table_atomic(root / name, columns, list(built.values()))
+    """The campaign labelled as run on B200s everywhere (each rank's [EPCAP_RANK] line, every
+    provenance.txt, every time object: corpus.label_gpu, so hardware-mismatch has nothing to
+    contradict), each time cell's object forged (factor 1: only the device), and the timing
+    tables re-stated by the harness's own code (corpus.restate_timing)."""
+    corpus.label_gpu(root, B200, change=lambda cell, obj: forge(obj, factors.get(cell, 1.0)))
 
 
 def rate(obj: dict, phase: str) -> float:

@@ -4,6 +4,7 @@ checks and its `RULES` rows side by side. The order here is the order of the rep
 from harness.audit.rules import (
     basic,
     cells,
+    hardware,
     heldout,
     invariants,
     launch,
@@ -18,6 +19,6 @@ from harness.audit.rules.apply import apply_rule, check_missing_provenance, fold
 
 RULES = (*basic.RULES, *cells.RULES, *selection.RULES, *rederive.RULES, *pipeline.RULES,
          *timing.RULES, *heldout.RULES, *legacy.RULES, *invariants.RULES,
-         *physics.RULES, *launch.RULES)
+         *physics.RULES, *launch.RULES, *hardware.RULES)
 
 __all__ = ["RULES", "apply_rule", "check_missing_provenance", "fold"]

@@ -4,15 +4,20 @@
 /dev/zero), a socket or a directory is BadInput, never a hang nor an endless read. `lines`
 yields bounded lines: a line longer than LINE_MAX_BYTES (a sparse file of NULs, a binary
 dump) is cut to its first LINE_MAX_BYTES, the rest skipped without being held, so memory
-stays bounded by the line cap whatever the file's size.
+stays bounded by the line cap whatever the file's size. `rank_record` reads one rank's
+`[EPCAP_RANK]` line into typed values.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from harness.errors import BadInput
+from harness.io.boundary.text import text_problem
+from harness.io.bounds import json_loads
 from harness.io.safeio import STREAM_MAX_BYTES, open_stream
 
 LINE_MAX_BYTES = 16 << 20          # the telemetry scanner's cap on one line, for every reader
@@ -46,3 +51,44 @@ def text_lines(path: str | Path, max_line: int = LINE_MAX_BYTES) -> Iterator[tup
     """`lines` decoded as UTF-8 (undecodable bytes replaced), a trailing \\r dropped."""
     for line_no, raw in lines(path, max_line):
         yield line_no, raw.decode("utf-8", "replace").rstrip("\r")
+
+
+@dataclass(frozen=True)
+class RankRecord:
+    """One rank's `[EPCAP_RANK]` line (docs/spec.md#telemetry): who, where, on what."""
+
+    rank: int
+    world: int
+    local_rank: int
+    host: str
+    device: str
+    device_name: str
+
+
+_RANK_INTS = ("rank", "world", "local_rank")
+_RANK_TEXTS = ("host", "device", "device_name")
+RANK_MAX = 1 << 20                 # a rank or world beyond this is not a run's
+
+
+def rank_record(payload: str, *, path: str, line: int) -> RankRecord:
+    """The JSON after an `[EPCAP_RANK]` tag as a RankRecord; BadInput naming file, line and
+    field otherwise (0 <= rank < world <= RANK_MAX, non-empty bounded text)."""
+    try:
+        obj = json_loads(payload)
+    except ValueError:
+        raise BadInput("[EPCAP_RANK] is not one JSON object", path=path, line=line) from None
+    if not isinstance(obj, dict):
+        raise BadInput("[EPCAP_RANK] is not one JSON object", path=path, line=line)
+    for key in _RANK_INTS:
+        value = obj.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < RANK_MAX:
+            raise BadInput(f"not an integer in [0, {RANK_MAX}): {str(value)[:40]!r}",
+                           path=path, line=line, field=key)
+    for key in _RANK_TEXTS:
+        value = obj.get(key)
+        if not isinstance(value, str) or not value.strip() or len(value) > 256 \
+                or text_problem(value):
+            raise BadInput(f"not a name: {str(value)[:40]!r}", path=path, line=line, field=key)
+    if obj["world"] < 1:
+        raise BadInput(f"world {obj['world']} < 1", path=path, line=line, field="world")
+    return RankRecord(**{k: obj[k] for k in _RANK_INTS + _RANK_TEXTS})
