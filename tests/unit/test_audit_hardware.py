@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from harness.audit import audit_target
 from harness.errors import BadInput
 from harness.io.boundary.logs import rank_record
 
@@ -43,16 +42,7 @@ def on_h100(campaign, tmp_path_factory) -> Path:
     return copy
 
 
-def audit(root: Path, monkeypatch=None, without: tuple[str, ...] = ()):
-    """The upload's audit, optionally with the named rules disabled."""
-    if not without:
-        (u,) = audit_target(root).uploads
-        return u
-    from harness.audit import engine
-    with monkeypatch.context() as m:
-        m.setattr(engine, "RULES", tuple(r for r in engine.RULES if r.code not in without))
-        (u,) = audit_target(root).uploads
-    return u
+audit = corpus.audit_upload          # the audit, optionally with named rules disabled
 
 
 def check(u, code: str = CODE):

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from harness.audit import audit_target
 from harness.results.layout import TIMING_TSV
 from harness.timing.links import link_of
 
@@ -34,16 +33,7 @@ def campaign(tmp_path_factory) -> Path:
     return corpus.harness_campaign(tmp_path_factory.getbasetemp())
 
 
-def audit(root: Path, monkeypatch=None, without: tuple[str, ...] = ()):
-    """The upload's audit, optionally with the named rules disabled."""
-    if not without:
-        (u,) = audit_target(root).uploads
-        return u
-    from harness.audit import engine
-    with monkeypatch.context() as m:
-        m.setattr(engine, "RULES", tuple(r for r in engine.RULES if r.code not in without))
-        (u,) = audit_target(root).uploads
-    return u
+audit = corpus.audit_upload          # the audit, optionally with named rules disabled
 
 
 def time_logs(root: Path) -> list[Path]:
