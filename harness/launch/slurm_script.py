@@ -10,10 +10,11 @@ import re
 import shlex
 from pathlib import Path
 
-from harness.api.backend import LaunchSpec
+from harness.api.backend import RANK_FIFOS_ENV, LaunchSpec
 from harness.errors import BadInput
 from harness.health import DEFAULT_MAX_USED_MIB, PRE_CELL_FAIL_EXIT
 from harness.io.redact import is_secret_env, redact_argv
+from harness.launch.capture import FIFO_TIMEOUT_S
 from harness.launch.container import PYXIS_OPTION, ContainerLaunch
 from harness.launch.outdir import OUT_VAR, cell_dirs, out_dir_lines, out_words
 from harness.launch.slurm_time import TIME_RE
@@ -71,8 +72,11 @@ def script_argv(spec: LaunchSpec, dirs: tuple[str, ...] = ()) -> list[str]:
 
 
 def ranks_per_task(spec: LaunchSpec, gpus_per_node: int) -> int:
-    """Ranks one srun task hosts: a torchrun per node (ntasks == nodes, several GPUs) hosts
-    gpus_per_node ranks; the CPU backends run one rank per task."""
+    """Ranks one srun task hosts: a worker that starts its own ranks (spec.ranks_per_task,
+    a worker given --ranks) that many; a torchrun per node (ntasks == nodes, several GPUs)
+    gpus_per_node; otherwise one rank per task."""
+    if int(spec.ranks_per_task) > 1:
+        return int(spec.ranks_per_task)
     if spec.ntasks == max(1, spec.nodes) and gpus_per_node > 1:
         return int(gpus_per_node)
     return 1
@@ -241,14 +245,57 @@ def batch_script(options: list[str], spec: LaunchSpec, cell_dir: Path, python: s
             + ["bash", "-c", q(RANK_WRAPPER), "epcap-rank"] + script_argv(spec, dirs))
     capture = [q(python), "-m", "harness.launch.capture", out, "--ranks-per-task",
                str(ranks_per_task(spec, gpus_per_node))]
+    own = own_ranks_lines(spec, python, meta)
+    lines += own
     lines += ["# shellcheck disable=SC2016  # the rank wrapper expands on the node",
               " ".join(srun) + " 2>&1 | " + " ".join(capture),
               'status=("${PIPESTATUS[@]}")', 'rc="${status[0]}"',
               'echo "[EPCAP_SLURM] srun exit $rc"',
               'if [ "${status[1]}" != 0 ]; then echo "[EPCAP_SLURM] capture exit ${status[1]}"; '
-              '[ "$rc" != 0 ] || rc="${status[1]}"; fi',
-              'exit "$rc"', ""]
+              '[ "$rc" != 0 ] || rc="${status[1]}"; fi']
+    if own:
+        lines += OWN_RANKS_END
+    lines += ['exit "$rc"', ""]
     return "\n".join(lines)
+
+
+# after srun: a rank capture whose FIFO no rank opened (the worker failed first) is stopped
+# (it has nothing to write); the others finish their logs; the FIFO directory goes
+OWN_RANKS_END = [
+    'for i in "${!rank_captures[@]}"; do',
+    f'  if [ -p "${RANK_FIFOS_ENV}/rank$i.fifo" ]; then kill "${{rank_captures[$i]}}" 2>/dev/null;'
+    ' wait "${rank_captures[$i]}" 2>/dev/null',
+    '  elif ! wait "${rank_captures[$i]}"; then echo "[EPCAP_SLURM] capture of rank$i exit 1";'
+    ' [ "$rc" != 0 ] || rc=1; fi',
+    "done",
+    f'rm -rf "${RANK_FIFOS_ENV}"']
+
+
+def own_ranks_lines(spec: LaunchSpec, python: str, meta: dict | None) -> list[str]:
+    """A task that starts its own ranks (spec.ranks_per_task > 1, one task on one node) gets
+    one FIFO per rank, each read by its own capture into rank<R>.log, as the local launcher
+    does (harness/launch/local.py; backends/ranks.py writes rank R's output to
+    `$EPCAP_RANK_FIFOS/rank<R>.fifo`); the task's own lines go to node0.log. The FIFOs are
+    node-local: the batch script runs on the job's one node, where the task runs."""
+    per_task = int(spec.ranks_per_task)
+    if per_task <= 1:
+        return []
+    if int(spec.ntasks) != 1 or int(spec.nodes) > 1:
+        raise BadInput(f"a task that starts its own {per_task} ranks runs alone on one node "
+                       f"(ntasks {spec.ntasks}, nodes {spec.nodes})", field="launch")
+    q = shlex.quote
+    wait_s = int((meta or {}).get("timeout_s") or FIFO_TIMEOUT_S)
+    return ["# this task starts its own ranks: one FIFO and one capture per rank "
+            "(rank<R>.log), the task's own lines to node0.log",
+            f'{RANK_FIFOS_ENV}="$(mktemp -d "${{TMPDIR:-/tmp}}/epcap-ranks.XXXXXX")"',
+            f"export {RANK_FIFOS_ENV}",
+            "rank_captures=()",
+            f"for r in $(seq 0 {per_task - 1}); do",
+            f'  mkfifo -m 600 "${RANK_FIFOS_ENV}/rank$r.fifo"',
+            f'  {q(python)} -m harness.launch.capture "${OUT_VAR}" --rank "$r" '
+            f'--fifo "${RANK_FIFOS_ENV}/rank$r.fifo" --fifo-timeout {wait_s} &',
+            '  rank_captures+=("$!")',
+            "done"]
 
 
 def script_meta(script: Path) -> dict:

@@ -14,6 +14,7 @@ import pytest
 
 from harness.api.backend import LaunchSpec
 from harness.launch import slurm as S
+from harness.launch.slurm_script import submit_options
 from harness.runbook.model import ContainerConfig, SlurmConfig
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -47,7 +48,9 @@ def test_torchrun_cell_splits_by_global_rank(tmp_path):
     text = "\n".join(ln for ln in text.splitlines()
                      if ln != "#SBATCH --gres=gpu:2" and "harness.health" not in ln) + "\n"
     (cell / "slurm.sbatch").write_text(text)
-    job = subprocess.run(["sbatch", "--parsable", str(cell / "slurm.sbatch")],
+    # submitted as the harness submits it: the cell directory is the script's argument
+    job = subprocess.run(["sbatch", "--parsable", *submit_options("cellT", cell),
+                          str(cell / "slurm.sbatch"), str(cell)],
                          capture_output=True, text=True, check=True, timeout=60).stdout.strip()
     reading = None
     for _ in range(240):
@@ -64,3 +67,41 @@ def test_torchrun_cell_splits_by_global_rank(tmp_path):
     node = cell / "node0.log"                   # torchrun's own lines, if it printed any
     assert not node.exists() or "[rank" not in node.read_text()
     assert not [p for p in cell.iterdir() if TOKEN.encode() in p.read_bytes()]
+
+
+def test_worker_starting_its_own_ranks_splits_by_rank(tmp_path):
+    """A reference cell launched as one task that forks its two ranks (`launch: forked` or
+    `single` in a runbook run with --launcher slurm): rank<R>.log holds rank R's lines only,
+    as under the local launcher (one FIFO and capture per rank); the audit's
+    hardware-mismatch reads exactly this (before: every rank's lines in rank0.log)."""
+    ok, why = S.slurm_available()
+    if not ok:
+        pytest.skip(f"no Slurm: {why}")
+    argv = [sys.executable, "-m", "backends.reference", "--model", "DEEPSEEK_V2_LITE",
+            "--layers", "2", "--first-dense-layers", "1", "--hidden", "32", "--experts", "64",
+            "--topk", "6", "--expert-ffn", "22", "--shared-ffn", "44", "--seq", "128",
+            "--micro-batch", "1", "--ep", "2", "--capacity", "2.00", "--personality", "echo",
+            "--warmup", "0", "--iters", "1", "--trials", "1", "--device", "cpu",
+            "--ranks", "2"]
+    spec = LaunchSpec(argv=argv, env={"OMP_NUM_THREADS": "1"}, ntasks=1, nodes=1,
+                      cwd=str(Path(__file__).resolve().parents[2]), ranks_per_task=2)
+    cell = tmp_path / "cell"
+    cell.mkdir()
+    book = Book()
+    book.slurm = SlurmConfig()                  # CPU ranks: no gres
+    launcher = S.SlurmLauncher(book)
+    started = time.time() - 1
+    handle = launcher.submit("cellF", spec, cell, 120)
+    result = None
+    for _ in range(240):
+        result = launcher.poll(handle)
+        if result is not None:
+            break
+        time.sleep(1)
+    assert result is not None and result.exit_code == 0, (result, list(cell.iterdir()))
+    for rank in (0, 1):
+        log = (cell / f"rank{rank}.log").read_text()
+        assert f'[EPCAP_RANK] {{"rank":{rank},"world":2' in log, log
+        assert f" rank={rank} " in log and f" rank={1 - rank} " not in log, log
+    left = [d for d in Path("/tmp").glob("epcap-ranks.*") if d.stat().st_mtime >= started]
+    assert not left, left                       # the FIFO directory goes with the job
