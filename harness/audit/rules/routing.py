@@ -241,8 +241,8 @@ def backend_for(upload: Upload, cell: Cell, cache: dict[str, Backend | None]) ->
     if named.backend not in cache:
         try:
             cache[named.backend] = load_backend(upload.runbook.backend(named.backend))
-        except (EpcapError, KeyError, ValueError, LookupError, OSError):
-            cache[named.backend] = None
+        except (EpcapError, KeyError, ValueError, LookupError, OSError, ImportError):
+            cache[named.backend] = None            # cell-identity / launch-not-runbook say so
     return cache[named.backend]
 
 
