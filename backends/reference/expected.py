@@ -20,8 +20,6 @@ from .options import budget_of, model_seed_of, moe_layers, parse_recorded, token
 from .personalities import personality
 from .plans import layer_plan, row_fields
 
-WORKER = "backends.reference"
-
 
 class ReferenceExpected(ExpectedDispatch):
     """One reference run's routing (RankRun.routing) and its rows (RankRun.report)."""
@@ -59,8 +57,8 @@ def expected_dispatch(argv: Sequence[str] | None) -> ReferenceExpected:
     if argv is None:
         raise ValueError("no argv recorded")
     argv = [str(a) for a in argv]
-    if len(argv) < 3 or argv[1:3] != ["-m", WORKER]:
-        raise ValueError(f"argv runs {' '.join(argv[1:3])!r}, not {WORKER}'s worker")
+    if len(argv) < 3 or argv[1] != "-m" or argv[2] != __package__:
+        raise ValueError(f"argv runs {' '.join(argv[1:3])!r}, not {__package__}'s worker")
     try:
         return ReferenceExpected(parse_recorded(argv[3:]))
     except (ValueError, TypeError, KeyError) as exc:

@@ -41,6 +41,7 @@ from harness.audit.rules.rederive import as_run
 from harness.audit.vocab import ROUTING_NOT_FROM_SEED
 from harness.errors import EpcapError
 from harness.io.bounds import json_loads
+from harness.io.safeio import open_stream
 from harness.loadmodel.traces import TraceError, check_ids
 from harness.results.layout import ATTEMPTS_TSV, CELL_JSON, parse_cell_name
 from harness.telemetry.lines import DISPATCH_TAG, row_fields
@@ -151,7 +152,7 @@ def read_trace(upload: Upload, cell: Cell, ed: ExpectedDispatch, iters: tuple[in
         return out
     want_i, want_l, head = set(iters), set(layers), ed.trace_header
     try:
-        with open(real, "rb") as handle:
+        with open_stream(real, max_bytes=TRACE_CAP_BYTES) as handle:
             for line_no, line in enumerate(handle, start=1):
                 if line_no == 1:
                     header = json_loads(line)
