@@ -11,6 +11,7 @@ runbook can run the reference and megatron-core on exactly the same routing. Row
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from backends.reference.adapter import REPO_ROOT, ReferenceBackend, ReferenceOptions
@@ -51,6 +52,10 @@ class MegatronCoreBackend(ReferenceBackend):
     def implementation(self, timing: dict | None = None) -> str:
         """Rows of this backend are labelled `megatron-core`."""
         return Impl.MEGATRON_CORE
+
+    def expected_dispatch(self, argv: Sequence[str] | None) -> None:
+        """None: its rows are megatron-core's own dispatch count, not the reference's."""
+        return None
 
     def command(self, req: RunRequest) -> LaunchSpec:
         args = self.args(req)

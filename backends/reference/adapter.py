@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from harness.api.backend import Backend, LaunchSpec, NoOptions, OptionError, RunRequest
 from harness.errors import BadInput
@@ -17,6 +18,9 @@ from harness.loadmodel.workloads import workload_spec
 from harness.vocab import Impl
 
 from .personalities import LIBRARIES, planner_of
+
+if TYPE_CHECKING:
+    from .expected import ReferenceExpected
 
 PREFORK_ENV = "EPCAP_PREFORK"     # = harness.launch.forkserver.PREFORK_ENV (tested equal)
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -111,6 +115,11 @@ class ReferenceBackend(Backend):
         args = parse_args([str(a) for a in self.command(req).argv[3:]])
         return int(estimate_memory_bytes(model_of(args), shape_of(args), args.capacity,
                                          args.personality, args.ep, memory_of(args))["total"])
+
+    def expected_dispatch(self, argv: Sequence[str] | None) -> ReferenceExpected:
+        """The worker's routing regenerated from a recorded argv (expected.py)."""
+        from .expected import expected_dispatch
+        return expected_dispatch(argv)
 
     def command(self, req: RunRequest) -> LaunchSpec:
         if self.config.module not in LIBRARIES:

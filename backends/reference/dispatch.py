@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from harness.loadmodel import planners
+from .plans import layer_plan, redundant_experts
 
 
 def _excl_cumsum(t: torch.Tensor) -> torch.Tensor:
@@ -52,6 +52,7 @@ class Plan:
     recv_keep: torch.Tensor    # [ep_src, E] kept slots this rank receives per (src, expert)
     demand: int                # slots routed to this rank after rebalancing, before clipping
     pre_balance: int = -1      # slots routed to this rank's home experts (before rebalancing)
+    redundant: int = 0         # experts of other home ranks this rank receives slots of
 
     def __post_init__(self) -> None:
         if self.pre_balance < 0:
@@ -122,18 +123,15 @@ def slot_dest(sorted_ids: torch.Tensor, counts: torch.Tensor, quotas: torch.Tens
 
 def plan_from_counts(order: torch.Tensor, sorted_ids: torch.Tensor, counts: torch.Tensor,
                      me: int, budget: int, personality: str, options=None) -> Plan:
-    """A rebalanced plan from the exchanged counts[src, expert]: the personality's quotas
-    (harness/loadmodel/planners.py, identical on every rank), split by source rank, then each
-    receiver keeps its first `budget` slots in (source rank, expert, token) order."""
-    ep, experts = counts.shape
-    c = counts.cpu().numpy()
-    home = planners.home_ranks(experts, ep)
-    quotas = planners.plan(personality, c.sum(0), home, ep, options)
-    split = torch.from_numpy(planners.source_split(c, quotas)).to(counts.device)
-    keep = torch.stack([clip_to_budget(split[:, d, :], budget) for d in range(ep)], dim=1)
-    dest = slot_dest(sorted_ids, counts, torch.from_numpy(quotas).to(counts.device), me)
-    return Plan(order, sorted_ids, dest, keep[me], keep[:, me, :], int(quotas[:, me].sum()),
-                int(c[:, home == me].sum()))
+    """A rebalanced plan from the exchanged counts[src, expert]: the counts-level plan of
+    plans.layer_plan (the personality's quotas, identical on every rank, split by source
+    rank, each receiver keeping its first `budget` slots in (source rank, expert, token)
+    order), and this rank's slots' destinations."""
+    lp = layer_plan(counts.cpu().numpy(), budget, personality, options)
+    keep = torch.from_numpy(lp.keep).to(counts.device)
+    dest = slot_dest(sorted_ids, counts, torch.from_numpy(lp.quotas).to(counts.device), me)
+    return Plan(order, sorted_ids, dest, keep[me], keep[:, me, :], int(lp.demand[me]),
+                int(lp.pre_balance[me]), redundant_experts(lp, me))
 
 
 def plan_rebalanced(ids: torch.Tensor, experts: int, ep: int, me: int, budget: int,

@@ -137,6 +137,27 @@ def shape_of(args: argparse.Namespace) -> SimpleNamespace:
     return SimpleNamespace(seq=args.seq, micro_batch=args.micro_batch, ep=args.ep)
 
 
+def tokens_of(args: argparse.Namespace) -> int:
+    """Tokens one rank routes per layer: seq x micro_batch."""
+    return args.seq * args.micro_batch
+
+
+def budget_of(args: argparse.Namespace) -> int:
+    """Receive slots per rank: int(capacity x tokens x top-k), as the kernels compute it."""
+    return int(float(args.capacity) * (tokens_of(args) * args.topk))
+
+
+def moe_layers(args: argparse.Namespace) -> list[int]:
+    """The MoE layers a run dispatches: every layer after the dense ones."""
+    return list(range(args.first_dense_layers, args.layers))
+
+
+def model_seed_of(args: argparse.Namespace) -> int:
+    """The seed of the model's expert popularity: --model-seed, else --seed."""
+    seed = getattr(args, "model_seed", None)
+    return args.seed if seed is None else seed
+
+
 def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Cross-flag checks; argparse error (exit 2) on violation."""
     if args.experts % args.ep:
@@ -167,6 +188,22 @@ def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         args.routing = workload_spec(args.routing)
     except ValueError as exc:
         ap.error(f"argument --routing: {exc}")
+
+
+def parse_recorded(argv: list[str]) -> argparse.Namespace:
+    """parse_args for a recorded argv (untrusted): ValueError with argparse's message on a
+    bad flag, never a print or an exit (`--help` included)."""
+    ap = build_parser()
+
+    def refuse(message: str | None = None, *_: object) -> None:
+        raise ValueError(message or "not a run's flags")
+
+    ap.error = refuse                                  # type: ignore[method-assign]
+    ap.exit = lambda status=0, message=None: refuse(message)   # type: ignore[method-assign]
+    ap.print_help = ap.print_usage = lambda file=None: None    # type: ignore[method-assign]
+    args = ap.parse_args(argv)
+    check_args(ap, args)
+    return args
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

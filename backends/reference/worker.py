@@ -31,7 +31,7 @@ from .dispatch import (
     plan_rebalanced,
     reference_output,
 )
-from .options import memory_of, model_of, shape_of
+from .options import budget_of, memory_of, model_of, model_seed_of, moe_layers, shape_of, tokens_of
 from .personalities import (
     PER_RANK,
     Personality,
@@ -39,6 +39,7 @@ from .personalities import (
     check_router_dtype,
     personality,
 )
+from .plans import received
 from .routing import ROUTER_DTYPES, expert_popularity, route, weights_for_ids
 from .timing import Stopwatch, quantile, step_times, summarize
 
@@ -90,18 +91,17 @@ class RankRun:
     def __init__(self, args: argparse.Namespace, rank: int, device: torch.device) -> None:
         self.a, self.rank, self.device = args, rank, device
         self.p: Personality = personality(args.personality)
-        self.tokens = args.seq * args.micro_batch
+        self.tokens = tokens_of(args)
         self.n = self.tokens * args.topk
-        self.budget = int(float(args.capacity) * self.n)
-        self.layers = list(range(args.first_dense_layers, args.layers))
+        self.budget = budget_of(args)
+        self.layers = moe_layers(args)
         self.sw = Stopwatch(device)
         self.trace = None
         self.bufs: Buffers | None = None
         self.recorded: list[tuple[int, int, int, list, list]] = []
         self.samples: dict[str, list[list[float]]] = {"dispatch": [], "combine": []}
         self.moved: dict[str, list[float]] = {"remote": [], "local": []}   # bytes per sample
-        model_seed = getattr(args, "model_seed", None)
-        self.model_seed = args.seed if model_seed is None else model_seed
+        self.model_seed = model_seed_of(args)
 
     def total_iters(self) -> int:
         return phase_iterations(self.a, self.a.timed)     # warmup + iters (x trials if timed)
@@ -200,15 +200,13 @@ class RankRun:
     def report(self, it: int, layer: int, plan, d) -> None:
         """The dispatch row (and UltraEP's overflow flag); guards the buffer invariants."""
         actual = int(d.recv.shape[0])
-        want = min(plan.demand, self.budget)
+        want = received(plan.demand, self.budget)
         if actual != want:
             raise AssertionError(f"received {actual} slots, expected min(demand "
                                  f"{plan.demand}, budget {self.budget}) = {want}")
         extra = f" pre_balance_recv={plan.pre_balance}"
         if self.p.rebalances:
-            per_rank = self.a.experts // self.a.ep
-            hosted = (plan.recv_keep.sum(0) > 0).nonzero().flatten() // per_rank
-            extra += f" redundant_experts={int((hosted != self.rank).sum())}"
+            extra += f" redundant_experts={plan.redundant}"
         say(f"[MOE_DROP_DEBUG][dispatch] iter={it} layer={layer} rank={self.rank} "
             f"expected_recv={self.n} actual_valid_recv={actual} budget={self.budget}{extra}")
         if self.p.overflow_flag and plan.demand > self.budget:

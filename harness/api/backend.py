@@ -30,7 +30,7 @@ import dataclasses
 import json
 import socket
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -48,7 +48,7 @@ from harness.vocab import (
 )
 
 __all__ = ["DEFAULT_FAILURE_PATTERNS", "RANK_TAG", "TIMING_TAG", "Backend",
-           "BackendConfig", "Cell", "LaunchSpec", "ModelSpec", "NoOptions", "PhaseConfig",
+           "BackendConfig", "Cell", "ExpectedDispatch", "LaunchSpec", "ModelSpec", "NoOptions", "PhaseConfig",
            "OptionError", "RunRequest", "Shape", "SlurmConfig", "free_port", "make_options"]
 
 TIMING_TAG = "[EPCAP_TIMING]"
@@ -237,6 +237,41 @@ class Backend(ABC):
         no device to measure (`peak_mem_source: modelled`), so the audit can hold a stated
         figure to it; None when the backend models none."""
         return None
+
+    def expected_dispatch(self, argv: Sequence[str] | None) -> ExpectedDispatch | None:
+        """What the routing of the run `argv` launched (a cell.json's recorded argv; None when
+        it recorded none) implies for its dispatch rows, from the backend's own routing code,
+        so the audit can hold the stated counts to it (`routing-not-from-seed`). None when
+        this backend's routing cannot be regenerated; ValueError naming why when this argv's
+        cannot (none recorded, flags it does not know)."""
+        return None
+
+
+class ExpectedDispatch(ABC):
+    """A run's routing as its backend regenerates it, and the dispatch-row fields counts imply.
+
+    `counts(iteration, layer)` is the (ranks, experts) slot counts each source rank routes;
+    `rows(counts)` the routing-determined fields of each rank's `[MOE_DROP_DEBUG][dispatch]`
+    row (e.g. actual_valid_recv, pre_balance_recv) under those counts, which also reads a
+    recorded trace's counts.
+    """
+
+    ranks: int
+    experts: int
+    iterations: tuple[int, ...]        # the iterations the run logs
+    layers: tuple[int, ...]            # the layers it dispatches
+    seeded: bool                       # regenerable from its seed (not a replayed trace)
+    seed_text: str                     # the seeds as messages name them
+    trace: str | None                  # the epcap routing trace it recorded, as argv names it
+    trace_header: dict                 # what that trace's header must state
+
+    @abstractmethod
+    def counts(self, iteration: int, layer: int) -> Any:
+        """(ranks, experts) int64 slot counts of every source rank at (iteration, layer)."""
+
+    @abstractmethod
+    def rows(self, counts: Any) -> dict[int, dict[str, int]]:
+        """rank -> {field: value} of the dispatch rows the (ranks, experts) counts imply."""
 
 
 # srun's I/O forwarding carries at most 1024 bytes per message, so `srun --label` splits a

@@ -32,6 +32,7 @@ from harness.audit.vocab import (
     NOT_REDERIVED,
     PREDATES,
     PROVENANCE_INCOMPLETE,
+    ROUTING_NOT_FROM_SEED,
     RUNBOOK_ALTERED,
     SELECTION_NOT_REDERIVED,
     TIMING_CELL,
@@ -291,6 +292,12 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
             CHECKED, "against the cell's ranks' [EPCAP_RANK] lines: every host one of "
             "hostnames under the local launcher; on that host each GPU device_name one of "
             "gpu.model's and at most gpu.count GPU devices", HARDWARE_MISMATCH),
+        "(a reference cell's dispatch rows)": _e(
+            CHECKED, "actual_valid_recv, pre_balance_recv, redundant_experts against the "
+            "routing Backend.expected_dispatch regenerates from cell.json argv (seed, model "
+            "seed, workload, shape, personality; a seeded sample of 64 (iteration, layer) "
+            "groups in a bigger cell), and a recorded routing_trace.jsonl in the cell against "
+            "those rows and the seed's counts", ROUTING_NOT_FROM_SEED),
         "events.jsonl cell_finish": _e(CHECKED, "results.events.read_events: every cell the "
                                        "run recorded as finished (canaries too) is in the "
                                        "upload", MISSING_CELL),

@@ -295,6 +295,26 @@ def numbered_tagged_lines(path: Path, tags: tuple[str, ...], prefix: bytes = b"[
                 break
 
 
+def numbered_matches(path: Path, pattern: re.Pattern) -> Iterator[tuple[int, re.Match]]:
+    """(1-based line number, match) of every match of a bytes `pattern` that stays within one
+    line, read block by block as `numbered_tagged_lines` reads (bounded memory)."""
+    with open_log(path) as handle:
+        carry, line_no = b"", 1
+        while True:
+            data = handle.read(TAG_BLOCK_BYTES)
+            block = carry + data
+            cut = len(block) if not data else block.rfind(b"\n") + 1
+            carry, block = block[cut:][:LINE_MAX_BYTES], block[:cut]
+            counted = 0
+            for match in pattern.finditer(block):
+                line_no += block.count(b"\n", counted, match.start())
+                counted = match.start()
+                yield line_no, match
+            line_no += block.count(b"\n", counted)
+            if not data:
+                break
+
+
 MAX_UPLOAD_DEPTH = 32      # directory levels searched for uploads (os.walk recurses)
 
 

@@ -136,14 +136,15 @@ def _balanced(experts: int, total: int, rank: int) -> np.ndarray:
 
 def layer_counts(spec: Mapping | str | None, seed: int, model: str, layer: int, step: int,
                  ranks: int, tokens: int, experts: int, topk: int,
-                 sigma: float = 1.0) -> np.ndarray:
+                 sigma: float = 1.0, popularity_seed: int | None = None) -> np.ndarray:
     """(ranks, E) slot counts of source ranks 0..ranks-1 at (layer, step); row r equals
-    rank_counts(..., rank=r, ...)."""
+    rank_counts(..., rank=r, ...) (the same draw; the probabilities computed once)."""
     if not 0 < topk <= experts:
         raise ValueError(f"topk {topk} must be in 1..experts ({experts})")
     if workload_spec(spec)["workload"] == "balanced":
         return np.stack([_balanced(experts, tokens * topk, r) for r in range(ranks)])
-    p = slot_probabilities(popularity(spec, seed, model, layer, step, experts, sigma), topk)
+    pop_seed = seed if popularity_seed is None else popularity_seed
+    p = slot_probabilities(popularity(spec, pop_seed, model, layer, step, experts, sigma), topk)
     return np.stack([_draw(p, seed, model, layer, step, r, tokens, topk) for r in range(ranks)])
 
 

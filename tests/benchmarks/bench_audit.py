@@ -4,7 +4,8 @@ logs, side by side in one run (issue 23: target ratio < 2).
 Generates a harness-shaped upload in a temporary directory: a runbook as run (4 zoo models at
 94 MoE layers, 3 reference backends, EP 8, 65 measure iterations), its sha256 in provenance,
 and per (model, backend) a measure, a validate and a time cell, each with 8 rank logs (each
-rank's [EPCAP_RANK] line, then 8 x 94 x 65 SPEC section 1 dispatch rows) and a cell.json;
+rank's [EPCAP_RANK] line, then 8 x 94 x 65 SPEC section 1 dispatch rows) and a cell.json
+with the argv the driver records (so `routing-not-from-seed` regenerates each cell's routing);
 then times `epcap audit UPLOAD --json` and `epcap parse <every log> --json` (best of
 TRIALS, page cache warm), prints both,
 the ratio (wall, and CPU seconds of the processes and their workers) and the upload's size,
@@ -68,6 +69,19 @@ def write_logs(cell: Path, budget: int, rnd: random.Random) -> None:
         (cell / f"rank{r}.log").write_text("".join(parts))
 
 
+def recorded_argv(up: Path, name: str) -> list[str]:
+    """The argv the driver records for the cell (RunRequest.for_cell + Backend.command under
+    the runbook as run), so the audit regenerates each reference cell's routing."""
+    from harness.api.backend import RunRequest
+    from harness.api.registry import load_backend
+    from harness.results.layout import parse_cell_name
+    from harness.runbook.load import load_runbook
+    book = load_runbook(up / "runbook.yaml")
+    cell = parse_cell_name(name, book.campaign)
+    req = RunRequest.for_cell(book, cell, up / "cells" / name)
+    return [str(a) for a in load_backend(book.backend(cell.backend)).command(req).argv]
+
+
 def generate(root: Path) -> tuple[Path, list[Path]]:
     """The upload and its log files."""
     up = root / "tierb"
@@ -101,7 +115,7 @@ def generate(root: Path) -> tuple[Path, list[Path]]:
                 (cell / "cell.json").write_text(json.dumps({
                     "cell": {"campaign": "tierb", "model": m, "backend": b,
                              "purpose": purpose, "capacity": cap, "attempt": 1},
-                    "name": name, "status": "ok",
+                    "name": name, "status": "ok", "argv": recorded_argv(up, name),
                     "launcher": {"state": "completed", "exit_code": 0}}))
                 (cell / "provenance.txt").write_text(prov)
                 rows.append("\t".join(["tierb", m, b, purpose, "1", cap, tag, str(N),

@@ -24,6 +24,7 @@ corpus = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(corpus)
 
 CONSERVATION, CLOCK = "conservation-broken", "clock-impossible"
+ROUTING = "routing-not-from-seed"       # also sees a reference row edited off its routing
 VARIANTS = 10                 # forgeries per generator (each audits the campaign twice)
 
 
@@ -95,7 +96,7 @@ def test_stealthy_log_edits_break_conservation_and_nothing_else(campaign, tmp_pa
         what = stealth_edit(lie, rng)
         u = audit(lie)
         assert u.verdict == "INVALID" and CONSERVATION in u.reasons, (what, u.why)
-        blind = audit(lie, monkeypatch, (CONSERVATION,))
+        blind = audit(lie, monkeypatch, (CONSERVATION, ROUTING))
         assert (blind.verdict, blind.why) == ("VALID", []), (what, blind.why)
 
 
@@ -159,7 +160,7 @@ def test_raised_peaks_restated_everywhere_break_conservation(campaign, tmp_path,
         what = peak_edit(lie, rng)
         u = audit(lie)
         assert u.verdict == "INVALID" and CONSERVATION in u.reasons, (what, u.why)
-        blind = audit(lie, monkeypatch, (CONSERVATION,))
+        blind = audit(lie, monkeypatch, (CONSERVATION, ROUTING))
         blind_valid += blind.verdict == "VALID"
     assert blind_valid > 0          # some forgeries only conservation sees
 

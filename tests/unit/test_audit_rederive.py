@@ -358,7 +358,8 @@ def clip_first_dispatch_row(text: str) -> str:
 def test_dropping_validate_hidden_behind_a_later_pass(lie, monkeypatch):
     """QWEN3_30B echo's validate at 1.125 dropped (a1, its row and cell.json re-stated from
     its logs); a later passing validate at the same 1.125 (a2) is the one accepted. The
-    harness steps up after drops: the selection must be 1.25, and a2 cannot have run."""
+    harness steps up after drops: the selection must be 1.25, and a2 cannot have run (the
+    edited row is also no longer its seed's routing: routing-not-from-seed)."""
     a2 = QV.replace("__a1", "__a2")
     shutil.copytree(lie / QV, lie / a2)
     json_edit(lie / a2 / "cell.json", lambda d: (d.update(name=Path(a2).name),
@@ -369,7 +370,7 @@ def test_dropping_validate_hidden_behind_a_later_pass(lie, monkeypatch):
     restate(lie, QV)
     corpus.set_row(lie, SELECTION_TSV, {"model": "QWEN3_30B", "backend": "echo"},
             validate_attempts="2")
-    caught_by(lie, monkeypatch, "held-out-not-rederived")
+    caught_by(lie, monkeypatch, "held-out-not-rederived", "routing-not-from-seed")
     (u,) = audit_target(lie).uploads
     assert any("validate__cap1p125__a2: ran at 1.125, but the pipeline asks QWEN3_30B/echo "
                "for a validate run at 1.25" in w for w in u.why), u.why
@@ -378,11 +379,13 @@ def test_dropping_validate_hidden_behind_a_later_pass(lie, monkeypatch):
 def test_held_out_claim_whose_validate_cell_ran_the_measure_seed(lie, monkeypatch):
     """The validate cell's argv says it ran --seed 1234, the measure seed; the runbook gives
     validate runs 1235 and the selection claims held_out=true (also an argv that is not the
-    backend's command for the cell: launch-not-runbook)."""
+    backend's command for the cell: launch-not-runbook; and logs that are not the routing of
+    the seed it states: routing-not-from-seed)."""
     def measure_seed(d):
         d["argv"][d["argv"].index("--seed") + 1] = "1234"
     json_edit(lie / QV / "cell.json", measure_seed)
-    caught_by(lie, monkeypatch, "held-out-not-rederived", "launch-not-runbook")
+    caught_by(lie, monkeypatch, "held-out-not-rederived", "launch-not-runbook",
+              "routing-not-from-seed")
 
 
 @pytest.mark.parametrize("column,value", [("validate_attempts", "2"), ("validate_seed", "1234"),

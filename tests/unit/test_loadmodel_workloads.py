@@ -26,6 +26,9 @@ def test_counts_are_deterministic_exact_and_rank_seeded(name):
     assert ids.shape == (256, 4)
     assert (np.sort(ids, 1)[:, 1:] != np.sort(ids, 1)[:, :-1]).all()   # distinct per token
     assert np.array_equal(np.bincount(ids.ravel(), minlength=32), table[1])
+    held = W.layer_counts(name, ranks=2, **{**ARGS, "seed": 9}, popularity_seed=5)
+    assert all(np.array_equal(held[r], W.rank_counts(name, rank=r, **{**ARGS, "seed": 9},
+                                                      popularity_seed=5)) for r in range(2))
 
 
 def test_the_same_logical_workload_at_any_ep_size():

@@ -12,6 +12,7 @@ from harness.audit.rules import (
     physics,
     pipeline,
     rederive,
+    routing,
     selection,
     timing,
 )
@@ -19,6 +20,6 @@ from harness.audit.rules.apply import apply_rule, check_missing_provenance, fold
 
 RULES = (*basic.RULES, *cells.RULES, *selection.RULES, *rederive.RULES, *pipeline.RULES,
          *timing.RULES, *heldout.RULES, *legacy.RULES, *invariants.RULES,
-         *physics.RULES, *launch.RULES, *hardware.RULES)
+         *physics.RULES, *launch.RULES, *hardware.RULES, *routing.RULES)
 
 __all__ = ["RULES", "apply_rule", "check_missing_provenance", "fold"]
