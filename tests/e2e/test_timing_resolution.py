@@ -2,9 +2,9 @@
 `timing.resolution` launches further rounds until the intervals are that narrow or the cap
 is hit, saying which (docs/timing-verdicts.md#resolution); the audit judges the result VALID.
 
-Before, `timing.launches` was part of the time cells' result fingerprint: raising it from 2
-to 3 invalidated every time cell and re-ran all of them (a cells_invalidated event naming
-the first two rounds' cells, which this test forbids).
+Before, `timing.launches` was part of the time cells' result fingerprint: raising it from 1
+to 2 invalidated every time cell and re-ran all of them (a cells_invalidated event naming
+the first round's cells, which this test forbids).
 """
 
 from __future__ import annotations
@@ -50,28 +50,28 @@ def time_finishes(camp: Path) -> list[str]:
 @pytest.mark.slow
 def test_added_launches_keep_the_run_ones_and_resolution_says_why_it_stopped(tmp_path):
     rb, res = tmp_path / "rb.yaml", tmp_path / "res"
-    rb.write_text(runbook_text("launches: 2"))
+    rb.write_text(runbook_text("launches: 1"))
     first = epcap("run", rb, "--results", res)
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
     camp = res / "reduced"
     before = time_finishes(camp)
-    assert len(before) == 2 * 2 * 2                      # 2 models x 2 arms x 2 launches
+    assert len(before) == 2 * 2                          # 2 models x 2 arms x 1 launch
 
-    rb.write_text(runbook_text("launches: 3"))
+    rb.write_text(runbook_text("launches: 2"))
     second = epcap("run", rb, "--results", res)
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
     events = read_events(camp / "events.jsonl")
     assert not [e for e in events if e["ev"] == "cells_invalidated"]
     after = time_finishes(camp)
-    assert after[:len(before)] == before                 # the two rounds run are kept
+    assert after[:len(before)] == before                 # the round run is kept
     added = after[len(before):]
-    assert len(added) == 4 and all(c.endswith("__a3") for c in added)
-    assert {r["launches"] for r in read_rows(camp / "timing.tsv")} == {"3"}
+    assert len(added) == 4 and all(c.endswith("__a2") for c in added)
+    assert {r["launches"] for r in read_rows(camp / "timing.tsv")} == {"2"}
     trials = read_rows(camp / "timing_trials.tsv")
-    assert {r["launch"] for r in trials} == {"1", "2", "3"}
+    assert {r["launch"] for r in trials} == {"1", "2"}
     assert {r["stopped_by"] for r in read_rows(camp / "comparison.tsv")} == {"launches"}
 
-    rb.write_text(runbook_text("launches: 3, resolution: 0.2, max_launches: 4"))
+    rb.write_text(runbook_text("launches: 2, resolution: 0.2, max_launches: 3"))
     third = epcap("run", rb, "--results", res)
     assert third.returncode == 0, third.stdout[-2000:] + third.stderr[-2000:]
     assert time_finishes(camp)[:len(after)] == after
@@ -87,6 +87,6 @@ def test_added_launches_keep_the_run_ones_and_resolution_says_why_it_stopped(tmp
             assert all(float(r["halfwidth"]) <= 0.2 and r["resolved"] == "true"
                        for r in model_rows)
         else:
-            assert launches == {4} and any(r["resolved"] == "false" for r in model_rows)
+            assert launches == {3} and any(r["resolved"] == "false" for r in model_rows)
     audit = epcap("audit", camp, "--json")
     assert '"VALID": 1' in audit.stdout, audit.stdout[-3000:]
