@@ -18,6 +18,9 @@ import pytest
 
 from harness.telemetry.summary import iter_rows
 
+# regenerating every cell's routing per forgery: CI runs these (`make test`), the fast loop skips them
+pytestmark = pytest.mark.slow
+
 CORPUS_PY = Path(__file__).resolve().parents[1] / "fixtures" / "uploads" / "corpus.py"
 _spec = importlib.util.spec_from_file_location("upload_corpus_routing", CORPUS_PY)
 corpus = importlib.util.module_from_spec(_spec)
