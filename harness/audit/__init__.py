@@ -5,11 +5,11 @@ into a pure model (`model`, `load`), and judged by rules kept as data (`rules`),
 re-derive every row they can from its cell's `cell.json` and logs.
 """
 
+from harness.audit.catalogue import CATALOGUE
 from harness.audit.cli import cli_audit
 from harness.audit.engine import AuditResult, UploadVerdict, audit_target, parse_hf_target
 from harness.audit.errata import load_errata
-from harness.audit.rules import RULES
 from harness.audit.vocab import REASON_CODES
 
-__all__ = ["REASON_CODES", "RULES", "AuditResult", "UploadVerdict", "audit_target",
+__all__ = ["CATALOGUE", "REASON_CODES", "AuditResult", "UploadVerdict", "audit_target",
            "cli_audit", "load_errata", "parse_hf_target"]

@@ -14,15 +14,22 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.audit.errata import Errata, GitClones, check_commits, check_predates, load_errata
+from harness.audit.catalogue import CATALOGUE
+from harness.audit.errata import Errata, GitClones, load_errata
 from harness.audit.load import load_upload
-from harness.audit.model import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, Check, Upload, first
+from harness.audit.model import (
+    FAIL,
+    NOT_APPLICABLE,
+    PASS,
+    UNKNOWN,
+    AuditContext,
+    Check,
+    Upload,
+    first,
+)
 from harness.audit.readers import find_uploads
-from harness.audit.rules import RULES, apply_rule, check_missing_provenance
-from harness.audit.rules.present import check_missing_evidence
-from harness.audit.rules.rederive import check_provenance_keys, check_runbook
-from harness.audit.rules.replay import check_replay, check_repo_lines
-from harness.audit.rules.selection import check_nothing_to_judge, held_out_notes
+from harness.audit.rules import apply_row, expand
+from harness.audit.rules.selection import held_out_notes
 from harness.audit.vocab import NOTHING_TO_JUDGE, UPLOAD_MARKERS, VERDICTS
 from harness.errors import BadInput
 from harness.io.bounds import clip_line
@@ -175,19 +182,17 @@ def merge_codes(checks: list[Check]) -> list[Check]:
     return merged
 
 
+RULES = CATALOGUE          # the rows applied (tests switch one off by filtering its code)
+
+
 def audit_upload(upload: Upload, errata: Errata, order: GitClones) -> UploadVerdict:
-    """Apply every rule; nothing to judge is UNKNOWN; else INVALID beats UNKNOWN beats VALID."""
-    checks = [apply_rule(rule, upload) for rule in RULES]
-    checks.append(check_missing_provenance(upload))
-    checks.append(check_runbook(upload))
-    checks.append(check_provenance_keys(upload))
-    checks.append(check_replay(upload))
-    checks.append(check_repo_lines(upload))
-    checks += [check_predates(upload, fix, order) for fix in errata.fixes]
-    checks.append(check_commits(upload, order))
-    checks += check_missing_evidence(upload)
-    checks = merge_codes(checks)
-    empty = check_nothing_to_judge(upload)
+    """Apply every row of the catalogue (harness/audit/catalogue.py), merge the checks of one
+    code, fold: nothing to judge is UNKNOWN; else INVALID beats UNKNOWN beats VALID."""
+    ctx = AuditContext(errata, order)
+    checks = merge_codes([apply_row(row, upload, ctx) for row in expand(RULES, errata)])
+    empty = next((c for c in checks if c.code == NOTHING_TO_JUDGE),
+                 Check(NOTHING_TO_JUDGE, PASS, []))
+    checks = [c for c in checks if c.code != NOTHING_TO_JUDGE]
     notes = upload.notes + held_out_notes(upload)
     measured, pairs = measured_pairs(upload) or (None, None)
     if measured == 0:

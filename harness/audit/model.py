@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 from harness.vocab import DEFAULT_PAD_MULTIPLE
 
@@ -130,7 +131,9 @@ class Check:
 
 @dataclass(frozen=True)
 class Source:
-    """A table a rule can read, and the columns it needs there."""
+    """A table a rule can read, and the columns it needs there; for an `UploadRule`, a file
+    of the upload (provenance.txt, events.jsonl, runbook.yaml, a cell's logs) and the keys
+    or fields it reads there."""
 
     table: str
     columns: tuple[str, ...]
@@ -147,6 +150,30 @@ class Rule:
     check: Callable[[Table, Upload], Check]
     catches: str = ""                                    # the earlier failure it stands for
     all_sources: bool = False                            # every present source must be read
+
+
+@dataclass(frozen=True)
+class AuditContext:
+    """What an `UploadRule` may read besides the upload: the errata registry
+    (harness.audit.errata.Errata) and the --git-repo clones (errata.GitClones)."""
+
+    errata: Any = None
+    clones: Any = None
+
+
+@dataclass(frozen=True)
+class UploadRule:
+    """A rule over the whole upload rather than one table's columns: it reads files
+    (provenance, events, the runbook, cell directories) or the errata registry. `sources`
+    name the files it reads; `per_fix` rows expand into one row per errata fix at audit
+    time (`code` becomes the fix's `predates-fix:<id>`, `check` gets the fix)."""
+
+    code: str
+    summary: str
+    sources: tuple[Source, ...]
+    check: Callable[[Upload, AuditContext], Check]
+    catches: str = ""                                    # the earlier failure it stands for
+    per_fix: bool = False                                # one row per errata fix
 
 
 # ---------------------------------------------------------------- helpers

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from harness.audit import audit_target, engine, errata
-from harness.audit.model import NOT_APPLICABLE, Check
 from harness.audit.vocab import COMMIT_IMPOSSIBLE
 from harness.results.layout import SELECTION_TSV
 
@@ -82,8 +81,8 @@ def verdict(root: Path, registry: Path, clones: dict | None = None):
 
 def without_commit_check(monkeypatch) -> None:
     """Switch commit-impossible off (the lie must then pass: the check is what catches it)."""
-    monkeypatch.setattr(engine, "check_commits", lambda upload, order: Check(
-        COMMIT_IMPOSSIBLE, NOT_APPLICABLE, ["switched off"]))
+    monkeypatch.setattr(engine, "RULES", tuple(r for r in engine.RULES
+                                               if r.code != COMMIT_IMPOSSIBLE))
 
 
 # ------------------------------------------------------------ over_provision edited

@@ -463,7 +463,7 @@ def test_earlier_layout_selection_measurement(tmp_path):
 def test_a_deleted_canary_cell_is_missing(tmp_path_factory, tmp_path):
     """The driver writes no attempts row for a canary: events.jsonl, replayed through the
     harness's own reader, is what says it ran (seen failing: the fuzzer's survivor `canary
-    ... deleted` before check_replay)."""
+    ... deleted` before cells.check_finished_cells)."""
     valid = corpus.harness_campaign(tmp_path_factory.getbasetemp())
     root = corpus.link_copy(valid, tmp_path / "lie")
     (canary, *_) = sorted((root / "cells").glob("*__canary__*"))
@@ -571,7 +571,7 @@ def test_repo_lines_have_the_form_the_harness_writes(tmp_path):
     writes (a checkout, a missing path, a folder that is no checkout) and refuses a changed
     dirty flag, a cut sha, a date that is not ISO (seen failing: the fuzzer's `repo.<name>`
     survivors)."""
-    from harness.audit.rules.replay import repo_value_problem
+    from harness.audit.rules.provenance import repo_value_problem
     from harness.results.provenance import repo_line
     (tmp_path / "plain").mkdir()
     good = [repo_line(corpus.REPO), repo_line(tmp_path / "gone"), repo_line(tmp_path / "plain")]

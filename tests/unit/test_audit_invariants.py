@@ -1,4 +1,4 @@
-"""Invariants of the raw evidence (harness/audit/rules/invariants.py): the shared campaign,
+"""Invariants of the raw evidence (harness/audit/rules/conservation.py, clocks.py, timing_objects.py): the shared campaign,
 run for real, audits VALID; forgers' generators edit its raw evidence in ways no other rule
 can see (each variant is VALID with the invariant rules disabled) or re-state everything else
 with the harness's own code, and every forgery is caught by the invariant's code. Honest
@@ -176,7 +176,7 @@ def test_a_rank_over_its_budget_and_a_missing_rank(campaign, tmp_path):
     assert u.verdict == "INVALID" and CONSERVATION in u.reasons, u.why
     assert any("> budget" in w for w in u.why), u.why
 
-    from harness.audit.rules import invariants
+    from harness.audit.rules import conservation
     from harness.telemetry.summary import summarize
     gone = tmp_path / "gone"
     gone.mkdir()
@@ -194,7 +194,7 @@ def test_a_rank_over_its_budget_and_a_missing_rank(campaign, tmp_path):
         up = Upload(path="x", pad_multiple=128)
         up.cells["cells/c"] = Cell("c", "cells/c", cell_json={"launcher": {"exit_code": code}},
                                    logs=facts)
-        assert invariants.check_conservation(Table(ATTEMPTS_TSV), up).state == state, code
+        assert conservation.check_conservation(Table(ATTEMPTS_TSV), up).state == state, code
 
 
 @pytest.mark.parametrize("style", ["crlf", "srun", "torchrun"])

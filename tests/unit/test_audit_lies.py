@@ -55,7 +55,7 @@ def test_untouched_upload_is_valid(valid):
 def saturate_log(cell: Path) -> None:
     """One dispatch row of the log clipped at its budget (the buffer was full); the other
     ranks of its (iteration, layer) receive less, so the slots are still conserved
-    (harness/audit/rules/invariants.py): only the saturation is the lie."""
+    (harness/audit/rules/conservation.py): only the saturation is the lie."""
     lines = (cell / "rank0.log").read_text().splitlines()
     budget = int(lines[-1].rsplit("budget=", 1)[1])
     before = int(lines[-1].split("actual_valid_recv=")[1].split()[0])

@@ -339,7 +339,7 @@ def restate(root: Path, key: str) -> None:
 def clip_first_dispatch_row(text: str) -> str:
     """One dispatch row clipped at its budget: the buffer was full (a drop). The slots it
     gains are taken from another rank of its (iteration, layer), as a dispatch conserves
-    them (harness/audit/rules/invariants.py)."""
+    them (harness/audit/rules/conservation.py)."""
     lines = text.splitlines()
     at = next(i for i, x in enumerate(lines) if "[dispatch]" in x)
     budget = lines[at].rsplit("budget=", 1)[1].split()[0]

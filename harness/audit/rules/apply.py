@@ -1,27 +1,27 @@
-"""Running a rule over an upload: `apply_rule` reads the rule's sources and folds their checks
-(INVALID beats UNKNOWN beats VALID); `check_missing_provenance`, the one rule over files."""
+"""Running a row of the catalogue over an upload: `apply_row` runs either kind of row;
+`apply_rule` reads a table rule's sources and folds their checks (INVALID beats UNKNOWN beats
+VALID); an `UploadRule` is called with the upload and the audit context."""
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
+from functools import partial
 
 from harness.audit.model import (
     FAIL,
     NOT_APPLICABLE,
     PASS,
     UNKNOWN,
+    AuditContext,
     Check,
     Row,
     Rule,
     Table,
     Upload,
+    UploadRule,
     first,
     readable,
     unreadable,
-    verdict_of,
-)
-from harness.audit.vocab import (
-    MISSING_PROVENANCE,
 )
 from harness.results.rows import ROW_TYPES
 
@@ -115,16 +115,24 @@ def combine(code: str, checks: list[Check]) -> Check:
     return Check(code, NOT_APPLICABLE, ["nothing to check"])
 
 
-def check_missing_provenance(upload: Upload) -> Check:
-    """The tables' provenance.txt, and one covering every (not ignored) cell directory: its
-    own, or the nearest at or above it inside the upload (the earlier campaign wrote one per
-    step, not one per cell)."""
-    bad, unknown = [], []
-    if upload.provenance is None:
-        bad.append(upload.provenance_problem or "no provenance.txt")
-    for key, cell in sorted(upload.cells.items()):
-        if cell.problem:
-            unknown.append(f"{key}: {cell.problem}")
-        elif cell.provenance is None:
-            bad.append(f"{key}: no provenance.txt in it or above it")
-    return verdict_of(bad, [], MISSING_PROVENANCE, unknown)
+def expand(rows: tuple[Rule | UploadRule, ...], errata) -> tuple[Rule | UploadRule, ...]:
+    """The rows as run against one errata registry: a `per_fix` row becomes one row per fix
+    (its code the fix's `predates-fix:<id>`, its check given the fix), in registry order."""
+    out: list[Rule | UploadRule] = []
+    for row in rows:
+        if isinstance(row, UploadRule) and row.per_fix:
+            out += [replace(row, code=fix.code, per_fix=False, check=partial(row.check, fix=fix))
+                    for fix in (errata.fixes if errata is not None else ())]
+        else:
+            out.append(row)
+    return tuple(out)
+
+
+def apply_row(row: Rule | UploadRule, upload: Upload, ctx: AuditContext) -> Check:
+    """One row of the catalogue over an upload: a table rule through `apply_rule`, a rule over
+    the whole upload called with the context (after the one treatment of unreadable values,
+    which every table rule shares)."""
+    if isinstance(row, Rule):
+        return apply_rule(row, upload)
+    blank_unreadable(upload)
+    return row.check(upload, ctx)

@@ -1,5 +1,7 @@
 """Rules that re-derive a row from its cell (docs/spec.md#audit-rules): `missing-cell` and
-`inconsistent-requirement`. The audit believes no summary it can recompute: a row's
+`inconsistent-requirement`. `missing-cell` has a second row over the whole upload: every
+cell `events.jsonl` records as finished (`cell_finish`, read by the harness's own
+`results.events.read_events`; canaries too, which have no attempts row) is in the upload. The audit believes no summary it can recompute: a row's
 requirement must be its own peak / N at the precision written, its budget int(capacity x N),
 and its capacity, N, budget, peak and saturation must agree with the cell's `cell.json`
 and telemetry."""
@@ -9,6 +11,9 @@ from __future__ import annotations
 from fractions import Fraction
 
 from harness.audit.model import (
+    NOT_APPLICABLE,
+    UNKNOWN,
+    AuditContext,
     Cell,
     Check,
     Row,
@@ -16,6 +21,7 @@ from harness.audit.model import (
     Source,
     Table,
     Upload,
+    UploadRule,
     agrees,
     budget_of,
     cell_key,
@@ -26,9 +32,17 @@ from harness.audit.model import (
     where,
 )
 from harness.audit.rules.basic import find_uniform_tokens
+from harness.audit.rules.rederive import upload_events
 from harness.audit.rules.selection import drop_risk_consistency, selection_consistency
-from harness.audit.vocab import CELL_TAG, INCONSISTENT, MISSING_CELL
-from harness.results.layout import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV, parse_cell_name
+from harness.audit.vocab import CELL_TAG, IGNORED_TAG, INCONSISTENT, MISSING_CELL
+from harness.results.layout import (
+    ATTEMPTS_TSV,
+    EVENTS_JSONL,
+    SELECTION_TSV,
+    TIMING_TSV,
+    parse_cell_name,
+)
+from harness.vocab import Event
 
 
 def requirement_problem(row: Row, peak_col: str = "peak_actual_valid_recv",
@@ -159,6 +173,29 @@ def check_missing_cell(table: Table, upload: Upload) -> Check:
     return verdict_of(bad, [], MISSING_CELL, [])
 
 
+def finished_cells(upload: Upload) -> tuple[list[str] | None, str | None]:
+    """The cell name of every cell_finish, in order; None and why when the log cannot be
+    read; (None, None) when the upload has no events.jsonl."""
+    events, problem = upload_events(upload)
+    if events is None:
+        return None, problem
+    return [str(e.get("cell")) for e in events if e.get("ev") == Event.CELL_FINISH], None
+
+
+def check_finished_cells(upload: Upload, ctx: AuditContext | None = None) -> Check:
+    """Every cell events.jsonl records as finished is a cell directory of the upload."""
+    finished, problem = finished_cells(upload)
+    if problem:
+        return Check(MISSING_CELL, UNKNOWN, [problem])
+    if finished is None:
+        return Check(MISSING_CELL, NOT_APPLICABLE, [f"no {EVENTS_JSONL}"])
+    present = {c.name for c in upload.cells.values()} | set(upload.ignored_cells)
+    bad = [f"{EVENTS_JSONL}: a cell_finish event's field cell {name!r} names a cell that is "
+           f"not in the upload" for name in finished
+           if name not in present and not IGNORED_TAG.search(name)]
+    return verdict_of(bad, [], MISSING_CELL, [])
+
+
 def check_inconsistent(table: Table, upload: Upload) -> Check:
     """Each row's requirement and budget from its own peak, capacity and N; attempts rows
     against their cells; selection rows against the measure attempts they came from."""
@@ -182,7 +219,7 @@ def check_inconsistent(table: Table, upload: Upload) -> Check:
     return verdict_of(bad, [], INCONSISTENT, unknown)
 
 
-__all__ = ["agrees", "check_inconsistent", "check_missing_cell"]
+__all__ = ["agrees", "check_finished_cells", "check_inconsistent", "check_missing_cell"]
 
 
 ATTEMPT_FACTS = ("model", "backend", "capacity", "uniform_tokens", "budget_tokens",
@@ -192,11 +229,14 @@ SELECTION_FACTS = ("model", "backend", "required_capacity", "peak_actual_valid_r
 
 # This family's rules, as data (docs/audit.md#rules): code, what it catches, the tables and
 # columns it reads, whether it must be decided, its check, and the earlier failure it stands for.
-RULES: tuple[Rule, ...] = (
+RULES: tuple[Rule | UploadRule, ...] = (
     Rule(MISSING_CELL, "a row names a cell directory that is not in the upload",
          (Source(ATTEMPTS_TSV, ("cell_dir",)), Source(TIMING_TSV, ("cell_dir",))), True,
          check_missing_cell,
          "summaries uploaded without the runs they summarise (cells/ deleted)"),
+    UploadRule(MISSING_CELL, "a cell events.jsonl records as finished is not in the upload",
+               (Source(EVENTS_JSONL, ("ev", "cell")),), check_finished_cells,
+               "a canary or attempt cell deleted with its row"),
     Rule(INCONSISTENT, "required_capacity != peak / N, or a row disagrees with its cell",
          (Source(ATTEMPTS_TSV, ATTEMPT_FACTS), Source(SELECTION_TSV, SELECTION_FACTS)), True,
          check_inconsistent,

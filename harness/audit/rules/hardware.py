@@ -43,7 +43,7 @@ from harness.audit.model import (
     verdict_of,
 )
 from harness.audit.readers import log_files, numbered_tagged_lines
-from harness.audit.rules.invariants import exit_code
+from harness.audit.rules.conservation import exit_code
 from harness.audit.rules.rederive import as_run, timing_objects
 from harness.audit.vocab import HARDWARE_MISMATCH
 from harness.errors import BadInput, EpcapError

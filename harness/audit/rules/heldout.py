@@ -12,7 +12,6 @@ from harness.audit.model import (
     NOT_APPLICABLE,
     Cell,
     Check,
-    Rule,
     Table,
     Upload,
     norm,
@@ -82,4 +81,3 @@ def check_validate_seeds(table: Table, upload: Upload) -> Check:
     return verdict_of(bad, [], HELD_OUT_NOT_REDERIVED, [])
 
 
-RULES: tuple[Rule, ...] = ()          # its check runs inside rules.pipeline's rule of the code

@@ -13,10 +13,19 @@ import os
 from pathlib import Path
 
 from harness.audit.evidence import is_evidence
-from harness.audit.model import PASS, UNKNOWN, Check, Upload, int_of
+from harness.audit.model import (
+    PASS,
+    UNKNOWN,
+    AuditContext,
+    Check,
+    Source,
+    Upload,
+    UploadRule,
+    int_of,
+)
 from harness.audit.readers import lfs_pointer
 from harness.audit.vocab import LFS_POINTER, MISSING_LOGS, UPLOAD_MARKERS
-from harness.results.layout import ATTEMPTS_TSV
+from harness.results.layout import ATTEMPTS_TSV, CELL_JSON
 from harness.taxonomy.judge import LOG_SUFFIXES
 from harness.vocab import LauncherState, Status
 
@@ -79,19 +88,33 @@ def claims_a_run(upload: Upload, key: str) -> bool:
                if upload.cell_for(r) is upload.cells[key])
 
 
-def check_missing_evidence(upload: Upload) -> list[Check]:
-    """`lfs-pointer` and `missing-logs`: UNKNOWN, naming the files and the fix; else pass."""
-    checks = []
+def check_lfs_pointers(upload: Upload, ctx: AuditContext | None = None) -> Check:
+    """`lfs-pointer`: UNKNOWN, naming the evidence files that are Git LFS pointers and the
+    fix; else pass."""
     pointers = lfs_pointers(upload.folder) if upload.folder is not None else []
-    checks.append(Check(LFS_POINTER, UNKNOWN, [
+    return Check(LFS_POINTER, UNKNOWN, [
         f"{len(pointers)} evidence file(s) are Git LFS pointers, not the files: "
-        f"{named(pointers)}; fetch them (`git lfs pull` in the clone) and audit again"])
-        if pointers else Check(LFS_POINTER, PASS, []))
+        f"{named(pointers)}; fetch them (`git lfs pull` in the clone) and audit again"]) \
+        if pointers else Check(LFS_POINTER, PASS, [])
+
+
+def check_missing_logs(upload: Upload, ctx: AuditContext | None = None) -> Check:
+    """`missing-logs`: UNKNOWN, naming the cells that ran and hold no log; else pass."""
     bare = sorted(key for key, cell in upload.cells.items()
                   if cell.where is not None and not cell.problem and not has_logs(cell.where)
                   and claims_a_run(upload, key))
-    checks.append(Check(MISSING_LOGS, UNKNOWN, [
+    return Check(MISSING_LOGS, UNKNOWN, [
         f"{len(bare)} cell(s) state telemetry rows or a status only a log gives but hold no log "
         f"({', '.join(LOG_SUFFIXES)}): {named(bare)}; the evidence is missing, not "
-        f"contradicted: upload the cells' logs"]) if bare else Check(MISSING_LOGS, PASS, []))
-    return checks
+        f"contradicted: upload the cells' logs"]) if bare else Check(MISSING_LOGS, PASS, [])
+
+
+RULES: tuple[UploadRule, ...] = (
+    UploadRule(LFS_POINTER, "(UNKNOWN) an evidence file is a Git LFS pointer, not the file",
+               (Source("<evidence files>", ()),), check_lfs_pointers,
+               "logs uploaded from a git clone made without git-lfs judged as lies"),
+    UploadRule(MISSING_LOGS, "(UNKNOWN) a cell that ran holds no log at all",
+               (Source(CELL_JSON, ("summary.rows", "status", "launcher.state")),
+                Source(ATTEMPTS_TSV, ("rows", "status")), Source("<cell logs>", ())),
+               check_missing_logs, "logs deleted or never uploaded"),
+)

@@ -15,7 +15,6 @@ from harness.audit.model import (
     Cell,
     Check,
     Row,
-    Rule,
     Table,
     Upload,
     cell_key,
@@ -165,4 +164,3 @@ def check_timing_launches(table: Table, upload: Upload) -> Check:
     return verdict_of(bad + missing, [], TIMING_NOT_REDERIVED, unknown)
 
 
-RULES: tuple[Rule, ...] = ()          # its check runs inside rules.pipeline's rule of the code

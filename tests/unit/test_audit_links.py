@@ -1,4 +1,4 @@
-"""The physical limit (harness/audit/rules/physics.py, `above-link-limit`): the shared campaign,
+"""The physical limit (harness/audit/rules/links.py, `above-link-limit`): the shared campaign,
 run for real on CPU, is VALID (no GPU: not applicable, said why); labelled as run on B200s (ranks,
 provenance and objects: corpus.label_gpu) and re-stated everywhere with the harness's own code
 it stays VALID (CPU rates are far below 900 GB/s); seeded forgers make time cells faster, re-state every table consistently (the logs'
