@@ -92,7 +92,7 @@ CATALOGUE: tuple[Row, ...] = (
     *legacy.RULES, *conservation.RULES, *clocks.RULES, *timing_objects.RULES, *links.RULES,
     *launch.RULES, *hardware.RULES, *routing.RULES, *provenance.RULES, *present.RULES)
 
-# What each code checks (the families of ARCHITECTURE and rules/README.md), in doc order.
+# What each code checks: its family (the generated docs/audit.md catalogue shows it per row).
 FAMILIES: dict[str, tuple[str, ...]] = {
     "verdict": (NOTHING_TO_JUDGE,),
     "selection": (NATURAL, NO_MEASURE_VALIDATE, FABRICATED, VALIDATED_SATURATED, BELOW_PEAK,
