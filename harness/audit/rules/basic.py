@@ -22,6 +22,7 @@ from harness.audit.model import (
     verdict_of,
     where,
 )
+from harness.audit.rules.selection import replayed_instead
 from harness.audit.vocab import (
     CELL_TAG,
     ECHO,
@@ -54,10 +55,14 @@ def check_natural(table: Table, upload: Upload) -> Check:
 
 
 def check_measure_validate(table: Table, upload: Upload) -> Check:
-    """Every model with ECHO attempts has measure rows and validate rows.
-
-    A model whose ECHO measure runs all ended does_not_fit has no validate row by design.
-    """
+    """Without the runbook as run (the earlier layout): every model with ECHO attempts has
+    measure rows and validate rows; a model whose ECHO measure runs all ended does_not_fit
+    has no validate row by design. With it, n/a: the replayed pipeline says which runs each
+    pair makes and where a step ended it (its Stop), and a missing one is
+    selection-not-rederived or held-out-not-rederived."""
+    replay = replayed_instead(NO_MEASURE_VALIDATE, upload)
+    if replay:
+        return replay
     purposes: dict[str, set[str]] = {}
     statuses: dict[str, set[str]] = {}
     shown: dict[str, str] = {}
@@ -230,7 +235,8 @@ RULES: tuple[Rule, ...] = (
     Rule(NATURAL, "ECHO attempts with purpose=natural (old selection)",
          (Source(ATTEMPTS_TSV, ("backend", "purpose")),), True, check_natural,
          "the first campaign picked the lowest capacity with no observed loss"),
-    Rule(NO_MEASURE_VALIDATE, "ECHO attempts lack purpose=measure or purpose=validate rows",
+    Rule(NO_MEASURE_VALIDATE, "ECHO attempts lack purpose=measure or purpose=validate rows "
+         "(the earlier layout; with the runbook as run the replay decides)",
          (Source(ATTEMPTS_TSV, ("model", "backend", "purpose")),), True, check_measure_validate,
          "selections that were never measured or never validated"),
     Rule(FABRICATED, "ECHO required_capacity exactly 1.0 for every model",

@@ -664,8 +664,14 @@ MAY_BE_EMPTY = ("predicted_drop_risk", "predicted_drop_risk_hi")
 
 
 def check_selection(table: Table, upload: Upload) -> Check:
-    """One selection row per pair, no evidence column empty or unreadable (any layout); what
-    each row says is the pipeline's, replayed on the cells by rules.pipeline."""
+    """Without the runbook as run (the earlier layout): one selection row per pair, no
+    evidence column empty or unreadable. With it, n/a: the replayed pipeline (rules.pipeline)
+    builds every pair's row, a pair a step ended with the columns its Stop leaves empty, and
+    each written row is compared with it column by column (a row twice, a row it does not
+    make, a column empty that it fills); no rule here says which columns must be filled."""
+    if as_run(upload):
+        return Check(SELECTION_NOT_REDERIVED, NOT_APPLICABLE, [
+            "judged by the replayed pipeline (the runbook as run is in the upload)"])
     from harness.audit.evidence import evidence_columns
     needed = [c for c in evidence_columns(SELECTION_TSV) if c in table.columns
               and c not in MAY_BE_EMPTY]
