@@ -201,7 +201,12 @@ def unexecutable_cells(table: Table, upload: Upload) -> list[str]:
 
 
 def check_mixed_timing(table: Table, upload: Upload) -> Check:
-    """All of one model's timing rows use one capacity, whatever the backend."""
+    """Without the runbook as run (the earlier layout): all of one model's timing rows use
+    one capacity, whatever the backend. With it, n/a: the replayed time step says at which
+    capacity each arm runs (timing-not-rederived)."""
+    replay = replayed_instead(MIXED_TIMING, upload)
+    if replay:
+        return replay
     column = "timing_capacity" if table.name == TIMING_TSV else "capacity"
     by_model: dict[str, dict[Decimal, str]] = {}
     shown: dict[str, str] = {}
@@ -246,7 +251,8 @@ RULES: tuple[Rule, ...] = (
     Rule(UNEXECUTABLE, "a cell whose capacity is not executable for its shape",
          (Source(ATTEMPTS_TSV, ("capacity",)),), True, check_unexecutable,
          "1.02 at N = 65536: UltraEP died before iteration 0 (pad multiple 128)"),
-    Rule(MIXED_TIMING, "one model's timing rows use different capacities across backends",
+    Rule(MIXED_TIMING, "one model's timing rows use different capacities across backends "
+         "(the earlier layout; with the runbook as run the replay decides)",
          (Source(TIMING_TSV, ("model", "timing_capacity")),
           Source(ATTEMPTS_TSV, ("model", "purpose", "capacity"))), False, check_mixed_timing,
          "backends timed at their own capacities, so the comparison was not like for like"),
