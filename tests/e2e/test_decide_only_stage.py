@@ -292,3 +292,23 @@ def test_a_pair_the_gate_let_through_made_to_look_stopped_is_invalid(gated, tmp_
     assert "held-out-not-rederived" in upload["reasons"], upload["why"]
     assert any("the pipeline asks for a validate run" in w for w in upload["why"]), \
         upload["why"]
+
+
+def test_a_validate_run_for_a_pair_the_gate_ended_is_invalid(gated, tmp_path):
+    """A validate cell added for a pair the gate ended (a passed pair's cell copied under the
+    stopped pair's name): the replayed gate asks for no such run, and says why."""
+    tree, root = gated
+    ended, through = gate_split(root)
+    lie = corpus.copy(root, tmp_path / "lie")
+    (source,) = [r["cell_dir"] for r in corpus.read_rows(lie / "capacity_attempts.tsv")
+                 if (r["model"], r["backend"], r["purpose"])
+                 == (through[0]["model"], through[0]["backend"], "validate")]
+    victim = ended[0]
+    name = (f"{victim['model']}__{victim['backend']}__validate__"
+            f"cap{victim['selected_capacity'].replace('.', 'p')}__a1")
+    shutil.copytree(lie / source, lie / "cells" / name)
+    upload = audit_json(tree, lie)
+    assert upload["verdict"] == "INVALID", upload["why"]
+    assert "held-out-not-rederived" in upload["reasons"], upload["why"]
+    assert any(name in w and "never asks for" in w and "review step ended" in w
+               for w in upload["why"]), upload["why"]

@@ -302,8 +302,10 @@ def unused_problems(rep: UploadReplay, purposes: tuple[str, ...]) -> list[str]:
         named = parse_cell_name(cell.name)
         if named is None or named.purpose not in purposes or model in rep.stops:
             continue
-        bad.append(f"{cell.path}: a {named.purpose} run the pipeline never asks for (its "
-                   f"{named.purpose} step had ended)")
+        ended = rep.ended.get((model, norm(named.backend)))
+        bad.append(f"{cell.path}: a {named.purpose} run the pipeline never asks for ("
+                   + (ended_text(ended) if ended else f"its {named.purpose} step had ended")
+                   + ")")
     return bad
 
 
