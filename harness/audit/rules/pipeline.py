@@ -68,9 +68,16 @@ from harness.audit.vocab import (
     TIMING_NOT_REDERIVED,
 )
 from harness.grid import capacity as cap
-from harness.pipeline.decisions import VALIDATE_COLUMNS, Context, Outcome, Request
+from harness.pipeline.decisions import (
+    VALIDATE_COLUMNS,
+    Context,
+    Outcome,
+    Request,
+    later_pair_stages,
+)
 from harness.pipeline.decisions import Stop as Ended
 from harness.pipeline.replay import next_standing, replay
+from harness.pipeline.stages import STAGE_OF_PURPOSE
 from harness.results.events import reruns_on_resume
 from harness.results.layout import (
     ATTEMPTS_TSV,
@@ -303,6 +310,8 @@ def unused_problems(rep: UploadReplay, purposes: tuple[str, ...]) -> list[str]:
         if named is None or named.purpose not in purposes or model in rep.stops:
             continue
         ended = rep.ended.get((model, norm(named.backend)))
+        if ended and STAGE_OF_PURPOSE.get(named.purpose) not in later_pair_stages(ended.stage):
+            ended = None                     # a run of a stage the Stop did not skip
         bad.append(f"{cell.path}: a {named.purpose} run the pipeline never asks for ("
                    + (ended_text(ended) if ended else f"its {named.purpose} step had ended")
                    + ")")
