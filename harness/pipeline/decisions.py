@@ -18,6 +18,7 @@ from harness.grid import selection
 from harness.grid.heldout import TARGET_PEAK, risk_columns, select_budget
 from harness.pipeline.stages import (
     PAIR,
+    SPEC_OF,
     backends_of,
     pipeline_groups,
     stage_mode,
@@ -60,6 +61,38 @@ class Outcome:
     steps: StepPeaks | None = None   # per-step peaks of a measure/validate run (harness.telemetry.steps)
 
 
+# The capacity_selection.tsv columns each pair stage writes (its own columns: a stage not
+# listed writes none). A pair a step ends leaves those of every later pair stage empty.
+SELECT_COLUMNS = ("required_capacity", "peak_actual_valid_recv", "selected_capacity",
+                  "selected_budget_tokens", "over_provision")
+VALIDATE_COLUMNS = ("validate_seed", "validate_steps", "validate_peak", "headroom",
+                    "drop_risk_95", "predicted_drop_risk", "predicted_drop_risk_hi", "held_out")
+SELECTION_COLUMNS_OF: dict[str, tuple[str, ...]] = {Stage.SELECT: SELECT_COLUMNS,
+                                                    Stage.VALIDATE: VALIDATE_COLUMNS}
+
+
+@dataclasses.dataclass(frozen=True)
+class Stop:
+    """A pair a step ended: which (model, backend), the stage whose step ended it, why, and
+    the capacity_selection.tsv columns it leaves empty (`empty`: the step's own unwritten
+    ones, then those of every later pair stage). The pipeline states it; the audit, which
+    replays the pipeline, reads it instead of restating when a pair may end."""
+
+    pair: tuple[str, str]
+    stage: str
+    why: str
+    empty: tuple[str, ...] = ()
+
+
+def later_pair_stages(stage: str) -> list[str]:
+    """The pair stages after `stage` in the stage table (none when it is not a pair stage)."""
+    for scope, specs in pipeline_groups():
+        names = [s.stage for s in specs]
+        if scope == PAIR and stage in names:
+            return names[names.index(stage) + 1:]
+    return []
+
+
 class Context:
     """What pipelines read: runbook, stage gates and the shared selection/timing state."""
 
@@ -77,6 +110,7 @@ class Context:
         self.trials: dict[str, list[TimingTrialRow]] = {}         # by model
         self.skipped: set[tuple[str, str, str]] = set()
         self.pairs_ended: set[tuple[str, str]] = set()   # pairs whose pair stages all ran
+        self.stops: dict[tuple[str, str], Stop] = {}     # pairs a step ended, and why
         self.dirty = False
 
     def selected(self, model: str | None, backend: str) -> bool:
@@ -96,6 +130,18 @@ class Context:
     def set_selection(self, model: str, backend: str, row: SelectionRow) -> None:
         self.selection[(model, backend)] = row
         self.dirty = True
+
+    def stop(self, model: str, backend: str, stage: str, why: str,
+             empty: tuple[str, ...] = ()) -> Stop:
+        """Record that the `stage` step ends this pair (it then returns False): the later
+        pair stages make no runs (`skipped`) and their selection columns stay empty."""
+        later = later_pair_stages(stage)
+        stop = Stop((model, backend), stage, why, tuple(dict.fromkeys(
+            [*empty, *(c for s in later for c in SELECTION_COLUMNS_OF.get(s, ()))])))
+        self.stops[(model, backend)] = stop
+        self.skipped.update((model, backend, SPEC_OF[s].purpose) for s in later
+                            if SPEC_OF[s].purpose is not None)
+        return stop
 
 
 def selection_row(ctx: Context, model: str, backend: str, **values) -> SelectionRow:
@@ -143,7 +189,8 @@ def select_step(ctx: Context, model: str, backend: str, state: dict) -> bool:
         ctx.set_selection(model, backend, SelectionRow.unselected(
             campaign=ctx.runbook.campaign, model=model, backend=backend,
             uniform_tokens=ctx.n_of(model), measured_at_capacity=state["capacity"]))
-        ctx.skipped.add((model, backend, Purpose.VALIDATE))
+        ctx.stop(model, backend, Stage.SELECT, f"its last measure ended {out.status}, not "
+                 f"{Status.OK}: nothing to select", empty=SELECT_COLUMNS)
         return False
     rb = ctx.runbook
     req = selection.requirement(out.summary)
@@ -257,7 +304,9 @@ MODEL_STEPS: dict[str, Callable[[Context, str], Pipe]] = {Stage.TIME: time_step}
 
 def model_pipeline(ctx: Context, model: str) -> Pipe:
     """One model's runs in stage-table order: per select backend measure -> select ->
-    validate, then the model-scope stages (time); a stage outside --stage/--until stops."""
+    validate, then the model-scope stages (time); a stage outside --stage/--until stops.
+    A pair step that returns False ends its pair: its Stop is in `ctx.stops` (the step's
+    own, or one naming the stage when the step stated none)."""
     for scope, specs in pipeline_groups():
         if scope == PAIR:
             for b in backends_of(ctx.runbook, specs[0]):
@@ -265,8 +314,12 @@ def model_pipeline(ctx: Context, model: str) -> Pipe:
                 for spec in specs:
                     if ctx.stage_mode(spec.stage) == StageMode.STOP:
                         break
+                    stated = ctx.stops.get((model, b.name))
                     step = PAIR_STEPS[spec.stage](ctx, model, b.name, state)
                     if not ((yield from step) if isinstance(step, Generator) else step):
+                        if ctx.stops.get((model, b.name)) is stated:   # it stated no Stop
+                            ctx.stop(model, b.name, spec.stage,
+                                     f"its {spec.stage} step ended the pair")
                         break
                 ctx.pairs_ended.add((model, b.name))     # its selection row is final
             continue

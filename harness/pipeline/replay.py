@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from harness.pipeline.decisions import Context, Outcome, Request, model_pipeline
+from harness.pipeline.decisions import Context, Outcome, Request, Stop, model_pipeline
 from harness.results.retries import RetryBudget
 from harness.results.retries import next_standing as retry_rule
 from harness.runbook.model import Limits
@@ -43,12 +43,19 @@ def budget_of(limits: Limits) -> RetryBudget:
 @dataclass
 class Replayed:
     """What one synchronous pass of the pipelines made: the context (selection, timing and
-    comparison rows), every (request, outcome) answered, and the requests nobody answered
-    (each stops its model's pipeline there, as a run that never finished stops the driver's)."""
+    comparison rows, and the pairs its steps ended: `stops`), every (request, outcome)
+    answered, and the requests nobody answered (each stops its model's pipeline there, as a
+    run that never finished stops the driver's)."""
 
     ctx: Context
     answered: list[tuple[Request, Outcome]] = field(default_factory=list)
     unanswered: list[Request] = field(default_factory=list)
+
+    @property
+    def stops(self) -> dict[tuple[str, str], Stop]:
+        """The pairs a step ended, each with its stated Stop (stage, why, the selection
+        columns it leaves empty): what the pipeline decided, for the audit to read."""
+        return self.ctx.stops
 
 
 Answer = Callable[[Request], "Outcome | None"]

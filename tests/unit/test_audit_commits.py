@@ -91,9 +91,9 @@ def without_commit_check(monkeypatch) -> None:
 @pytest.mark.parametrize("how", ["nudged", "rounded", "emptied"])
 def test_over_provision_edited_is_invalid(tmp_path_factory, tmp_path, monkeypatch, how):
     """The pipeline's replayed select step writes over_provision = budget / peak; an edited
-    one (a digit nudged, rounded to two decimals, emptied) is selection-not-rederived; the
-    first two VALID with its column comparison switched off, the last caught as an evidence
-    column left empty."""
+    one (a digit nudged, rounded to two decimals, emptied) is selection-not-rederived, and
+    VALID with the replay's column comparison switched off: with the runbook as run no
+    restated "field empty" rule catches the emptied one, the replay's row does."""
     valid = corpus.harness_campaign(tmp_path_factory.getbasetemp())
     lie = corpus.link_copy(valid, tmp_path / "lie")
 
@@ -110,8 +110,7 @@ def test_over_provision_edited_is_invalid(tmp_path_factory, tmp_path, monkeypatc
     assert u.verdict == "INVALID" and "selection-not-rederived" in u.reasons, u.why
     assert any("over_provision" in w for w in u.why), u.why
     if how == "emptied":
-        assert any("field over_provision empty" in w for w in u.why), u.why
-        return                        # the rule's "evidence column left empty" branch
+        assert any("over_provision '' but the pipeline replayed" in w for w in u.why), u.why
     from harness.audit.rules import pipeline
     monkeypatch.setattr(pipeline, "column_problems", lambda *a, **k: [])
     (blind,) = audit_target(lie).uploads

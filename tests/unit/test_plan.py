@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 
 from harness.grid.capacity import budget_tokens, is_executable
-from harness.pipeline.decisions import Context, Outcome, model_pipeline
+from harness.pipeline.decisions import (
+    PAIR_STEPS,
+    SELECT_COLUMNS,
+    VALIDATE_COLUMNS,
+    Context,
+    Outcome,
+    model_pipeline,
+)
 from harness.pipeline.stages import plan_cells
 from harness.results.layout import Cell, canary_model, cell_dir
 from harness.results.rows import AttemptRow
@@ -163,6 +170,37 @@ def test_does_not_fit_at_measure_is_recorded_and_timing_uses_the_rest():
     assert row.selected_capacity is None and row.validated is False
     assert row.validate_attempts == 0 and row.measured_at_capacity == "2.00"
     assert caps(reqs, "time") == ["1.25"] * 6
+
+
+def test_a_pair_select_ends_states_its_stop_and_the_columns_it_leaves_empty():
+    ctx = Context(RB, (), None)
+    drive(ctx, simple({"echo": 1173, "ultraep": 1300},
+                      measure_status={"ultraep": "does_not_fit"}))
+    stop = ctx.stops[(M, "ultraep")]
+    assert (stop.pair, stop.stage) == ((M, "ultraep"), "select")
+    assert "does_not_fit" in stop.why
+    assert set(stop.empty) == set(SELECT_COLUMNS) | set(VALIDATE_COLUMNS)
+    row = ctx.selection[(M, "ultraep")]
+    assert all(getattr(row, c) is None for c in stop.empty)
+    assert (M, "ultraep", "validate") in ctx.skipped
+    assert (M, "echo") not in ctx.stops                 # a pair that went on has no Stop
+
+
+def test_a_step_that_ends_a_pair_without_a_stop_gets_one_naming_its_stage(monkeypatch):
+    """A decide-only step returning False (a gate) ends the pair before validate: the
+    pipeline records a generic Stop naming the step's stage, or the one the step stated."""
+    def gate(ctx, model, backend, state):
+        if backend == "echo":
+            ctx.stop(model, backend, "select", "stated by the gate")
+        return False
+    monkeypatch.setitem(PAIR_STEPS, "select", gate)
+    ctx = Context(RB, (), None)
+    reqs = drive(ctx, simple({"echo": 1173, "ultraep": 1300}))
+    assert caps(reqs, "validate") == []
+    assert ctx.stops[(M, "echo")].why == "stated by the gate"
+    assert ctx.stops[(M, "ultraep")].why == "its select step ended the pair"
+    assert ctx.stops[(M, "ultraep")].empty == VALIDATE_COLUMNS
+    assert {(M, b, "validate") for b in ("echo", "ultraep")} <= ctx.skipped
 
 
 def test_until_measure_runs_measure_only():

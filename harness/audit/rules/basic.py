@@ -22,6 +22,7 @@ from harness.audit.model import (
     verdict_of,
     where,
 )
+from harness.audit.rules.selection import replayed_instead
 from harness.audit.vocab import (
     CELL_TAG,
     ECHO,
@@ -54,10 +55,14 @@ def check_natural(table: Table, upload: Upload) -> Check:
 
 
 def check_measure_validate(table: Table, upload: Upload) -> Check:
-    """Every model with ECHO attempts has measure rows and validate rows.
-
-    A model whose ECHO measure runs all ended does_not_fit has no validate row by design.
-    """
+    """Without the runbook as run (the earlier layout): every model with ECHO attempts has
+    measure rows and validate rows; a model whose ECHO measure runs all ended does_not_fit
+    has no validate row by design. With it, n/a: the replayed pipeline says which runs each
+    pair makes and where a step ended it (its Stop), and a missing one is
+    selection-not-rederived or held-out-not-rederived."""
+    replay = replayed_instead(NO_MEASURE_VALIDATE, upload)
+    if replay:
+        return replay
     purposes: dict[str, set[str]] = {}
     statuses: dict[str, set[str]] = {}
     shown: dict[str, str] = {}
@@ -196,7 +201,12 @@ def unexecutable_cells(table: Table, upload: Upload) -> list[str]:
 
 
 def check_mixed_timing(table: Table, upload: Upload) -> Check:
-    """All of one model's timing rows use one capacity, whatever the backend."""
+    """Without the runbook as run (the earlier layout): all of one model's timing rows use
+    one capacity, whatever the backend. With it, n/a: the replayed time step says at which
+    capacity each arm runs (timing-not-rederived)."""
+    replay = replayed_instead(MIXED_TIMING, upload)
+    if replay:
+        return replay
     column = "timing_capacity" if table.name == TIMING_TSV else "capacity"
     by_model: dict[str, dict[Decimal, str]] = {}
     shown: dict[str, str] = {}
@@ -230,7 +240,8 @@ RULES: tuple[Rule, ...] = (
     Rule(NATURAL, "ECHO attempts with purpose=natural (old selection)",
          (Source(ATTEMPTS_TSV, ("backend", "purpose")),), True, check_natural,
          "the first campaign picked the lowest capacity with no observed loss"),
-    Rule(NO_MEASURE_VALIDATE, "ECHO attempts lack purpose=measure or purpose=validate rows",
+    Rule(NO_MEASURE_VALIDATE, "ECHO attempts lack purpose=measure or purpose=validate rows "
+         "(the earlier layout; with the runbook as run the replay decides)",
          (Source(ATTEMPTS_TSV, ("model", "backend", "purpose")),), True, check_measure_validate,
          "selections that were never measured or never validated"),
     Rule(FABRICATED, "ECHO required_capacity exactly 1.0 for every model",
@@ -240,7 +251,8 @@ RULES: tuple[Rule, ...] = (
     Rule(UNEXECUTABLE, "a cell whose capacity is not executable for its shape",
          (Source(ATTEMPTS_TSV, ("capacity",)),), True, check_unexecutable,
          "1.02 at N = 65536: UltraEP died before iteration 0 (pad multiple 128)"),
-    Rule(MIXED_TIMING, "one model's timing rows use different capacities across backends",
+    Rule(MIXED_TIMING, "one model's timing rows use different capacities across backends "
+         "(the earlier layout; with the runbook as run the replay decides)",
          (Source(TIMING_TSV, ("model", "timing_capacity")),
           Source(ATTEMPTS_TSV, ("model", "purpose", "capacity"))), False, check_mixed_timing,
          "backends timed at their own capacities, so the comparison was not like for like"),

@@ -10,7 +10,10 @@ harness.pipeline.analysis.analyse). The selection, timing and comparison rows th
 build are then compared with the upload's tables, row by row and column by column.
 
 Nothing here decides what a campaign should have done; a stage added to harness/pipeline/
-is audited without a line in harness/audit/. What a replay finds is reported under the
+is audited without a line in harness/audit/, a gate that ends pairs too: each step states
+the pairs it ends (harness.pipeline.decisions.Stop: stage, why, the selection columns it
+leaves empty), and a written row of such a pair is compared with the row the replay built
+for it, its Stop named in the message. What a replay finds is reported under the
 code of the table it concerns:
 
 - `selection-not-rederived`: capacity_selection.tsv's selection columns; a measure cell
@@ -65,8 +68,16 @@ from harness.audit.vocab import (
     TIMING_NOT_REDERIVED,
 )
 from harness.grid import capacity as cap
-from harness.pipeline.decisions import Context, Outcome, Request
+from harness.pipeline.decisions import (
+    VALIDATE_COLUMNS,
+    Context,
+    Outcome,
+    Request,
+    later_pair_stages,
+)
+from harness.pipeline.decisions import Stop as Ended
 from harness.pipeline.replay import next_standing, replay
+from harness.pipeline.stages import STAGE_OF_PURPOSE
 from harness.results.events import reruns_on_resume
 from harness.results.layout import (
     ATTEMPTS_TSV,
@@ -81,10 +92,9 @@ from harness.results.rows import Row as ResultRow
 from harness.results.tables import cell_text
 from harness.vocab import STAGE_ORDER, Event, Purpose
 
-# capacity_selection.tsv columns the validate step and the risk fit write
-HELD_OUT_COLUMNS = ("validated", "validate_attempts", "validate_seed", "validate_steps",
-                    "validate_peak", "headroom", "drop_risk_95", "predicted_drop_risk",
-                    "predicted_drop_risk_hi", "held_out")
+# capacity_selection.tsv columns the validate step and the risk fit write (the pipeline's
+# own list, decisions.VALIDATE_COLUMNS), judged under held-out-not-rederived
+HELD_OUT_COLUMNS = ("validated", "validate_attempts", *VALIDATE_COLUMNS)
 
 MISSING, CONTRADICTED, UNDECIDED = "missing", "contradicted", "undecided"
 
@@ -110,6 +120,7 @@ class UploadReplay:
     trials: dict[tuple[str, ...], ResultRow] = field(default_factory=dict)
     stops: dict[str, Stop] = field(default_factory=dict)          # by normalised model
     pairs_ended: set[tuple[str, str]] = field(default_factory=set)  # the pipeline's own
+    ended: dict[tuple[str, str], Ended] = field(default_factory=dict)  # pairs a step ended
     answered: list[tuple[Request, Outcome]] = field(default_factory=list)
     unused: list[tuple[str, Cell]] = field(default_factory=list)  # (normalised model, cell)
     problem: str | None = None                                     # no replay at all
@@ -223,6 +234,7 @@ def _replay(upload: Upload) -> UploadReplay:
     out.trials = {built_key(TRIAL_KEY, r): r for rows in ctx.trials.values() for r in rows}
     out.unused = source.unused()
     out.pairs_ended = {(norm(m), norm(b)) for m, b in ctx.pairs_ended}
+    out.ended = {(norm(m), norm(b)): stop for (m, b), stop in ctx.stops.items()}
     return out
 
 
@@ -297,8 +309,12 @@ def unused_problems(rep: UploadReplay, purposes: tuple[str, ...]) -> list[str]:
         named = parse_cell_name(cell.name)
         if named is None or named.purpose not in purposes or model in rep.stops:
             continue
-        bad.append(f"{cell.path}: a {named.purpose} run the pipeline never asks for (its "
-                   f"{named.purpose} step had ended)")
+        ended = rep.ended.get((model, norm(named.backend)))
+        if ended and STAGE_OF_PURPOSE.get(named.purpose) not in later_pair_stages(ended.stage):
+            ended = None                     # a run of a stage the Stop did not skip
+        bad.append(f"{cell.path}: a {named.purpose} run the pipeline never asks for ("
+                   + (ended_text(ended) if ended else f"its {named.purpose} step had ended")
+                   + ")")
     return bad
 
 
@@ -332,8 +348,16 @@ def compare_rows(table: Table | None, built: dict[tuple, ResultRow], key_of, rep
             bad.append(f"{where(table, row)}: {' '.join(key)} written twice")
             continue
         seen.add(key)
-        bad += column_problems(table, row, built[key], columns)
+        problems = column_problems(table, row, built[key], columns)
+        ended = rep.ended.get(key[:2]) if name == SELECTION_TSV else None
+        bad += [f"{p} ({ended_text(ended)})" for p in problems] if ended else problems
     return bad, [k for k in built if k not in seen and compared(rep, k, name)]
+
+
+def ended_text(stop: Ended) -> str:
+    """The Stop a pair's step stated, for a message about that pair's row."""
+    empty = f"; it leaves {', '.join(stop.empty)} empty" if stop.empty else ""
+    return f"the pipeline's {stop.stage} step ended {'/'.join(stop.pair)}: {stop.why}{empty}"
 
 
 # The key columns of each table the replay builds: one definition for the rows the pipeline
@@ -402,7 +426,7 @@ def selection_columns(held_out: bool) -> list[str]:
 def check_selection_replayed(table: Table, upload: Upload) -> Check:
     """capacity_selection.tsv's selection columns equal the rows the replayed pipeline
     builds from the cells; every pair it selects has its row."""
-    whole = rederive.check_selection(table, upload)      # any layout: one row per pair, filled
+    whole = rederive.check_selection(table, upload)      # the earlier layout's (n/a here)
     rep = replayed(upload, SELECTION_NOT_REDERIVED)
     if isinstance(rep, Check):
         return combine(SELECTION_NOT_REDERIVED, [whole, rep])

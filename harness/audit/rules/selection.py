@@ -161,7 +161,8 @@ def check_below_peak(table: Table, upload: Upload) -> Check:
 def replayed_instead(code: str, upload: Upload) -> Check | None:
     """n/a where the runbook as run is in the upload: the replayed pipeline decides there
     (timing-not-rederived, selection-not-rederived, held-out-not-rederived), so a stage that
-    decides differently is judged by its own code, not by this module's restatement."""
+    decides differently (a gate that ends pairs: its Stop names the columns it leaves
+    empty) is judged by its own code, not by a restatement in harness/audit/."""
     from harness.audit.rules.rederive import as_run
     if as_run(upload):
         return Check(code, NOT_APPLICABLE, ["judged by the replayed pipeline (the runbook as "
