@@ -237,3 +237,24 @@ def test_big_cells_are_checked_on_a_sample_of_the_audits_seed():
     many = {(i, 0) for i in range(65)} | {(0, layer) for layer in range(94)}
     assert set(sample(5, name, iters, layers, many)) == many    # all kept, none drawn
     assert sample(1, "x", (0, 1, 2), (0, 1)) == ((0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1))
+
+
+def test_the_always_sampled_groups_are_found_in_any_field_order(tmp_path):
+    """Each rank's top row and every saturated row, wherever a forger writes them: another
+    field order, a prefix, leading zeros (ties of a top kept)."""
+    from harness.audit.rules.routing import always_sampled, rank_tops
+    tag = "[MOE_DROP_DEBUG][dispatch]"
+    rows = [f"{tag} iter={i} layer={layer} rank={r} expected_recv=100 "
+            f"actual_valid_recv={100 + i + layer + r} budget=200"
+            for i in range(5) for layer in range(5) for r in range(2)]
+    rows.append(f"[rank1]: {tag} rank=1 actual_valid_recv=00150 iter=2 layer=3 "
+                f"expected_recv=100 budget=200")
+    rows.append(f"{tag} budget=120 actual_valid_recv=120 rank=0 layer=0 iter=4 "
+                f"expected_recv=100")
+    rows.append(f"{tag} iter=1 layer=1 rank=1 expected_recv=100 actual_valid_recv=150 "
+                f"budget=200")
+    log = tmp_path / "node0.log"
+    log.write_text("\n".join(rows) + "\n")
+    assert rank_tops([log]) == {0: 120, 1: 150}
+    assert always_sampled([log], [200, 120]) == {(2, 3), (4, 0), (1, 1)}
+    assert always_sampled([log], []) == {(2, 3), (4, 0), (1, 1)}

@@ -167,7 +167,7 @@ def always_sampled(files: list[Path], budgets: list[int]) -> set[Group]:
     values = sorted(set(top.values()) | {b for b in budgets if b >= 0})
     if not values:
         return set()
-    pattern = re.compile(rb"(?<![A-Za-z0-9_])actual_valid_recv=(?:"
+    pattern = re.compile(rb"(?<![A-Za-z0-9_])actual_valid_recv=0*(?:"       # 0017 is 17
                          + _alternatives(tuple(values)) + rb")(?=[ \t\r\n]|$)")
     out: set[Group] = set()
     for path in files:
