@@ -118,9 +118,38 @@ def _blocks(path: Path):
 
 
 _TAG = DISPATCH_TAG.encode()
-_RANK_VALUE = re.compile(re.escape(_TAG) + rb" iter=[0-9]{1,9} layer=[0-9]{1,9} "
-                         rb"rank=([0-9]{1,9}) expected_recv=[0-9]{1,18} "
-                         rb"actual_valid_recv=([0-9]{1,18})(?=[ \t\r\n]|$)")
+_HEAD = re.escape(_TAG) + rb" iter=[0-9]{1,9} layer=[0-9]{1,9} rank="
+_TAIL = rb" expected_recv=[0-9]{1,18} actual_valid_recv=([0-9]{1,18})(?=[ \t\r\n]|$)"
+_RANK_VALUE = re.compile(_HEAD + rb"([0-9]{1,9})" + _TAIL)     # (rank, actual_valid_recv)
+_FIRST_RANK = re.compile(_HEAD + rb"([0-9]{1,9}) ")
+
+
+def _one_rank(rank: bytes) -> re.Pattern:
+    """actual_valid_recv of the rows of one rank, in the worker's field order."""
+    return re.compile(_HEAD + re.escape(rank) + _TAIL)
+
+
+def _block_tops(block: bytes, patterns: dict[bytes, re.Pattern]) -> list[tuple]:
+    """(rank, top actual_valid_recv) of a block's dispatch rows: a rank log's block (every
+    row one rank's, the worker's order) by one regex naming that rank; several ranks by one
+    naming none; another field order row by row."""
+    tagged = block.count(_TAG)
+    if not tagged:
+        return []
+    first = _FIRST_RANK.search(block)
+    if first is not None:
+        rank = first.group(1)
+        if rank not in patterns:
+            patterns[rank] = _one_rank(rank)
+        values = patterns[rank].findall(block)
+        if len(values) == tagged:
+            return [(int(rank), max(map(int, values)))]
+        found = _RANK_VALUE.findall(block)
+        if len(found) == tagged:
+            table = np.array(found).astype(np.int64)      # (rank, value) per row, in C
+            ranks, values = table[:, 0], table[:, 1]
+            return [(int(r), int(values[ranks == r].max())) for r in np.unique(ranks)]
+    return [(_whole(f, "rank"), _whole(f, "actual_valid_recv")) for f in _tagged_fields(block)]
 
 
 def _tagged_fields(block: bytes):
@@ -139,19 +168,13 @@ def _whole(fields: dict, key: str) -> int | None:
 
 
 def rank_tops(files: list[Path]) -> dict[int, int]:
-    """Each rank's maximum `actual_valid_recv` over the cell's dispatch rows: the worker's
-    field order read by one regex; a block where it does not read every tagged row is read
-    row by row in any order."""
+    """Each rank's maximum `actual_valid_recv` over the cell's dispatch rows (_block_tops:
+    a block where a regex does not read every tagged row is read row by row in any order)."""
     top: dict[int, int] = {}
+    patterns: dict[bytes, re.Pattern] = {}
     for path in files:
         for block in _blocks(path):
-            found = _RANK_VALUE.findall(block)
-            if len(found) == block.count(_TAG):
-                pairs = ((int(r), int(v)) for r, v in found)
-            else:
-                pairs = ((_whole(f, "rank"), _whole(f, "actual_valid_recv"))
-                         for f in _tagged_fields(block))
-            for rank, value in pairs:
+            for rank, value in _block_tops(block, patterns):
                 if rank is not None and value is not None and value > top.get(rank, -1):
                     top[rank] = value
     return top
@@ -167,8 +190,8 @@ def always_sampled(files: list[Path], budgets: list[int]) -> set[Group]:
     values = sorted(set(top.values()) | {b for b in budgets if b >= 0})
     if not values:
         return set()
-    pattern = re.compile(rb"(?<![A-Za-z0-9_])actual_valid_recv=0*(?:"       # 0017 is 17
-                         + _alternatives(tuple(values)) + rb")(?=[ \t\r\n]|$)")
+    pattern = re.compile(rb"actual_valid_recv=0*(?:" + _alternatives(tuple(values))  # 0017: 17
+                         + rb")(?=[ \t\r\n]|$)")         # a literal first: a fast search
     out: set[Group] = set()
     for path in files:
         for block in _blocks(path):
