@@ -22,7 +22,7 @@ from harness.audit.rules import RULES, apply_rule, check_missing_provenance
 from harness.audit.rules.present import check_missing_evidence
 from harness.audit.rules.rederive import check_provenance_keys, check_runbook
 from harness.audit.rules.replay import check_replay, check_repo_lines
-from harness.audit.rules.routing import SAMPLE_SEED_BITS, audit_seed
+from harness.audit.rules.routing import SAMPLE_SEED_BITS, audit_seed, sampled_notes
 from harness.audit.rules.selection import check_nothing_to_judge, held_out_notes
 from harness.audit.vocab import NOTHING_TO_JUDGE, UPLOAD_MARKERS, VERDICTS
 from harness.errors import BadInput
@@ -68,19 +68,6 @@ def replay_notes(upload: Upload) -> list[str]:
         notes.append(f"cells no request asked for ({len(rep.unused)}): "
                      + first([c.path for _, c in rep.unused]))
     return notes
-
-
-MAX_SAMPLED_NOTES = 8           # cells named one by one in a verdict's sampling notes
-
-
-def sampled_notes(upload: Upload) -> list[str]:
-    """What a sampling rule checked, cell by cell (the first few), with the sample seed."""
-    cells = [text for _, text in sorted(upload.sampled.items())]
-    if len(cells) > MAX_SAMPLED_NOTES:
-        cells = cells[:MAX_SAMPLED_NOTES] + [
-            f"... and {len(cells) - MAX_SAMPLED_NOTES} more cells checked on a sample, sample "
-            f"seed {upload.sample_seed}"]
-    return cells
 
 
 def measured_pairs(upload: Upload) -> tuple[int, int] | None:

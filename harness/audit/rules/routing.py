@@ -143,6 +143,8 @@ def _block_tops(block: bytes, patterns: dict[bytes, re.Pattern]) -> list[tuple]:
             patterns[rank] = _one_rank(rank)
         values = patterns[rank].findall(block)
         if len(values) == tagged:
+            if len(min(values, key=len)) == len(max(values, key=len)):
+                return [(int(rank), int(max(values)))]   # equal lengths: the text's order
             return [(int(rank), max(map(int, values)))]
         found = _RANK_VALUE.findall(block)
         if len(found) == tagged:
@@ -168,60 +170,104 @@ def _whole(fields: dict, key: str) -> int | None:
 
 
 def rank_tops(files: list[Path]) -> dict[int, int]:
-    """Each rank's maximum `actual_valid_recv` over the cell's dispatch rows (_block_tops:
-    a block where a regex does not read every tagged row is read row by row in any order)."""
+    """Each rank's maximum `actual_valid_recv` over the cell's dispatch rows."""
+    return _scan_tops(files, None)[0]
+
+
+_KEY = b"actual_valid_recv="
+_DELIMS = b" \t\r\n"
+
+
+def _value_spans(block: bytes, values: set[int]):
+    """(start, end) of every `actual_valid_recv=V` with V in `values` followed by white space
+    or the end: found by a bytes search per value, or by a regex where the block writes a
+    value with leading zeros (0017 is 17)."""
+    if block.count(_KEY + b"0"):
+        pattern = re.compile(re.escape(_KEY) + rb"0*(?:" + _alternatives(tuple(sorted(values)))
+                             + rb")(?=[ \t\r\n]|$)")
+        for m in pattern.finditer(block):
+            yield m.start(), m.end()
+        return
+    for value in sorted(values):
+        needle = _KEY + str(value).encode()
+        at = block.find(needle)
+        while at >= 0:
+            end = at + len(needle)
+            if end == len(block) or block[end] in _DELIMS:
+                yield at, end
+            at = block.find(needle, end)
+
+
+def _rows_with(block: bytes, values: set[int]) -> list[tuple[int, int, int, int, int | None]]:
+    """(iteration, layer, rank, actual_valid_recv, budget) of a block's dispatch rows whose
+    `actual_valid_recv` is one of `values`, whatever their field order (_value_spans)."""
+    out = []
+    for start, stop in _value_spans(block, values):
+        start = block.rfind(b"\n", 0, start) + 1
+        end = block.find(b"\n", stop)
+        line = block[start:len(block) if end < 0 else end]
+        if _TAG not in line:
+            continue
+        fields = row_fields(line.split(_TAG, 1)[1])
+        row = tuple(_whole(fields, k) for k in ("iter", "layer", "rank", "actual_valid_recv",
+                                                  "budget"))
+        if None not in row[:4]:                    # malformed: incomplete-telemetry says so
+            out.append(row)
+    return out
+
+
+def _scan_tops(files: list[Path], budgets: list[int] | None
+               ) -> tuple[dict[int, int], list[tuple]]:
+    """One read of the cell's logs: each rank's top value, and (unless `budgets` is None)
+    the rows that may be a top or saturated: in each block, the rows holding a value at or
+    above its rank's top so far (_block_tops), or one of the budgets."""
     top: dict[int, int] = {}
+    rows: list[tuple] = []
     patterns: dict[bytes, re.Pattern] = {}
+    saturating = {b for b in budgets or () if b >= 0}
     for path in files:
         for block in _blocks(path):
+            values = set(saturating)
             for rank, value in _block_tops(block, patterns):
-                if rank is not None and value is not None and value > top.get(rank, -1):
+                if rank is not None and value is not None and value >= top.get(rank, -1):
                     top[rank] = value
-    return top
+                    values.add(value)
+            if values and budgets is not None:
+                rows += _rows_with(block, values)
+    return top, rows
 
 
 def always_sampled(files: list[Path], budgets: list[int]) -> set[Group]:
     """The groups that decide a requirement: those holding a rank's top row (ties
     included) or a saturated row (`actual_valid_recv >= budget`; rows over the budget are
-    `conservation-broken`'s, and the highest of a rank is its top row). The candidate values
-    (each rank's maximum, the cell's budgets) are looked up in every row's
-    `actual_valid_recv`, whatever the field order."""
-    top = rank_tops(files)
-    values = sorted(set(top.values()) | {b for b in budgets if b >= 0})
-    if not values:
-        return set()
-    pattern = re.compile(rb"actual_valid_recv=0*(?:" + _alternatives(tuple(values))  # 0017: 17
-                         + rb")(?=[ \t\r\n]|$)")         # a literal first: a fast search
-    out: set[Group] = set()
-    for path in files:
-        for block in _blocks(path):
-            for m in pattern.finditer(block):
-                start = block.rfind(b"\n", 0, m.start()) + 1
-                end = block.find(b"\n", m.end())
-                line = block[start:len(block) if end < 0 else end]
-                if _TAG not in line:
-                    continue
-                fields = row_fields(line.split(_TAG, 1)[1])
-                it, layer, rank, value, budget = (_whole(fields, k) for k in (
-                    "iter", "layer", "rank", "actual_valid_recv", "budget"))
-                if None in (it, layer, rank, value):
-                    continue                       # malformed: incomplete-telemetry says so
-                if value == top.get(rank) or (budget is not None and value >= budget):
-                    out.add((it, layer))
-    return out
-
-
-def _pairs(groups: tuple[Group, ...]) -> bytes:
-    """A regex alternation naming exactly these (iteration, layer) groups."""
-    by_iter: dict[int, list[int]] = {}
-    for it, layer in groups:
-        by_iter.setdefault(it, []).append(layer)
-    return b"|".join(str(it).encode() + b" layer=(?:" + _alternatives(tuple(ls)) + b")"
-                     for it, ls in sorted(by_iter.items()))
+    `conservation-broken`'s, and the highest of a rank is its top row). Each rank's top is
+    read with the rows that may hold it (the cell's budgets, the block's tops), in one read
+    of the logs; those rows are found whatever their field order."""
+    top, rows = _scan_tops(files, budgets)
+    return {(it, layer) for it, layer, rank, value, budget in rows
+            if value == top.get(rank) or (budget is not None and value >= budget)}
 
 
 def _alternatives(values: tuple[int, ...]) -> bytes:
     return b"|".join(str(v).encode() for v in values)
+
+
+def _trie(words: list[bytes]) -> bytes:
+    """A regex alternation of `words` as a trie (each branch on its next byte): a row's
+    iteration is told apart in a few steps, not one try per sampled group."""
+    if words == [b""]:
+        return b""
+    heads: dict[int, list[bytes]] = {}
+    for word in words:
+        heads.setdefault(word[0] if word else -1, []).append(word[1:])
+    parts = [b"" if head < 0 else re.escape(bytes([head])) + _trie(sorted(set(tails)))
+             for head, tails in sorted(heads.items())]
+    return parts[0] if len(parts) == 1 else b"(?:" + b"|".join(parts) + b")"
+
+
+def _pairs(groups: tuple[Group, ...]) -> bytes:
+    """A regex naming exactly these (iteration, layer) groups: `I layer=L`, as a trie."""
+    return _trie(sorted({f"{it} layer={layer}".encode() for it, layer in groups}))
 
 
 def stated_rows(files: list[Path], at: str, groups: tuple[Group, ...],
@@ -398,7 +444,8 @@ def cell_problems(upload: Upload, cell: Cell, ed: ExpectedDispatch, files: list[
     total = len(ed.iterations) * len(ed.layers)
     always: set[Group] = set()
     if total > MAX_GROUPS:
-        budgets = list(cell.logs.budgets) if cell.logs is not None else []
+        logs = cell.logs                  # no saturated row (the summary): no budget looked up
+        budgets = list(logs.budgets) if logs is not None and logs.saturated_rows else []
         always = always_sampled(files, budgets)
     groups = sample(seed, cell.name, ed.iterations, ed.layers, always)
     every = len(groups) == total
@@ -427,6 +474,20 @@ def cell_problems(upload: Upload, cell: Cell, ed: ExpectedDispatch, files: list[
     if len(bad) > 1:
         bad = [f"{bad[0]}; {len(bad) - 1} more in this cell"]
     return bad, unknown, compared, read, Sampled(len(groups), total, len(always))
+
+
+MAX_SAMPLED_NOTES = 8           # cells named one by one in a verdict's sampling notes
+
+
+def sampled_notes(upload: Upload) -> list[str]:
+    """The verdict's notes on what was sampled: cell by cell (the first few by path), each
+    with the fraction checked and the sample seed."""
+    cells = [text for _, text in sorted(upload.sampled.items())]
+    if len(cells) > MAX_SAMPLED_NOTES:
+        cells = cells[:MAX_SAMPLED_NOTES] + [
+            f"... and {len(cells) - MAX_SAMPLED_NOTES} more cells checked on a sample by "
+            f"{ROUTING_NOT_FROM_SEED}, sample seed {upload.sample_seed}"]
+    return cells
 
 
 def backend_for(upload: Upload, cell: Cell, cache: dict[str, Backend | None]) -> Backend | None:
@@ -494,7 +555,8 @@ def check_routing(table: Table, upload: Upload) -> Check:
                             f"traces agree"], ROUTING_NOT_FROM_SEED, unknown)
 
 
-__all__ = ["always_sampled", "audit_seed", "cell_seed", "check_routing", "sample"]
+__all__ = ["always_sampled", "audit_seed", "cell_seed", "check_routing", "sample",
+           "sampled_notes"]
 
 RULES: tuple[Rule, ...] = (
     Rule(ROUTING_NOT_FROM_SEED, "a reference cell's dispatch rows (actual_valid_recv, "
