@@ -431,8 +431,9 @@ class Sampled:
 
     def sentence(self, path: str, seed: int) -> str:
         share = 100 * self.checked / self.total if self.total else 100.0
+        share = f"{share:.0f}" if share >= 10 else f"{share:.2g}"     # 16%, 1.0%, 0.52%
         return (f"{ROUTING_NOT_FROM_SEED} checked {self.checked} of {self.total} (iteration, "
-                f"layer) groups ({share:.0f}%) of cell {path}, sample seed {seed} ({self.always} "
+                f"layer) groups ({share}%) of cell {path}, sample seed {seed} ({self.always} "
                 f"always: those of each rank's top row and of every saturated row)")
 
 
