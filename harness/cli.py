@@ -273,17 +273,25 @@ def parse(logs, warmup, as_json) -> None:
 @click.option("--pad-multiple", type=click.IntRange(min=1), default=DEFAULT_PAD_MULTIPLE,
               show_default=True,
               help=PAD_HELP + " The audit's rules use this one, never the upload's runbook.")
-def audit(target, errata, git_repos, out, as_json, strict, pad_multiple) -> None:
+@click.option("--sample-seed", type=click.IntRange(min=0, max=2 ** 63 - 1), metavar="N",
+              help="Seed of the audit's samples (routing-not-from-seed checks 64 (iteration, "
+                   "layer) groups of a bigger cell). Default: drawn at audit time, so no "
+                   "upload can be prepared for it; the seed is printed with every verdict "
+                   "that sampled, and passing it reproduces that verdict exactly.")
+def audit(target, errata, git_repos, out, as_json, strict, pad_multiple, sample_seed) -> None:
     """Sort uploaded results into VALID, INVALID (with reasons) and UNKNOWN.
 
     \b
-    Example:
+    Examples:
       epcap audit results/local-cpu --out audit.tsv
+      epcap audit results/local-cpu --sample-seed 5077410362871904243
+        (the seed a verdict printed: the same samples, the same verdict)
     """
     from harness.audit.cli import cli_audit  # lazy: each command imports only its own room
 
     _call(cli_audit, target=target, errata=errata, git_repos=tuple(git_repos),
-          out=out, as_json=as_json, strict=strict, pad_multiple=pad_multiple)
+          out=out, as_json=as_json, strict=strict, pad_multiple=pad_multiple,
+          sample_seed=sample_seed)
 
 
 @main.command()

@@ -12,14 +12,15 @@ from harness.io.boundary.values import bounded_int
 from harness.results.tables import write_table_atomic
 from harness.vocab import DEFAULT_PAD_MULTIPLE
 
-AUDIT_COLUMNS = ("path", "verdict", "reasons", "ignored_cells", "why", "notes")
+AUDIT_COLUMNS = ("path", "verdict", "reasons", "ignored_cells", "why", "notes", "sample_seed")
 
 
 def tsv_rows(result: AuditResult) -> list[dict]:
     """One TSV row per upload (lists joined with ',' and '; ')."""
     return [{"path": u.path, "verdict": u.verdict, "reasons": ",".join(u.reasons),
              "ignored_cells": ",".join(u.ignored_cells), "why": "; ".join(u.why),
-             "notes": "; ".join(u.notes)}
+             "notes": "; ".join(u.notes),
+             "sample_seed": "" if u.sample_seed is None else str(u.sample_seed)}
             for u in result.uploads]
 
 
@@ -46,8 +47,12 @@ def print_table(result: AuditResult) -> None:
     console.print(table)
     for u in result.uploads:
         console.print(escape(grounds(u)), highlight=False)
+    seed = (f"; sample seed {result.sample_seed}: --sample-seed {result.sample_seed} "
+            f"reproduces the sampled verdicts" if any(u.sample_seed is not None
+                                                        for u in result.uploads) else "")
     console.print(" ".join(f"{k}={v}" for k, v in result.summary.items())
-                  + f"  (audited in {result.elapsed_s:.2f} s, cell logs included)")
+                  + f"  (audited in {result.elapsed_s:.2f} s, cell logs included{seed})",
+                  highlight=False)
 
 
 def grounds(u: UploadVerdict) -> str:
@@ -64,6 +69,10 @@ def grounds(u: UploadVerdict) -> str:
     if u.measured_pairs is not None:
         lines.append(f"  pairs measured (a selected capacity): {u.measured_pairs} of "
                      f"{u.selection_pairs}")
+    if u.sample_seed is not None:
+        lines.append(f"  sampled: sample seed {u.sample_seed} (`epcap audit --sample-seed "
+                     f"{u.sample_seed}` reproduces this verdict; the notes say what fraction "
+                     f"was checked)")
     if u.emulation:
         lines.append(f"  emulation: {u.emulation}")
     if u.verdict == "VALID":
@@ -73,11 +82,11 @@ def grounds(u: UploadVerdict) -> str:
 
 def cli_audit(target: str, errata: str | None = None, git_repos: tuple[str, ...] = (),
               out: str | None = None, as_json: bool = False, strict: bool = False,
-              pad_multiple: int = DEFAULT_PAD_MULTIPLE) -> int:
+              pad_multiple: int = DEFAULT_PAD_MULTIPLE, sample_seed: int | None = None) -> int:
     """`epcap audit`: 0, or 1 under --strict when anything is INVALID or UNKNOWN."""
     bounded_int(pad_multiple, "--pad-multiple", "pad_multiple")   # 10**23: refused, not looped on
     result = audit_target(target, Path(errata) if errata else None, parse_git_repos(git_repos),
-                          pad_multiple=pad_multiple)
+                          pad_multiple=pad_multiple, sample_seed=sample_seed)
     if out:
         write_table_atomic(Path(out), AUDIT_COLUMNS, tsv_rows(result))
     if as_json:

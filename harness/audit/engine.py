@@ -29,6 +29,7 @@ from harness.audit.model import (
 )
 from harness.audit.readers import find_uploads
 from harness.audit.rules import apply_row, expand
+from harness.audit.rules.routing import SAMPLE_SEED_BITS, audit_seed, sampled_notes
 from harness.audit.rules.selection import held_out_notes
 from harness.audit.vocab import NOTHING_TO_JUDGE, UPLOAD_MARKERS, VERDICTS
 from harness.errors import BadInput
@@ -105,6 +106,7 @@ class UploadVerdict:
     emulation: str | None = None           # the note when rows are reference emulation
     measured_pairs: int | None = None      # pairs with a selected capacity
     selection_pairs: int | None = None     # pairs with a selection row
+    sample_seed: int | None = None         # the audit's sample seed, where a rule sampled
 
     @property
     def rules_ran(self) -> list[str]:
@@ -143,7 +145,7 @@ class UploadVerdict:
                 "rules_not_applicable": self.rules_not_applicable,
                 "not_checked": self.not_checked, "emulation": self.emulation,
                 "measured_pairs": self.measured_pairs, "selection_pairs": self.selection_pairs,
-                "valid_does_not_prove": NOT_PROVEN}
+                "sample_seed": self.sample_seed, "valid_does_not_prove": NOT_PROVEN}
 
 
 @dataclass
@@ -153,6 +155,7 @@ class AuditResult:
     target: str
     uploads: list[UploadVerdict]
     elapsed_s: float = 0.0                    # finding, loading and judging (no hf fetch)
+    sample_seed: int | None = None            # the audit's sample seed (--sample-seed)
 
     @property
     def summary(self) -> dict[str, int]:
@@ -160,7 +163,8 @@ class AuditResult:
 
     def to_dict(self) -> dict:
         return {"target": self.target, "uploads": [u.to_dict() for u in self.uploads],
-                "summary": self.summary, "elapsed_s": round(self.elapsed_s, 3)}
+                "summary": self.summary, "elapsed_s": round(self.elapsed_s, 3),
+                "sample_seed": self.sample_seed}
 
 
 def merge_codes(checks: list[Check]) -> list[Check]:
@@ -201,6 +205,8 @@ def audit_upload(upload: Upload, errata: Errata, order: GitClones) -> UploadVerd
     extra = {"emulation": emulation_note(upload), "measured_pairs": measured,
              "selection_pairs": pairs}
     notes += replay_notes(upload)
+    notes += sampled_notes(upload)
+    extra["sample_seed"] = upload.sample_seed if upload.sampled else None
     failed = [c for c in checks if c.state == FAIL]
     undecided = [c for c in checks if c.state == UNKNOWN]
     why = [f"{c.code}: {w}" for c in failed for w in c.why]
@@ -316,10 +322,20 @@ def resolve_target(target: str | Path) -> Path:
 
 def audit_target(target: str | Path, errata: Path | None = None,
                  git_repos: dict[str, Path] | None = None,
-                 pad_multiple: int = DEFAULT_PAD_MULTIPLE) -> AuditResult:
-    """Audit every upload under a local directory or hf://datasets/ORG/NAME[@REVISION]."""
+                 pad_multiple: int = DEFAULT_PAD_MULTIPLE,
+                 sample_seed: int | None = None) -> AuditResult:
+    """Audit every upload under a local directory or hf://datasets/ORG/NAME[@REVISION].
+    `sample_seed` seeds the samples of the rules that sample (routing-not-from-seed): None
+    draws one now (secrets), which an upload's author cannot know; the seed used is stated
+    in the result and with every verdict that sampled, so that passing it reproduces them."""
     if isinstance(pad_multiple, bool) or not isinstance(pad_multiple, int) or pad_multiple <= 0:
         raise BadInput(f"must be a positive integer, got {pad_multiple!r}", field="--pad-multiple")
+    if sample_seed is None:
+        sample_seed = audit_seed()
+    elif isinstance(sample_seed, bool) or not isinstance(sample_seed, int) \
+            or not 0 <= sample_seed < 2 ** SAMPLE_SEED_BITS:
+        raise BadInput(f"must be an integer from 0 to 2**{SAMPLE_SEED_BITS} - 1, got "
+                       f"{sample_seed!r}", field="--sample-seed")
     registry = load_errata(errata)
     order = GitClones(git_repos)
     root = resolve_target(target)
@@ -328,6 +344,9 @@ def audit_target(target: str | Path, errata: Path | None = None,
     if not folders:
         raise BadInput(f"no upload found (no {ATTEMPTS_TSV} or {SELECTION_TSV} at any depth)",
                        path=str(target))
-    uploads = [audit_upload(load_upload(root, f, pad_multiple), registry, order)
-               for f in folders]
-    return AuditResult(str(target), uploads, time.perf_counter() - started)
+    uploads = []
+    for folder in folders:
+        upload = load_upload(root, folder, pad_multiple)
+        upload.sample_seed = sample_seed
+        uploads.append(audit_upload(upload, registry, order))
+    return AuditResult(str(target), uploads, time.perf_counter() - started, sample_seed)

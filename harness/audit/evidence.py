@@ -295,8 +295,9 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
         "(a reference cell's dispatch rows)": _e(
             CHECKED, "actual_valid_recv, pre_balance_recv, redundant_experts against the "
             "routing Backend.expected_dispatch regenerates from cell.json argv (seed, model "
-            "seed, workload, shape, personality; a seeded sample of 64 (iteration, layer) "
-            "groups in a bigger cell), and a recorded routing_trace.jsonl in the cell against "
+            "seed, workload, shape, personality; in a bigger cell a sample of 64 (iteration, "
+            "layer) groups drawn from the audit's sample seed, always holding each rank's top "
+            "row and every saturated row), and a recorded routing_trace.jsonl in the cell against "
             "those rows and the seed's counts", ROUTING_NOT_FROM_SEED),
         "events.jsonl cell_finish": _e(CHECKED, "results.events.read_events: every cell the "
                                        "run recorded as finished (canaries too) is in the "

@@ -107,6 +107,8 @@ class Upload:
     abandoned: set[str] | None = None                    # cells a resumed campaign abandoned
     events: tuple[list[dict] | None, str | None] | None = None  # events.jsonl (upload_events)
     replay: object = None                                # rules.pipeline.UploadReplay, once
+    sample_seed: int | None = None                       # the audit's sample seed (routing)
+    sampled: dict[str, str] = field(default_factory=dict)  # cell path -> what was sampled
 
     def cell_for(self, row: Row) -> Cell | None:
         """The cell a row names: by its path in the upload, else by a unique directory name."""

@@ -524,7 +524,7 @@ def test_cli_table_tsv_and_strict(valid, mutant, tmp_path):
     res = runner.invoke(main, ["audit", str(valid), "--strict", "--out", str(tmp_path / "v.tsv")])
     assert res.exit_code == 0 and "VALID" in res.stdout and "audited in" in res.stdout
     lines = (tmp_path / "v.tsv").read_text().splitlines()
-    assert lines[0] == "path\tverdict\treasons\tignored_cells\twhy\tnotes"
+    assert lines[0] == "path\tverdict\treasons\tignored_cells\twhy\tnotes\tsample_seed"
     assert lines[1].startswith(".\tVALID\t\tQWEN3_30B__echo__natural__cap1p75__a1")
     (mutant / "provenance.txt").unlink()
     res = runner.invoke(main, ["audit", str(mutant)])

@@ -221,11 +221,40 @@ def test_the_regeneration_is_the_workers_own_plan():
                     assert fields["redundant_experts"] == int((hosted != me).sum())
 
 
-def test_big_cells_are_checked_on_a_seeded_sample():
+def test_big_cells_are_checked_on_a_sample_of_the_audits_seed():
+    """A big cell's sample: the audit's seed and the cell's name decide it (the same seed,
+    the same sample; another seed, another), the always-sampled groups are in it, and it
+    is MAX_GROUPS groups; a small cell is checked whole (test_audit_sample.py forges)."""
     from harness.audit.rules.routing import MAX_GROUPS, sample
-    iters, layers = tuple(range(65)), tuple(range(94))
-    got = sample("M__echo__measure__cap2p00__a1", iters, layers)
-    assert got == sample("M__echo__measure__cap2p00__a1", iters, layers)
-    assert len(got[0]) * len(got[1]) <= MAX_GROUPS and len(got[1]) == 8, got
-    assert sample("x", (0, 1, 2), (0, 1)) == ((0, 1, 2), (0, 1))
-    assert len(sample("x", iters, (3, 4))[0]) == MAX_GROUPS // 2
+    iters, layers, name = tuple(range(65)), tuple(range(94)), "M__echo__measure__cap2p00__a1"
+    always = {(64, 93), (0, 0), (7, 11)}
+    got = sample(5, name, iters, layers, always)
+    assert got == sample(5, name, iters, layers, always) and len(got) == MAX_GROUPS, got
+    assert always <= set(got) and got == tuple(sorted(set(got))), got
+    assert got != sample(6, name, iters, layers, always)
+    assert sample(5, name, iters, layers) != sample(5, name + "x", iters, layers)
+    assert len({sample(s, name, iters, layers)[0] for s in range(50)}) > 10
+    many = {(i, 0) for i in range(65)} | {(0, layer) for layer in range(94)}
+    assert set(sample(5, name, iters, layers, many)) == many    # all kept, none drawn
+    assert sample(1, "x", (0, 1, 2), (0, 1)) == ((0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1))
+
+
+def test_the_always_sampled_groups_are_found_in_any_field_order(tmp_path):
+    """Each rank's top row and every saturated row, wherever a forger writes them: another
+    field order, a prefix, leading zeros (ties of a top kept)."""
+    from harness.audit.rules.routing import always_sampled, rank_tops
+    tag = "[MOE_DROP_DEBUG][dispatch]"
+    rows = [f"{tag} iter={i} layer={layer} rank={r} expected_recv=100 "
+            f"actual_valid_recv={100 + i + layer + r} budget=200"
+            for i in range(5) for layer in range(5) for r in range(2)]
+    rows.append(f"[rank1]: {tag} rank=1 actual_valid_recv=00150 iter=2 layer=3 "
+                f"expected_recv=100 budget=200")
+    rows.append(f"{tag} budget=120 actual_valid_recv=120 rank=0 layer=0 iter=4 "
+                f"expected_recv=100")
+    rows.append(f"{tag} iter=1 layer=1 rank=1 expected_recv=100 actual_valid_recv=150 "
+                f"budget=200")
+    log = tmp_path / "node0.log"
+    log.write_text("\n".join(rows) + "\n")
+    assert rank_tops([log]) == {0: 120, 1: 150}
+    assert always_sampled([log], [200, 120]) == {(2, 3), (4, 0), (1, 1)}
+    assert always_sampled([log], []) == {(2, 3), (4, 0), (1, 1)}

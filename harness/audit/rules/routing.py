@@ -12,9 +12,16 @@ share N) do not depend on the routing and are not compared here. A recorded epca
 counts imply and, for a seeded run, to the seed's counts rank by rank.
 
 Cost: regeneration draws every rank's counts per (iteration, layer), so a cell of more than
-MAX_GROUPS groups is checked on a seeded sample (a fixed product of iterations and layers
-from its name): a forger who edits a few groups of a big cell escapes with the odds of the
-sample. Rows in another field order than the worker's are found by a slower second read.
+MAX_GROUPS groups is checked on a sample of them that a forger cannot predict: it is drawn
+from the audit's sample seed (chosen at audit time, `secrets.randbits(63)`, unless `epcap
+audit --sample-seed N` gives it; printed with the verdict) and the cell's name, and it always
+holds the groups of the rows that decide a requirement: each rank's top row (the maximum
+`actual_valid_recv` of that rank, ties included; the cell's peak is one of them) and every
+saturated row (`actual_valid_recv >= budget`); the rest of the MAX_GROUPS is drawn at random.
+A forger who edits k other groups of a cell of G groups, m of them always sampled, escapes
+one audit with probability C(G-m-k, s) / C(G-m, s), s = MAX_GROUPS - m (for one group
+1 - s/(G-m)); the verdict states the fraction checked per cell. Rows in another field order
+than the worker's are found by a slower second read.
 
 Not applicable: no runbook as run (no backend to ask), no cell of such a backend. UNKNOWN:
 a reference cell with no argv, or one its worker here refuses (another version's flags), an
@@ -25,10 +32,11 @@ format. Upstream facts: none beyond this repository's own reference backend.
 
 from __future__ import annotations
 
+import hashlib
 import json
-import math
 import random
 import re
+import secrets
 from pathlib import Path
 
 import numpy as np
@@ -36,10 +44,17 @@ import numpy as np
 from harness.api.backend import Backend, ExpectedDispatch
 from harness.api.registry import load_backend
 from harness.audit.model import NOT_APPLICABLE, Cell, Check, Rule, Source, Table, Upload, verdict_of
-from harness.audit.readers import log_files, numbered_matches, numbered_tagged_lines, safe_real
+from harness.audit.readers import (
+    TAG_BLOCK_BYTES,
+    log_files,
+    numbered_matches,
+    numbered_tagged_lines,
+    safe_real,
+)
 from harness.audit.rules.rederive import as_run
 from harness.audit.vocab import ROUTING_NOT_FROM_SEED
 from harness.errors import EpcapError
+from harness.io.boundary.logs import LINE_MAX_BYTES, open_log
 from harness.io.bounds import json_loads
 from harness.io.safeio import open_stream
 from harness.loadmodel.traces import TraceError, check_ids
@@ -55,43 +70,229 @@ Key = tuple[int, int, int]                              # iteration, layer, rank
 Stated = dict[Key, list[tuple[str, dict]]]              # -> [(file:line, fields)]
 
 
-def sample(name: str, iterations: tuple[int, ...], layers: tuple[int, ...],
-           limit: int = MAX_GROUPS) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Every group when there are at most `limit`, else a product of iterations and layers
-    seeded by the cell's name (deterministic; one regex finds its rows)."""
-    if len(iterations) * len(layers) <= limit:
-        return iterations, layers
-    rng = random.Random(f"routing|{name}")
-    n_layers = min(len(layers), max(1, math.isqrt(limit)))
-    n_iters = min(len(iterations), max(1, limit // n_layers))
-    return (tuple(sorted(rng.sample(iterations, n_iters))),
-            tuple(sorted(rng.sample(layers, n_layers))))
+SAMPLE_SEED_BITS = 63             # an audit's sample seed: 0 <= seed < 2**63
+Group = tuple[int, int]                                 # iteration, layer
+
+
+def audit_seed() -> int:
+    """A sample seed chosen now, which no one preparing an upload can know."""
+    return secrets.randbits(SAMPLE_SEED_BITS)
+
+
+def cell_seed(seed: int, name: str) -> int:
+    """The cell's own sub-seed: the audit's seed and the cell's name, hashed."""
+    digest = hashlib.sha256(f"routing-not-from-seed|{seed}|{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+def sample(seed: int, name: str, iterations: tuple[int, ...], layers: tuple[int, ...],
+           always: frozenset[Group] | set[Group] = frozenset(),
+           limit: int = MAX_GROUPS) -> tuple[Group, ...]:
+    """The (iteration, layer) groups checked, sorted: every group when there are at most
+    `limit`; else the groups in `always` (the top and saturated rows' groups) and, up to
+    `limit`, groups drawn at random from the rest with the cell's sub-seed of the audit's
+    sample seed (the same seed gives the same sample)."""
+    groups = [(it, layer) for it in iterations for layer in layers]
+    if len(groups) <= limit:
+        return tuple(groups)
+    keep = sorted(set(always).intersection(groups))
+    kept = set(keep)
+    rest = [g for g in groups if g not in kept]
+    fill = random.Random(cell_seed(seed, name)).sample(rest, max(0, limit - len(keep)))
+    return tuple(sorted(keep + fill))
+
+
+def _blocks(path: Path):
+    """A log's bytes, block by block, each cut after a newline (bounded memory, as
+    readers.numbered_matches reads)."""
+    with open_log(path) as handle:
+        carry = b""
+        while True:
+            data = handle.read(TAG_BLOCK_BYTES)
+            block = carry + data
+            cut = len(block) if not data else block.rfind(b"\n") + 1
+            carry, block = block[cut:][:LINE_MAX_BYTES], block[:cut]
+            yield block
+            if not data:
+                break
+
+
+_TAG = DISPATCH_TAG.encode()
+_HEAD = re.escape(_TAG) + rb" iter=[0-9]{1,9} layer=[0-9]{1,9} rank="
+_TAIL = rb" expected_recv=[0-9]{1,18} actual_valid_recv=([0-9]{1,18})(?=[ \t\r\n]|$)"
+_RANK_VALUE = re.compile(_HEAD + rb"([0-9]{1,9})" + _TAIL)     # (rank, actual_valid_recv)
+_FIRST_RANK = re.compile(_HEAD + rb"([0-9]{1,9}) ")
+
+
+def _one_rank(rank: bytes) -> re.Pattern:
+    """actual_valid_recv of the rows of one rank, in the worker's field order."""
+    return re.compile(_HEAD + re.escape(rank) + _TAIL)
+
+
+def _block_tops(block: bytes, patterns: dict[bytes, re.Pattern]) -> list[tuple]:
+    """(rank, top actual_valid_recv) of a block's dispatch rows: a rank log's block (every
+    row one rank's, the worker's order) by one regex naming that rank; several ranks by one
+    naming none; another field order row by row."""
+    tagged = block.count(_TAG)
+    if not tagged:
+        return []
+    first = _FIRST_RANK.search(block)
+    if first is not None:
+        rank = first.group(1)
+        if rank not in patterns:
+            patterns[rank] = _one_rank(rank)
+        values = patterns[rank].findall(block)
+        if len(values) == tagged:
+            if len(min(values, key=len)) == len(max(values, key=len)):
+                return [(int(rank), int(max(values)))]   # equal lengths: the text's order
+            return [(int(rank), max(map(int, values)))]
+        found = _RANK_VALUE.findall(block)
+        if len(found) == tagged:
+            table = np.array(found).astype(np.int64)      # (rank, value) per row, in C
+            ranks, values = table[:, 0], table[:, 1]
+            return [(int(r), int(values[ranks == r].max())) for r in np.unique(ranks)]
+    return [(_whole(f, "rank"), _whole(f, "actual_valid_recv")) for f in _tagged_fields(block)]
+
+
+def _tagged_fields(block: bytes):
+    """The fields of every dispatch row of a block, in any field order (the slow read)."""
+    at = block.find(_TAG)
+    while at >= 0:
+        end = block.find(b"\n", at)
+        end = len(block) if end < 0 else end
+        yield row_fields(block[at + len(_TAG):end])
+        at = block.find(_TAG, end)
+
+
+def _whole(fields: dict, key: str) -> int | None:
+    text = fields.get(key)
+    return int(text) if text is not None and _DIGITS.fullmatch(text) else None
+
+
+def rank_tops(files: list[Path]) -> dict[int, int]:
+    """Each rank's maximum `actual_valid_recv` over the cell's dispatch rows."""
+    return _scan_tops(files, None)[0]
+
+
+_KEY = b"actual_valid_recv="
+_DELIMS = b" \t\r\n"
+
+
+def _value_spans(block: bytes, values: set[int]):
+    """(start, end) of every `actual_valid_recv=V` with V in `values` followed by white space
+    or the end: found by a bytes search per value, or by a regex where the block writes a
+    value with leading zeros (0017 is 17)."""
+    if block.count(_KEY + b"0"):
+        pattern = re.compile(re.escape(_KEY) + rb"0*(?:" + _alternatives(tuple(sorted(values)))
+                             + rb")(?=[ \t\r\n]|$)")
+        for m in pattern.finditer(block):
+            yield m.start(), m.end()
+        return
+    for value in sorted(values):
+        needle = _KEY + str(value).encode()
+        at = block.find(needle)
+        while at >= 0:
+            end = at + len(needle)
+            if end == len(block) or block[end] in _DELIMS:
+                yield at, end
+            at = block.find(needle, end)
+
+
+def _rows_with(block: bytes, values: set[int]) -> list[tuple[int, int, int, int, int | None]]:
+    """(iteration, layer, rank, actual_valid_recv, budget) of a block's dispatch rows whose
+    `actual_valid_recv` is one of `values`, whatever their field order (_value_spans)."""
+    out = []
+    for start, stop in _value_spans(block, values):
+        start = block.rfind(b"\n", 0, start) + 1
+        end = block.find(b"\n", stop)
+        line = block[start:len(block) if end < 0 else end]
+        if _TAG not in line:
+            continue
+        fields = row_fields(line.split(_TAG, 1)[1])
+        row = tuple(_whole(fields, k) for k in ("iter", "layer", "rank", "actual_valid_recv",
+                                                  "budget"))
+        if None not in row[:4]:                    # malformed: incomplete-telemetry says so
+            out.append(row)
+    return out
+
+
+def _scan_tops(files: list[Path], budgets: list[int] | None
+               ) -> tuple[dict[int, int], list[tuple]]:
+    """One read of the cell's logs: each rank's top value, and (unless `budgets` is None)
+    the rows that may be a top or saturated: in each block, the rows holding a value at or
+    above its rank's top so far (_block_tops), or one of the budgets."""
+    top: dict[int, int] = {}
+    rows: list[tuple] = []
+    patterns: dict[bytes, re.Pattern] = {}
+    saturating = {b for b in budgets or () if b >= 0}
+    for path in files:
+        for block in _blocks(path):
+            values = set(saturating)
+            for rank, value in _block_tops(block, patterns):
+                if rank is not None and value is not None and value >= top.get(rank, -1):
+                    top[rank] = value
+                    values.add(value)
+            if values and budgets is not None:
+                rows += _rows_with(block, values)
+    return top, rows
+
+
+def always_sampled(files: list[Path], budgets: list[int]) -> set[Group]:
+    """The groups that decide a requirement: those holding a rank's top row (ties
+    included) or a saturated row (`actual_valid_recv >= budget`; rows over the budget are
+    `conservation-broken`'s, and the highest of a rank is its top row). Each rank's top is
+    read with the rows that may hold it (the cell's budgets, the block's tops), in one read
+    of the logs; those rows are found whatever their field order."""
+    top, rows = _scan_tops(files, budgets)
+    return {(it, layer) for it, layer, rank, value, budget in rows
+            if value == top.get(rank) or (budget is not None and value >= budget)}
 
 
 def _alternatives(values: tuple[int, ...]) -> bytes:
     return b"|".join(str(v).encode() for v in values)
 
 
-def stated_rows(files: list[Path], at: str, iters: tuple[int, ...],
-                layers: tuple[int, ...]) -> Stated:
-    """The sampled groups' dispatch rows in the worker's field order (a regex naming them)."""
-    pattern = re.compile(re.escape(DISPATCH_TAG.encode()) + rb" iter=(" + _alternatives(iters)
-                         + rb") layer=(" + _alternatives(layers) + rb") rank=(\d{1,9})"
+def _trie(words: list[bytes]) -> bytes:
+    """A regex alternation of `words` as a trie (each branch on its next byte): a row's
+    iteration is told apart in a few steps, not one try per sampled group."""
+    if words == [b""]:
+        return b""
+    heads: dict[int, list[bytes]] = {}
+    for word in words:
+        heads.setdefault(word[0] if word else -1, []).append(word[1:])
+    parts = [b"" if head < 0 else re.escape(bytes([head])) + _trie(sorted(set(tails)))
+             for head, tails in sorted(heads.items())]
+    return parts[0] if len(parts) == 1 else b"(?:" + b"|".join(parts) + b")"
+
+
+def _pairs(groups: tuple[Group, ...]) -> bytes:
+    """A regex naming exactly these (iteration, layer) groups: `I layer=L`, as a trie."""
+    return _trie(sorted({f"{it} layer={layer}".encode() for it, layer in groups}))
+
+
+def stated_rows(files: list[Path], at: str, groups: tuple[Group, ...],
+                every: bool = False) -> Stated:
+    """The sampled groups' dispatch rows in the worker's field order (a regex naming them;
+    `every`: the groups are all the cell's, any iteration and layer is read)."""
+    head = re.escape(DISPATCH_TAG.encode()) + rb" iter="
+    if not every:
+        head += rb"(?=(?:" + _pairs(groups) + rb") rank=)"
+    pattern = re.compile(head + rb"([0-9]{1,9}) layer=([0-9]{1,9}) rank=([0-9]{1,9})"
                          rb"(?=[ \t\r\n]|$)([^\n]*)")
-    out: Stated = {}
+    want, out = set(groups), {}
     for path in files:
         for line_no, m in numbered_matches(path, pattern):
-            fields = row_fields(m.group(4))
-            out.setdefault((int(m.group(1)), int(m.group(2)), int(m.group(3))), []).append(
-                (f"{at}/{path.name}:{line_no}", fields))
+            key = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
+            if key[:2] not in want:
+                continue
+            out.setdefault(key, []).append((f"{at}/{path.name}:{line_no}", row_fields(m.group(4))))
     return out
 
 
-def stated_rows_any_order(files: list[Path], at: str, iters: tuple[int, ...],
-                          layers: tuple[int, ...]) -> Stated:
+def stated_rows_any_order(files: list[Path], at: str, groups: tuple[Group, ...]) -> Stated:
     """The sampled groups' dispatch rows with their fields in any order (every tagged line
     decoded: the slow read, for logs the fast one leaves groups short in)."""
-    want_i, want_l, out = set(iters), set(layers), {}
+    want, out = set(groups), {}
     for path in files:
         for line_no, text in numbered_tagged_lines(path, (DISPATCH_TAG,), b"[MOE_DROP_DEBUG]"):
             fields = row_fields(text.split(DISPATCH_TAG, 1)[1].encode())
@@ -99,7 +300,7 @@ def stated_rows_any_order(files: list[Path], at: str, iters: tuple[int, ...],
             if not all(_DIGITS.fullmatch(v) for v in key):
                 continue                           # malformed: incomplete-telemetry says so
             it, layer, rank = (int(v) for v in key)
-            if it in want_i and layer in want_l:
+            if (it, layer) in want:
                 out.setdefault((it, layer, rank), []).append(
                     (f"{at}/{path.name}:{line_no}", fields))
     return out
@@ -148,8 +349,8 @@ class TraceRead:
         self.skipped: str | None = None
 
 
-def read_trace(upload: Upload, cell: Cell, ed: ExpectedDispatch, iters: tuple[int, ...],
-               layers: tuple[int, ...]) -> TraceRead:
+def read_trace(upload: Upload, cell: Cell, ed: ExpectedDispatch,
+               groups: tuple[Group, ...]) -> TraceRead:
     """The cell's recorded trace (its file name in the cell directory), header held to the
     argv, sampled records as per-expert counts (traces.check_ids)."""
     out = TraceRead()
@@ -162,7 +363,7 @@ def read_trace(upload: Upload, cell: Cell, ed: ExpectedDispatch, iters: tuple[in
     if real is None:
         out.skipped = f"{at}: {problem}"
         return out
-    want_i, want_l, head = set(iters), set(layers), ed.trace_header
+    want, head = set(groups), ed.trace_header
     try:
         with open_stream(real, max_bytes=TRACE_CAP_BYTES) as handle:
             for line_no, line in enumerate(handle, start=1):
@@ -177,13 +378,13 @@ def read_trace(upload: Upload, cell: Cell, ed: ExpectedDispatch, iters: tuple[in
                 m = _TRACE_KEY.match(line)
                 if m is not None:
                     key = tuple(int(g) for g in m.groups())
-                    if key[0] not in want_i or key[1] not in want_l:
+                    if key[:2] not in want:
                         continue
                 obj = ids_only(line)
                 if not isinstance(obj, dict):
                     continue
                 key = tuple(obj.get(k) for k in ("iter", "layer", "rank"))
-                if key[0] not in want_i or key[1] not in want_l or not isinstance(key[2], int):
+                if key[:2] not in want or not isinstance(key[2], int):
                     continue
                 ids = check_ids(obj.get("topk_ids"), "topk_ids", head["tokens"], head["topk"],
                                 head["experts"], at, line_no)
@@ -222,19 +423,42 @@ def trace_problems(ed: ExpectedDispatch, trace: TraceRead, stated: Stated,
 Memo = dict[tuple[int, int], tuple[np.ndarray, dict[int, dict[str, int]]]]
 
 
+class Sampled:
+    """What one cell's check covered: groups checked of the cell's, those always checked."""
+
+    def __init__(self, checked: int, total: int, always: int) -> None:
+        self.checked, self.total, self.always = checked, total, always
+
+    def sentence(self, path: str, seed: int) -> str:
+        share = 100 * self.checked / self.total if self.total else 100.0
+        share = f"{share:.0f}" if share >= 10 else f"{share:.2g}"     # 16%, 1.0%, 0.52%
+        return (f"{ROUTING_NOT_FROM_SEED} checked {self.checked} of {self.total} (iteration, "
+                f"layer) groups ({share}%) of cell {path}, sample seed {seed} ({self.always} "
+                f"always: those of each rank's top row and of every saturated row)")
+
+
 def cell_problems(upload: Upload, cell: Cell, ed: ExpectedDispatch, files: list[Path],
-                  memo: Memo) -> tuple[list[str], list[str], int, bool]:
-    """(contradictions, unknowns, fields compared, trace read) of one regenerable cell;
-    `memo` holds the groups already regenerated for the same argv (a time cell's launches)."""
-    iters, layers = sample(cell.name, ed.iterations, ed.layers)
-    stated = stated_rows(files, cell.path, iters, layers)
-    groups = {(k[0], k[1]) for k in stated}
-    if any(len({k[2] for k in stated if k[:2] == g}) < ed.ranks for g in groups) or \
+                  memo: Memo, seed: int) -> tuple[list[str], list[str], int, bool, Sampled]:
+    """(contradictions, unknowns, fields compared, trace read, what was sampled) of one
+    regenerable cell; `memo` holds the groups already regenerated for the same argv (a time
+    cell's launches); `seed` is the audit's sample seed."""
+    total = len(ed.iterations) * len(ed.layers)
+    always: set[Group] = set()
+    if total > MAX_GROUPS:
+        logs = cell.logs                  # no saturated row (the summary): no budget looked up
+        budgets = list(logs.budgets) if logs is not None and logs.saturated_rows else []
+        always = always_sampled(files, budgets)
+    groups = sample(seed, cell.name, ed.iterations, ed.layers, always)
+    every = len(groups) == total
+    always = always.intersection(groups)
+    stated = stated_rows(files, cell.path, groups, every)
+    found = {(k[0], k[1]) for k in stated}
+    if any(len({k[2] for k in stated if k[:2] == g}) < ed.ranks for g in found) or \
             (not stated and files):
-        stated = stated_rows_any_order(files, cell.path, iters, layers)
-        groups = {(k[0], k[1]) for k in stated}
+        stated = stated_rows_any_order(files, cell.path, groups)
+        found = {(k[0], k[1]) for k in stated}
     bad, unknown, compared, seeded = [], [], 0, {}
-    for it, layer in sorted(groups) if ed.seeded else ():
+    for it, layer in sorted(found) if ed.seeded else ():
         if (it, layer) not in memo:
             counts = ed.counts(it, layer)
             memo[(it, layer)] = counts, ed.rows(counts)
@@ -244,13 +468,27 @@ def cell_problems(upload: Upload, cell: Cell, ed: ExpectedDispatch, files: list[
         bad, unknown, compared = bad + b, unknown + u, compared + n
     read = False
     if ed.trace is not None:
-        trace = read_trace(upload, cell, ed, iters, layers)
+        trace = read_trace(upload, cell, ed, groups)
         read = trace.skipped is None
         b, u = trace_problems(ed, trace, stated, seeded)
         bad, unknown = bad + b, unknown + u
     if len(bad) > 1:
         bad = [f"{bad[0]}; {len(bad) - 1} more in this cell"]
-    return bad, unknown, compared, read
+    return bad, unknown, compared, read, Sampled(len(groups), total, len(always))
+
+
+MAX_SAMPLED_NOTES = 8           # cells named one by one in a verdict's sampling notes
+
+
+def sampled_notes(upload: Upload) -> list[str]:
+    """The verdict's notes on what was sampled: cell by cell (the first few by path), each
+    with the fraction checked and the sample seed."""
+    cells = [text for _, text in sorted(upload.sampled.items())]
+    if len(cells) > MAX_SAMPLED_NOTES:
+        cells = cells[:MAX_SAMPLED_NOTES] + [
+            f"... and {len(cells) - MAX_SAMPLED_NOTES} more cells checked on a sample by "
+            f"{ROUTING_NOT_FROM_SEED}, sample seed {upload.sample_seed}"]
+    return cells
 
 
 def backend_for(upload: Upload, cell: Cell, cache: dict[str, Backend | None]) -> Backend | None:
@@ -272,7 +510,11 @@ def check_routing(table: Table, upload: Upload) -> Check:
     if not as_run(upload):
         return Check(ROUTING_NOT_FROM_SEED, NOT_APPLICABLE, [
             "no runbook as run (the earlier layout): no backend to regenerate routing with"])
+    if upload.sample_seed is None:                 # no seed given: one no one could know
+        upload.sample_seed = audit_seed()
+    seed = upload.sample_seed
     bad, unknown, cache, cells, fields, traces = [], [], {}, 0, 0, 0
+    checked = total = 0
     regenerated: dict[tuple, tuple[ExpectedDispatch | None, Memo]] = {}
     for _, cell in sorted(upload.cells.items()):
         if cell.problem or cell.cell_json is None or cell.where is None:
@@ -297,19 +539,25 @@ def check_routing(table: Table, upload: Upload) -> Check:
             unknown.append(f"{cell.path}: {problem}")
             continue
         cells += 1
-        b, u, n, read = cell_problems(upload, cell, ed, files, memo)
+        b, u, n, read, got = cell_problems(upload, cell, ed, files, memo, seed)
         bad, unknown, fields, traces = bad + b, unknown + u, fields + n, traces + read
+        checked, total = checked + got.checked, total + got.total
+        if got.checked < got.total:
+            upload.sampled[cell.path] = got.sentence(cell.path, seed)
     if not cells and not unknown:
         return Check(ROUTING_NOT_FROM_SEED, NOT_APPLICABLE, [
             "no cell ran a backend whose routing the audit regenerates (the reference "
             "worker's argv)"])
+    sampled = (f"; {len(upload.sampled)} cells over {MAX_GROUPS} (iteration, layer) groups "
+               f"checked on a sample, {checked} of {total} groups in all, sample seed {seed}"
+               if upload.sampled else "")
     return verdict_of(bad, [f"{cells} cells' dispatch rows are the routing of their seed "
-                            f"({fields} fields compared; a cell over {MAX_GROUPS} (iteration, "
-                            f"layer) groups on a seeded sample of them); {traces} recorded "
+                            f"({fields} fields compared{sampled}); {traces} recorded "
                             f"traces agree"], ROUTING_NOT_FROM_SEED, unknown)
 
 
-__all__ = ["check_routing", "sample"]
+__all__ = ["always_sampled", "audit_seed", "cell_seed", "check_routing", "sample",
+           "sampled_notes"]
 
 RULES: tuple[Rule, ...] = (
     Rule(ROUTING_NOT_FROM_SEED, "a reference cell's dispatch rows (actual_valid_recv, "
