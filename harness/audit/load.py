@@ -18,6 +18,7 @@ from pathlib import Path, PurePosixPath
 from harness.audit.model import Cell, Upload, cell_key, norm
 from harness.audit.readers import (
     SMALL_CAP_BYTES,
+    plain_file,
     read_fields,
     read_json,
     read_logs,
@@ -112,10 +113,10 @@ def read_pending_logs(upload: Upload) -> None:
     reader), on several forked workers when they are large: it is half the audit's cost."""
     jobs, upload.pending_logs = dict(upload.pending_logs), {}
     size = 0
-    for _, path, *_rest in jobs.values():
+    for root, path, *_rest in jobs.values():
         try:
-            size += sum(e.stat(follow_symlinks=False).st_size for e in os.scandir(path)
-                        if e.name.endswith(".log") and e.is_file(follow_symlinks=False))
+            size += sum(os.stat(e.path).st_size for e in os.scandir(path)
+                        if e.name.endswith(".log") and plain_file(root, Path(e.path)))
         except OSError:
             continue
     workers = min(len(jobs), os.cpu_count() or 1, 16)

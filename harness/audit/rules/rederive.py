@@ -39,7 +39,7 @@ from harness.audit.model import (
     verdict_of,
     where,
 )
-from harness.audit.readers import safe_real
+from harness.audit.readers import followed, plain_file, safe_real
 from harness.audit.rules.apply import blanked
 from harness.audit.rules.present import claims_a_run, has_logs
 from harness.audit.vocab import (
@@ -125,7 +125,7 @@ def derive_all(upload: Upload) -> None:
             and not c.problem and k not in upload.derived and parse_cell_name(c.name)]
     workers = min(len(todo), os.cpu_count() or 1, 16)
     size = sum(p.stat().st_size for k in todo for p in upload.cells[k].where.glob(LOG_GLOB)
-               if p.is_file() and not p.is_symlink())
+               if plain_file(upload.folder, p))
     if workers < 2 or size < PARALLEL_BYTES or "fork" not in mp.get_all_start_methods():
         return
     load_table()                 # the signature table, read once here, inherited by workers
@@ -228,8 +228,8 @@ def _derive(upload: Upload, cell: Cell) -> Derived:
                                  f"only a log gives (missing evidence)")
     if cell.logs_problem:              # an LFS pointer, over the cap, a link out of the upload
         return Derived({}, None, f"{cell.path}: {cell.logs_problem}")
-    linked = sorted(p.name for p in cell.where.iterdir()
-                    if p.suffix in LOG_SUFFIXES and p.is_symlink())
+    linked = sorted(p.name for p in cell.where.iterdir() if p.suffix in LOG_SUFFIXES
+                    and p.is_symlink() and followed(upload.folder, p) is None)
     if linked:
         return Derived({}, None, f"{cell.path}: log {linked[0]} is a link (not followed)")
     logs = sorted(p for p in cell.where.glob(LOG_GLOB) if p.is_file())
