@@ -59,6 +59,13 @@ def lfs_pointer(path: Path, size: int | None = None) -> bool:
     return bool(LFS_VERSION.match(head)) and b"\noid sha256:" in head
 
 
+def withheld(problem: str | None) -> bool:
+    """Whether a reader's why says the file is evidence the audit does not have (a Git LFS
+    pointer, marked once in safe_real): a rule that needs it is UNKNOWN (`lfs-pointer` names
+    the files), never INVALID."""
+    return bool(problem) and LFS_PROBLEM in problem
+
+
 def followed(root: Path, path: Path) -> Path | None:
     """The file a link of the upload is read as, or None when the audit does not follow it:
     the one rule for file links of every audit reader. A link is followed when it resolves
