@@ -242,7 +242,8 @@ def test_a_link_to_a_system_file_is_refused(hub, tmp_path):
 def test_a_blob_in_the_shared_store_is_followed(hub, tmp_path):
     """huggingface_hub's cache-wide store for Xet files: the repository's blob is a link into
     `<cache>/blobs/<2 hex>/<64 hex>` (marked by `.huggingface-shared-blobs`). Followed only
-    with the store's marker, never into an unmarked folder of that name."""
+    with the store's marker, never into an unmarked folder of that name, nor through a
+    prefix folder that is a link."""
     snapshot = linked_copy(hub, tmp_path)
     storage = snapshot.parent.parent
     blob = Path(os.path.realpath(snapshot / PREFIX / TIME_LOG))
@@ -257,6 +258,13 @@ def test_a_blob_in_the_shared_store_is_followed(hub, tmp_path):
     (store / ".huggingface-shared-blobs").write_text("1\n")
     assert hub_link(snapshot / PREFIX / TIME_LOG) == entry
     assert only(audit_target(snapshot)).verdict == "VALID"
+    # a prefix folder that is itself a link (to a folder elsewhere, same name) is not the store
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.copyfile(entry, elsewhere / xet)
+    shutil.rmtree(entry.parent)
+    entry.parent.symlink_to(elsewhere)
+    assert hub_link(snapshot / PREFIX / TIME_LOG) is None
 
 
 def test_hf_target_audits_the_cache_the_package_wrote(hub, tmp_path, monkeypatch):

@@ -124,7 +124,8 @@ def hub_link(path: Path) -> Path | None:
             return None
         target = _hop(blob)
         if target.parent.parent != store or not SHARED_HASH.fullmatch(target.name) \
-                or target.parent.name != target.name[:2] or not _regular(target):
+                or target.parent.name != target.name[:2] or not _real_dir(target.parent) \
+                or not _regular(target):
             return None
         return target
     except (OSError, ValueError, RuntimeError):
