@@ -33,6 +33,7 @@ from harness.audit.rules.routing import SAMPLE_SEED_BITS, audit_seed, sampled_no
 from harness.audit.rules.selection import held_out_notes
 from harness.audit.vocab import NOTHING_TO_JUDGE, UPLOAD_MARKERS, VERDICTS
 from harness.errors import BadInput
+from harness.io.boundary.hub import hub_link
 from harness.io.bounds import clip_line
 from harness.results.layout import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
 from harness.vocab import DEFAULT_PAD_MULTIPLE, Impl
@@ -275,15 +276,15 @@ def fetch_hf(repo_id: str, revision: str | None, cache: Path | None = None) -> P
 
 def materialise(snapshot: Path, local: Path, patterns: list[str]) -> None:
     """Copy the snapshot's files that match the patterns into `local` as plain files (hard
-    links where the file system allows). The hub's snapshot holds links into the repository's
-    `blobs/`, outside the snapshot: each is followed only when it resolves to a regular file
-    in that repository's own blobs (or in the snapshot), so the audit's readers, which refuse
-    links leaving TARGET, read plain files. The hub's cache may hold more files than the
-    patterns name (an earlier fetch, offline mode): only the evidence files are taken."""
+    links where the file system allows): a fixed copy of exactly the evidence files of one
+    commit, reused without the hub (the hub's cache may hold more files than the patterns
+    name, from an earlier fetch, and may be pruned). Each link is followed by the one rule
+    the audit's readers follow a Hub snapshot's links by (harness.io.boundary.hub.hub_link:
+    a regular file of that repository's own blobs, or inside the snapshot); any other
+    refuses the fetch."""
     from huggingface_hub.utils import filter_repo_objects
 
     snapshot = snapshot.resolve()
-    blobs = (snapshot.parent.parent / "blobs").resolve()
     found: dict[str, Path] = {}
     for folder, dirnames, filenames in os.walk(snapshot, followlinks=False):
         dirnames.sort()
@@ -294,11 +295,11 @@ def materialise(snapshot: Path, local: Path, patterns: list[str]) -> None:
     tmp = local.with_name(local.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     for rel in wanted:
-        real = found[rel].resolve()
-        if not (real.is_relative_to(blobs) or real.is_relative_to(snapshot)) \
-                or not real.is_file():
+        path = found[rel]
+        real = hub_link(path) if path.is_symlink() else path if path.is_file() else None
+        if real is None:
             raise BadInput(f"the hub cache's {rel} is not a file of the repository's blobs "
-                           f"(links to {real}); not fetched", path=str(found[rel]))
+                           f"(links to {os.path.realpath(path)}); not fetched", path=str(path))
         dest = tmp / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
         try:

@@ -18,6 +18,7 @@ from pathlib import Path, PurePosixPath
 from harness.audit.model import Cell, Upload, cell_key, norm
 from harness.audit.readers import (
     SMALL_CAP_BYTES,
+    plain_file,
     read_fields,
     read_json,
     read_logs,
@@ -25,6 +26,7 @@ from harness.audit.readers import (
     read_table,
     runbook_pad_multiple,
     safe_read,
+    withheld,
 )
 from harness.audit.rules.rederive import expected_shape
 from harness.audit.vocab import IGNORED_TAG, TABLES, ignored_name, is_ignored_row
@@ -51,7 +53,9 @@ class Coverage:
         return self._read[directory]
 
     def nearest(self, directory: Path) -> tuple[dict | None, str | None, str | None]:
-        """(fields, relative path of the file, problem of the cell's own file)."""
+        """(fields, relative path of the file, problem): the problem of the cell's own file
+        when none covers it, or of a withheld one on the way up (a Git LFS pointer: the
+        file that would cover it is there, its content is not)."""
         own_problem = None
         current = directory
         while True:
@@ -59,7 +63,8 @@ class Coverage:
             if fields is not None:
                 where = (current / PROVENANCE_TXT).relative_to(self.folder).as_posix()
                 return fields, where, None
-            if current == directory and problem != "no provenance.txt":
+            if own_problem is None and problem != "no provenance.txt" and (
+                    current == directory or withheld(problem)):
                 own_problem = problem               # present but unreadable: say so
             if current == self.folder or self.folder not in current.parents:
                 return None, None, own_problem
@@ -83,7 +88,7 @@ def load_cell(root: Path, folder: Path, path: Path, coverage: Coverage,
               tags: dict[str, dict[str, str]], upload: Upload | None = None) -> Cell:
     """One cell directory: its covering provenance, cell.json and logs."""
     cell = Cell(path.name, path.relative_to(folder).as_posix(), where=path)
-    cell.provenance, cell.provenance_at, _ = coverage.nearest(path)
+    cell.provenance, cell.provenance_at, cell.provenance_problem = coverage.nearest(path)
     cell.cell_json, cell.cell_json_problem = read_json(root, path / CELL_JSON)
     backend = ""
     if isinstance((cell.cell_json or {}).get("cell"), dict):
@@ -112,10 +117,10 @@ def read_pending_logs(upload: Upload) -> None:
     reader), on several forked workers when they are large: it is half the audit's cost."""
     jobs, upload.pending_logs = dict(upload.pending_logs), {}
     size = 0
-    for _, path, *_rest in jobs.values():
+    for root, path, *_rest in jobs.values():
         try:
-            size += sum(e.stat(follow_symlinks=False).st_size for e in os.scandir(path)
-                        if e.name.endswith(".log") and e.is_file(follow_symlinks=False))
+            size += sum(os.stat(e.path).st_size for e in os.scandir(path)
+                        if e.name.endswith(".log") and plain_file(root, Path(e.path)))
         except OSError:
             continue
     workers = min(len(jobs), os.cpu_count() or 1, 16)

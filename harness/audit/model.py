@@ -77,6 +77,8 @@ class Cell:
     path: str = ""                                       # relative to the upload
     provenance: dict[str, str] | None = None             # nearest provenance.txt's fields
     provenance_at: str | None = None                     # which file that was
+    provenance_problem: str | None = None                # none found: why (own unreadable,
+                                                         # or one on the way up withheld)
     cell_json: dict | None = None
     cell_json_problem: str | None = None
     logs: LogFacts | None = None

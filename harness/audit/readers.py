@@ -19,6 +19,7 @@ from pathlib import Path
 
 from harness.audit.model import LogFacts, Row, Table
 from harness.errors import BadInput, EpcapError
+from harness.io.boundary.hub import hub_link
 from harness.io.boundary.logs import LINE_MAX_BYTES, open_log
 from harness.io.yamldoc import Doc
 from harness.results import tables as results
@@ -58,15 +59,47 @@ def lfs_pointer(path: Path, size: int | None = None) -> bool:
     return bool(LFS_VERSION.match(head)) and b"\noid sha256:" in head
 
 
+def withheld(problem: str | None) -> bool:
+    """Whether a reader's why says the file is evidence the audit does not have (a Git LFS
+    pointer, marked once in safe_real): a rule that needs it is UNKNOWN (`lfs-pointer` names
+    the files), never INVALID."""
+    return bool(problem) and LFS_PROBLEM in problem
+
+
+def followed(root: Path, path: Path) -> Path | None:
+    """The file a link of the upload is read as, or None when the audit does not follow it:
+    the one rule for file links of every audit reader. A link is followed when it resolves
+    inside TARGET (root), or when it is a Hub snapshot's link into its own repository's
+    blobs (harness.io.boundary.hub.hub_link: the layout `huggingface-cli download` leaves)."""
+    try:
+        real = path.resolve(strict=True)
+    except (OSError, RuntimeError, ValueError):
+        return hub_link(path)
+    return real if real.is_relative_to(root.resolve()) else hub_link(path)
+
+
+def plain_file(root: Path, path: Path) -> bool:
+    """A regular file of the upload as the readers read it: a regular file, or a link they
+    follow to one (followed). What a rule counts as present."""
+    try:
+        if not stat.S_ISLNK(os.lstat(path).st_mode):
+            return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+    real = followed(root, path)
+    return real is not None and real.is_file()
+
+
 def safe_real(root: Path, path: Path, cap: int) -> tuple[Path | None, str | None]:
-    """The real path of a regular file inside root of at most cap bytes; else None and why
-    (a Git LFS pointer is no file of the upload: None and LFS_PROBLEM)."""
+    """The real path of a regular file inside root (or a Hub snapshot's blob: followed) of at
+    most cap bytes; else None and why (a Git LFS pointer is no file of the upload: None and
+    LFS_PROBLEM)."""
     name = path.name
     try:
         real = path
         if path.is_symlink():
-            real = path.resolve(strict=True)
-            if not real.is_relative_to(root):
+            real = followed(root, path)
+            if real is None:
                 return None, f"{name} is a link out of TARGET (not followed)"
         info = os.stat(real)
     except (OSError, RuntimeError, ValueError) as exc:

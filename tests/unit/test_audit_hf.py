@@ -159,7 +159,6 @@ def test_lfs_pointer_logs_fetched_from_the_hub_are_unknown(campaign, tmp_path, o
         p.unlink()
     hub_cache(copy, offline_hub, extra=pointers)
     u = verdict(audit_target("hf://datasets/org/runs"))
-    assert "lfs-pointer" in u.unknown and u.verdict != "VALID"
+    assert (u.verdict, "lfs-pointer" in u.reasons) == ("UNKNOWN", True), u.why
+    assert not [c.code for c in u.checks if c.state == "fail"]
     assert "git lfs pull" in " ".join(u.why)
-    # UNKNOWN, not INVALID, once rules.rederive stops reading pointers as logs: see
-    # test_audit_missing.py::test_campaign_with_lfs_pointer_logs_is_unknown_not_invalid

@@ -73,11 +73,13 @@ def check_validate_seeds(table: Table, upload: Upload) -> Check:
     claim is the pipeline's: rules.pipeline compares it)."""
     if not as_run(upload):
         return Check(HELD_OUT_NOT_REDERIVED, NOT_APPLICABLE, ["no runbook as run"])
-    bad = []
+    bad, unknown = [], []
     for row in table.rows:
         for cell in validate_cells(upload, row.get("model"), row.get("backend")):
-            if (problem := seed_problem(upload, cell)):
+            if cell.cell_json is None and cell.cell_json_problem:
+                unknown.append(f"{cell.path}/cell.json: {cell.cell_json_problem}")
+            elif (problem := seed_problem(upload, cell)):
                 bad.append(problem)
-    return verdict_of(bad, [], HELD_OUT_NOT_REDERIVED, [])
+    return verdict_of(bad, [], HELD_OUT_NOT_REDERIVED, unknown)
 
 

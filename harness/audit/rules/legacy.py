@@ -41,7 +41,7 @@ from harness.audit.model import (
     verdict_of,
     where,
 )
-from harness.audit.readers import tagged_lines
+from harness.audit.readers import plain_file, tagged_lines
 from harness.audit.rules.apply import blanked
 from harness.audit.rules.basic import find_uniform_tokens
 from harness.audit.rules.cells import clipped
@@ -118,11 +118,11 @@ def derive_earlier(upload: Upload, cell: Cell) -> Earlier:
     cell.json (shape -> N, status) and logs (summarize, judge_run)."""
     key = KEY + cell.path
     if key not in upload.derived:
-        upload.derived[key] = _derive(cell)
+        upload.derived[key] = _derive(upload, cell)
     return upload.derived[key]
 
 
-def _derive(cell: Cell) -> Earlier:
+def _derive(upload: Upload, cell: Cell) -> Earlier:
     named = parse_cell_name(cell.name)
     if named is None or cell.where is None:
         return Earlier({}, None, problem=f"{cell.path}: not a cell name the harness writes")
@@ -147,7 +147,7 @@ def _derive(cell: Cell) -> Earlier:
         return Earlier({}, None, problem=f"{cell.path}: cell.json says {claim!r} but the "
                                          f"cell holds no log ({MISSING_LOGS})")
     logs = sorted(p for p in Path(cell.where).glob(LOG_GLOB)
-                  if p.is_file() and not p.is_symlink())
+                  if plain_file(upload.folder, p))
     facts = cell.logs
     try:
         summary = (facts.plain if facts is not None and facts.plain is not None
@@ -366,7 +366,7 @@ def earlier_figures(upload: Upload, row, unknown: list[str]) -> dict | None:
         if got.columns.get("status") not in TIMED_OK:
             continue
         logs = sorted(p for p in Path(cell.where).glob(LOG_GLOB)
-                      if p.is_file() and not p.is_symlink())
+                      if plain_file(upload.folder, p))
         try:
             obj = first_timing_object(tagged_lines(logs, TIMING_TAG))
         except (OSError, UnicodeDecodeError) as exc:

@@ -318,6 +318,21 @@ def unused_problems(rep: UploadReplay, purposes: tuple[str, ...]) -> list[str]:
     return bad
 
 
+# capacity_selection.tsv columns a model-scope step fills after its pairs ended (the time
+# step's timing_capacity, harness.pipeline.decisions.time_step): not derived for a model
+# whose pipeline stopped before its time step
+LATER_COLUMNS = frozenset({"timing_capacity"})
+
+
+def later_columns(rep: UploadReplay, key: tuple, table: str) -> frozenset[str]:
+    """Columns of a written row the replay did not reach: those the model's later steps fill,
+    when its pipeline stopped at a pair's request (measure, validate)."""
+    stop = rep.stopped(key[0])
+    if table == SELECTION_TSV and stop is not None and stop.request.purpose != Purpose.TIME:
+        return LATER_COLUMNS
+    return frozenset()
+
+
 def compared(rep: UploadReplay, key: tuple, table: str) -> bool:
     """Whether the written row with this key can be compared: its model's pipeline ran to
     its end, or (a selection row) the pipeline ended its pair before it stopped."""
@@ -348,7 +363,8 @@ def compare_rows(table: Table | None, built: dict[tuple, ResultRow], key_of, rep
             bad.append(f"{where(table, row)}: {' '.join(key)} written twice")
             continue
         seen.add(key)
-        problems = column_problems(table, row, built[key], columns)
+        later = later_columns(rep, key, name)
+        problems = column_problems(table, row, built[key], [c for c in columns if c not in later])
         ended = rep.ended.get(key[:2]) if name == SELECTION_TSV else None
         bad += [f"{p} ({ended_text(ended)})" for p in problems] if ended else problems
     return bad, [k for k in built if k not in seen and compared(rep, k, name)]

@@ -23,7 +23,7 @@ from harness.audit.model import (
     UploadRule,
     int_of,
 )
-from harness.audit.readers import lfs_pointer
+from harness.audit.readers import lfs_pointer, plain_file
 from harness.audit.vocab import LFS_POINTER, MISSING_LOGS, UPLOAD_MARKERS
 from harness.results.layout import ATTEMPTS_TSV, CELL_JSON
 from harness.taxonomy.judge import LOG_SUFFIXES
@@ -49,16 +49,17 @@ def lfs_pointers(folder: Path) -> list[str]:
             and not any(os.path.lexists(at / d / m) for m in UPLOAD_MARKERS))
         for name in sorted(filenames):
             rel = (at / name).relative_to(folder).as_posix()
-            if is_evidence(rel) and not (at / name).is_symlink() and lfs_pointer(at / name):
+            if is_evidence(rel) and plain_file(folder, at / name) and lfs_pointer(at / name):
                 found.append(rel)
     return found
 
 
 def has_logs(cell: Path) -> bool:
-    """Whether a cell directory holds a log the taxonomy reads (taxonomy.judge.cell_logs)."""
+    """Whether a cell directory holds a log the taxonomy reads (taxonomy.judge.cell_logs): a
+    file or a link (whether a link is followed, or a file readable, is the readers' call)."""
     try:
-        return any(e.is_file(follow_symlinks=False) and Path(e.name).suffix in LOG_SUFFIXES
-                   for e in os.scandir(cell))
+        return any((e.is_file(follow_symlinks=False) or e.is_symlink())
+                   and Path(e.name).suffix in LOG_SUFFIXES for e in os.scandir(cell))
     except OSError:
         return True                 # unreadable: the readers say so, not this check
 

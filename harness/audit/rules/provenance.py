@@ -29,6 +29,7 @@ from harness.audit.model import (
     UploadRule,
     verdict_of,
 )
+from harness.audit.readers import withheld
 from harness.audit.rules.rederive import as_run, check_provenance_keys, check_runbook
 from harness.audit.vocab import (
     COMMIT_IMPOSSIBLE,
@@ -89,10 +90,13 @@ def check_missing_provenance(upload: Upload, ctx: AuditContext | None = None) ->
     step, not one per cell)."""
     bad, unknown = [], []
     if upload.provenance is None:
-        bad.append(upload.provenance_problem or "no provenance.txt")
+        (unknown if withheld(upload.provenance_problem) else bad).append(
+            upload.provenance_problem or "no provenance.txt")
     for key, cell in sorted(upload.cells.items()):
         if cell.problem:
             unknown.append(f"{key}: {cell.problem}")
+        elif cell.provenance is None and withheld(cell.provenance_problem):
+            unknown.append(f"{key}: {cell.provenance_problem}")
         elif cell.provenance is None:
             bad.append(f"{key}: no provenance.txt in it or above it")
     return verdict_of(bad, [], MISSING_PROVENANCE, unknown)

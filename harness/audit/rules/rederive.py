@@ -25,6 +25,7 @@ from harness.api.launcher import JobResult
 from harness.api.registry import load_backend
 from harness.audit.model import (
     NOT_APPLICABLE,
+    UNKNOWN,
     Cell,
     Check,
     Row,
@@ -39,7 +40,7 @@ from harness.audit.model import (
     verdict_of,
     where,
 )
-from harness.audit.readers import safe_real
+from harness.audit.readers import followed, plain_file, safe_real, withheld
 from harness.audit.rules.apply import blanked
 from harness.audit.rules.present import claims_a_run, has_logs
 from harness.audit.vocab import (
@@ -125,7 +126,7 @@ def derive_all(upload: Upload) -> None:
             and not c.problem and k not in upload.derived and parse_cell_name(c.name)]
     workers = min(len(todo), os.cpu_count() or 1, 16)
     size = sum(p.stat().st_size for k in todo for p in upload.cells[k].where.glob(LOG_GLOB)
-               if p.is_file() and not p.is_symlink())
+               if plain_file(upload.folder, p))
     if workers < 2 or size < PARALLEL_BYTES or "fork" not in mp.get_all_start_methods():
         return
     load_table()                 # the signature table, read once here, inherited by workers
@@ -228,8 +229,8 @@ def _derive(upload: Upload, cell: Cell) -> Derived:
                                  f"only a log gives (missing evidence)")
     if cell.logs_problem:              # an LFS pointer, over the cap, a link out of the upload
         return Derived({}, None, f"{cell.path}: {cell.logs_problem}")
-    linked = sorted(p.name for p in cell.where.iterdir()
-                    if p.suffix in LOG_SUFFIXES and p.is_symlink())
+    linked = sorted(p.name for p in cell.where.iterdir() if p.suffix in LOG_SUFFIXES
+                    and p.is_symlink() and followed(upload.folder, p) is None)
     if linked:
         return Derived({}, None, f"{cell.path}: log {linked[0]} is a link (not followed)")
     logs = sorted(p for p in cell.where.glob(LOG_GLOB) if p.is_file())
@@ -317,6 +318,8 @@ def check_runbook(upload: Upload) -> Check:
     one of the recorded runbooks."""
     chain = provenance_chain(upload)
     recorded = chain[-1] if chain else None
+    if upload.runbook_sha256 is None and withheld(upload.runbook_problem):
+        return Check(RUNBOOK_ALTERED, UNKNOWN, [upload.runbook_problem])
     if upload.runbook_sha256 is None:
         if recorded or harness_written(upload):
             return Check(RUNBOOK_ALTERED, "fail", [
@@ -326,7 +329,10 @@ def check_runbook(upload: Upload) -> Check:
     if not recorded and not harness_written(upload):
         return Check(RUNBOOK_ALTERED, NOT_APPLICABLE, ["no runbook as run (earlier layout)"])
     bad, unknown = [], []
-    if not recorded:
+    hidden = upload.provenance is None and withheld(upload.provenance_problem)
+    if hidden:                 # provenance.txt withheld: what it records is not known
+        unknown.append(f"provenance.txt: {upload.provenance_problem}")
+    elif not recorded:
         bad.append("provenance.txt: field runbook.sha256 missing")
     elif recorded != upload.runbook_sha256:
         bad.append(f"runbook.yaml sha256 {upload.runbook_sha256[:12]} but provenance.txt "
@@ -338,13 +344,13 @@ def check_runbook(upload: Upload) -> Check:
         if events[-1] != upload.runbook_sha256:
             bad.append(f"runbook.yaml sha256 {upload.runbook_sha256[:12]} but {EVENTS_JSONL} "
                        f"records {events[-1][:12]} last")
-        if list(dict.fromkeys(events)) != list(dict.fromkeys(chain)):
+        if not hidden and list(dict.fromkeys(events)) != list(dict.fromkeys(chain)):
             bad.append(f"{EVENTS_JSONL} and provenance.txt record different runbooks "
                        f"({len(events)} vs {len(chain)})")
     known = set(chain) | set(events or [])
     for _key, cell in sorted(upload.cells.items()):
         own = (cell.provenance or {}).get("runbook.sha256")
-        if own and own not in known:
+        if own and own not in known and not (hidden and not events):
             bad.append(f"{cell.provenance_at}: runbook.sha256 {own[:12]} is another runbook's "
                        f"(a cell spliced from another run)")
     if upload.runbook_problem:

@@ -10,5 +10,6 @@ why)` (exit 2) for anything else -- never a traceback, never a hang:
   logs        rank logs and traces: one bounded, non-blocking line reader for every command
   campaigns   campaign directories under a results root, recognised by the record epcap wrote
   paths       relative runbook paths (against the runbook's folder), writes kept under --results
+  hub         links of a Hugging Face Hub cache snapshot: which are the repository's own files
   tools       external tools (git, nvidia-smi): output decoded, each failure named as such
 """
