@@ -23,6 +23,7 @@ from harness.audit.rules.present import check_missing_evidence
 from harness.audit.rules.rederive import check_provenance_keys, check_runbook
 from harness.audit.rules.replay import check_replay, check_repo_lines
 from harness.audit.rules.selection import check_nothing_to_judge, held_out_notes
+from harness.audit.versions import judge_versions
 from harness.audit.vocab import NOTHING_TO_JUDGE, UPLOAD_MARKERS, VERDICTS
 from harness.errors import BadInput
 from harness.io.bounds import clip_line
@@ -33,6 +34,7 @@ HF_TARGET = re.compile(r"hf://datasets/(?P<org>[A-Za-z0-9][\w.-]*)/(?P<name>[A-Z
                        r"(?:@(?P<rev>[^\s@]+))?")
 
 
+VERSION_BOUND = {r.code for r in RULES if r.version_bound}   # judged per epcap version
 MAX_EXPLANATIONS = 50           # explanations kept per list of an upload's verdict
 NOT_PROVEN = ("VALID says the upload's tables are what the harness's own pipeline, replayed "
               "on the upload's cells, makes of them, and that the rules listed found nothing; "
@@ -187,8 +189,9 @@ def audit_upload(upload: Upload, errata: Errata, order: GitClones) -> UploadVerd
     checks.append(check_commits(upload, order))
     checks += check_missing_evidence(upload)
     checks = merge_codes(checks)
+    checks, version_notes = judge_versions(upload, checks, VERSION_BOUND, order)
     empty = check_nothing_to_judge(upload)
-    notes = upload.notes + held_out_notes(upload)
+    notes = upload.notes + held_out_notes(upload) + version_notes
     measured, pairs = measured_pairs(upload) or (None, None)
     if measured == 0:
         notes.append("nothing was measured: no pair has a selected capacity (every pair "

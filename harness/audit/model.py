@@ -147,6 +147,9 @@ class Rule:
     check: Callable[[Table, Upload], Check]
     catches: str = ""                                    # the earlier failure it stands for
     all_sources: bool = False                            # every present source must be read
+    version_bound: bool = False                          # its verdict rests on the code's own
+    #   definitions (the pipeline replayed, a command rebuilt, routing regenerated): an
+    #   upload made by another analysis version is judged by that version (audit/versions.py)
 
 
 # ---------------------------------------------------------------- helpers

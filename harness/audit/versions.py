@@ -1,0 +1,334 @@
+"""Uploads made by another epcap version (docs/audit.md#uploads-made-by-another-epcap-version).
+
+The rules marked `version_bound` (harness/audit/model.py `Rule`) compare the upload's tables
+with what today's code derives from its cells: the pipeline replayed, each cell's command
+rebuilt, its routing regenerated. Their verdict holds only where the upload was made with
+today's definitions: its provenance's `analysis_version` (harness/pipeline/version.py) is
+this audit's. Otherwise a difference may be a definition that changed, not a lie:
+
+- without a clone of epcap, a version-bound rule that failed or could not decide is
+  UNKNOWN (`other-version`, naming both versions), never INVALID;
+- with `--git-repo epcap=PATH`, the recorded `harness.commit` is checked out (git archive)
+  into `$EPCAP_CACHE/versions/<sha>/` and that commit's own `epcap audit --json` runs on the
+  upload in a subprocess: its verdict decides the version-bound rules ("by its own code at
+  <sha>"); a commit the clone lacks is UNKNOWN naming it.
+
+`version-mismatch`, with the clone: could the recorded commit have written this evidence?
+Every table, header column, provenance key and log tag of the upload that today's code knows
+must be named somewhere in that commit's own code (`git grep` at the commit, no checkout).
+An upload with no `harness.commit` (the earlier, non-harness layout) is not another epcap
+version: judged as before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.audit.errata import GitClones, is_commit, provenance_sources
+from harness.audit.model import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, Check, Upload, first
+from harness.audit.vocab import OTHER_VERSION, TABLES, VERSION_MISMATCH
+from harness.io.safeio import open_stream
+from harness.pipeline.version import ANALYSIS_VERSION, PROVENANCE_KEY
+from harness.results.layout import (
+    ATTEMPTS_TSV,
+    CAMPAIGN_JSON,
+    COMPARISON_TSV,
+    EVENTS_JSONL,
+    SELECTION_TSV,
+    TIMING_LAUNCHES_TSV,
+    TIMING_TRIALS_TSV,
+    TIMING_TSV,
+)
+from harness.results.provenance import harness_facts
+from harness.results.rows import (
+    ATTEMPT_COLUMNS,
+    COMPARISON_COLUMNS,
+    SELECTION_COLUMNS,
+    TIMING_COLUMNS,
+    TIMING_LAUNCH_COLUMNS,
+    TIMING_TRIAL_COLUMNS,
+)
+
+EPCAP = "epcap"                          # the --git-repo name of epcap's own repository
+VERSIONS_DIR = "versions"                # $EPCAP_CACHE/versions/<full sha>/
+COMPLETE = ".epcap-complete"
+AUDIT_TIMEOUT_S = 900.0                  # one earlier commit's audit of one upload
+ARCHIVE_TIMEOUT_S = 120.0
+CODE_PATHS = ("harness", "backends")     # where a commit's code names what it writes
+# what today's code knows, by kind: a word an upload holds outside these (a column a user
+# appended, a file of their own) is no claim about the version that made it
+KNOWN_COLUMNS = {ATTEMPTS_TSV: set(ATTEMPT_COLUMNS), SELECTION_TSV: set(SELECTION_COLUMNS),
+                 TIMING_TSV: set(TIMING_COLUMNS), COMPARISON_TSV: set(COMPARISON_COLUMNS),
+                 TIMING_LAUNCHES_TSV: set(TIMING_LAUNCH_COLUMNS),
+                 TIMING_TRIALS_TSV: set(TIMING_TRIAL_COLUMNS)}
+KNOWN_FILES = (*TABLES, EVENTS_JSONL, CAMPAIGN_JSON)
+KNOWN_KEYS = (PROVENANCE_KEY, "harness.commit_date", "harness.dirty", "gpu.source",
+              "runbook.sha256")
+LOG_TAG = re.compile(rb"\[(EPCAP_[A-Z][A-Z0-9_]*)\]")
+LOG_SCAN_BYTES = 64 << 20                 # tags are looked for in each log's first 64 MiB
+LOG_SUFFIXES = (".log", ".out", ".err")
+
+
+@dataclass(frozen=True)
+class Version:
+    """An epcap version: the commit and the analysis version it records."""
+
+    commit: str
+    analysis: str | None                  # None: not recorded (made before the number)
+    dirty: bool = False
+
+    @property
+    def label(self) -> str:
+        short = self.commit[:7] if is_commit(self.commit) else self.commit
+        analysis = (f"analysis {self.analysis}" if self.analysis is not None
+                    else "analysis unrecorded")
+        return f"epcap {short}{' (dirty)' if self.dirty else ''} ({analysis})"
+
+    @property
+    def current(self) -> bool:
+        return self.analysis == str(ANALYSIS_VERSION)
+
+
+def own_version() -> Version:
+    """This audit's own version."""
+    facts = harness_facts()
+    return Version(facts.get("harness.commit", "unknown"), str(ANALYSIS_VERSION),
+                   facts.get("harness.dirty") == "true")
+
+
+def made_by(upload: Upload) -> Version | None:
+    """The version its campaign-level provenance.txt records; None without `harness.commit`
+    (not written by epcap)."""
+    fields = upload.provenance or {}
+    commit = fields.get("harness.commit")
+    if not commit:
+        return None
+    return Version(commit, fields.get(PROVENANCE_KEY), fields.get("harness.dirty") == "true")
+
+
+# ---------------------------------------------------------------- the evidence's words
+
+def log_tags(upload: Upload) -> dict[str, str]:
+    """Every `[EPCAP_...]` tag in the upload's cell logs -> the first file holding it."""
+    found: dict[str, str] = {}
+    for cell in sorted(upload.cells.values(), key=lambda c: c.path):
+        if cell.where is None or cell.problem:
+            continue
+        for log in sorted(cell.where.iterdir()):
+            if not log.name.endswith(LOG_SUFFIXES) or log.is_symlink() or not log.is_file():
+                continue
+            try:
+                with open_stream(log) as handle:
+                    data = handle.read(LOG_SCAN_BYTES)
+            except OSError:
+                continue
+            for tag in set(LOG_TAG.findall(data)):
+                found.setdefault(tag.decode(), f"{cell.path}/{log.name}")
+    return found
+
+
+def evidence_words(upload: Upload) -> dict[str, str]:
+    """word -> what in the upload holds it (files, provenance keys, log tags, then header
+    columns: the order the why lists them): the evidence files present, provenance keys,
+    log tags and table columns, each only where today's code knows it."""
+    words: dict[str, str] = {}
+    folder = upload.folder
+    for name in KNOWN_FILES:
+        if folder is not None and (folder / name).is_file():
+            words.setdefault(name, f"{name}: {{short}}'s code never writes it")
+    for label, fields in provenance_sources(upload).items():
+        for key in fields:
+            if key in KNOWN_KEYS:
+                words.setdefault(key, f"{label} key {key}: {{short}}'s code never writes it")
+    for tag, where in log_tags(upload).items():
+        words.setdefault(tag, f"[{tag}] ({where}): {{short}}'s code never prints it")
+    for name, table in upload.tables.items():
+        for column in table.columns:
+            if column in KNOWN_COLUMNS.get(name, ()):
+                words.setdefault(column, f"{name} column {column}: {{short}}'s code never "
+                                         f"names it")
+    return words
+
+
+def names_in_code(repo: Path, sha: str, words: list[str]) -> set[str] | None:
+    """The words that occur in the commit's code (CODE_PATHS), by one `git grep -F -o`;
+    None when git cannot answer."""
+    args = ["git", "-C", str(repo), "grep", "-F", "-o", "-h", "--no-color"]
+    for word in words:
+        args += ["-e", word]
+    try:
+        done = subprocess.run([*args, sha, "--", *CODE_PATHS], capture_output=True,
+                              timeout=ARCHIVE_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode not in (0, 1):
+        return None
+    return set(done.stdout.decode("utf-8", "replace").split("\n")) & set(words)
+
+
+def check_mismatch(upload: Upload, made: Version, clones: GitClones) -> Check:
+    """version-mismatch: every word of the evidence is named by the recorded commit's code."""
+    repo = clones.repos.get(EPCAP)
+    if repo is None:
+        return Check(VERSION_MISMATCH, NOT_APPLICABLE, [
+            f"made by {made.label}: without --git-repo {EPCAP}=PATH the words that "
+            f"commit's code names are not known"])
+    if not is_commit(made.commit):
+        return Check(VERSION_MISMATCH, NOT_APPLICABLE,
+                     [f"harness.commit {made.commit[:40]!r} names no commit"])
+    if not clones.has(EPCAP, made.commit):
+        return Check(VERSION_MISMATCH, UNKNOWN, [
+            f"harness.commit {made.commit[:12]} is not in the --git-repo {EPCAP} clone "
+            f"({repo}): `git fetch` it"])
+    words = evidence_words(upload)
+    known = names_in_code(repo, made.commit, list(words))
+    if known is None:
+        return Check(VERSION_MISMATCH, UNKNOWN, [f"git grep at {made.commit[:12]} in {repo} "
+                                                 f"gave no answer"])
+    short = made.commit[:7]
+    missing = [said.replace("{short}", short) for w, said in words.items() if w not in known]
+    if missing and made.dirty:
+        return Check(VERSION_MISMATCH, UNKNOWN, [
+            f"made by a dirty checkout of {short}, whose own code may name them: "
+            + first(missing, 8)])
+    if missing:
+        return Check(VERSION_MISMATCH, FAIL, [first(missing, 8)])
+    return Check(VERSION_MISMATCH, PASS, [f"{len(words)} words of the evidence are named "
+                                          f"by {short}'s code"])
+
+
+# ---------------------------------------------------------------- that version's own audit
+
+def checkout(repo: Path, sha: str, cache: Path) -> Path:
+    """The commit's tree under cache/versions/<sha>/ (git archive | tar -x into a temp
+    directory, then renamed into place); reused once complete."""
+    final = cache / VERSIONS_DIR / sha
+    if (final / COMPLETE).exists():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{sha[:12]}-", dir=final.parent))
+    try:
+        archive = subprocess.Popen(["git", "-C", str(repo), "archive", "--format=tar", sha],
+                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        untar = subprocess.run(["tar", "-x", "-C", str(tmp)], stdin=archive.stdout,
+                               capture_output=True, timeout=ARCHIVE_TIMEOUT_S, check=False)
+        archive.stdout.close()
+        if archive.wait(timeout=ARCHIVE_TIMEOUT_S) != 0 or untar.returncode != 0:
+            raise OSError(f"git archive {sha[:12]} | tar -x failed: "
+                          f"{untar.stderr.decode('utf-8', 'replace')[-300:]}")
+        (tmp / COMPLETE).touch()
+        shutil.rmtree(final, ignore_errors=True)
+        os.rename(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def own_audit(repo: Path, sha: str, folder: Path) -> tuple[dict | None, str]:
+    """That commit's own `epcap audit FOLDER --json`, run from its checkout: (its upload's
+    verdict dict, '') or (None, why not)."""
+    from harness.audit.engine import cache_root  # the engine imports this module
+    try:
+        tree = checkout(repo, sha, cache_root())
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"cannot check out {sha[:12]}: {exc}"
+    env = {k: v for k, v in os.environ.items() if k not in ("EPCAP_REQUIRE_COMPILED",)}
+    env["PYTHONPATH"] = str(tree)
+    try:
+        done = subprocess.run([sys.executable, "-m", "harness.cli", "audit", str(folder),
+                               "--json"], cwd=tree, env=env, capture_output=True,
+                              timeout=AUDIT_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return None, f"its audit ran past {AUDIT_TIMEOUT_S:.0f} s"
+    except OSError as exc:
+        return None, f"its audit did not start: {exc}"
+    try:
+        doc = json.loads(done.stdout.decode("utf-8", "replace"))
+        uploads = doc["uploads"]
+        mine = [u for u in uploads if u.get("path") in (".", "")] or uploads[:1]
+        return mine[0], ""
+    except (ValueError, KeyError, TypeError, IndexError):
+        tail = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+        return None, f"its audit exited {done.returncode} without a verdict: {tail[0][:300]}"
+
+
+# ---------------------------------------------------------------- the engine's one call
+
+def judge_versions(upload: Upload, checks: list[Check], bound: set[str],
+                   clones: GitClones) -> tuple[list[Check], list[str]]:
+    """The checks with the version-bound ones (codes in `bound`) judged for the version
+    that made the upload, plus `other-version` and `version-mismatch`; and notes."""
+    made = made_by(upload)
+    if made is None:
+        na = ["no harness.commit in provenance.txt: not written by epcap"]
+        return checks + [Check(OTHER_VERSION, NOT_APPLICABLE, na),
+                         Check(VERSION_MISMATCH, NOT_APPLICABLE, na)], []
+    mismatch = check_mismatch(upload, made, clones)
+    own = own_version()
+    if made.current:
+        return checks + [Check(OTHER_VERSION, NOT_APPLICABLE,
+                               [f"made by {made.label}: this audit's analysis"]), mismatch], []
+    doubted = [c for c in checks if c.code in bound and c.state in (FAIL, UNKNOWN)]
+    repo = clones.repos.get(EPCAP)
+    if repo is not None and is_commit(made.commit):
+        return by_own_code(upload, checks, bound, made, repo, clones, mismatch)
+    if not doubted:
+        return checks + [Check(OTHER_VERSION, PASS, [
+            f"made by {made.label}; this audit is {own.label}: today's replay agrees"]),
+            mismatch], [f"made by {made.label}; today's replay ({own.label}) agrees with it"]
+    head = (f"made by {made.label}; this audit is {own.label}: the replay's differences may "
+            f"be definitions that changed (pass --git-repo {EPCAP}=PATH to judge them by "
+            f"its own code)")
+    out = [Check(c.code, UNKNOWN, [f"{head}: {w}" for w in c.why[:1]])
+           if c in doubted else c for c in checks]
+    summary = "; ".join(f"{c.code}: {first(c.why, 1)}" for c in doubted)
+    return out + [Check(OTHER_VERSION, UNKNOWN, [f"{head}: {summary}"]), mismatch], []
+
+
+def by_own_code(upload: Upload, checks: list[Check], bound: set[str], made: Version,
+                repo: Path, clones: GitClones, mismatch: Check) -> tuple[list[Check], list[str]]:
+    """The version-bound rules as the recorded commit's own audit judges the upload."""
+    short = made.commit[:7]
+    if not clones.has(EPCAP, made.commit):
+        why = (f"made by {made.label}: the --git-repo {EPCAP} clone ({repo}) has no commit "
+               f"{made.commit[:12]}; `git fetch` it")
+        return [Check(c.code, UNKNOWN, [why]) if c.code in bound and c.state == FAIL else c
+                for c in checks] + [Check(OTHER_VERSION, UNKNOWN, [why]), mismatch], []
+    theirs, problem = own_audit(repo, made.commit, upload.folder or Path("."))
+    if theirs is None:
+        why = f"made by {made.label}: its own audit at {short} gave no verdict: {problem}"
+        return [Check(c.code, UNKNOWN, [why]) if c.code in bound and c.state != PASS
+                and c.state != NOT_APPLICABLE else c
+                for c in checks] + [Check(OTHER_VERSION, UNKNOWN, [why]), mismatch], []
+    verdict = str(theirs.get("verdict"))
+    reasons = {str(r) for r in theirs.get("reasons") or []}
+    their_why = [str(w) for w in theirs.get("why") or []]
+    state = {"INVALID": FAIL, "UNKNOWN": UNKNOWN}.get(verdict)
+    out = []
+    for check in checks:
+        if check.code not in bound or check.state == NOT_APPLICABLE:
+            out.append(check)
+        elif state is not None and check.code in reasons:
+            said = [w.split(": ", 1)[-1] for w in their_why if w.startswith(check.code)]
+            out.append(Check(check.code, state, [f"by its own code at {short}: {w}"
+                                                 for w in said or [verdict]]))
+        else:
+            out.append(Check(check.code, PASS, [f"by its own code at {short}: passes"]))
+    notes = [f"made by {made.label}: the version-bound rules ({', '.join(sorted(bound))}) "
+             f"are judged by its own audit at {short}, which says {verdict}"
+             + (f" ({', '.join(sorted(reasons))})" if reasons else "")]
+    other = sorted(reasons - bound)
+    if other:
+        notes.append(f"its own audit at {short} also says: "
+                     + first([w for w in their_why if w.split(":", 1)[0].split(" ")[0]
+                              in other], 3))
+    return out + [Check(OTHER_VERSION, PASS, [f"judged by its own code at {short}"]),
+                  mismatch], notes
