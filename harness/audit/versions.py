@@ -207,6 +207,20 @@ def check_mismatch(upload: Upload, made: Version, clones: GitClones) -> Check:
 
 # ---------------------------------------------------------------- that version's own audit
 
+def full_sha(repo: Path, commit: str) -> str | None:
+    """The full id of a (hex, possibly short) commit in the clone, or None."""
+    if not is_commit(commit):
+        return None
+    try:
+        done = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "-q",
+                               f"{commit}^{{commit}}"], capture_output=True, text=True,
+                              timeout=ARCHIVE_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    sha = done.stdout.strip()
+    return sha if done.returncode == 0 and is_commit(sha) else None
+
+
 def checkout(repo: Path, sha: str, cache: Path) -> Path:
     """The commit's tree under cache/versions/<sha>/ (git archive | tar -x into a temp
     directory, then renamed into place); reused once complete."""
@@ -277,6 +291,9 @@ def judge_versions(upload: Upload, checks: list[Check], bound: set[str],
         return checks + [Check(OTHER_VERSION, NOT_APPLICABLE,
                                [f"made by {made.label}: this audit's analysis"]), mismatch], []
     doubted = [c for c in checks if c.code in bound and c.state in (FAIL, UNKNOWN)]
+    if upload.runbook is None and not doubted:   # no runbook as run: nothing replayed
+        return checks + [Check(OTHER_VERSION, NOT_APPLICABLE, [
+            f"made by {made.label}: no runbook as run, no replay"]), mismatch], []
     repo = clones.repos.get(EPCAP)
     if repo is not None and is_commit(made.commit):
         return by_own_code(upload, checks, bound, made, repo, clones, mismatch)
@@ -302,7 +319,8 @@ def by_own_code(upload: Upload, checks: list[Check], bound: set[str], made: Vers
                f"{made.commit[:12]}; `git fetch` it")
         return [Check(c.code, UNKNOWN, [why]) if c.code in bound and c.state == FAIL else c
                 for c in checks] + [Check(OTHER_VERSION, UNKNOWN, [why]), mismatch], []
-    theirs, problem = own_audit(repo, made.commit, upload.folder or Path("."))
+    sha = full_sha(repo, made.commit) or made.commit
+    theirs, problem = own_audit(repo, sha, upload.folder or Path("."))
     if theirs is None:
         why = f"made by {made.label}: its own audit at {short} gave no verdict: {problem}"
         return [Check(c.code, UNKNOWN, [why]) if c.code in bound and c.state != PASS
@@ -312,10 +330,16 @@ def by_own_code(upload: Upload, checks: list[Check], bound: set[str], made: Vers
     reasons = {str(r) for r in theirs.get("reasons") or []}
     their_why = [str(w) for w in theirs.get("why") or []]
     state = {"INVALID": FAIL, "UNKNOWN": UNKNOWN}.get(verdict)
+    its_rules = names_in_code(repo, sha, sorted(bound))
+    its_rules = set(bound) if its_rules is None else its_rules     # git gave no answer
     out = []
     for check in checks:
         if check.code not in bound or check.state == NOT_APPLICABLE:
             out.append(check)
+        elif check.code not in its_rules:
+            out.append(Check(check.code, NOT_APPLICABLE, [
+                f"epcap {short} has no rule {check.code}: its own audit does not judge it, "
+                f"and today's definitions are not its"]))
         elif state is not None and check.code in reasons:
             said = [w.split(": ", 1)[-1] for w in their_why if w.startswith(check.code)]
             out.append(Check(check.code, state, [f"by its own code at {short}: {w}"

@@ -103,6 +103,10 @@ def test_earlier_upload_is_valid_by_its_own_code(short, cache):
     assert any(f"judged by its own audit at {short}, which says VALID" in n
                for n in u.notes), u.notes
     assert (cache / "versions" / need(short) / ".epcap-complete").exists()
+    if short != "a6e7b91":       # rules it did not have: not judged by today's definitions
+        for code in ("routing-not-from-seed", "launch-not-runbook"):
+            assert f"{code}: epcap {short} has no rule {code}" in " ".join(
+                u.rules_not_applicable), u.rules_not_applicable
 
 
 def restamp(root: Path, sha: str, date: str, keep_analysis: bool = False) -> None:
@@ -185,3 +189,13 @@ def test_current_version_is_judged_as_today(tmp_path_factory):
     u = one(root)
     assert u.verdict == "VALID", u.why
     assert any(r.startswith(f"{OTHER_VERSION}: ") for r in u.rules_not_applicable)
+
+
+@pytest.mark.slow
+def test_current_version_with_the_repository_is_valid(tmp_path_factory):
+    """Today's campaign with the repository: judged as today, and its own commit's code
+    names every word of its evidence (version-mismatch passes)."""
+    root = corpus.harness_campaign(tmp_path_factory.getbasetemp())
+    u = one(root, git_repos={"epcap": toplevel()})
+    assert u.verdict == "VALID", u.why
+    assert VERSION_MISMATCH in u.rules_ran, u.rules_not_applicable + u.not_checked
