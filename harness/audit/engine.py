@@ -188,8 +188,8 @@ def audit_upload(upload: Upload, errata: Errata, order: GitClones) -> UploadVerd
     checks += [check_predates(upload, fix, order) for fix in errata.fixes]
     checks.append(check_commits(upload, order))
     checks += check_missing_evidence(upload)
+    checks, version_notes = judge_versions(upload, merge_codes(checks), VERSION_BOUND, order)
     checks = merge_codes(checks)
-    checks, version_notes = judge_versions(upload, checks, VERSION_BOUND, order)
     empty = check_nothing_to_judge(upload)
     notes = upload.notes + held_out_notes(upload) + version_notes
     measured, pairs = measured_pairs(upload) or (None, None)

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from harness.audit.errata import GitClones, is_commit, provenance_sources
 from harness.audit.model import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, Check, Upload, first
-from harness.audit.vocab import OTHER_VERSION, TABLES, VERSION_MISMATCH
+from harness.audit.vocab import OTHER_VERSION, PROVENANCE_INCOMPLETE, TABLES, VERSION_MISMATCH
 from harness.io.safeio import open_stream
 from harness.pipeline.version import ANALYSIS_VERSION, PROVENANCE_KEY
 from harness.results.layout import (
@@ -62,7 +62,8 @@ VERSIONS_DIR = "versions"                # $EPCAP_CACHE/versions/<full sha>/
 COMPLETE = ".epcap-complete"
 AUDIT_TIMEOUT_S = 900.0                  # one earlier commit's audit of one upload
 ARCHIVE_TIMEOUT_S = 120.0
-CODE_PATHS = ("harness", "backends")     # where a commit's code names what it writes
+CODE_PATHS = ("harness", "backends")
+VERSION_FILE = "harness/pipeline/version.py"    # where a commit sets its ANALYSIS_VERSION     # where a commit's code names what it writes
 # what today's code knows, by kind: a word an upload holds outside these (a column a user
 # appended, a file of their own) is no claim about the version that made it
 KNOWN_COLUMNS = {ATTEMPTS_TSV: set(ATTEMPT_COLUMNS), SELECTION_TSV: set(SELECTION_COLUMNS),
@@ -195,6 +196,11 @@ def check_mismatch(upload: Upload, made: Version, clones: GitClones) -> Check:
                                                  f"gave no answer"])
     short = made.commit[:7]
     missing = [said.replace("{short}", short) for w, said in words.items() if w not in known]
+    answered, theirs = commit_analysis(repo, made.commit)
+    if answered and theirs is not None and theirs != made.analysis:
+        missing.insert(0, f"provenance.txt {PROVENANCE_KEY}: {short}'s code sets "
+                          f"ANALYSIS_VERSION = {theirs}; the upload records "
+                          f"{'none' if made.analysis is None else repr(made.analysis)}")
     if missing and made.dirty:
         return Check(VERSION_MISMATCH, UNKNOWN, [
             f"made by a dirty checkout of {short}, whose own code may name them: "
@@ -274,12 +280,58 @@ def own_audit(repo: Path, sha: str, folder: Path) -> tuple[dict | None, str]:
         return None, f"its audit exited {done.returncode} without a verdict: {tail[0][:300]}"
 
 
+def check_one_version(upload: Upload) -> Check:
+    """provenance-incomplete: the provenance files of one `harness.commit` (the campaign's,
+    each cell's) record one analysis version: a commit has one `ANALYSIS_VERSION`, so a file
+    stating another, or none beside one that states it, was edited."""
+    by_commit: dict[str, dict[str | None, list[str]]] = {}
+    for label, fields in provenance_sources(upload).items():
+        commit = fields.get("harness.commit")
+        if commit:
+            by_commit.setdefault(commit, {}).setdefault(fields.get(PROVENANCE_KEY),
+                                                        []).append(label)
+    bad = []
+    for commit, versions in sorted(by_commit.items()):
+        if len(versions) > 1:
+            said = "; ".join(f"{'unrecorded' if v is None else v!r} in {first(files, 2)}"
+                             for v, files in versions.items())
+            bad.append(f"harness.commit {commit[:12]} is recorded with more than one "
+                       f"{PROVENANCE_KEY} (one commit has one): {said}")
+    if not by_commit:
+        return Check(PROVENANCE_INCOMPLETE, NOT_APPLICABLE, ["no harness.commit"])
+    return Check(PROVENANCE_INCOMPLETE, FAIL, [first(bad, 2)]) if bad else \
+        Check(PROVENANCE_INCOMPLETE, PASS, [])
+
+
+def commit_analysis(repo: Path, sha: str) -> tuple[bool, str | None]:
+    """(answered, N): the ANALYSIS_VERSION the commit's own harness/pipeline/version.py sets;
+    (True, None) when the commit has no such file (it predates the number)."""
+    try:
+        done = subprocess.run(["git", "-C", str(repo), "show", f"{sha}:{VERSION_FILE}"],
+                              capture_output=True, text=True, timeout=ARCHIVE_TIMEOUT_S,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False, None
+    if done.returncode != 0:
+        return True, None
+    match = re.search(r"^ANALYSIS_VERSION\s*=\s*(\d+)\s*$", done.stdout, re.M)
+    return (True, match.group(1)) if match else (False, None)
+
+
 # ---------------------------------------------------------------- the engine's one call
 
 def judge_versions(upload: Upload, checks: list[Check], bound: set[str],
                    clones: GitClones) -> tuple[list[Check], list[str]]:
     """The checks with the version-bound ones (codes in `bound`) judged for the version
-    that made the upload, plus `other-version` and `version-mismatch`; and notes."""
+    that made the upload, plus `other-version`, `version-mismatch` and one analysis version
+    per commit (`provenance-incomplete`: merge the codes after); and notes."""
+    judged, notes = judge_made_by(upload, checks, bound, clones)
+    return judged + [check_one_version(upload)], notes
+
+
+def judge_made_by(upload: Upload, checks: list[Check], bound: set[str],
+                  clones: GitClones) -> tuple[list[Check], list[str]]:
+    """judge_versions without the per-commit check."""
     made = made_by(upload)
     if made is None:
         na = ["no harness.commit in provenance.txt: not written by epcap"]

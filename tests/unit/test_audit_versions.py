@@ -199,3 +199,46 @@ def test_current_version_with_the_repository_is_valid(tmp_path_factory):
     u = one(root, git_repos={"epcap": toplevel()})
     assert u.verdict == "VALID", u.why
     assert VERSION_MISMATCH in u.rules_ran, u.rules_not_applicable + u.not_checked
+
+
+def set_analysis(root: Path, value: str | None, only: str | None = None) -> None:
+    """analysis_version set to `value` (None: the line deleted) in every provenance.txt of
+    the upload, or only in the one at `only`."""
+    for path in sorted(root.rglob("provenance.txt")):
+        if only is not None and path != root / only:
+            continue
+        lines = [ln for ln in path.read_text().splitlines()
+                 if not (ln.startswith("analysis_version:") and value is None)]
+        lines = [f"analysis_version: {value}" if ln.startswith("analysis_version:") else ln
+                 for ln in lines]
+        corpus.replace_file(path, ("\n".join(lines) + "\n").encode())
+
+
+@pytest.mark.parametrize("value", [None, "2"])
+def test_one_commit_records_one_analysis_version(value, tmp_path, tmp_path_factory):
+    """The campaign's provenance.txt says another analysis version (or none) than its cells',
+    under the same harness.commit: an edit (provenance-incomplete), without any clone."""
+    root = corpus.link_copy(corpus.harness_campaign(tmp_path_factory.getbasetemp()),
+                            tmp_path / "edited")
+    set_analysis(root, value, only="provenance.txt")
+    u = one(root)
+    assert u.verdict == "INVALID", u.why
+    assert "provenance-incomplete" in u.reasons
+    assert any("is recorded with more than one analysis_version" in w for w in u.why), u.why
+
+
+@pytest.mark.slow
+def test_analysis_version_other_than_its_commits_is_version_mismatch(tmp_path,
+                                                                      tmp_path_factory):
+    """Every provenance.txt re-stated with analysis_version 2 (consistently), from a clean
+    tree: the recorded commit's own harness/pipeline/version.py says otherwise."""
+    root = corpus.link_copy(corpus.harness_campaign(tmp_path_factory.getbasetemp()),
+                            tmp_path / "edited")
+    set_analysis(root, str(ANALYSIS_VERSION + 1))
+    corpus.set_provenance(root, harness__dirty="false")     # a test tree may be dirty
+    u = one(root, git_repos={"epcap": toplevel()})
+    assert u.verdict == "INVALID", u.why
+    assert any(w.startswith(f"{VERSION_MISMATCH}: ") and
+               f"sets ANALYSIS_VERSION = {ANALYSIS_VERSION}; the upload records "
+               f"'{ANALYSIS_VERSION + 1}'" in w for w in u.why), u.why
+    assert one(root).verdict != "INVALID"        # without the clone: other-version at most
