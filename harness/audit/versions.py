@@ -26,7 +26,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from pathlib import Path
 from harness.audit.errata import GitClones, is_commit, provenance_sources
 from harness.audit.model import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, Check, Upload, first
 from harness.audit.vocab import OTHER_VERSION, PROVENANCE_INCOMPLETE, TABLES, VERSION_MISMATCH
+from harness.io.boundary.tools import run_tool
 from harness.io.safeio import open_stream
 from harness.pipeline.version import ANALYSIS_VERSION, PROVENANCE_KEY
 from harness.results.layout import (
@@ -62,6 +62,8 @@ VERSIONS_DIR = "versions"                # $EPCAP_CACHE/versions/<full sha>/
 COMPLETE = ".epcap-complete"
 AUDIT_TIMEOUT_S = 900.0                  # one earlier commit's audit of one upload
 ARCHIVE_TIMEOUT_S = 120.0
+GIT_TIMEOUT_S = 60.0
+CLI_MODULE = "harness.cli"               # what `epcap` runs, at the recorded commit
 CODE_PATHS = ("harness", "backends")
 VERSION_FILE = "harness/pipeline/version.py"    # where a commit sets its ANALYSIS_VERSION     # where a commit's code names what it writes
 # what today's code knows, by kind: a word an upload holds outside these (a column a user
@@ -159,20 +161,29 @@ def evidence_words(upload: Upload) -> dict[str, str]:
     return words
 
 
+def git_run(repo: Path, *args: str, timeout_s: float = GIT_TIMEOUT_S):
+    """git in the --git-repo clone, through the tools boundary (argv list, never a shell)."""
+    return run_tool(["git", "-C", str(repo), *args], timeout_s=timeout_s)
+
+
 def names_in_code(repo: Path, sha: str, words: list[str]) -> set[str] | None:
-    """The words that occur in the commit's code (CODE_PATHS), by one `git grep -F -o`;
+    """The words that occur in the commit's code (CODE_PATHS): one `git grep -F -o` for
+    all, then `git grep -q` for each word it did not show (its output may have been cut);
     None when git cannot answer."""
-    args = ["git", "-C", str(repo), "grep", "-F", "-o", "-h", "--no-color"]
+    args = ["grep", "-F", "-o", "-h", "--no-color"]
     for word in words:
         args += ["-e", word]
-    try:
-        done = subprocess.run([*args, sha, "--", *CODE_PATHS], capture_output=True,
-                              timeout=ARCHIVE_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired):
+    done = git_run(repo, *args, sha, "--", *CODE_PATHS)
+    if done.code not in (0, 1):
         return None
-    if done.returncode not in (0, 1):
-        return None
-    return set(done.stdout.decode("utf-8", "replace").split("\n")) & set(words)
+    found = set(done.out.split("\n")) & set(words)
+    for word in [w for w in words if w not in found]:
+        one = git_run(repo, "grep", "-q", "-F", "-e", word, sha, "--", *CODE_PATHS)
+        if one.code not in (0, 1):
+            return None
+        if one.code == 0:
+            found.add(word)
+    return found
 
 
 def check_mismatch(upload: Upload, made: Version, clones: GitClones) -> Check:
@@ -217,36 +228,31 @@ def full_sha(repo: Path, commit: str) -> str | None:
     """The full id of a (hex, possibly short) commit in the clone, or None."""
     if not is_commit(commit):
         return None
-    try:
-        done = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "-q",
-                               f"{commit}^{{commit}}"], capture_output=True, text=True,
-                              timeout=ARCHIVE_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    sha = done.stdout.strip()
-    return sha if done.returncode == 0 and is_commit(sha) else None
+    done = git_run(repo, "rev-parse", "--verify", "-q", f"{commit}^{{commit}}")
+    sha = done.out.strip()
+    return sha if done.ok and is_commit(sha) else None
 
 
 def checkout(repo: Path, sha: str, cache: Path) -> Path:
-    """The commit's tree under cache/versions/<sha>/ (git archive | tar -x into a temp
-    directory, then renamed into place); reused once complete."""
+    """The commit's tree under cache/versions/<sha>/ (`git archive` to a tar file, `tar -x`
+    into a temp directory, then renamed into place); reused once complete."""
     final = cache / VERSIONS_DIR / sha
     if (final / COMPLETE).exists():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{sha[:12]}-", dir=final.parent))
     try:
-        archive = subprocess.Popen(["git", "-C", str(repo), "archive", "--format=tar", sha],
-                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        untar = subprocess.run(["tar", "-x", "-C", str(tmp)], stdin=archive.stdout,
-                               capture_output=True, timeout=ARCHIVE_TIMEOUT_S, check=False)
-        archive.stdout.close()
-        if archive.wait(timeout=ARCHIVE_TIMEOUT_S) != 0 or untar.returncode != 0:
-            raise OSError(f"git archive {sha[:12]} | tar -x failed: "
-                          f"{untar.stderr.decode('utf-8', 'replace')[-300:]}")
-        (tmp / COMPLETE).touch()
+        tar, tree = tmp / "tree.tar", tmp / "tree"
+        tree.mkdir()
+        for done in (git_run(repo, "archive", "--format=tar", f"--output={tar}", sha,
+                             timeout_s=ARCHIVE_TIMEOUT_S),
+                     run_tool(["tar", "-x", "-f", str(tar), "-C", str(tree)],
+                              timeout_s=ARCHIVE_TIMEOUT_S)):
+            if not done.ok:
+                raise OSError(done.problem)
+        (tree / COMPLETE).touch()
         shutil.rmtree(final, ignore_errors=True)
-        os.rename(tmp, final)
+        os.rename(tree, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
@@ -258,26 +264,21 @@ def own_audit(repo: Path, sha: str, folder: Path) -> tuple[dict | None, str]:
     from harness.audit.engine import cache_root  # the engine imports this module
     try:
         tree = checkout(repo, sha, cache_root())
-    except (OSError, subprocess.SubprocessError) as exc:
+    except OSError as exc:
         return None, f"cannot check out {sha[:12]}: {exc}"
     env = {k: v for k, v in os.environ.items() if k not in ("EPCAP_REQUIRE_COMPILED",)}
     env["PYTHONPATH"] = str(tree)
+    done = run_tool([sys.executable, "-m", CLI_MODULE, "audit", str(folder), "--json"],
+                    timeout_s=AUDIT_TIMEOUT_S, cwd=str(tree), env=env)
+    if done.code is None:
+        return None, str(done.problem)
     try:
-        done = subprocess.run([sys.executable, "-m", "harness.cli", "audit", str(folder),
-                               "--json"], cwd=tree, env=env, capture_output=True,
-                              timeout=AUDIT_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
-        return None, f"its audit ran past {AUDIT_TIMEOUT_S:.0f} s"
-    except OSError as exc:
-        return None, f"its audit did not start: {exc}"
-    try:
-        doc = json.loads(done.stdout.decode("utf-8", "replace"))
+        doc = json.loads(done.out)       # our own tool's JSON document, size-capped
         uploads = doc["uploads"]
         mine = [u for u in uploads if u.get("path") in (".", "")] or uploads[:1]
         return mine[0], ""
-    except (ValueError, KeyError, TypeError, IndexError):
-        tail = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
-        return None, f"its audit exited {done.returncode} without a verdict: {tail[0][:300]}"
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return None, f"its audit gave no verdict: {done.problem or 'no JSON on stdout'}"
 
 
 def check_one_version(upload: Upload) -> Check:
@@ -306,15 +307,12 @@ def check_one_version(upload: Upload) -> Check:
 def commit_analysis(repo: Path, sha: str) -> tuple[bool, str | None]:
     """(answered, N): the ANALYSIS_VERSION the commit's own harness/pipeline/version.py sets;
     (True, None) when the commit has no such file (it predates the number)."""
-    try:
-        done = subprocess.run(["git", "-C", str(repo), "show", f"{sha}:{VERSION_FILE}"],
-                              capture_output=True, text=True, timeout=ARCHIVE_TIMEOUT_S,
-                              check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return False, None
-    if done.returncode != 0:
+    if git_run(repo, "cat-file", "-e", f"{sha}:{VERSION_FILE}").code not in (0, None):
         return True, None
-    match = re.search(r"^ANALYSIS_VERSION\s*=\s*(\d+)\s*$", done.stdout, re.M)
+    shown = git_run(repo, "show", f"{sha}:{VERSION_FILE}")
+    if not shown.ok:
+        return False, None
+    match = re.search(r"^ANALYSIS_VERSION\s*=\s*(\d+)\s*$", shown.out, re.M)
     return (True, match.group(1)) if match else (False, None)
 
 
