@@ -76,6 +76,9 @@ KNOWN_FILES = (*TABLES, EVENTS_JSONL, CAMPAIGN_JSON)
 KNOWN_KEYS = (PROVENANCE_KEY, "harness.commit_date", "harness.dirty", "gpu.source",
               "runbook.sha256")
 LOG_TAG = re.compile(rb"\[(EPCAP_[A-Z][A-Z0-9_]*)\]")
+KNOWN_TAGS = ("EPCAP_ASSERT", "EPCAP_COMBINE", "EPCAP_HEALTH", "EPCAP_MEGATRON_CORE",
+              "EPCAP_OVERFLOW", "EPCAP_RANK", "EPCAP_REFERENCE", "EPCAP_SLURM",
+              "EPCAP_TIMING")   # the tags today's code prints (tests/unit/test_audit_versions.py)
 LOG_SCAN_BYTES = 64 << 20                 # tags are looked for in each log's first 64 MiB
 LOG_SUFFIXES = (".log", ".out", ".err")
 
@@ -120,7 +123,8 @@ def made_by(upload: Upload) -> Version | None:
 # ---------------------------------------------------------------- the evidence's words
 
 def log_tags(upload: Upload) -> dict[str, str]:
-    """Every `[EPCAP_...]` tag in the upload's cell logs -> the first file holding it."""
+    """Every `[EPCAP_...]` tag today's code prints (KNOWN_TAGS) found in the upload's cell
+    logs -> the first file holding it."""
     found: dict[str, str] = {}
     for cell in sorted(upload.cells.values(), key=lambda c: c.path):
         if cell.where is None or cell.problem:
@@ -133,8 +137,8 @@ def log_tags(upload: Upload) -> dict[str, str]:
                     data = handle.read(LOG_SCAN_BYTES)
             except OSError:
                 continue
-            for tag in set(LOG_TAG.findall(data)):
-                found.setdefault(tag.decode(), f"{cell.path}/{log.name}")
+            for tag in {t.decode() for t in LOG_TAG.findall(data)} & set(KNOWN_TAGS):
+                found.setdefault(tag, f"{cell.path}/{log.name}")
     return found
 
 

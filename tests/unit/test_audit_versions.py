@@ -242,3 +242,13 @@ def test_analysis_version_other_than_its_commits_is_version_mismatch(tmp_path,
                f"sets ANALYSIS_VERSION = {ANALYSIS_VERSION}; the upload records "
                f"'{ANALYSIS_VERSION + 1}'" in w for w in u.why), u.why
     assert one(root).verdict != "INVALID"        # without the clone: other-version at most
+
+
+def test_known_tags_are_todays():
+    """KNOWN_TAGS is every `[EPCAP_...]` tag today's harness and backends print."""
+    import re
+    root = toplevel()
+    named = {m for folder in ("harness", "backends") for path in (root / folder).rglob("*.py")
+             for m in re.findall(r"\[(EPCAP_[A-Z][A-Z0-9_]*)\]?", path.read_text())
+             if path.name != "versions.py"}
+    assert set(versions.KNOWN_TAGS) == named
