@@ -252,3 +252,13 @@ def test_known_tags_are_todays():
              for m in re.findall(r"\[(EPCAP_[A-Z][A-Z0-9_]*)\]?", path.read_text())
              if path.name != "versions.py"}
     assert set(versions.KNOWN_TAGS) == named
+
+
+def test_commit_the_repository_lacks_is_unknown_naming_it(tmp_path):
+    """An earlier upload naming a commit the given clone does not hold: UNKNOWN, naming it."""
+    root = corpus.copy(VERSIONS / "7e6eb72", tmp_path / "elsewhere")
+    corpus.set_provenance(root, harness__commit="0123456789abcdef0123456789abcdef01234567")
+    u = one(root, git_repos={"epcap": toplevel()})
+    assert u.verdict == "UNKNOWN", u.why
+    assert OTHER_VERSION in u.reasons
+    assert any("has no commit 0123456789ab" in w for w in u.why), u.why
