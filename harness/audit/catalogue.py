@@ -15,6 +15,7 @@ columns two rows both judge (`OVERLAPS`).
 
 from __future__ import annotations
 
+from harness.audit import versions
 from harness.audit.model import AuditContext, Check, Rule, Source, Upload, UploadRule
 from harness.audit.rules import (
     basic,
@@ -56,6 +57,7 @@ from harness.audit.vocab import (
     NO_MEASURE_VALIDATE,
     NOT_REDERIVED,
     NOTHING_TO_JUDGE,
+    OTHER_VERSION,
     PREDATES,
     PROVENANCE_INCOMPLETE,
     ROUTING_NOT_FROM_SEED,
@@ -69,8 +71,9 @@ from harness.audit.vocab import (
     UNEXECUTABLE,
     UNVALIDATED,
     VALIDATED_SATURATED,
+    VERSION_MISMATCH,
 )
-from harness.results.layout import ATTEMPTS_TSV, SELECTION_TSV
+from harness.results.layout import ATTEMPTS_TSV, PROVENANCE_TXT, SELECTION_TSV
 
 Row = Rule | UploadRule
 
@@ -86,11 +89,43 @@ NOTHING = UploadRule(NOTHING_TO_JUDGE, "(UNKNOWN whatever else is found) no atte
                      "selection", (Source(ATTEMPTS_TSV, ("purpose",)), Source(SELECTION_TSV, ())),
                      nothing_to_judge, "an empty or preflight-only campaign uploaded")
 
+def version_mismatch(upload: Upload, ctx: AuditContext) -> Check:
+    """`version-mismatch` (versions.check_version_mismatch)."""
+    return versions.check_version_mismatch(upload, ctx.clones)
+
+
+def one_version(upload: Upload, ctx: AuditContext) -> Check:
+    """One analysis version per harness.commit (versions.check_one_version)."""
+    return versions.check_one_version(upload)
+
+
+VERSION_ROWS: tuple[UploadRule, ...] = (
+    UploadRule(PROVENANCE_INCOMPLETE, "one harness.commit recorded with two analysis_version "
+               "values (or with and without one)",
+               (Source(PROVENANCE_TXT, ("harness.commit", "analysis_version")),), one_version,
+               "an upload re-stamped with another analysis version"),
+    UploadRule(VERSION_MISMATCH, "(with --git-repo epcap=PATH) a table, column, provenance "
+               "key or log tag of the upload the recorded commit's own code never names",
+               (Source(PROVENANCE_TXT, ("harness.commit",)), Source("<evidence files>", ())),
+               version_mismatch, "an upload re-stamped with a real earlier commit"),
+)
+
 # The order is the report's: the verdict's codes and rules_ran list in this order.
 CATALOGUE: tuple[Row, ...] = (
     NOTHING, *basic.RULES, *cells.RULES, *selection.RULES, *rederive.RULES, *pipeline.RULES,
     *legacy.RULES, *conservation.RULES, *clocks.RULES, *timing_objects.RULES, *links.RULES,
-    *launch.RULES, *hardware.RULES, *routing.RULES, *provenance.RULES, *present.RULES)
+    *launch.RULES, *hardware.RULES, *routing.RULES, *provenance.RULES, *VERSION_ROWS,
+    *present.RULES)
+
+# Codes decided by a pass over the rows' checks rather than by a row: the version pass
+# (versions.judge_versions, after every row) re-judges the `version_bound` rows of an upload
+# made by another analysis version by that version's own audit, and says so in
+# `other-version`. (code, summary), in report order after the rows.
+PASSES: tuple[tuple[str, str], ...] = (
+    (OTHER_VERSION, "(UNKNOWN, never INVALID) made by another analysis version and the "
+                    "version-bound rows cannot be judged by its own code (no --git-repo "
+                    "epcap=PATH, or the clone lacks the commit)"),
+)
 
 # What each code checks: its family (the generated docs/audit.md catalogue shows it per row).
 FAMILIES: dict[str, tuple[str, ...]] = {
@@ -112,6 +147,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "provenance": (MISSING_PROVENANCE, RUNBOOK_ALTERED, PROVENANCE_INCOMPLETE, PREDATES,
                    COMMIT_IMPOSSIBLE),
     "missing evidence": (LFS_POINTER, MISSING_LOGS),
+    "versions": (VERSION_MISMATCH, OTHER_VERSION),
 }
 
 # Codes decided by more than one row, merged into one check (engine.merge_codes: fail, else
@@ -123,7 +159,8 @@ MERGED: dict[str, str] = {
                   "ran and is not in the upload",
     PROVENANCE_INCOMPLETE: "provenance.txt's required keys (with the runbook's repositories) "
                            "and the form of its repo.<name> lines (every covering file): one "
-                           "claim, that provenance says what the harness writes",
+                           "claim, that provenance says what the harness writes; and one "
+                           "analysis_version per harness.commit (a commit has one)",
 }
 
 # Columns rows are matched by (which row, which cell, which pair), not judged: two rules
@@ -200,6 +237,10 @@ OVERLAPS: dict[tuple[str, str], tuple[frozenset[str], str]] = {
         "judge_run's status (with the runbook, and the earlier layout's own); whether a "
         "run counted as data has its whole grid; a status only a log gives, with no log "
         "(UNKNOWN, never INVALID)"),
+    ("provenance.txt", "harness.commit"): (
+        frozenset({PROVENANCE_INCOMPLETE, VERSION_MISMATCH}),
+        "one analysis_version per commit (no clone needed); the commit's own code names "
+        "every word of the evidence (with the clone)"),
     ("provenance.txt", "repo.<name>"): (
         frozenset({PROVENANCE_INCOMPLETE, PREDATES, COMMIT_IMPOSSIBLE}),
         "the line's form; the commit contains each errata fix; the commit could have been "
@@ -277,5 +318,7 @@ def markdown() -> str:
         kind = "" if isinstance(row, Rule) else " (upload)"
         lines.append(f"| `{code}` | {family_of(row.code)}{kind} | {row.summary} | "
                      f"{sources_text(row)} |")
+    for code, summary in PASSES:
+        lines.append(f"| `{code}` | {family_of(code)} (pass) | {summary} | the rows' checks |")
     return "\n".join(lines) + "\n"
 

@@ -24,13 +24,16 @@ from harness.audit.model import (
     UNKNOWN,
     AuditContext,
     Check,
+    Rule,
     Upload,
+    UploadRule,
     first,
 )
 from harness.audit.readers import find_uploads
 from harness.audit.rules import apply_row, expand
 from harness.audit.rules.routing import SAMPLE_SEED_BITS, audit_seed, sampled_notes
 from harness.audit.rules.selection import held_out_notes
+from harness.audit.versions import judge_versions
 from harness.audit.vocab import NOTHING_TO_JUDGE, UPLOAD_MARKERS, VERDICTS
 from harness.errors import BadInput
 from harness.io.boundary.hub import hub_link
@@ -190,15 +193,24 @@ def merge_codes(checks: list[Check]) -> list[Check]:
 RULES = CATALOGUE          # the rows applied (tests switch one off by filtering its code)
 
 
+def version_bound(rows: tuple[Rule | UploadRule, ...]) -> set[str]:
+    """Codes whose verdict rests on the code's own definitions: judged per epcap version."""
+    return {r.code for r in rows if r.version_bound}
+
+
 def audit_upload(upload: Upload, errata: Errata, order: GitClones) -> UploadVerdict:
     """Apply every row of the catalogue (harness/audit/catalogue.py), merge the checks of one
-    code, fold: nothing to judge is UNKNOWN; else INVALID beats UNKNOWN beats VALID."""
+    code, judge the version-bound ones for the version that made the upload
+    (harness/audit/versions.py), fold: nothing to judge is UNKNOWN; else INVALID beats
+    UNKNOWN beats VALID."""
     ctx = AuditContext(errata, order)
     checks = merge_codes([apply_row(row, upload, ctx) for row in expand(RULES, errata)])
+    checks, version_notes = judge_versions(upload, checks, version_bound(RULES), order)
+    checks = merge_codes(checks)
     empty = next((c for c in checks if c.code == NOTHING_TO_JUDGE),
                  Check(NOTHING_TO_JUDGE, PASS, []))
     checks = [c for c in checks if c.code != NOTHING_TO_JUDGE]
-    notes = upload.notes + held_out_notes(upload)
+    notes = upload.notes + held_out_notes(upload) + version_notes
     measured, pairs = measured_pairs(upload) or (None, None)
     if measured == 0:
         notes.append("nothing was measured: no pair has a selected capacity (every pair "

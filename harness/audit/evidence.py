@@ -283,6 +283,11 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
         "utc_start": _e(CHECKED, "the run's start: every repo.<name> commit of the same file "
                         "is dated before it (and, with --git-repo, is the clone's)",
                         COMMIT_IMPOSSIBLE),
+        "analysis_version": _e(CHECKED, "one per harness.commit across the campaign's and "
+                               "every cell's provenance.txt; with --git-repo epcap, the "
+                               "recorded commit's own ANALYSIS_VERSION (version-mismatch); "
+                               "it says which version's definitions judge the version-bound "
+                               "rules (harness/audit/versions.py)", PROVENANCE_INCOMPLETE),
         "(provenance values)": _e(CONTEXT, "command_line, hostnames, gpu.*, torch, "
                               "cuda, nccl, nvshmem, python, harness.*: facts of the machine "
                               "and the invocation, recorded once; nothing in an upload "

@@ -154,6 +154,9 @@ class Rule:
     check: Callable[[Table, Upload], Check]
     catches: str = ""                                    # the earlier failure it stands for
     all_sources: bool = False                            # every present source must be read
+    version_bound: bool = False                          # its verdict rests on the code's own
+    #   definitions (the pipeline replayed, a command rebuilt, routing regenerated): an
+    #   upload made by another analysis version is judged by that version (audit/versions.py)
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,7 @@ class UploadRule:
     check: Callable[[Upload, AuditContext], Check]
     catches: str = ""                                    # the earlier failure it stands for
     per_fix: bool = False                                # one row per errata fix
+    version_bound: bool = False                          # as Rule.version_bound
 
 
 # ---------------------------------------------------------------- helpers

@@ -35,6 +35,7 @@ from harness.io.redact import redact_text
 from harness.launch import make_launcher
 from harness.launch.container import container_facts
 from harness.pipeline.decisions import Context, model_pipeline
+from harness.pipeline.version import ANALYSIS_VERSION
 from harness.results.events import (
     CampaignDone,
     CampaignStart,
@@ -315,7 +316,8 @@ def drive(camp: Campaign, rb: Runbook, root: Path, view: ProgressView, new: bool
     """Preflight gates, canaries, the pipelines, the report; prints the banners."""
     if camp.ctx.stage_mode(Stage.PREFLIGHT) == StageMode.RUN:
         health_gate(view, camp.log)
-    camp.provenance = capture_provenance(camp.command_line, dict(rb.repositories), rb.path)
+    camp.provenance = capture_provenance(camp.command_line, dict(rb.repositories), rb.path,
+                                         analysis_version=ANALYSIS_VERSION)
     camp.provenance.update(container_facts(rb.container))
     camp.provenance.update(provenance_fields(rb))
     if new or not (root / PROVENANCE_TXT).exists():

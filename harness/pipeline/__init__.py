@@ -6,6 +6,7 @@
                yield requests and receive outcomes
   analysis.py  one finished run's evidence -> its outcome (status, summary, timing, row)
   replay.py    drive the model pipelines with an answering source, synchronously
+  version.py   ANALYSIS_VERSION: the version of these definitions (docs/analysis-versions.md)
 
 `epcap run` (harness/campaign/) drives these generators with a launcher; `epcap audit`
 (harness/audit/) drives the same generators with the upload's cells as the source and

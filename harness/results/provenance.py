@@ -25,10 +25,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from harness import __version__
-from harness.io.safeio import open_stream, read_bytes
 from harness.errors import BadInput
-from harness.io.boundary.tools import git_problem, run_tool
 from harness.io.atomic import write_text_atomic
+from harness.io.boundary.tools import git_problem, run_tool
 from harness.io.redact import (  # noqa: F401  (re-exported: provenance is where callers look)
     REDACTED,
     is_secret_env,
@@ -36,6 +35,7 @@ from harness.io.redact import (  # noqa: F401  (re-exported: provenance is where
     scrub,
     secret_values,
 )
+from harness.io.safeio import open_stream, read_bytes
 
 READ_CAP_BYTES = 1 << 20     # provenance.txt of an upload is untrusted: read at most 1 MiB
 GIT_TIMEOUT_S = 10.0
@@ -116,6 +116,12 @@ def _harness_facts() -> tuple[tuple[str, str], ...]:
                 ("harness.dirty", "not-a-git-checkout"))
     return (("harness.version", __version__), ("harness.commit", facts["sha"]),
             ("harness.commit_date", facts["date"]), ("harness.dirty", facts["dirty"]))
+
+
+def harness_facts() -> dict[str, str]:
+    """`harness.version`, `harness.commit`, `harness.commit_date`, `harness.dirty` of the
+    epcap checkout running now (what an audit names as its own version)."""
+    return dict(_harness_facts())
 
 
 def _gpu_from_nvml() -> dict[str, str] | None:
@@ -272,12 +278,18 @@ def file_sha256(path: Path) -> str:
 
 
 def capture_provenance(command_line: list[str], repositories: dict[str, Path],
-                       runbook_path: Path | None = None) -> dict[str, str]:
-    """All docs/spec.md: provenance facts for one run, as ordered `key -> value` (secrets redacted)."""
+                       runbook_path: Path | None = None, *,
+                       analysis_version: int | None = None) -> dict[str, str]:
+    """All docs/spec.md: provenance facts for one run, as ordered `key -> value` (secrets
+    redacted). `analysis_version` (harness/pipeline/version.py, passed by the campaign: this
+    room sits below the pipeline) is written beside the `harness.*` facts."""
     environ = dict(os.environ)
     secrets = secret_values(environ)
     fields: dict[str, str] = {}
-    fields.update(_static_facts())
+    for key, value in _static_facts():
+        fields[key] = value
+        if key == "harness.dirty" and analysis_version is not None:
+            fields["analysis_version"] = str(analysis_version)
     fields["command_line"] = shlex.join(redact_argv([str(a) for a in command_line], secrets))
     fields["utc_start"] = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     fields["hostnames"] = socket.gethostname()

@@ -73,6 +73,8 @@ IMPORT_CALLS = {"importlib.import_module", "import_module", "__import__",
 
 # (file, what): why a module is reached by name there. Everything else imports it as code.
 STRING_IMPORTS_ALLOWED = {
+    ("harness/audit/versions.py", "-m CLI_MODULE"):
+        "an earlier epcap commit's own `epcap audit`, run from its checkout (its code, not ours)",
     ("harness/api/registry.py", "importlib.import_module"):
         "the registry: the one table from a runbook backend/launcher name to its module",
     ("harness/api/registry.py", "'harness.launch.local:LocalLauncher'"):
@@ -245,6 +247,9 @@ TOOL_CALLS = {"subprocess.run", "subprocess.check_output", "subprocess.Popen",
               "subprocess.check_call", "subprocess.call"}
 # (file, what): why that read needs no boundary. Everything else reads through harness/io.
 READERS_ALLOWED = {
+    ("harness/audit/versions.py", "json.loads"):
+        "the JSON document an earlier epcap commit's own `epcap audit --json` printed "
+        "(run through boundary.tools: decoded, size-capped)",
     ("harness/audit/evidence.py", "open"):
         "hashes the files evidence_manifest listed (regular files inside the results directory)",
     ("harness/launch/container.py", "subprocess.run"):

@@ -117,5 +117,5 @@ RULES: tuple[Rule, ...] = (
          "backend's memory model's",
          (Source(ATTEMPTS_TSV, ()),), False, check_launch,
          "runs made with other flags than the runbook states (a smoother routing, fewer "
-         "iterations), every table re-stated from their logs"),
+         "iterations), every table re-stated from their logs", version_bound=True),
 )

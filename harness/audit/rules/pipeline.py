@@ -555,18 +555,20 @@ RULES: tuple[Rule, ...] = (
     Rule(SELECTION_NOT_REDERIVED, "a selection row differs from the pipeline replayed on "
          "the upload's cells", (Source(SELECTION_TSV, ("model", "backend",
                                                        "selected_capacity")),), False,
-         check_selection_replayed, "the selection not the lowest zero-drop rung (the fifth bug)"),
+         check_selection_replayed, "the selection not the lowest zero-drop rung (the fifth bug)",
+         version_bound=True),
     Rule(HELD_OUT_NOT_REDERIVED, "the validate step (attempts, step-ups, seed, held-out "
          "claim, drop risk) differs from the pipeline replayed on the upload's cells",
          (Source(SELECTION_TSV, ("model", "backend")),), False, check_held_out_replayed,
          "a validate that dropped hidden behind a later pass; a held-out claim on the "
-         "measured routing"),
+         "measured routing", version_bound=True),
     Rule(TIMING_INCOMPLETE, "a timed arm, launch or row the pipeline makes is missing",
          (Source(ATTEMPTS_TSV, ("purpose",)),), False, check_timing_complete,
-         "a timed backend removed for one model; the A/A control arm deleted"),
+         "a timed backend removed for one model; the A/A control arm deleted",
+         version_bound=True),
     Rule(TIMING_NOT_REDERIVED, "timing.tsv, comparison.tsv or timing_trials.tsv differs "
          "from the pipeline replayed on the upload's time cells", (Source(ATTEMPTS_TSV, ("purpose",)),), False,
          check_timing_replayed,
          "timing medians, launch counts and verdicts re-stated; timing cells at another "
-         "capacity"),
+         "capacity", version_bound=True),
 )

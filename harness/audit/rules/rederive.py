@@ -706,10 +706,10 @@ RULES: tuple[Rule, ...] = (
          check_timing_cells, "timing rows whose cells ran at another capacity"),
     Rule(NOT_REDERIVED, "an attempts column differs from the harness's own derivation",
          (Source(ATTEMPTS_TSV, ("cell_dir", "status")),), False, check_rederived,
-         "numbers re-stated from edited logs; an OOM-less does_not_fit"),
+         "numbers re-stated from edited logs; an OOM-less does_not_fit", version_bound=True),
     Rule(INCOMPLETE, "a measure or validate lacks ranks, layers or iterations",
          (Source(ATTEMPTS_TSV, ("purpose", "status", "cell_dir")),), False, check_incomplete,
-         "a validate whose telemetry lacks iterations or a rank"),
+         "a validate whose telemetry lacks iterations or a rank", version_bound=True),
 )
 
 

@@ -566,5 +566,6 @@ RULES: tuple[Rule, ...] = (
          "recorded routing trace disagrees with those rows or with the seed's counts",
          (Source(ATTEMPTS_TSV, ()),), False, check_routing,
          "rank logs re-stated with other routing (tokens moved between ranks so conservation "
-         "holds, or another seed), every table derived from them made to match"),
+         "holds, or another seed), every table derived from them made to match",
+         version_bound=True),
 )
