@@ -351,10 +351,11 @@ def judge_versions(upload: Upload, checks: list[Check], bound: set[str],
     repo = clones.repos.get(EPCAP)
     if repo is not None and is_commit(made.commit):
         return by_own_code(upload, checks, bound, made, repo, clones)
-    if not doubted:
-        return checks + [Check(OTHER_VERSION, PASS, [
-            f"made by {made.label}; this audit is {own.label}: today's replay agrees"])], \
-            [f"made by {made.label}; today's replay ({own.label}) agrees with it"]
+    if not doubted:     # agreeing with today's definitions does not say they were its own
+        return checks + [Check(OTHER_VERSION, UNKNOWN, [
+            f"made by {made.label}; this audit is {own.label}: today's replay agrees, but "
+            f"whether its own definitions were today's is not known (pass --git-repo "
+            f"{EPCAP}=PATH to judge it by its own code)"])], []
     head = (f"made by {made.label}; this audit is {own.label}: the replay's differences may "
             f"be definitions that changed (pass --git-repo {EPCAP}=PATH to judge them by "
             f"its own code)")
