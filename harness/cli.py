@@ -282,7 +282,7 @@ def audit(target, errata, git_repos, out, as_json, strict, pad_multiple, sample_
     """Sort uploaded results into VALID, INVALID (with reasons) and UNKNOWN.
 
     \b
-    Examples:
+    Example:
       epcap audit results/local-cpu --out audit.tsv
       epcap audit results/local-cpu --sample-seed 5077410362871904243
         (the seed a verdict printed: the same samples, the same verdict)
