@@ -119,6 +119,7 @@ class Event(StrEnum):
     CELL_START = "cell_start"
     CELL_FINISH = "cell_finish"
     CELL_ABANDONED = "cell_abandoned"
+    CELL_QUEUED = "cell_queued"
     CHECKPOINT = "checkpoint"
     STAGE_DONE = "stage_done"
     CAMPAIGN_DONE = "campaign_done"

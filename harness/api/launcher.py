@@ -31,6 +31,15 @@ class JobResult:
     detail: str = ""                  # e.g. Slurm's State/ExitCode text
 
 
+@dataclass(frozen=True)
+class QueueWait:
+    """A job the scheduler still holds in its queue: the scheduler's reason (Slurm's
+    `%r`: Priority, Resources, JobHeldUser, ...) and how long this driver has seen it wait."""
+
+    reason: str
+    pending_s: float
+
+
 class Launcher(ABC):
     """Runs `spec.ntasks` copies of `spec.argv` for one cell, logs under `cell_dir`."""
 
@@ -56,6 +65,11 @@ class Launcher(ABC):
         """Ask the scheduler whether it would accept these cells (name, launch, cell dir),
         running nothing; lines saying what it answered. A refusal raises (exit 2)."""
         return []
+
+    def queue_wait(self, handle: JobHandle) -> QueueWait | None:
+        """Why the job is still queued, as of the last poll; None when it is not queued
+        (running, finished, or a launcher without a queue)."""
+        return None
 
     def find_existing(self, cell_name: str, cell_dir: Path) -> JobHandle | None:
         """A job already submitted for this cell by an earlier driver (Slurm), else None."""

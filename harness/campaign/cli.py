@@ -455,7 +455,8 @@ def state_words(doc: dict) -> str:
     validate', 'done'."""
     state = doc["state"]
     if state == "running":
-        return f"running (pid {doc['pid']} on {doc['host']} since {doc['since']})"
+        return (f"running (pid {doc['pid']} on {doc['host']} since {doc['since']})"
+                + "".join(f"; {queued_words(q)}" for q in doc.get("pending") or ()))
     if state == "interrupted":
         return f"interrupted ({doc['signal']} at {doc['when']})"
     if state == "stopped_after" and doc.get("stopped_after") == "selection":
@@ -466,6 +467,12 @@ def state_words(doc: dict) -> str:
     return "done"
 
 
+def queued_words(queued: dict) -> str:
+    """'pending: JobHeldUser (job 12, cell X, since T)': a job waiting in Slurm's queue."""
+    return (f"pending: {queued['reason']} (job {queued['job_id']}, cell {queued['cell']}, "
+            f"since {queued['since']})")
+
+
 def print_state(doc: dict) -> None:
     print(f"campaign: {doc['path']}")
     print(f"state: {state_words(doc)}")
@@ -473,7 +480,11 @@ def print_state(doc: dict) -> None:
     left = doc["runs_left"]
     print(f"runs: {doc['runs_done']} done, {left if left is not None else 'unknown'} left")
     print(f"failures by class: {failures_text(doc['failures'])}")
-    print(f"ETA: {fmt_s(doc['eta_s']) if doc['eta_s'] is not None else 'unknown'}")
+    eta = fmt_s(doc['eta_s']) if doc['eta_s'] is not None else 'unknown'
+    if doc.get("pending"):
+        jobs = ", ".join(str(q["job_id"]) for q in doc["pending"])
+        eta += f" of run time, plus the queue wait (job {jobs} pending: waiting on the queue)"
+    print(f"ETA: {eta}")
     if doc["report_path"]:
         print(f"report: {doc['report_path']}")
     if doc["stopped"]:

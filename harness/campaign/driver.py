@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from harness.api.backend import Backend, LaunchSpec, RunRequest
-from harness.api.launcher import JobHandle, JobResult, Launcher
+from harness.api.launcher import JobHandle, JobResult, Launcher, QueueWait
 from harness.api.registry import load_backend
 from harness.campaign import store
 from harness.campaign.estimate import CostModel
@@ -27,6 +27,7 @@ from harness.pipeline.stages import STAGE_OF_PURPOSE, plan_cells
 from harness.results.events import (
     CellAbandoned,
     CellFinish,
+    CellQueued,
     CellRef,
     CellsInvalidated,
     CellStart,
@@ -76,6 +77,7 @@ class Active:
     t0: float
     retries_left: RetryBudget
     adopted: bool = False             # a job an earlier driver submitted (its span is not ours)
+    queued: str | None = None         # the scheduler's pending reason last said, if queued
 
 
 @dataclasses.dataclass(frozen=True)
@@ -457,6 +459,7 @@ class Campaign:
         for act in list(self.active):
             result = self.launcher.poll(act.handle)
             if result is None:
+                self.watch_queue(act)
                 continue
             self.active.remove(act)
             out = self.finish(act, result)
@@ -551,3 +554,45 @@ class Campaign:
             if result is not None:
                 self.active.remove(act)
                 return self.finish(act, result)
+            self.watch_queue(act)
+
+    # -- the scheduler's queue -----------------------------------------------------------
+    def watch_queue(self, act: Active) -> None:
+        """Say when a job starts waiting in the scheduler's queue, waits for another reason,
+        or leaves it (a line and a cell_queued event each), and stop the campaign once it
+        has waited over `limits.max_pending_s` (0: wait forever)."""
+        wait = self.launcher.queue_wait(act.handle)
+        reason = wait.reason if wait is not None else None
+        if reason != act.queued and self.log is not None:
+            pending_s = wait.pending_s if wait is not None else 0.0
+            self.log.write(CellQueued(cell=act.cell.name, job_id=str(act.handle.job_id),
+                                      reason=reason, pending_s=round(pending_s, 3)))
+            self.view.line(f"  {act.cell.name}: " + (
+                f"job {act.handle.job_id} pending: {reason} ({self.pending_limit_words()}; "
+                "the ETA counts run time, not this wait)" if reason is not None else
+                f"job {act.handle.job_id} left the queue ({act.queued} before)"))
+            act.queued = reason
+        limit = self.rb.limits.max_pending_s
+        if wait is not None and limit and wait.pending_s > limit:
+            self.stop_pending(act, wait)
+
+    def pending_limit_words(self) -> str:
+        """What the driver does with a job that stays queued, in words."""
+        limit = self.rb.limits.max_pending_s
+        return (f"stops the campaign after {fmt_s(limit)} queued (limits.max_pending_s)"
+                if limit else "limits.max_pending_s 0: waits forever")
+
+    def stop_pending(self, act: Active, wait: QueueWait) -> None:
+        """A job queued over `limits.max_pending_s`: cancel the runs in flight, record the
+        stop (event, STOPPED.txt) and raise CampaignStopped (exit 3) naming Slurm's reason."""
+        job = act.handle.job_id
+        msg = (f"campaign stopped: job {job} of cell {act.cell.name} has waited "
+               f"{fmt_s(wait.pending_s)} in the queue, over limits.max_pending_s "
+               f"{self.rb.limits.max_pending_s:g} s; pending: {wait.reason}")
+        self.cancel_active(f"queued over limits.max_pending_s (pending: {wait.reason})")
+        self.log.write(Stopped(cell=act.cell.name, status="pending",
+                               line=f"job {job} pending: {wait.reason}",
+                               stage=STAGE_OF_PURPOSE[act.cell.purpose]))
+        msg = redact_text(msg)
+        write_text_atomic(self.root / STOPPED_TXT, msg + "\n")
+        raise CampaignStopped(msg)

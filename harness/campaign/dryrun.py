@@ -380,6 +380,8 @@ def print_summary(rb: Runbook, camp: Campaign, cells: list[PlannedCell],
               f"{waves * ceiling:g} h at max_parallel_cells {rb.max_parallel_cells}; "
               f"{len(cells) * ceiling * gpus:.2f} GPU-hours")
     print(timing_cost(rb, [p for p in cells if p.purpose == Purpose.TIME]))
+    if launcher_name == "slurm":
+        print(queue_wait_words(rb.limits.max_pending_s))
     warnings = memory_warnings(rb, sel)
     if launcher_name == "slurm" and rb.slurm.gpus_per_node and not probe_tools():
         warnings.append("this Python cannot probe GPUs (no nvidia-ml-py, no nvidia-smi): "
@@ -388,6 +390,16 @@ def print_summary(rb: Runbook, camp: Campaign, cells: list[PlannedCell],
         print(f"WARNING: {line}")
     print(f"scripts: {out_dir}/cells/<cell>/ (repro.sh"
           + (", slurm.sbatch" if launcher_name == "slurm" else "") + ")")
+
+
+def queue_wait_words(limit_s: float) -> str:
+    """What the driver does with a job Slurm keeps queued (limits.max_pending_s), in words:
+    the estimates above count run time only, never the queue."""
+    if not limit_s:
+        return ("queue wait: not in the estimates; limits.max_pending_s 0: a pending job "
+                "(held, drained node, partition down) is waited on forever, its reason printed")
+    return (f"queue wait: not in the estimates; a job pending over {fmt_s(limit_s)} "
+            "(limits.max_pending_s) stops the campaign, naming Slurm's reason")
 
 
 def timing_cost(rb: Runbook, timed: list[PlannedCell]) -> str:

@@ -94,7 +94,7 @@ def campaign_state(root: Path, probe_lock: bool = True) -> dict[str, Any]:
         doc["report_path"] = report.get("path")
     holder = lock_holder(root) if probe_lock else None
     if holder is not None:
-        return {**doc, "state": RUNNING, **holder}
+        return {**doc, "state": RUNNING, **holder, "pending": queued_now(tail)}
     plan = plan_left(root)
     if plan is not None:
         doc.update(plan)
@@ -122,6 +122,21 @@ def campaign_state(root: Path, probe_lock: bool = True) -> dict[str, Any]:
     return {**doc, "state": STOPPED_AFTER, "stopped_after": end.get("stage"),
             "stage": doc["stage"] if plan is not None else end.get("stage"),
             "when": utc(end["t"])}
+
+
+def queued_now(events: list[dict]) -> list[dict[str, Any]]:
+    """The cells whose job the running driver last saw waiting in the scheduler's queue:
+    [{cell, job_id, reason, since}] from the newest `cell_queued` of each cell that no later
+    event ended (finished, abandoned, or left the queue)."""
+    waiting: dict[str, dict[str, Any]] = {}
+    for ev in events:
+        cell = ev.get("cell")
+        if ev["ev"] == Event.CELL_QUEUED and ev.get("reason"):
+            waiting[cell] = {"cell": cell, "job_id": ev.get("job_id"), "reason": ev["reason"],
+                             "since": utc(ev.get("t"))}
+        elif ev["ev"] in (Event.CELL_QUEUED, Event.CELL_FINISH, Event.CELL_ABANDONED):
+            waiting.pop(cell, None)
+    return list(waiting.values())
 
 
 def plan_left(root: Path) -> dict[str, Any] | None:

@@ -11,7 +11,11 @@ node-side health probe to `cell_dir/health<N>.log`. A runbook `container:` puts 
 inside its image (harness/launch/container.py); the health probe and the capture run on the
 host.
 
-State comes from `sacct`, falling back to `scontrol show job`, then `squeue --states=all`.
+State comes from `scontrol show job` (the controller's own record, current the moment a job
+ends and with the reason a queued job waits), falling back to `sacct` (the accounting record,
+which can lag the end by seconds after slurmdbd returns) once the controller has purged the
+job, then `squeue --states=all`. A pending job's reason (Priority, Resources, JobHeldUser,
+...) is kept per job and offered to the driver (`queue_wait`).
 With `TaskPlugin=task/none` Slurm kills a step over its memory limit (JobAcctGatherParams=
 OverMemoryKill) but records the job as FAILED/CANCELLED, not OUT_OF_MEMORY; slurmstepd's
 "exceeded memory limit" line in the logs is then read as `oom` too.
@@ -32,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.api.backend import LaunchSpec
-from harness.api.launcher import JobHandle, JobResult, Launcher
+from harness.api.launcher import JobHandle, JobResult, Launcher, QueueWait
 from harness.errors import BadInput, EpcapError
 from harness.health import PRE_CELL_FAIL_EXIT
 from harness.io.atomic import write_text_atomic
@@ -171,6 +175,7 @@ class SlurmState:
     exit_code: str = ""
     elapsed: str = ""
     source: str = ""
+    reason: str = ""                # why a pending job waits (scontrol Reason=, squeue %r)
 
 
 # ---- pure helpers (unit-tested without Slurm) -------------------------------------------
@@ -208,12 +213,26 @@ def parse_sacct(out: str) -> SlurmState | None:
 
 
 def parse_scontrol(out: str) -> SlurmState | None:
-    """JobState/ExitCode/RunTime from `scontrol show job -o` output."""
+    """JobState/ExitCode/RunTime/Reason from `scontrol show job -o` output (scontrol writes
+    `JobState=%s ` and `Reason=%s ` with the reason's white space made `_`: SchedMD/slurm
+    src/scontrol/info_job.c @284c3b95f08a2dc2478499837b03355e1b9c5c75)."""
     fields = dict(tok.split("=", 1) for tok in out.split() if "=" in tok)
     if "JobState" not in fields:
         return None
+    reason = fields.get("Reason", "")
     return SlurmState(fields["JobState"], fields.get("ExitCode", ""), fields.get("RunTime", ""),
-                      "scontrol")
+                      "scontrol", "" if reason == "None" else reason)
+
+
+def parse_squeue(out: str) -> SlurmState | None:
+    """`%T|%r` (state, reason) of `squeue -h` output: its first line (squeue's format letters,
+    src/squeue/opts.c @284c3b95f08a2dc2478499837b03355e1b9c5c75)."""
+    line = out.strip().split("\n")[0] if out else ""
+    word, _, reason = line.partition("|")
+    if not word.strip():
+        return None
+    reason = reason.strip()
+    return SlurmState(word.strip(), "", "", "squeue", "" if reason == "None" else reason)
 
 
 # ---- the launcher ---------------------------------------------------------------------------
@@ -256,18 +275,23 @@ def slurm_available() -> tuple[bool, str]:
 
 
 def query_state(job_id: str) -> SlurmState | None:
-    """The job's state from sacct, else scontrol, else squeue; None when none knows it."""
-    out = _try(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,ExitCode,Elapsed"])
-    reading = parse_sacct(out) if out else None
-    if reading:
-        return reading
+    """The job's state from scontrol (the controller: current at once, a pending job's
+    reason), else sacct (after the controller purged it, MinJobAge), else squeue; None when
+    none knows it. sacct is not asked first: after slurmdbd comes back its record of a job
+    that just ended can read RUNNING for many seconds."""
     out = _try(["scontrol", "show", "job", job_id, "-o"])
     reading = parse_scontrol(out) if out else None
     if reading:
         return reading
-    out = _try(["squeue", "--states=all", "-h", "-j", job_id, "-o", "%T"])
-    word = out.strip().split("\n")[0] if out else ""
-    return SlurmState(word, "", "", "squeue") if word else None
+    out = _try(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,ExitCode,Elapsed"])
+    reading = parse_sacct(out) if out else None
+    if reading and reading.state.split()[0].upper() == "PENDING":
+        queued = parse_squeue(_try(["squeue", "-h", "-j", job_id, "-o", "%T|%r"]) or "")
+        return reading if queued is None else queued
+    if reading:
+        return reading
+    return parse_squeue(_try(["squeue", "--states=all", "-h", "-j", job_id, "-o", "%T|%r"])
+                        or "")
 
 
 def _tail_matches(path: Path, pattern: re.Pattern, limit: int = 256 * 1024) -> str | None:
@@ -293,6 +317,8 @@ class SlurmPoll:
     log_size: int | None = None         # summed rank-log size at the last look
     grew_at: float = 0.0                # when that size last changed
     driver_timeout: bool = False        # the driver cancelled it for no progress
+    pending_since: float | None = None  # when this driver first saw it PENDING
+    reason: str = ""                    # Slurm's reason at the last PENDING reading
 
 
 class SlurmLauncher(Launcher):
@@ -440,9 +466,28 @@ class SlurmLauncher(Launcher):
         if reading is None:
             return self._unknown(handle)
         state.unknown_since = None
+        self._note_queue(state, reading, now)
         if map_state(reading) is None:
             return self._check_progress(handle, reading)
         return self._result(handle, reading)
+
+    @staticmethod
+    def _note_queue(state: SlurmPoll, reading: SlurmState, now: float) -> None:
+        """Keep the pending reason and since when the job waits (cleared once it left)."""
+        if reading.state.split()[0].upper() != "PENDING":
+            state.pending_since, state.reason = None, ""
+            return
+        if state.pending_since is None:
+            state.pending_since = now
+        state.reason = reading.reason or "unknown (Slurm gave no reason)"
+
+    def queue_wait(self, handle: JobHandle) -> QueueWait | None:
+        """Slurm's pending reason and how long this driver has seen the job pending, as of
+        the last poll; None once it runs or ended."""
+        state = self.polls.get(str(handle.job_id))
+        if state is None or state.pending_since is None:
+            return None
+        return QueueWait(state.reason, time.monotonic() - state.pending_since)
 
     def _unknown(self, handle: JobHandle) -> JobResult | None:
         """A job no Slurm command knows: wait a grace period (accounting lag), then node_fail."""

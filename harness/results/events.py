@@ -185,6 +185,19 @@ class Stopped(EventRecord):
 
 
 @dataclass(frozen=True)
+class CellQueued(EventRecord):
+    """A job's wait in the scheduler's queue changed: `reason` is the scheduler's (Slurm's
+    pending reason) while it waits, None once it left the queue (running or ended);
+    `pending_s` is how long this driver has seen it queued."""
+
+    EV: ClassVar[Event] = Event.CELL_QUEUED
+    cell: str = ""
+    job_id: str = ""
+    reason: str | None = None
+    pending_s: float = 0.0
+
+
+@dataclass(frozen=True)
 class CellsInvalidated(EventRecord):
     """Finished cells whose results no longer count (a result-bearing runbook edit, or
     `--retry CLASS`): a resume replays them no more and runs their requests as new attempts.
@@ -215,7 +228,7 @@ class ReportBuilt(EventRecord):
 
 KINDS: dict[str, type[EventRecord]] = {
     k.EV: k for k in (CampaignStart, RunStart, Health, CellSubmit, CellStart, CellFinish,
-                      CellAbandoned, Checkpoint, StageDone, CampaignDone, Stopped,
+                      CellAbandoned, CellQueued, Checkpoint, StageDone, CampaignDone, Stopped,
                       CellsInvalidated, RunbookRevised, ReportBuilt)}
 
 

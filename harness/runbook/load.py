@@ -329,6 +329,8 @@ def load_runbook(path: str | Path) -> Runbook:
         raise doc.error(("max_parallel_cells",), "must be >= 1")
     if runbook.limits.run_timeout_s <= 0:
         raise doc.error(("limits", "run_timeout_s"), "must be positive")
+    if runbook.limits.max_pending_s < 0:
+        raise doc.error(("limits", "max_pending_s"), "must be >= 0 (0: wait forever)")
     if runbook.limits.infra_retries < 0:
         raise doc.error(("limits", "infra_retries"), "must be >= 0")
     if runbook.limits.unclassified.then not in UNCLASSIFIED_ACTIONS:

@@ -133,6 +133,7 @@ class Limits:
     run_timeout_s: float = 600.0    # no progress within this -> timeout
     infra_retries: int = 2
     unclassified: UnclassifiedPolicy = UnclassifiedPolicy()
+    max_pending_s: float = 0.0      # a job queued longer stops the campaign; 0: wait forever
 
 
 @dataclass(frozen=True)

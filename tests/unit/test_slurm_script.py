@@ -314,7 +314,8 @@ def test_parsers():
     assert S.parse_sacct("") is None
     assert S.parse_sacct("COMPLETED|0:0|00:00:09\nRUNNING|0:0|00:00:01\n").state == "RUNNING"
     out = "JobId=7 JobName=x JobState=TIMEOUT Reason=TimeLimit ExitCode=0:15 RunTime=00:01:30"
-    assert S.parse_scontrol(out) == S.SlurmState("TIMEOUT", "0:15", "00:01:30", "scontrol")
+    assert S.parse_scontrol(out) == S.SlurmState("TIMEOUT", "0:15", "00:01:30", "scontrol",
+                                                 "TimeLimit")
     assert S.parse_scontrol("garbage") is None
     assert slurm_time.elapsed_seconds("00:01:05") == 65
     assert slurm_time.elapsed_seconds("1-00:00:01") == 86401

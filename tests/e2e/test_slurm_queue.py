@@ -1,0 +1,118 @@
+"""On the CI Slurm (scripts/ci-slurm.sh): a job Slurm keeps in its queue is said, shown and
+bounded. The reduced campaign's first canary is submitted held (`sbatch --hold`, through
+`slurm.extra_sbatch`), so it stays PENDING with reason JobHeldUser: the driver prints the
+reason within one poll, `epcap status` shows it with the job id while the driver waits, and
+`limits.max_pending_s` ends the wait naming the reason (exit 3, the job cancelled).
+
+Skips where no Slurm answers; fails instead under EPCAP_REQUIRE_SLURM=1 (.ci/run)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.launch import slurm as S
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+EPCAP = [sys.executable, "-m", "harness.cli"]
+CORPUS_PY = ROOT / "tests" / "fixtures" / "uploads" / "corpus.py"
+SLURM_LINE = 'slurm: {nodes: 1, gpus_per_node: 0, time_limit: "00:05:00"}'
+LIMITS_LINE = "limits: {run_timeout_s: 60, infra_retries: 1}"
+HELD = 'slurm: {nodes: 1, gpus_per_node: 0, time_limit: "00:05:00", extra_sbatch: ["--hold"]}'
+MAX_PENDING_S = 10
+
+
+@pytest.fixture(scope="module", autouse=True)
+def slurm_up():
+    """Skip (or fail, under EPCAP_REQUIRE_SLURM=1) when no Slurm answers."""
+    ok, why = S.slurm_available()
+    if ok:
+        return
+    if os.environ.get("EPCAP_REQUIRE_SLURM") == "1":
+        pytest.fail(f"EPCAP_REQUIRE_SLURM=1 but Slurm does not answer: {why}")
+    pytest.skip(f"no Slurm answers here ({why}); start one with "
+                "`sudo bash scripts/ci-slurm.sh start`")
+
+
+def held_runbook(where: Path, max_pending_s: float) -> Path:
+    """The short reduced runbook (tests/fixtures/uploads/corpus.py), its jobs submitted held
+    and its queue wait bounded by `max_pending_s`."""
+    spec = importlib.util.spec_from_file_location("upload_corpus_queue", CORPUS_PY)
+    corpus = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(corpus)
+    text = corpus.short_runbook_text()
+    assert SLURM_LINE in text and LIMITS_LINE in text
+    limits = LIMITS_LINE.replace("}", f", max_pending_s: {max_pending_s}}}")
+    path = where / "rb.yaml"
+    path.write_text(text.replace(SLURM_LINE, HELD).replace(LIMITS_LINE, limits))
+    return path
+
+
+def events(results: Path) -> list[dict]:
+    found = list(results.glob("*/events.jsonl"))
+    if not found:
+        return []
+    return [json.loads(line) for line in found[0].read_text().splitlines() if line.strip()]
+
+
+def test_a_held_job_is_said_shown_and_bounded_by_max_pending_s(tmp_path):
+    """Catches: a pending job waited on in silence (no line, no event: the wait is found
+    by the `cell_queued` event and the printed reason), `epcap status` saying only
+    `running` while the job waits (it must say `pending: JobHeldUser` with the job id and
+    that the ETA waits on the queue), and an unbounded wait (without the limit the driver
+    never exits and the test fails at its deadline)."""
+    rb = held_runbook(tmp_path, MAX_PENDING_S)
+    results = tmp_path / "res"
+    results.mkdir()
+    out_path = tmp_path / "driver.out"
+    with open(out_path, "w") as out:
+        driver = subprocess.Popen([*EPCAP, "run", str(rb), "--launcher", "slurm", "--results",
+                                   str(results), "--until", "preflight"], cwd=ROOT,
+                                  stdout=out, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not any(e["ev"] == "cell_queued" for e in events(results)):
+            assert driver.poll() is None, out_path.read_text()
+            assert time.monotonic() < deadline, out_path.read_text()
+            time.sleep(0.2)
+        status = subprocess.run([*EPCAP, "status", str(results / "reduced")], cwd=ROOT,
+                                capture_output=True, text=True, timeout=60)
+        assert driver.poll() is None, "the driver stopped before status looked"
+        code = driver.wait(timeout=90)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    said = out_path.read_text()
+    evs = events(results)
+    start = next(e for e in evs if e["ev"] == "cell_start")
+    queued = next(e for e in evs if e["ev"] == "cell_queued")
+    job = start["job_id"]
+    # within one poll of its submission (the launcher asks Slurm at most every 0.5 s)
+    assert queued["reason"] == "JobHeldUser" and queued["job_id"] == job
+    assert queued["t"] - start["t"] <= 2 * S.MIN_POLL_S + 1.0, (start, queued)
+    assert f"job {job} pending: JobHeldUser" in said
+    assert status.returncode == 0, status.stderr
+    assert f"pending: JobHeldUser (job {job}, cell {start['cell']}" in status.stdout
+    assert "waiting on the queue" in status.stdout
+    # the limit ends the wait, naming the job and the reason; the job is cancelled
+    assert code == 3, said
+    assert "over limits.max_pending_s" in said and "pending: JobHeldUser" in said
+    stop = next(e for e in evs if e["ev"] == "campaign_stopped")
+    assert stop["status"] == "pending" and f"job {job} pending: JobHeldUser" == stop["line"]
+    assert any(e["ev"] == "cell_abandoned" and e["cell"] == start["cell"] for e in evs)
+    assert (queued["t"] - start["t"]) + MAX_PENDING_S <= stop["t"] - start["t"]
+    reading = S.query_state(job)
+    assert reading is not None and reading.state.startswith("CANCELLED"), reading
+    after = subprocess.run([*EPCAP, "status", str(results / "reduced")], cwd=ROOT, capture_output=True,
+                           text=True, timeout=60)
+    assert "stopped: pending in" in after.stdout and "JobHeldUser" in after.stdout
