@@ -91,6 +91,21 @@ TRANSIENT_SUBMIT = (
     "Requested nodes are busy",                         # ESLURM_NODES_BUSY
     "Required ports are in use",                        # ESLURM_PORTS_BUSY
 )
+# A submit limit: slurmctld refuses the job with ESLURM_ACCOUNTING_POLICY and, as its message,
+# the limit's reason word (src/slurmctld/job_mgr.c, _job_create: `*err_msg =
+# xstrdup(job_state_reason_string(acct_reason))`), which sbatch logs as `sbatch: error: <word>`
+# before `Batch job submission failed: Job violates accounting/QOS policy (job submit limit,
+# ...)` (src/common/slurm_protocol_pack.c, _unpack_return_code2_msg). The words are those of
+# the submit-job limits in src/common/job_state_reason.c; all @284c3b95f08a2dc2478499837b03355e1b9c5c75.
+# They clear as the user's (or account's) other jobs end: waited on, not a refusal. The
+# policy message alone (no word: time or size limits too) stays permanent.
+SUBMIT_LIMITS = (
+    "QOSMaxSubmitJobPerUserLimit",                      # WAIT_QOS_MAX_SUB_JOB
+    "QOSGrpSubmitJobsLimit",                            # WAIT_QOS_GRP_SUB_JOB
+    "MaxSubmitJobsPerAccount",                          # WAIT_QOS_MAX_SUB_JOB_PER_ACCT
+    "AssocMaxSubmitJobLimit",                           # WAIT_ASSOC_MAX_SUB_JOB
+    "AssocGrpSubmitJobsLimit",                          # WAIT_ASSOC_GRP_SUB_JOB
+)
 # Permanent refusals a runbook field causes, for the message (slurm_errno.c, same commit).
 REFUSAL_FIELDS = {"Invalid partition name specified": "slurm.partition",
                   "Required partition not available": "slurm.partition",
@@ -121,10 +136,19 @@ class SubmitRefused(BadInput):
     """sbatch refused a job for good (bad partition, account, QOS, ...): Slurm's own words."""
 
 
+class SubmitLimit(SubmitRefused):
+    """sbatch refused a job for a submit limit (SUBMIT_LIMITS) that did not clear in time."""
+
+
 def is_transient(text: str) -> bool:
     """Whether sbatch's message says the controller was busy or unreachable (retry), not that
     the job can never be accepted."""
     return any(t in text for t in TRANSIENT_SUBMIT)
+
+
+def submit_limit(text: str) -> str | None:
+    """The submit limit sbatch's message names (SUBMIT_LIMITS), else None."""
+    return next((word for word in SUBMIT_LIMITS if re.search(rf"\b{word}\b", text)), None)
 
 
 def refusal_field(text: str) -> str:
@@ -136,12 +160,17 @@ def sbatch_retrying(argv: list[str], cwd: Path | None = None,
                     extra_env: dict[str, str] | None = None, where: str | None = None,
                     submitted: Callable[[], str | None] | None = None,
                     sleep: Callable[[float], None] = time.sleep,
-                    say: Callable[[str], None] | None = None) -> subprocess.CompletedProcess:
+                    say: Callable[[str], None] | None = None,
+                    limit_wait_s: float | None = None) -> subprocess.CompletedProcess:
     """sbatch's answer, retrying transient failures with backoff (SUBMIT_BACKOFF_S);
     SubmitRefused with the cluster's message on a permanent refusal or once the retries are
-    spent. Before each retry `submitted()` may name a job the failed call made after all (a
-    timed-out reply can follow an accepted job): its id is returned instead of a second job."""
-    for attempt, delay in enumerate((*SUBMIT_BACKOFF_S, None)):
+    spent. A submit limit (SUBMIT_LIMITS: the user's or account's queue is full) is retried
+    too, past the backoff every SUBMIT_BACKOFF_S[-1] s, for `limit_wait_s` seconds in all
+    (0: until it clears; None: not retried, SubmitLimit at once). Before each retry
+    `submitted()` may name a job the failed call made after all (a timed-out reply can follow
+    an accepted job): its id is returned instead of a second job."""
+    waited, attempt = 0.0, 0
+    while True:
         try:
             proc = run_cmd(argv, cwd=cwd, extra_env=extra_env)
             if proc.returncode == 0:
@@ -151,7 +180,28 @@ def sbatch_retrying(argv: list[str], cwd: Path | None = None,
             if "not found" in str(exc):
                 raise
             text = str(exc)                 # no answer in time: a busy controller
-        if (not is_transient(text) and "did not answer" not in text) or delay is None:
+        delay = SUBMIT_BACKOFF_S[min(attempt, len(SUBMIT_BACKOFF_S) - 1)]
+        limit = submit_limit(text)
+        if limit is not None and limit_wait_s is not None and (
+                not limit_wait_s or waited + delay <= limit_wait_s):
+            if say is not None:
+                bound = (f"up to limits.max_pending_s {limit_wait_s:g} s" if limit_wait_s
+                         else "until it clears (limits.max_pending_s 0)")
+                say(f"sbatch: Slurm's submit limit {limit} (the queue holds as many of this "
+                    f"user's or account's jobs as it allows; it clears as they end); waited "
+                    f"{waited:g} s, retry {attempt + 1} in {delay:g} s, {bound}")
+            sleep(delay)
+            waited, attempt = waited + delay, attempt + 1
+            continue
+        if limit is not None:
+            script = next((a for a in argv if a.endswith(SCRIPT_NAME)), argv[-1])
+            raise SubmitLimit(f"{argv[0]} refused {script}: Slurm's submit limit {limit}"
+                              + (f" did not clear in {waited:g} s (limits.max_pending_s)"
+                                 if waited else "") + f": {clip_line(text)}",
+                              path=where, line=line_of(where, "limits.max_pending_s"),
+                              field="limits.max_pending_s")
+        if (not is_transient(text) and "did not answer" not in text) \
+                or attempt >= len(SUBMIT_BACKOFF_S):
             spent = f" (after {attempt} retries)" if attempt else ""
             script = next((a for a in argv if a.endswith(SCRIPT_NAME)), argv[-1])
             field = refusal_field(text)
@@ -161,10 +211,10 @@ def sbatch_retrying(argv: list[str], cwd: Path | None = None,
             say(f"sbatch: transient failure ({clip_line(text)}); retry {attempt + 1} of "
                 f"{len(SUBMIT_BACKOFF_S)} in {delay:g} s")
         sleep(delay)
+        attempt += 1
         job = submitted() if submitted is not None else None
         if job:
             return subprocess.CompletedProcess(argv, 0, f"{job}\n", "")
-    raise AssertionError("unreachable")
 
 
 @dataclass(frozen=True)
@@ -332,6 +382,8 @@ class SlurmLauncher(Launcher):
         self.container: ContainerConfig = (getattr(runbook, "container", None)
                                            or ContainerConfig())
         self.campaign: str = getattr(runbook, "campaign", None) or "epcap"
+        limits = getattr(runbook, "limits", None)
+        self.max_pending_s = float(getattr(limits, "max_pending_s", 0.0) or 0.0)
         path = getattr(runbook, "path", None)
         self.where = str(path) if path else None
         self.python = sys.executable
@@ -375,7 +427,7 @@ class SlurmLauncher(Launcher):
         out = sbatch_retrying(["sbatch", "--parsable", *submit_options(name, cell_dir),
                                str(script), str(cell_dir)], cwd=cell_dir,
                               extra_env=hidden_values(spec), where=self.where, say=self.say,
-                              sleep=self.sleep,
+                              sleep=self.sleep, limit_wait_s=self.max_pending_s,
                               submitted=lambda: max(self.job_ids_named(name, since=since),
                                                     key=int, default=None)).stdout
         job_id = out.strip().split(";")[0]
@@ -416,8 +468,13 @@ class SlurmLauncher(Launcher):
             shapes.setdefault(resource_shape(path.read_text()), path)
         said = []
         for path in shapes.values():
-            proc = sbatch_retrying(["sbatch", "--test-only", str(path)], where=self.where,
-                                   say=self.say, sleep=self.sleep)
+            try:
+                proc = sbatch_retrying(["sbatch", "--test-only", str(path)], where=self.where,
+                                       say=self.say, sleep=self.sleep)
+            except SubmitLimit as exc:      # full now, not wrong: a run waits for it
+                said.append(f"sbatch --test-only {path.parent.name}: {exc.args[0]} (a run "
+                            "waits for it to clear, limits.max_pending_s)")
+                continue
             line = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
             said.append(f"sbatch --test-only {path.parent.name}: {line[-1] if line else 'accepted'}")
         return said

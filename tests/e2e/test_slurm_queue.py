@@ -92,6 +92,9 @@ def test_a_held_job_is_said_shown_and_bounded_by_max_pending_s(tmp_path):
         if driver.poll() is None:
             driver.kill()
             driver.wait()
+        for ev in events(results):          # a held job left behind would wait forever
+            if ev["ev"] == "cell_start" and ev.get("job_id"):
+                S.run_cmd(["scancel", str(ev["job_id"])])
     said = out_path.read_text()
     evs = events(results)
     start = next(e for e in evs if e["ev"] == "cell_start")

@@ -220,3 +220,73 @@ def test_slurm_clients_go_through_the_tool_boundary(tmp_path, path_with):
     assert proc.returncode == 0 and proc.stdout.startswith("12|COMPLETED")
     with pytest.raises(S.SlurmError, match="squeue did not answer within 0.5 s"):
         S.run_cmd(["squeue"], timeout=0.5)
+
+
+# ---- submit limits: the queue is full for now, not the job wrong ---------------------------
+
+POLICY = "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)"
+
+
+def limit_refusal(word: str) -> tuple[int, str]:
+    """sbatch's stderr for a submit limit: slurmctld's err_msg (the limit's reason word)
+    logged first, then the policy error (src/common/slurm_protocol_pack.c
+    _unpack_return_code2_msg; src/slurmctld/job_mgr.c _job_create; @284c3b95)."""
+    return 1, f"sbatch: error: {word}\n{FAIL}{POLICY}"
+
+
+@pytest.mark.parametrize("word", S.SUBMIT_LIMITS)
+def test_a_submit_limit_is_waited_on_and_the_job_submitted(tmp_path, path_with, word):
+    """Catches a QOS/association submit limit treated as permanent (the campaign ended with
+    exit 2 although the limit clears as the user's other jobs end), and a wait with no
+    message."""
+    path_with(fake_sbatch(tmp_path, [limit_refusal(word)] * 8))
+    launcher = S.SlurmLauncher(Rb())
+    heard, slept = [], []
+    launcher.say, launcher.sleep = heard.append, slept.append
+    handle = launcher.submit("c", LaunchSpec(argv=["true"], ntasks=1), tmp_path / "c", 60)
+    assert handle.job_id == "4242" and len(calls(tmp_path)) == 9
+    # past the backoff it keeps asking at its last step (limits.max_pending_s 0: forever)
+    assert slept == [*S.SUBMIT_BACKOFF_S, S.SUBMIT_BACKOFF_S[-1], S.SUBMIT_BACKOFF_S[-1]]
+    assert len(heard) == 8 and all(word in line for line in heard)
+    assert "until it clears (limits.max_pending_s 0)" in heard[0]
+
+
+def test_a_submit_limit_is_waited_on_no_longer_than_max_pending_s(tmp_path, path_with):
+    """Catches an unbounded wait where the runbook bounds it: with max_pending_s 10 the
+    waits are 2 + 5 s (a third, 10 s more, would pass 10), then the refusal names the limit
+    and the runbook field."""
+    path_with(fake_sbatch(tmp_path, [limit_refusal("AssocMaxSubmitJobLimit")] * 20))
+    rb = Rb()
+    rb.limits = type("L", (), {"max_pending_s": 10.0})()
+    launcher = S.SlurmLauncher(rb)
+    slept = []
+    launcher.say, launcher.sleep = (lambda line: None), slept.append
+    with pytest.raises(S.SubmitLimit) as err:
+        launcher.submit("c", LaunchSpec(argv=["true"], ntasks=1), tmp_path / "c", 60)
+    assert slept == [2.0, 5.0] and len(calls(tmp_path)) == 3
+    assert err.value.field == "limits.max_pending_s" and err.value.exit_code == 2
+    assert "AssocMaxSubmitJobLimit did not clear in 7 s" in str(err.value)
+
+
+def test_the_policy_message_alone_stays_permanent(tmp_path, path_with):
+    """Catches every accounting-policy refusal made a wait: without a submit-limit word the
+    same message also means a size or time limit the job can never meet."""
+    path_with(fake_sbatch(tmp_path, [(1, FAIL + POLICY)] * 3))
+    with pytest.raises(S.SubmitRefused) as err:
+        S.sbatch_retrying(["sbatch", "x"], sleep=lambda s: None, limit_wait_s=0)
+    assert not isinstance(err.value, S.SubmitLimit) and len(calls(tmp_path)) == 1
+
+
+def test_a_word_inside_another_is_no_submit_limit():
+    """Catches a substring match (a partition or account named after a limit word)."""
+    assert S.submit_limit("Invalid account xAssocMaxSubmitJobLimitx") is None
+    assert S.submit_limit("sbatch: error: QOSGrpSubmitJobsLimit\n") == "QOSGrpSubmitJobsLimit"
+
+
+def test_test_only_reports_a_submit_limit_and_goes_on(tmp_path, path_with):
+    """Catches a dry run stopped (or made to wait) by a queue that is full right now."""
+    path_with(fake_sbatch(tmp_path, [limit_refusal("QOSMaxSubmitJobPerUserLimit")]))
+    said = S.SlurmLauncher(Rb()).check_submission(
+        [("c", LaunchSpec(argv=["true"], ntasks=1), tmp_path / "c")])
+    assert len(calls(tmp_path)) == 1 and "QOSMaxSubmitJobPerUserLimit" in said[0]
+    assert "a run waits for it" in said[0]
