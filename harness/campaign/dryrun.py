@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import shlex
 import shutil
+import sys
 import tempfile
 from collections import Counter
 from dataclasses import dataclass
@@ -28,11 +29,12 @@ from harness.errors import BadInput
 from harness.grid import capacity as cap
 from harness.health import probe_tools
 from harness.io.atomic import current_umask, write_text_atomic
+from harness.io.boundary.paths import node_local
 from harness.io.redact import REDACTED, is_secret_env
 from harness.launch.container import unmounted
 from harness.launch.outdir import OUT_VAR, cell_dirs, out_dir_lines, out_words
 from harness.launch.slurm import SlurmLauncher
-from harness.launch.slurm_script import HIDDEN_ARG, SCRIPT_NAME, hidden_values
+from harness.launch.slurm_script import HARNESS_ROOT, HIDDEN_ARG, SCRIPT_NAME, hidden_values
 from harness.loadmodel.memory import estimate_memory_bytes, format_size
 from harness.pipeline.decisions import Context, model_pipeline
 from harness.pipeline.stages import plan_cells, stage_mode, timed_arms
@@ -299,14 +301,18 @@ def print_dry_run(rb: Runbook, root: Path, launcher_name: str,
               f"{cdir}/provenance.txt")
         files = {REPRO_NAME: repro_script(cell.name, spec, cdir)}
         if slurm is not None:
-            files["slurm.sbatch"] = slurm.script_text(cell.name, spec, cdir,
-                                                      rb.limits.run_timeout_s)
+            files["slurm.sbatch"] = slurm.script_text(
+                cell.name, spec, cdir, rb.limits.run_timeout_s,
+                home=out_dir.resolve() / "cells" / cell.name)
         scripts[cell.name] = files
         print(f"  scripts: {out_dir}/cells/{cell.name}/ ({', '.join(sorted(files))})")
     write_plan(out_dir, scripts)
     for path in unmounted(rb.container, [root]):
         print(f"WARNING: container.mounts: the cells write under {path}, which no mount shows "
               "at the same path inside the container; a real run refuses this runbook")
+    if slurm is not None:
+        for line in login_only_paths(slurm.python, root):
+            print(f"WARNING: {line}")
     if slurm is not None and test_only:     # a bad partition, account or QOS stops here
         for line in slurm.test_only(sorted(out_dir.glob(f"cells/*/{SCRIPT_NAME}"))):
             print(line)
@@ -390,6 +396,24 @@ def print_summary(rb: Runbook, camp: Campaign, cells: list[PlannedCell],
         print(f"WARNING: {line}")
     print(f"scripts: {out_dir}/cells/<cell>/ (repro.sh"
           + (", slurm.sbatch" if launcher_name == "slurm" else "") + ")")
+
+
+def login_only_paths(python: str, root: Path) -> list[str]:
+    """The paths every slurm.sbatch names that lie on a file system of this host's own (the
+    checkout on PYTHONPATH, the Python environment, the results directory): a compute node
+    sees them only where the same path is there too (a shared file system, the same install).
+    Nothing is said of paths on a network file system or where the mounts cannot be read."""
+    out = []
+    for what, path in (("the epcap checkout (PYTHONPATH)", HARNESS_ROOT),
+                       ("the Python environment", Path(sys.prefix)),
+                       ("the interpreter", Path(python)),
+                       ("the results directory", root)):
+        why = node_local(path)
+        if why is not None:
+            out.append(f"slurm.sbatch names {what} {path}, on a {why} of this host: a compute "
+                       "node runs the script only where the same path exists there too (a "
+                       "shared file system, or the same install)")
+    return out
 
 
 def queue_wait_words(limit_s: float) -> str:

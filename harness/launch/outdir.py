@@ -28,21 +28,23 @@ def out_words(text: str, dirs: tuple[str, ...]) -> str:
 
 
 def out_dir_lines(beside: str, suffix: str, label: str, missing: str | None = None,
-                  missing_exit: int = 1) -> list[str]:
-    """Shell lines setting $OUT: argument 1, else a new directory `<beside><suffix>.XXXXXX`;
-    absolute either way, and announced on stderr. `beside` is a shell word (a quoted path or
-    "$here"). A given directory that does not exist is created, or, with `missing` (the
-    batch script: a cell directory missing on the node means a file system the node does not
-    share), refused: `missing` is echoed with the directory and the host, then exit
-    `missing_exit`."""
+                  missing_exit: int = 1, fresh: str | None = None) -> list[str]:
+    """Shell lines setting $OUT: argument 1, else a new directory `<beside><suffix>.XXXXXX`
+    (or `<beside><suffix>.<fresh>`, created with its parents, when `fresh` is a shell word
+    such as "$SLURM_JOB_ID": a name known before the script runs); absolute either way, and
+    announced on stderr. `beside` is a shell word (a quoted path or "$here"). A given
+    directory that does not exist is created, or, with `missing` (the batch script: a cell
+    directory missing on the node means a file system the node does not share), refused:
+    `missing` is echoed with the directory and the host, then exit `missing_exit`."""
     if missing is None:
         given = f'mkdir -p -- "${OUT_VAR}" || exit 1'
     else:
         given = (f'[ -d "${OUT_VAR}" ] || {{ echo "{missing} ${OUT_VAR} is missing on '
                  f'$(hostname) (create it; or the results are on a file system this node '
                  f'does not share)" >&2; exit {int(missing_exit)}; }}')
+    make = (f'{OUT_VAR}={beside}"{suffix}."{fresh}; mkdir -p -- "${OUT_VAR}" || exit 1'
+            if fresh else f'{OUT_VAR}=$(mktemp -d {beside}"{suffix}.XXXXXX") || exit 1')
     return [f'{OUT_VAR}="${{1:-}}"',
-            f'if [ -z "${OUT_VAR}" ]; then {OUT_VAR}=$(mktemp -d {beside}"{suffix}.XXXXXX") '
-            f"|| exit 1; else {given}; fi",
+            f'if [ -z "${OUT_VAR}" ]; then {make}; else {given}; fi',
             f'{OUT_VAR}=$(cd "${OUT_VAR}" && pwd -P) || exit 1',
             f'echo "{label}: writing into ${OUT_VAR}" >&2']

@@ -406,8 +406,9 @@ class SlurmLauncher(Launcher):
         return path
 
     def script_text(self, cell_name: str, spec: LaunchSpec, cell_dir: Path,
-                    timeout_s: float | None = None) -> str:
-        """The batch script of one cell (pure: the dry run shows it without writing the cell)."""
+                    timeout_s: float | None = None, home: Path | None = None) -> str:
+        """The batch script of one cell (pure: the dry run shows it without writing the cell;
+        `home`: the folder the script is written to, where a by-hand run writes beside)."""
         cell_dir = Path(cell_dir).resolve()
         name = job_name(self.campaign, cell_name, cell_dir)
         opts = sbatch_options(self.slurm, spec, name, cell_dir, self.where)
@@ -415,7 +416,7 @@ class SlurmLauncher(Launcher):
         meta = {"cell": cell_name, "job_name": name, "ntasks": spec.ntasks,
                 "ranks": spec.ntasks * ranks_per_task(spec, gpus), "timeout_s": timeout_s}
         return batch_script(opts, spec, cell_dir, self.python, gpus, meta=meta,
-                            container=container_launch(self.container, gpus))
+                            container=container_launch(self.container, gpus), home=home)
 
     def submit(self, cell_name: str, spec: LaunchSpec, cell_dir: Path,
                timeout_s: float) -> JobHandle:

@@ -163,6 +163,10 @@ def sbatch_options(slurm: SlurmConfig, spec: LaunchSpec, name: str, cell_dir: Pa
         opts.append(f"--gres=gpu:{int(gpus)}")
     opts += memory_options(slurm, per_node, where)
     opts.append("--requeue" if slurm.requeue else "--no-requeue")
+    # stated, not left to the cluster's default: the job gets the submitting shell's
+    # environment (a secret the script names comes from there: hidden_values); a later
+    # --export in extra_sbatch overrides it (the steps keep the script's: srun --export=ALL)
+    opts.append("--export=ALL")
     for i, extra in enumerate(slurm.extra_sbatch):
         check_value(str(extra), f"slurm.extra_sbatch[{i}]", where)
         if not str(extra).startswith("-"):
@@ -174,15 +178,27 @@ def sbatch_options(slurm: SlurmConfig, spec: LaunchSpec, name: str, cell_dir: Pa
     return opts
 
 
+def rerun_output(home: Path) -> str:
+    """`--output` of a by-hand run: `<home>.rerun.%j.out`, beside the directory it writes
+    (`<home>.rerun.<job id>`), never inside the cell (classify and the audit read a cell's
+    slurm-*.out); the directory holding `home` exists, as sbatch needs."""
+    return f"--output={home}{RERUN_SUFFIX}.%j.out"
+
+
 def batch_script(options: list[str], spec: LaunchSpec, cell_dir: Path, python: str,
                  gpus_per_node: int = 0, max_used_mib: int = DEFAULT_MAX_USED_MIB,
-                 meta: dict | None = None, container: ContainerLaunch | None = None) -> str:
-    """The batch script: #SBATCH lines, env, MASTER_ADDR/PORT, health probe (on the host), srun
-    of the ranks (inside the container when one is set), piped through the redacting capture
-    that writes rank<R>.log by global rank (harness/launch/capture.py)."""
+                 meta: dict | None = None, container: ContainerLaunch | None = None,
+                 home: Path | None = None) -> str:
+    """The batch script: #SBATCH lines, env, MASTER_ADDR/PORT where the ranks rendezvous by
+    them, health probe (on the host), srun of the ranks (inside the container when one is
+    set), piped through the redacting capture that writes rank<R>.log by global rank
+    (harness/launch/capture.py). `home`: where a by-hand run with no directory argument
+    writes beside (default the cell directory; the dry run's copy of the script, its own
+    folder, which exists after a dry run where the cell does not)."""
     container = container or ContainerLaunch()
     q = shlex.quote
     cell = Path(cell_dir)
+    home = Path(home) if home is not None else cell
     dirs = cell_dirs(cell)
     out = f'"${OUT_VAR}"'
     for key, value in spec.env.items():
@@ -191,16 +207,18 @@ def batch_script(options: list[str], spec: LaunchSpec, cell_dir: Path, python: s
         check_value(str(value), f"env.{key}", None)
     lines = ["#!/bin/bash", "# epcap cell batch script (generated; every value shell-quoted)",
              f"# usage: sbatch [--output=DIR/slurm-%j.out] {SCRIPT_NAME} [DIR]   (DIR: where "
-             f"this run writes; default: a new directory {cell.name}{RERUN_SUFFIX}.XXXXXX "
-             "beside the cell; epcap passes the cell directory)"]
+             f"this run writes; default: a new directory {home.name}{RERUN_SUFFIX}.<job id> "
+             f"beside {home}, its batch log beside it as {home.name}{RERUN_SUFFIX}.<job id>"
+             ".out; epcap passes the cell directory and its --output)"]
     if meta:
         lines.append(f"{META_TAG} {json.dumps(meta, sort_keys=True)}")
-    lines += [f"#SBATCH {q(opt)}" for opt in options]
+    lines += [f"#SBATCH {q(opt)}" for opt in [*options[:1], rerun_output(home), *options[1:]]]
     workdir = out if not spec.cwd else out_words(str(spec.cwd), dirs)
     shown = "$OUT" if not spec.cwd else str(spec.cwd)
-    lines += ["set -u", *out_dir_lines(q(str(cell)), RERUN_SUFFIX, "epcap cell",
+    lines += ["set -u", *out_dir_lines(q(str(home)), RERUN_SUFFIX, "epcap cell",
                                        missing=f"{SETUP_FATAL} output directory",
-                                       missing_exit=SETUP_FAIL_EXIT),
+                                       missing_exit=SETUP_FAIL_EXIT,
+                                       fresh='"${SLURM_JOB_ID:-$$}"'),
               f"export EPCAP_CELL_DIR={out}",
               "# the working directory, checked on the node (a missing one is not /tmp)",
               f"if ! cd {workdir} 2>/dev/null; then",
@@ -219,9 +237,11 @@ def batch_script(options: list[str], spec: LaunchSpec, cell_dir: Path, python: s
               "export PET_TEE=3",
               "# shellcheck disable=SC2016  # expanded by torchrun, not by this shell",
               f"export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE={q(TORCHRUN_PREFIX)}"]
-    lines += ['MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
-              "export MASTER_ADDR",
-              "export MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 20000 ))"]
+    if rendezvous_by_master(spec, gpus_per_node):
+        lines += ["# the ranks' env:// rendezvous (several tasks; torchrun's multi-node trampoline)",
+                  'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+                  "export MASTER_ADDR",
+                  "export MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 20000 ))"]
     if gpus_per_node > 0:          # CPU-only cells skip the probe (it would say no-gpu)
         health = [q(python), "-m", "harness.health", "--pre-cell", "--require-gpus",
                   str(int(gpus_per_node)), "--max-used-mib", str(int(max_used_mib))]
@@ -237,8 +257,10 @@ def batch_script(options: list[str], spec: LaunchSpec, cell_dir: Path, python: s
                   f" exit {SETUP_FAIL_EXIT}; }}"]
     # --export=ALL: the steps get this script's environment (its exports, PATH) even when the
     # job was submitted with --export=NONE (srun would inherit SLURM_EXPORT_ENV=NONE)
-    srun = (["srun", "--export=ALL", f"--ntasks={int(spec.ntasks)}", "--kill-on-bad-exit=1",
-             "--label",
+    # --kill-on-bad-exit: one task failing ends its peers (several tasks only; one task is
+    # the whole step already)
+    srun = (["srun", "--export=ALL", f"--ntasks={int(spec.ntasks)}",
+             *(["--kill-on-bad-exit=1"] if int(spec.ntasks) > 1 else []), "--label",
              '--cpus-per-task="${SLURM_CPUS_PER_TASK:-1}"']
             + [q(o) for o in container.srun_options]
             + [q(a) for a in container.exec_prefix]
@@ -257,6 +279,15 @@ def batch_script(options: list[str], spec: LaunchSpec, cell_dir: Path, python: s
         lines += OWN_RANKS_END
     lines += ['exit "$rc"', ""]
     return "\n".join(lines)
+
+
+def rendezvous_by_master(spec: LaunchSpec, gpus_per_node: int) -> bool:
+    """Whether the ranks find each other through MASTER_ADDR/MASTER_PORT: several srun tasks
+    (torch.distributed's env:// rendezvous; backends/megatron/base.py's multi-node
+    trampoline), or a task that is one rank (backends/reference needs them). A single task
+    hosting all its ranks (torchrun --standalone; a worker forking its ranks on 127.0.0.1,
+    backends/ranks.py) meets on its own: no unused variables."""
+    return int(spec.ntasks) > 1 or ranks_per_task(spec, gpus_per_node) == 1
 
 
 # after srun: a rank capture whose FIFO no rank opened (the worker failed first) is stopped

@@ -56,7 +56,7 @@ def test_options_from_runbook(tmp_path):
     assert opts == ["--job-name=NAME.rerun", "--nodes=2", "--ntasks=4", "--ntasks-per-node=2",
                     "--cpus-per-task=1", "--time=01:00:00",
                     "--partition=gpu", "--account=proj 1", "--gres=gpu:8",
-                    "--mem=32G", "--no-requeue", "--exclusive", "--constraint=h100&ib"]
+                    "--mem=32G", "--no-requeue", "--export=ALL", "--exclusive", "--constraint=h100&ib"]
 
 
 def test_resources_from_the_shape_never_mem_per_cpu(tmp_path):
@@ -152,7 +152,7 @@ def test_sbatch_lines_round_trip(tmp_path):
     cfg = SlurmConfig(account="it's \"mine\" $(id)", extra_sbatch=("--comment=a b; c",))
     opts = SS.sbatch_options(cfg, spec(), "N", tmp_path)
     text = SS.batch_script(opts, spec(), tmp_path, "/usr/bin/python3")
-    assert sbatch_lines(text) == opts
+    assert sbatch_lines(text) == [opts[0], SS.rerun_output(tmp_path), *opts[1:]]
 
 
 def test_env_key_must_be_a_name(tmp_path):

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from harness.errors import BadInput
+from harness.io.safeio import read_text
 
 
 def resolve_against(value: str, base: Path) -> str:
@@ -36,3 +37,44 @@ def check_under(path: Path, root: Path, field: str | None = None) -> Path:
         raise BadInput(f"would be written outside the results directory {root}: refused",
                        path=str(path), field=field)
     return Path(path)
+
+
+# File systems several hosts see at the same path (network and cluster file systems); any
+# other type (ext4, xfs, btrfs, tmpfs, overlay, ...) is this host's own.
+SHARED_FS_TYPES = frozenset({"nfs", "nfs4", "lustre", "gpfs", "beegfs", "cifs", "smb3",
+                             "ceph", "cephfs", "glusterfs", "fuse.glusterfs", "panfs", "wekafs",
+                             "fuse.weka", "orangefs", "pvfs2", "fuse.sshfs", "afs",
+                             "fuse.juicefs", "fuse.s3fs", "virtiofs"})
+MOUNTINFO = Path("/proc/self/mountinfo")
+
+
+def file_system(path: Path, mountinfo: str | None = None) -> tuple[str, str] | None:
+    """(mount point, file system type) holding `path` (its deepest mount in
+    /proc/self/mountinfo: proc(5), fields 5 and the one after ` - `), None where that
+    cannot be read (not Linux)."""
+    if mountinfo is None:
+        try:
+            mountinfo = read_text(MOUNTINFO, max_bytes=1 << 22)
+        except (OSError, BadInput):
+            return None
+    target = os.path.realpath(path)
+    best: tuple[str, str] | None = None
+    for line in mountinfo.splitlines():
+        head, sep, tail = line.partition(" - ")
+        fields = head.split()
+        if not sep or len(fields) < 5 or not tail.split():
+            continue
+        point = fields[4].replace("\\040", " ")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and (best is None or len(point) >= len(best[0])):
+            best = (point, tail.split()[0])
+    return best
+
+
+def node_local(path: Path, mountinfo: str | None = None) -> str | None:
+    """Why `path` may exist only on this host (a local file system type, named with its
+    mount point), else None (a shared file system, or not known)."""
+    found = file_system(path, mountinfo)
+    if found is None or found[1] in SHARED_FS_TYPES:
+        return None
+    return f"{found[1]} file system at {found[0]}"

@@ -1,8 +1,11 @@
-"""On the CI Slurm (scripts/ci-slurm.sh): a job Slurm keeps in its queue is said, shown and
-bounded. The reduced campaign's first canary is submitted held (`sbatch --hold`, through
-`slurm.extra_sbatch`), so it stays PENDING with reason JobHeldUser: the driver prints the
-reason within one poll, `epcap status` shows it with the job id while the driver waits, and
-`limits.max_pending_s` ends the wait naming the reason (exit 3, the job cancelled).
+"""On the CI Slurm (scripts/ci-slurm.sh), Slurm at cluster scale, each check cheap:
+
+- a job Slurm keeps in its queue is said, shown and bounded: the reduced campaign's first
+  canary is submitted held (`sbatch --hold`, through `slurm.extra_sbatch`), so it stays
+  PENDING with reason JobHeldUser; the driver prints the reason within one poll, `epcap
+  status` shows it with the job id while the driver waits, and `limits.max_pending_s` ends
+  the wait naming the reason (exit 3, the job cancelled);
+- a dry run's slurm.sbatch, submitted by hand as written (`sbatch FILE`, nothing else), runs.
 
 Skips where no Slurm answers; fails instead under EPCAP_REQUIRE_SLURM=1 (.ci/run)."""
 
@@ -46,7 +49,7 @@ def slurm_up():
 def held_runbook(where: Path, max_pending_s: float) -> Path:
     """The short reduced runbook (tests/fixtures/uploads/corpus.py), its jobs submitted held
     and its queue wait bounded by `max_pending_s`."""
-    spec = importlib.util.spec_from_file_location("upload_corpus_queue", CORPUS_PY)
+    spec = importlib.util.spec_from_file_location("upload_corpus_scale", CORPUS_PY)
     corpus = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(corpus)
     text = corpus.short_runbook_text()
@@ -119,3 +122,44 @@ def test_a_held_job_is_said_shown_and_bounded_by_max_pending_s(tmp_path):
     after = subprocess.run([*EPCAP, "status", str(results / "reduced")], cwd=ROOT, capture_output=True,
                            text=True, timeout=60)
     assert "stopped: pending in" in after.stdout and "JobHeldUser" in after.stdout
+
+
+def short_runbook(where: Path) -> Path:
+    """The short reduced runbook as it is (tests/fixtures/uploads/corpus.py)."""
+    spec = importlib.util.spec_from_file_location("upload_corpus_scale_plain", CORPUS_PY)
+    corpus = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(corpus)
+    path = where / "rb.yaml"
+    path.write_text(corpus.short_runbook_text())
+    return path
+
+
+def test_a_dry_runs_batch_script_runs_when_submitted_by_hand_as_is(tmp_path):
+    """`epcap run --dry-run`, then `sbatch --wait <dry run>/cells/<canary>/slurm.sbatch` from
+    another directory with no argument and no option. Catches: the script failing at once
+    (its default output directory made with mktemp beside a cell that a dry run never
+    creates), its batch log landing in the submitting directory (no #SBATCH --output), and
+    a by-hand run writing into the campaign's own directory (the dry run creates none)."""
+    results = tmp_path / "res"
+    dry = subprocess.run([*EPCAP, "run", str(short_runbook(tmp_path)), "--launcher", "slurm",
+                          "--results", str(results), "--until", "preflight", "--dry-run",
+                          "--no-test-only"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    (script,) = [p for p in results.glob("*.dry-run/cells/*__echo__canary__*/slurm.sbatch")]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(["sbatch", "--wait", str(script)], cwd=elsewhere, env=env,
+                          capture_output=True, text=True, timeout=300)
+    job = done.stdout.split()[-1] if done.stdout.split() else "?"
+    log = script.parent.parent / f"{script.parent.name}.rerun.{job}.out"
+    assert done.returncode == 0, done.stdout + done.stderr + (
+        log.read_text() if log.exists() else "(no batch log)")
+    out = script.parent.parent / f"{script.parent.name}.rerun.{job}"
+    rows = [line for line in (out / "rank0.log").read_text().splitlines()
+            if "[MOE_DROP_DEBUG]" in line]
+    assert rows, (out / "rank0.log").read_text()
+    assert f"writing into {out}" in log.read_text()
+    assert list(elsewhere.iterdir()) == []                   # nothing in the submitting dir
+    assert [p.name for p in results.iterdir()] == [script.parents[2].name]   # no campaign dir
