@@ -46,6 +46,7 @@ from harness.io.yamldoc import line_of
 from harness.launch.container import container_launch
 from harness.launch.slurm_script import (
     SCRIPT_NAME,
+    WARNED_FILE,
     batch_script,
     campaign_prefix,
     hidden_values,
@@ -57,6 +58,7 @@ from harness.launch.slurm_script import (
 )
 from harness.launch.slurm_time import elapsed_seconds
 from harness.runbook.model import ContainerConfig, SlurmConfig
+from harness.telemetry.summary import iter_rows
 from harness.vocab import LauncherState
 
 CMD_TIMEOUT_S = 30.0            # every Slurm client call
@@ -358,6 +360,32 @@ def _tail_matches(path: Path, pattern: re.Pattern, limit: int = 256 * 1024) -> s
     return None
 
 
+def last_complete_iteration(logs: list[Path]) -> int | None:
+    """The last iteration every rank logged a well-formed dispatch row for (a rank's line cut
+    by the kill is malformed, not counted); None when no iteration is."""
+    ranks: dict[int, set[int]] = {}
+    seen: set[int] = set()
+    for row in iter_rows([p for p in logs if p.is_file()]):
+        ranks.setdefault(row.iter, set()).add(row.rank)
+        seen.add(row.rank)
+    done = [it for it, who in ranks.items() if who == seen]
+    return max(done) if done else None
+
+
+def limit_words(cell_dir: Path, logs: list[Path]) -> str:
+    """What a job at its time limit left: whether Slurm's warning came (the trap's mark,
+    WARNED_FILE) and the last iteration every rank logged."""
+    try:
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                           time.gmtime(int((cell_dir / WARNED_FILE).read_text().split()[0])))
+        warned = f"warned (USR1) at {at}"
+    except (OSError, ValueError, IndexError):
+        warned = "no warning signal recorded"
+    last = last_complete_iteration(logs)
+    return warned + ("; no iteration logged by every rank" if last is None
+                     else f"; last complete iteration {last}")
+
+
 @dataclass
 class SlurmPoll:
     """What the driver learned polling one job (kept in memory: a restart starts afresh)."""
@@ -586,6 +614,8 @@ class SlurmLauncher(Launcher):
             state = LauncherState.TIMEOUT
         if state == LauncherState.OOM:
             detail += f"; {mem_line or 'OUT_OF_MEMORY'}"
+        if state == LauncherState.TIMEOUT or (Path(handle.cell_dir) / WARNED_FILE).is_file():
+            detail += "; " + limit_words(Path(handle.cell_dir), logs)
         health = self.health_failures(handle)
         if state == LauncherState.FAILED and code == PRE_CELL_FAIL_EXIT and health:
             state, logs = LauncherState.NODE_FAIL, logs + self.health_logs(handle)

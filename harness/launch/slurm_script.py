@@ -17,7 +17,7 @@ from harness.io.redact import is_secret_env, redact_argv
 from harness.launch.capture import FIFO_TIMEOUT_S
 from harness.launch.container import PYXIS_OPTION, ContainerLaunch
 from harness.launch.outdir import OUT_VAR, cell_dirs, out_dir_lines, out_words
-from harness.launch.slurm_time import TIME_RE
+from harness.launch.slurm_time import TIME_RE, time_minutes
 from harness.runbook.model import SlurmConfig
 
 SCRIPT_NAME = "slurm.sbatch"
@@ -40,6 +40,23 @@ HIDDEN_ARG = "EPCAP_HIDDEN_ARG_"
 SETUP_FATAL = "[EPCAP_SLURM] FATAL setup:"
 SETUP_FAIL_EXIT = 96
 RERUN_SUFFIX = ".rerun"        # the job name in the script: a by-hand rerun of the cell
+# The warning before the time limit: Slurm sends USR1 to the batch shell (`B:`) N seconds
+# before it (`--signal=[{R|B}:]<sig>[@sig_time]`, sig_time at most 0xffff: SchedMD/slurm
+# src/common/proc_args.c get_signal_opts; "may be sent up to 60 seconds earlier than
+# specified": doc/man/man1/sbatch.1; both @284c3b95f08a2dc2478499837b03355e1b9c5c75). The
+# script's trap writes the time into WARNED_FILE in the cell and says so in its batch log.
+WARN_SIGNAL = "USR1"
+WARNED_FILE = "slurm_warned.txt"
+MAX_SIGNAL_TIME_S = 0xFFFF
+DEFAULT_SIGNAL_GRACE_S = 120
+
+
+def signal_grace(value: int | None, limit_s: float) -> int:
+    """The warning's lead in seconds: `slurm.signal_grace_s`, else DEFAULT_SIGNAL_GRACE_S at
+    most half the time limit (a one-minute cell is warned 30 s before)."""
+    if value is not None:
+        return int(value)
+    return int(min(DEFAULT_SIGNAL_GRACE_S, limit_s // 2, MAX_SIGNAL_TIME_S))
 
 
 def submit_options(name: str, cell_dir: Path) -> list[str]:
@@ -163,6 +180,14 @@ def sbatch_options(slurm: SlurmConfig, spec: LaunchSpec, name: str, cell_dir: Pa
         opts.append(f"--gres=gpu:{int(gpus)}")
     opts += memory_options(slurm, per_node, where)
     opts.append("--requeue" if slurm.requeue else "--no-requeue")
+    limit_s = time_minutes(slurm.time_limit) * 60
+    grace = signal_grace(slurm.signal_grace_s, limit_s)
+    if grace < 0 or grace > MAX_SIGNAL_TIME_S or (grace and grace >= limit_s):
+        raise BadInput(f"signal_grace_s must be 0 (no warning) or 1..{MAX_SIGNAL_TIME_S} s "
+                       f"and shorter than slurm.time_limit ({slurm.time_limit}), not {grace}",
+                       path=where, field="slurm.signal_grace_s")
+    if grace:
+        opts.append(f"--signal=B:{WARN_SIGNAL}@{grace}")
     # stated, not left to the cluster's default: the job gets the submitting shell's
     # environment (a secret the script names comes from there: hidden_values); a later
     # --export in extra_sbatch overrides it (the steps keep the script's: srun --export=ALL)
@@ -269,16 +294,46 @@ def batch_script(options: list[str], spec: LaunchSpec, cell_dir: Path, python: s
                str(ranks_per_task(spec, gpus_per_node))]
     own = own_ranks_lines(spec, python, meta)
     lines += own
-    lines += ["# shellcheck disable=SC2016  # the rank wrapper expands on the node",
-              " ".join(srun) + " 2>&1 | " + " ".join(capture),
-              'status=("${PIPESTATUS[@]}")', 'rc="${status[0]}"',
+    lines += warning_trap(options)
+    # the step runs in the background and this shell waits for it, so that a trapped signal
+    # is handled at once (bash runs a trap only after the foreground command ends); the
+    # pipeline's statuses come back through a file outside the cell
+    lines += ['step_status="$(mktemp "${TMPDIR:-/tmp}/epcap-step.XXXXXX")" || exit 1',
+              "# shellcheck disable=SC2016  # the rank wrapper expands on the node",
+              "( " + " ".join(srun) + " 2>&1 | " + " ".join(capture)
+              + '; echo "${PIPESTATUS[0]} ${PIPESTATUS[1]}" > "$step_status" ) &',
+              'step=$!',
+              'while ! wait "$step"; do kill -0 "$step" 2>/dev/null || break; done',
+              'read -r -a status < "$step_status" || status=(1 0)', 'rm -f "$step_status"',
+              'rc="${status[0]:-1}"',
               'echo "[EPCAP_SLURM] srun exit $rc"',
-              'if [ "${status[1]}" != 0 ]; then echo "[EPCAP_SLURM] capture exit ${status[1]}"; '
+              'if [ "${status[1]:-0}" != 0 ]; then echo "[EPCAP_SLURM] capture exit ${status[1]}"; '
               '[ "$rc" != 0 ] || rc="${status[1]}"; fi']
     if own:
         lines += OWN_RANKS_END
     lines += ['exit "$rc"', ""]
     return "\n".join(lines)
+
+
+def warning_trap(options: list[str]) -> list[str]:
+    """With `--signal=B:USR1@N` among the options: a trap that marks the cell (the time of
+    the warning in WARNED_FILE) and says it in the batch log. The ranks run on (USR1 would
+    end a rank that does not handle it); the capture writes their logs line by line, so what
+    they logged up to the kill is in rank<R>.log, and the launcher names the last iteration
+    every rank logged."""
+    grace = next((o.rsplit("@", 1)[1] for o in options
+                  if o.startswith(f"--signal=B:{WARN_SIGNAL}@")), None)
+    if grace is None:
+        return []
+    return [f"# Slurm's warning, {grace} s before the time limit (slurm.signal_grace_s)",
+            "# shellcheck disable=SC2317  # called by the trap",
+            "epcap_warned() {",
+            f'  date -u +%s > "${OUT_VAR}/{WARNED_FILE}"',
+            f'  echo "[EPCAP_SLURM] {WARN_SIGNAL} at $(date -u +%FT%TZ): the time limit is '
+            f'at most {grace} s away (slurm.signal_grace_s); rank logs are written up to now" '
+            ">&2",
+            "}",
+            f"trap epcap_warned {WARN_SIGNAL}"]
 
 
 def rendezvous_by_master(spec: LaunchSpec, gpus_per_node: int) -> bool:

@@ -147,6 +147,8 @@ class SlurmConfig:
     mem_per_gpu: str | None = None      # --mem-per-gpu (not with mem_per_task)
     cpus_per_task: int | None = None    # --cpus-per-task; None: one per rank the task hosts
     requeue: bool = False               # --requeue; else --no-requeue (a cell runs once)
+    signal_grace_s: int | None = None   # --signal=B:USR1@N before the limit; 0 none; None:
+                                        # 120 s, at most half of time_limit
     extra_sbatch: tuple[str, ...] = ()
 
 

@@ -249,6 +249,12 @@ EXIT3 = ("import os, sys; print('rank', os.environ['RANK'], 'of', os.environ['WO
 HOG = ("import time; print('allocating', flush=True); a = bytearray(700 * 2**20); "
        "a[::4096] = b'x' * len(a[::4096]); time.sleep(60)")
 SLEEP = "import time; print('started', flush=True); time.sleep(600)"
+ITERATING = ("import os, time\n"
+             "rank = int(os.environ['RANK'])\n"
+             "for it in range(10**6):\n"
+             "    print(f'[MOE_DROP_DEBUG][dispatch] iter={it} layer=0 rank={rank} '\n"
+             "          'expected_recv=128 actual_valid_recv=100 budget=256', flush=True)\n"
+             "    time.sleep(1)\n")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -262,7 +268,8 @@ def failure_jobs(slurm_up, tmp_path_factory):
     handles, owners = {}, {}
     for key, launcher, code, ntasks, timeout_s in (
             ("exit3", plain, EXIT3, 2, 300), ("oom", small, HOG, 1, 300),
-            ("slurm_timeout", short, SLEEP, 1, 300), ("no_progress", plain, SLEEP, 1, 4)):
+            ("slurm_timeout", short, SLEEP, 1, 300), ("no_progress", plain, SLEEP, 1, 4),
+            ("warned", short, ITERATING, 2, 300)):
         spec = LaunchSpec(argv=[PY, "-c", code], ntasks=ntasks)
         handles[key] = launcher.submit(key, spec, base / key, timeout_s)
         owners[key] = launcher
@@ -309,3 +316,32 @@ def test_no_log_progress_is_timeout_and_cancels(failures):
     res = failures["no_progress"]
     assert res.state == "timeout" and "no log growth" in res.detail
     assert classify(res).status == "timeout"
+
+
+def test_a_cell_at_its_time_limit_is_warned_and_recorded_timeout_with_its_last_iteration(
+        failures, failure_jobs):
+    """Two ranks logging a dispatch row a second under a one-minute limit: Slurm's USR1
+    (`--signal=B:USR1@30`, the default grace for a one-minute limit) reaches
+    the batch shell while its step runs, the trap marks the cell and says it in the batch
+    log, and the TIMEOUT is recorded `timeout` naming the warning and the last iteration
+    both ranks logged. Catches: no --signal line (no mark), a trap bash defers until the
+    step ends (the step runs in the foreground: the mark never comes before the kill), and
+    a timeout recorded without its last iteration."""
+    result, handle = failures["warned"], failure_jobs[0]["warned"]
+    cell = Path(handle.cell_dir)
+    assert result.state == "timeout" and "TIMEOUT" in result.detail, result.detail
+    assert (cell / SS.WARNED_FILE).is_file(), sorted(p.name for p in cell.iterdir())
+    warned_at = int((cell / SS.WARNED_FILE).read_text().split()[0])
+    last = S.last_complete_iteration(result.log_paths)
+    assert last is not None and last >= 1
+    assert "warned (USR1) at " in result.detail
+    assert f"last complete iteration {last}" in result.detail
+    batch = (cell / f"slurm-{handle.job_id}.out").read_text()
+    assert "[EPCAP_SLURM] USR1 at " in batch and "slurm.signal_grace_s" in batch
+    # the ranks ran on to the limit (a row a second for a minute; the warning came at
+    # most 30 s + Slurm's 60 s resolution before it): the warning did not stop them
+    assert last >= 30
+    # the warning came while the step ran, well before the kill (a trap that bash deferred
+    # until the step ended runs at the kill, after the ranks' last line)
+    assert warned_at <= (cell / "rank0.log").stat().st_mtime - 10
+    assert classify(result).status == "timeout"

@@ -7,6 +7,9 @@
   the wait naming the reason (exit 3, the job cancelled);
 - a dry run's slurm.sbatch, submitted by hand as written (`sbatch FILE`, nothing else), runs.
 
+The warning before the time limit is checked in tests/e2e/test_slurm.py, whose one-minute
+jobs already run there (it adds no wait of its own).
+
 Skips where no Slurm answers; fails instead under EPCAP_REQUIRE_SLURM=1 (.ci/run)."""
 
 from __future__ import annotations
@@ -163,3 +166,4 @@ def test_a_dry_runs_batch_script_runs_when_submitted_by_hand_as_is(tmp_path):
     assert f"writing into {out}" in log.read_text()
     assert list(elsewhere.iterdir()) == []                   # nothing in the submitting dir
     assert [p.name for p in results.iterdir()] == [script.parents[2].name]   # no campaign dir
+

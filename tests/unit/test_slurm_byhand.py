@@ -47,7 +47,7 @@ def test_master_addr_only_where_the_ranks_rendezvous_by_it(ntasks, nodes, gpus,
 def test_kill_on_bad_exit_only_for_several_tasks(ntasks):
     """Catches `--kill-on-bad-exit=1` on a one-task step (it ends no peer there)."""
     srun = next(line for line in script(LaunchSpec(argv=["x"], ntasks=ntasks)).splitlines()
-                if line.startswith("srun --export=ALL --ntasks="))
+                if line.startswith("( srun --export=ALL --ntasks="))
     assert ("--kill-on-bad-exit=1" in srun) is (ntasks > 1)
 
 

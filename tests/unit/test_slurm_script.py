@@ -56,7 +56,7 @@ def test_options_from_runbook(tmp_path):
     assert opts == ["--job-name=NAME.rerun", "--nodes=2", "--ntasks=4", "--ntasks-per-node=2",
                     "--cpus-per-task=1", "--time=01:00:00",
                     "--partition=gpu", "--account=proj 1", "--gres=gpu:8",
-                    "--mem=32G", "--no-requeue", "--export=ALL", "--exclusive", "--constraint=h100&ib"]
+                    "--mem=32G", "--no-requeue", "--signal=B:USR1@120", "--export=ALL", "--exclusive", "--constraint=h100&ib"]
 
 
 def test_resources_from_the_shape_never_mem_per_cpu(tmp_path):
