@@ -444,7 +444,8 @@ class SlurmLauncher(Launcher):
         meta = {"cell": cell_name, "job_name": name, "ntasks": spec.ntasks,
                 "ranks": spec.ntasks * ranks_per_task(spec, gpus), "timeout_s": timeout_s}
         return batch_script(opts, spec, cell_dir, self.python, gpus, meta=meta,
-                            container=container_launch(self.container, gpus), home=home)
+                            container=container_launch(self.container, gpus), home=home,
+                            bind=bool(self.slurm.cpus_per_rank))
 
     def submit(self, cell_name: str, spec: LaunchSpec, cell_dir: Path,
                timeout_s: float) -> JobHandle:

@@ -123,9 +123,31 @@ def tasks_per_node(spec: LaunchSpec, nodes: int) -> int:
 
 
 def cpus_per_task(slurm: SlurmConfig, spec: LaunchSpec, gpus_per_node: int) -> int:
-    """`slurm.cpus_per_task`, else one CPU per rank the task hosts (a torchrun node task with
-    8 ranks asks for 8, not Slurm's default of 1)."""
+    """`slurm.cpus_per_rank` x the ranks the task hosts, else `slurm.cpus_per_task`, else one
+    CPU per rank the task hosts (a torchrun node task with 8 ranks asks for 8, not Slurm's
+    default of 1)."""
+    if slurm.cpus_per_rank:
+        return int(slurm.cpus_per_rank) * ranks_per_task(spec, gpus_per_node)
     return int(slurm.cpus_per_task or ranks_per_task(spec, gpus_per_node))
+
+
+# Each task on its own cores (slurm.cpus_per_rank): srun --cpu-bind=cores binds a task to the
+# cores Slurm gave it where the cluster's task plugin binds (task/affinity, task/cgroup);
+# where it does not (task/none: every task may run on every core the job has), the wrapper
+# takes cores LOCALID*k .. LOCALID*k+k-1 of the set it was allowed (k = cores per task) with
+# taskset, so the node's tasks never share one. It says what it bound in the batch log.
+BIND_WRAPPER = (
+    'k="${SLURM_CPUS_PER_TASK:-1}"; cpus=(); list="$(taskset -cp $$ 2>/dev/null)"; '
+    'list="${list##*: }"; for part in ${list//,/ }; do lo="${part%-*}"; hi="${part#*-}"; '
+    'for ((c = lo; c <= hi; c++)); do cpus+=("$c"); done; done; '
+    'if (( ${#cpus[@]} > k )); then first=$(( SLURM_LOCALID * k )); '
+    'if (( first + k <= ${#cpus[@]} )); then mine="$(IFS=,; echo "${cpus[*]:first:k}")"; '
+    'echo "[EPCAP_SLURM] task $SLURM_PROCID: cores $mine (bound here: ${#cpus[@]} allowed, '
+    '$k per task)" >&2; set -- taskset -c "$mine" "$@"; '
+    'else echo "[EPCAP_SLURM] task $SLURM_PROCID: no cores of its own (${#cpus[@]} allowed, '
+    '$k per task): left unbound" >&2; fi; '
+    'else echo "[EPCAP_SLURM] task $SLURM_PROCID: cores ${list:-unknown (no taskset)} (as '
+    'Slurm gave them)" >&2; fi; ')
 
 
 def scale_mem(size: str, factor: int) -> str:
@@ -162,9 +184,14 @@ def sbatch_options(slurm: SlurmConfig, spec: LaunchSpec, name: str, cell_dir: Pa
     if not TIME_RE.match(slurm.time_limit):
         raise BadInput(f"not a Slurm time ({slurm.time_limit!r}); use e.g. 00:30:00",
                        path=where, field="slurm.time_limit")
-    if slurm.cpus_per_task is not None and int(slurm.cpus_per_task) < 1:
-        raise BadInput(f"cpus_per_task must be at least 1, not {slurm.cpus_per_task!r}",
-                       path=where, field="slurm.cpus_per_task")
+    for field in ("cpus_per_task", "cpus_per_rank"):
+        value = getattr(slurm, field)
+        if value is not None and int(value) < 1:
+            raise BadInput(f"{field} must be at least 1, not {value!r}", path=where,
+                           field=f"slurm.{field}")
+    if slurm.cpus_per_task and slurm.cpus_per_rank:
+        raise BadInput("set cpus_per_rank (cores of each rank's own) or cpus_per_task, not "
+                       "both", path=where, field="slurm.cpus_per_rank")
     nodes = spec.nodes if spec.nodes > 1 else slurm.nodes
     gpus = spec.gpus_per_node or slurm.gpus_per_node
     per_node = tasks_per_node(spec, nodes)
@@ -213,7 +240,7 @@ def rerun_output(home: Path) -> str:
 def batch_script(options: list[str], spec: LaunchSpec, cell_dir: Path, python: str,
                  gpus_per_node: int = 0, max_used_mib: int = DEFAULT_MAX_USED_MIB,
                  meta: dict | None = None, container: ContainerLaunch | None = None,
-                 home: Path | None = None) -> str:
+                 home: Path | None = None, bind: bool = False) -> str:
     """The batch script: #SBATCH lines, env, MASTER_ADDR/PORT where the ranks rendezvous by
     them, health probe (on the host), srun of the ranks (inside the container when one is
     set), piped through the redacting capture that writes rank<R>.log by global rank
@@ -286,10 +313,19 @@ def batch_script(options: list[str], spec: LaunchSpec, cell_dir: Path, python: s
     # the whole step already)
     srun = (["srun", "--export=ALL", f"--ntasks={int(spec.ntasks)}",
              *(["--kill-on-bad-exit=1"] if int(spec.ntasks) > 1 else []), "--label",
-             '--cpus-per-task="${SLURM_CPUS_PER_TASK:-1}"']
+             '--cpus-per-task="${SLURM_CPUS_PER_TASK:-1}"',
+             *(["--cpu-bind=cores"] if bind else [])]
             + [q(o) for o in container.srun_options]
             + [q(a) for a in container.exec_prefix]
-            + ["bash", "-c", q(RANK_WRAPPER), "epcap-rank"] + script_argv(spec, dirs))
+            + ["bash", "-c", q((BIND_WRAPPER if bind else "") + RANK_WRAPPER), "epcap-rank"]
+            + script_argv(spec, dirs))
+    if bind:
+        per = ranks_per_task(spec, gpus_per_node)
+        lines += [f"# binding: each task on its own cores (slurm.cpus_per_rank x {per} "
+                  "rank(s) per task = --cpus-per-task), srun --cpu-bind=cores; where Slurm "
+                  "does not bind, each task takes its own slice with taskset",
+                  f'echo "[EPCAP_SLURM] binding: $SLURM_CPUS_PER_TASK cores per task, {per} '
+                  'rank(s) per task, --cpu-bind=cores" >&2']
     capture = [q(python), "-m", "harness.launch.capture", out, "--ranks-per-task",
                str(ranks_per_task(spec, gpus_per_node))]
     own = own_ranks_lines(spec, python, meta)

@@ -146,6 +146,8 @@ class SlurmConfig:
     mem_per_task: str | None = None     # x tasks per node -> --mem (memory per node)
     mem_per_gpu: str | None = None      # --mem-per-gpu (not with mem_per_task)
     cpus_per_task: int | None = None    # --cpus-per-task; None: one per rank the task hosts
+    cpus_per_rank: int | None = None    # cores of each rank's own: --cpus-per-task = this x
+                                        # ranks per task, srun --cpu-bind=cores
     requeue: bool = False               # --requeue; else --no-requeue (a cell runs once)
     signal_grace_s: int | None = None   # --signal=B:USR1@N before the limit; 0 none; None:
                                         # 120 s, at most half of time_limit

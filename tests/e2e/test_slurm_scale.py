@@ -5,7 +5,8 @@
   PENDING with reason JobHeldUser; the driver prints the reason within one poll, `epcap
   status` shows it with the job id while the driver waits, and `limits.max_pending_s` ends
   the wait naming the reason (exit 3, the job cancelled);
-- a dry run's slurm.sbatch, submitted by hand as written (`sbatch FILE`, nothing else), runs.
+- a dry run's slurm.sbatch, submitted by hand as written (`sbatch FILE`, nothing else), runs;
+- with `slurm.cpus_per_rank`, each rank's CPU affinity is a set of its own (disjoint).
 
 The warning before the time limit is checked in tests/e2e/test_slurm.py, whose one-minute
 jobs already run there (it adds no wait of its own).
@@ -24,7 +25,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.api.backend import LaunchSpec
 from harness.launch import slurm as S
+from harness.launch import slurm_script as SS
+from harness.runbook.model import SlurmConfig
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -167,3 +171,48 @@ def test_a_dry_runs_batch_script_runs_when_submitted_by_hand_as_is(tmp_path):
     assert list(elsewhere.iterdir()) == []                   # nothing in the submitting dir
     assert [p.name for p in results.iterdir()] == [script.parents[2].name]   # no campaign dir
 
+
+
+AFFINITY = ("import json, os\n"
+            "status = open('/proc/self/status').read().splitlines()\n"
+            "listed = next(l.split(':', 1)[1].strip() for l in status\n"
+            "              if l.startswith('Cpus_allowed_list'))\n"
+            "print('[AFFINITY]', json.dumps({'rank': int(os.environ['RANK']),\n"
+            "      'cpus': sorted(os.sched_getaffinity(0)), 'listed': listed}), flush=True)\n")
+
+
+class Rb:
+    """The parts of a runbook the Slurm launcher reads."""
+
+    def __init__(self, campaign: str, **slurm):
+        self.campaign, self.slurm, self.path = campaign, SlurmConfig(**slurm), None
+
+
+def test_each_rank_runs_on_cores_of_its_own(tmp_path):
+    """Two single-rank tasks with `slurm.cpus_per_rank: 1` on the CI Slurm (task/none: Slurm
+    binds nothing, every task may use every core): each rank's affinity, read by the rank
+    itself (sched_getaffinity and /proc/self/status Cpus_allowed_list), is one core and not
+    the other's. Catches ranks left on the shared set (the script without its binding, or
+    a binding by SLURM_LOCALID that gives every task the same slice)."""
+    launcher = S.SlurmLauncher(Rb("e2e-scale", cpus_per_rank=1))
+    cell = tmp_path / "bind"
+    handle = launcher.submit("bind", LaunchSpec(argv=[sys.executable, "-c", AFFINITY],
+                                                ntasks=2), cell, 120)
+    deadline, result = time.monotonic() + 120, None
+    while result is None:
+        assert time.monotonic() < deadline, S.query_state(handle.job_id)
+        result = launcher.poll(handle)
+        time.sleep(0.5)
+    assert result.state == "completed", result.detail
+    seen = {}
+    for log in result.log_paths:
+        line = next(x for x in log.read_text().splitlines() if "[AFFINITY]" in x)
+        doc = json.loads(line.split("[AFFINITY]", 1)[1])
+        seen[doc["rank"]] = doc
+    assert sorted(seen) == [0, 1]
+    sets = [set(seen[r]["cpus"]) for r in (0, 1)]
+    assert all(len(s) == 1 for s in sets) and not sets[0] & sets[1], seen
+    assert [seen[r]["listed"] for r in (0, 1)] == [str(min(s)) for s in sets]
+    batch = (cell / f"slurm-{handle.job_id}.out").read_text()
+    assert "[EPCAP_SLURM] binding: 1 cores per task, 1 rank(s) per task" in batch
+    assert "#SBATCH --cpus-per-task=1" in (cell / SS.SCRIPT_NAME).read_text()

@@ -117,3 +117,29 @@ def test_the_deepest_mount_holding_a_path_decides(kinds, path):
 def test_unreadable_mounts_say_nothing():
     """Catches a warning made up where the mounts cannot be read."""
     assert node_local(Path("/x"), "") is None
+
+
+@pytest.mark.parametrize("per_rank, ntasks, gpus, ranks_per_task, want", [
+    (14, 1, 8, 1, 112),        # one torchrun task hosting 8 GPU ranks: 14 cores each
+    (2, 4, 0, 1, 2),           # four single-rank tasks
+    (3, 1, 0, 4, 12),          # a worker forking its 4 ranks
+])
+def test_cores_per_rank_times_ranks_per_task(per_rank, ntasks, gpus, ranks_per_task, want):
+    """Catches `--cpus-per-task` left at one core per rank (8 GPU ranks sharing 8 cores of
+    an exclusive node) when the runbook gives each rank its own cores, and a step without
+    the explicit binding."""
+    spec = LaunchSpec(argv=["x"], ntasks=ntasks, ranks_per_task=ranks_per_task)
+    cfg = SlurmConfig(gpus_per_node=gpus, cpus_per_rank=per_rank)
+    assert f"--cpus-per-task={want}" in SS.sbatch_options(cfg, spec, "N", Path("/c"))
+    text = SS.batch_script([], spec, Path("/c"), "python3", gpus, bind=True)
+    assert "--cpu-bind=cores" in text and "# binding: each task on its own cores" in text
+    assert "--cpu-bind" not in SS.batch_script([], spec, Path("/c"), "python3", gpus)
+
+
+def test_cores_per_rank_and_per_task_are_not_both_set():
+    """Catches two answers to one question taken silently."""
+    from harness.errors import BadInput
+    with pytest.raises(BadInput) as err:
+        SS.sbatch_options(SlurmConfig(cpus_per_rank=2, cpus_per_task=4),
+                          LaunchSpec(argv=["x"], ntasks=1), "N", Path("/c"))
+    assert err.value.field == "slurm.cpus_per_rank"
