@@ -410,7 +410,7 @@ def login_only_paths(python: str, root: Path) -> list[str]:
                        ("the results directory", root)):
         why = node_local(path)
         if why is not None:
-            out.append(f"slurm.sbatch names {what} {path}, on a {why} of this host: a compute "
+            out.append(f"slurm.sbatch names {what} {path}, on {why} of this host: a compute "
                        "node runs the script only where the same path exists there too (a "
                        "shared file system, or the same install)")
     return out

@@ -77,4 +77,4 @@ def node_local(path: Path, mountinfo: str | None = None) -> str | None:
     found = file_system(path, mountinfo)
     if found is None or found[1] in SHARED_FS_TYPES:
         return None
-    return f"{found[1]} file system at {found[0]}"
+    return f"the {found[1]} file system at {found[0]}"
