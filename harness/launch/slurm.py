@@ -23,6 +23,7 @@ OverMemoryKill) but records the job as FAILED/CANCELLED, not OUT_OF_MEMORY; slur
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -333,6 +334,12 @@ def query_state(job_id: str) -> SlurmState | None:
     that just ended can read RUNNING for many seconds."""
     out = _try(["scontrol", "show", "job", job_id, "-o"])
     reading = parse_scontrol(out) if out else None
+    if reading and reading.state.upper() == "CANCELLED":
+        # who cancelled it (`CANCELLED by <uid>`) is sacct's word, once it has the end
+        out = _try(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,ExitCode,Elapsed"])
+        told = parse_sacct(out) if out else None
+        if told is not None and told.state.upper().startswith("CANCELLED BY"):
+            return dataclasses.replace(reading, state=told.state)
     if reading:
         return reading
     out = _try(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,ExitCode,Elapsed"])

@@ -171,8 +171,9 @@ class CampaignDone(StageDone):
 
 @dataclass(frozen=True)
 class Stopped(EventRecord):
-    """The campaign stopped: a bug-class failure, an unclassified one past its retries, or a
-    failed canary, with its log line (and, where a person must look, the command to run)."""
+    """The campaign stopped: a bug-class failure, an unclassified one past its retries, a
+    failed canary, with its log line (and, where a person must look, the command to run), or
+    a job queued over `limits.max_pending_s` (status `pending`, its reason in `line`)."""
 
     EV: ClassVar[Event] = Event.CAMPAIGN_STOPPED
     cell: str = ""

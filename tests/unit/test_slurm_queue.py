@@ -144,3 +144,14 @@ def test_the_dry_run_says_what_a_long_queue_wait_does():
     from harness.campaign.dryrun import queue_wait_words
     assert "waited on forever" in queue_wait_words(0)
     assert "stops the campaign" in queue_wait_words(600) and "10 min" in queue_wait_words(600)
+
+
+def test_who_cancelled_a_job_is_sacct_word_once_it_has_it(fake):
+    """Catches the uid lost by asking scontrol first (`CANCELLED` has no `by <uid>`), and a
+    lagging sacct (still RUNNING) overriding the controller's CANCELLED."""
+    fake.scontrol = "JobId=77 JobState=CANCELLED Reason=None ExitCode=0:15 RunTime=00:00:03"
+    fake.sacct = "CANCELLED by 1000|0:15|00:00:03"
+    reading = S.query_state("77")
+    assert (reading.state, reading.source) == ("CANCELLED by 1000", "scontrol")
+    fake.sacct = "RUNNING|0:0|00:00:02"
+    assert S.query_state("77").state == "CANCELLED"
