@@ -468,9 +468,13 @@ def state_words(doc: dict) -> str:
 
 
 def queued_words(queued: dict) -> str:
-    """'pending: JobHeldUser (job 12, cell X, since T)': a job waiting in Slurm's queue."""
+    """'pending: JobHeldUser (job 12, cell X, since T; ...)': a job waiting in Slurm's queue,
+    and what the driver does if it stays (limits.max_pending_s)."""
+    limit = queued.get("max_pending_s") or 0
+    bound = (f"the campaign stops after {fmt_s(limit)} queued (limits.max_pending_s)" if limit
+             else "limits.max_pending_s 0: waited on forever")
     return (f"pending: {queued['reason']} (job {queued['job_id']}, cell {queued['cell']}, "
-            f"since {queued['since']})")
+            f"since {queued['since']}; {bound})")
 
 
 def print_state(doc: dict) -> None:

@@ -566,7 +566,8 @@ class Campaign:
         if reason != act.queued and self.log is not None:
             pending_s = wait.pending_s if wait is not None else 0.0
             self.log.write(CellQueued(cell=act.cell.name, job_id=str(act.handle.job_id),
-                                      reason=reason, pending_s=round(pending_s, 3)))
+                                      reason=reason, pending_s=round(pending_s, 3),
+                                      max_pending_s=self.rb.limits.max_pending_s))
             self.view.line(f"  {act.cell.name}: " + (
                 f"job {act.handle.job_id} pending: {reason} ({self.pending_limit_words()}; "
                 "the ETA counts run time, not this wait)" if reason is not None else

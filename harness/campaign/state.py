@@ -126,14 +126,15 @@ def campaign_state(root: Path, probe_lock: bool = True) -> dict[str, Any]:
 
 def queued_now(events: list[dict]) -> list[dict[str, Any]]:
     """The cells whose job the running driver last saw waiting in the scheduler's queue:
-    [{cell, job_id, reason, since}] from the newest `cell_queued` of each cell that no later
+    [{cell, job_id, reason, since, max_pending_s}] from the newest `cell_queued` of each cell that no later
     event ended (finished, abandoned, or left the queue)."""
     waiting: dict[str, dict[str, Any]] = {}
     for ev in events:
         cell = ev.get("cell")
         if ev["ev"] == Event.CELL_QUEUED and ev.get("reason"):
             waiting[cell] = {"cell": cell, "job_id": ev.get("job_id"), "reason": ev["reason"],
-                             "since": utc(ev.get("t"))}
+                             "since": utc(ev.get("t")),
+                             "max_pending_s": ev.get("max_pending_s") or 0}
         elif ev["ev"] in (Event.CELL_QUEUED, Event.CELL_FINISH, Event.CELL_ABANDONED):
             waiting.pop(cell, None)
     return list(waiting.values())

@@ -196,6 +196,7 @@ class CellQueued(EventRecord):
     job_id: str = ""
     reason: str | None = None
     pending_s: float = 0.0
+    max_pending_s: float = 0.0      # the runbook's bound on the wait (0: none)
 
 
 @dataclass(frozen=True)

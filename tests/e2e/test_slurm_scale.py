@@ -117,6 +117,7 @@ def test_a_held_job_is_said_shown_and_bounded_by_max_pending_s(tmp_path):
     assert status.returncode == 0, status.stderr
     assert f"pending: JobHeldUser (job {job}, cell {start['cell']}" in status.stdout
     assert "waiting on the queue" in status.stdout
+    assert "the campaign stops after 10.0 s queued (limits.max_pending_s)" in status.stdout
     # the limit ends the wait, naming the job and the reason; the job is cancelled
     assert code == 3, said
     assert "over limits.max_pending_s" in said and "pending: JobHeldUser" in said

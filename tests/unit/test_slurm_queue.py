@@ -155,3 +155,23 @@ def test_who_cancelled_a_job_is_sacct_word_once_it_has_it(fake):
     assert (reading.state, reading.source) == ("CANCELLED by 1000", "scontrol")
     fake.sacct = "RUNNING|0:0|00:00:02"
     assert S.query_state("77").state == "CANCELLED"
+
+
+def test_status_names_the_pending_job_and_what_its_wait_leads_to():
+    """Catches a job still shown pending after it left the queue or ended, and a status
+    silent about the bound (0 must read `waited on forever`)."""
+    from harness.campaign.cli import queued_words
+    from harness.campaign.state import queued_now
+    evs = [{"ev": "cell_queued", "cell": "A", "job_id": "7", "reason": "Priority", "t": 0,
+            "max_pending_s": 0},
+           {"ev": "cell_queued", "cell": "B", "job_id": "8", "reason": "JobHeldAdmin", "t": 1,
+            "max_pending_s": 600},
+           {"ev": "cell_queued", "cell": "C", "job_id": "9", "reason": "Resources", "t": 2},
+           {"ev": "cell_queued", "cell": "A", "job_id": "7", "reason": "Resources", "t": 3},
+           {"ev": "cell_queued", "cell": "B", "job_id": "8", "reason": None, "t": 4},
+           {"ev": "cell_finish", "cell": "C", "t": 5}]
+    now = queued_now(evs)
+    assert [(q["cell"], q["reason"]) for q in now] == [("A", "Resources")]
+    assert "waited on forever" in queued_words(now[0]) and "job 7" in queued_words(now[0])
+    bounded = queued_now(evs[:2])[1]
+    assert "stops after 10 min 00 s queued" in queued_words(bounded)
