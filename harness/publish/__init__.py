@@ -161,6 +161,25 @@ def hub_reachable(timeout_s: float = 3.0) -> str:
     return ""
 
 
+def repo_head(repo: str) -> str | None:
+    """The commit the dataset repository's main branch points at now (None when it cannot
+    be read, or has no commit): the parent the upload's commit must have."""
+    from huggingface_hub import HfApi  # lazy: only publishing needs the hub
+    try:
+        sha = HfApi().repo_info(repo, repo_type="dataset").sha
+    except Exception:  # noqa: BLE001 -- offline, missing repo, auth: then no guard to set
+        return None
+    return sha if isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{40}", sha) else None
+
+
+def moved_on(exc: Exception) -> bool:
+    """Whether the hub refused the commit because its parent is no longer the head (HTTP 412
+    Precondition Failed: huggingface_hub 2.4.0 _commit_api._payload_as_ndjson sends
+    `parentCommit`, the Hub checks it against the branch)."""
+    response = getattr(exc, "response", None)
+    return getattr(response, "status_code", None) == 412
+
+
 def existing_paths(repo: str) -> tuple[list[str] | None, str]:
     """Files already in the dataset repository, or None and why when it cannot be listed."""
     from huggingface_hub import HfApi  # lazy: only publishing needs the hub
@@ -227,13 +246,17 @@ def summary_lines(root: Path, result: AuditResult, files: list[str],
 def cli_publish(results_dir: str, repo: str, dry_run: bool = False,
                 allow_empty: bool = False, parent_commit: str | None = None,
                 trace_cap: int = TRACE_CAP_BYTES) -> int:
-    """`epcap publish`: 0 uploaded (or dry run listed), 1 refused or failed. With
-    `parent_commit` the commit is refused unless that is the repository's head."""
+    """`epcap publish`: 0 uploaded (or dry run listed), 1 refused or failed. The commit's
+    parent is `parent_commit`, else the head read before the existing paths were listed:
+    the hub refuses it when another commit came in between (two publishes never interleave)."""
     root = Path(results_dir)
     if not REPO_ID.fullmatch(repo or ""):
         raise BadInput(f"expected ORG/NAME, got {repo!r}", field="--repo")
     if not root.is_dir():
         raise BadInput("not a directory", path=str(results_dir))
+    if parent_commit is not None and not re.fullmatch(r"[0-9a-f]{40}", parent_commit):
+        raise BadInput(f"expected a commit of 40 hex digits, got {parent_commit!r}",
+                       field="--parent-commit")
     result = audit_target(root)
     why = refusal(result) or ([] if allow_empty else empty_refusal(result))
     files, skipped = local_files(root)
@@ -250,6 +273,7 @@ def cli_publish(results_dir: str, repo: str, dry_run: bool = False,
         # the hub refused or did not answer: stop now, not after the client's retries
         return say_refused([f"the hub cannot be reached ({redact_text(unreachable)}); nothing "
                             "was uploaded: rerun when it answers"])
+    parent = None if dry_run else parent_commit or repo_head(repo)   # read before the list
     existing, problem = existing_paths(repo)
     if existing is not None and any(p.startswith(prefix) for p in existing):
         return say_refused([f"hf://datasets/{repo}/{prefix} is already used"])
@@ -260,8 +284,12 @@ def cli_publish(results_dir: str, repo: str, dry_run: bool = False,
         return 0
     card = card_text(root, result, repo, prefix, files, withheld)
     try:
-        url = upload(root, repo, prefix, files, withheld, card, parent_commit)
+        url = upload(root, repo, prefix, files, withheld, card, parent)
     except Exception as exc:  # noqa: BLE001 -- report the hub's error in one line
+        if parent and moved_on(exc):
+            return say_refused([f"parent commit mismatch: hf://datasets/{repo} is no longer at "
+                                f"{parent} (another publish committed since it was read); "
+                                "nothing was uploaded: rerun to publish on the new head"])
         print(f"epcap publish: upload failed: {type(exc).__name__}: {redact_text(str(exc))}",
               file=sys.stderr)
         return 1

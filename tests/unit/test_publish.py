@@ -204,3 +204,9 @@ def test_uploads_are_the_evidence_list_and_what_a_reader_needs(valid, capsys, fa
     assert "notes.txt (not on the evidence list" in out
     assert "report/scratch.txt (not on the evidence list" in out
     assert "other paths not uploaded" in out.splitlines()[1]
+
+
+def test_bad_parent_commit(valid):
+    """A parent that is not a commit id is bad input naming the option, never sent."""
+    with pytest.raises(BadInput, match="--parent-commit"):
+        cli_publish(str(valid), "org/runs", parent_commit="main")

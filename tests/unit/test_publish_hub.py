@@ -14,6 +14,8 @@ from harness import publish
 from harness.audit import audit_target
 from harness.audit.vocab import ROUTING_NOT_FROM_SEED
 
+pytestmark = pytest.mark.slow       # the shared reduced campaign (run once per session)
+
 CORPUS_PY = Path(__file__).resolve().parents[1] / "fixtures" / "uploads" / "corpus.py"
 _spec = importlib.util.spec_from_file_location("upload_corpus", CORPUS_PY)
 corpus = importlib.util.module_from_spec(_spec)
@@ -125,3 +127,73 @@ def test_a_trace_missing_from_an_upload_is_said_not_compared(campaign, tmp_path)
     _, check = routing_check(audit_target(copy))
     assert f"{len(gone)} traces their argv recorded are not in the upload: not compared" \
         in check.why[0] and "0 recorded traces agree" in check.why[0]
+
+
+# ---------------------------------------------------------------- through a Hub on 127.0.0.1
+
+HUBSERVER_PY = Path(__file__).resolve().parents[1] / "fixtures" / "hubserver.py"
+_hspec = importlib.util.spec_from_file_location("hubserver", HUBSERVER_PY)
+hubserver = importlib.util.module_from_spec(_hspec)
+_hspec.loader.exec_module(hubserver)
+
+
+@pytest.fixture
+def local_hub(monkeypatch, tmp_path):
+    """tests/fixtures/hubserver.py on 127.0.0.1, the real huggingface_hub pointed at it."""
+    from huggingface_hub import constants
+    hub = hubserver.Hub()
+    monkeypatch.setattr(constants, "ENDPOINT", hub.endpoint)
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE",
+                        hub.endpoint + "/{repo_id}/resolve/{revision}/{filename}")
+    monkeypatch.setenv("EPCAP_CACHE", str(tmp_path / "epcap-cache"))
+    yield hub
+    hub.close()
+
+
+def test_published_through_a_local_hub_reads_back_and_audits_valid(campaign, local_hub,
+                                                                   tmp_path):
+    """The whole way through real HTTP: publish (validate-yaml, preupload, commit), the card
+    fetched and read by the real DatasetCard.load with a config for every TSV of the commit,
+    and `epcap audit hf://...@<commit>` VALID with the traces compared (fails when publish
+    leaves the traces out: "0 recorded traces agree")."""
+    from huggingface_hub import DatasetCard, hf_hub_download
+    assert publish.cli_publish(str(campaign), "org/runs") == 0
+    head = local_hub.repos["org/runs"].head()
+    card = DatasetCard.load(hf_hub_download("org/runs", "README.md", repo_type="dataset",
+                                            revision=head["oid"], cache_dir=tmp_path / "hf"))
+    tsvs = sorted(p for p in head["files"] if p.endswith(".tsv"))
+    assert sorted(c["data_files"][0]["path"] for c in card.data.to_dict()["configs"]) == tsvs
+    upload, check = routing_check(audit_target(f"hf://datasets/org/runs@{head['oid']}"))
+    assert (upload.verdict, upload.why) == ("VALID", [])
+    traces = sum(p.endswith("/routing_trace.jsonl") for p in head["files"])
+    assert traces >= 2 and f"{traces} recorded traces agree" in check.why[0]
+
+
+def test_two_concurrent_publishes_the_second_is_refused(campaign, local_hub, monkeypatch,
+                                                        capsys):
+    """Both read the head, then both commit: the hub takes one and refuses the other's
+    parent, which publish reports as a parent commit mismatch (fails when publish commits
+    without parent_commit: both are taken, interleaved)."""
+    import threading
+
+    from huggingface_hub import CommitOperationAdd, HfApi
+    HfApi().create_commit(repo_id="org/runs", repo_type="dataset", commit_message="start",
+                          operations=[CommitOperationAdd("notes.txt", b"start\n")])
+    both_read = threading.Barrier(2, timeout=60)
+    real_upload = publish.upload
+
+    def upload_after_both_read(*args, **kwargs):
+        both_read.wait()
+        return real_upload(*args, **kwargs)
+
+    monkeypatch.setattr(publish, "upload", upload_after_both_read)
+    codes: list[int] = []
+    runs = [threading.Thread(target=lambda: codes.append(
+        publish.cli_publish(str(campaign), "org/runs"))) for _ in range(2)]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join(120)
+    assert sorted(codes) == [0, 1]
+    assert "parent commit mismatch" in capsys.readouterr().err
+    assert len(local_hub.repos["org/runs"].commits) == 2
