@@ -315,7 +315,10 @@ def report(results_dir, out) -> None:
 @click.option("--dry-run", is_flag=True, help="List what would be uploaded where.")
 @click.option("--allow-empty", "allow_empty", is_flag=True,
               help="Publish even when nothing was measured (no pair has a selected capacity).")
-def publish(results_dir, repo, dry_run, allow_empty) -> None:
+@click.option("--parent-commit", "parent_commit", metavar="SHA",
+              help="Commit only if the repository's head is still SHA (default: the head "
+                   "read before uploading).")
+def publish(results_dir, repo, dry_run, allow_empty, parent_commit) -> None:
     """Audit, then upload a VALID campaign to a HuggingFace dataset under a new path.
 
     \b
@@ -325,7 +328,7 @@ def publish(results_dir, repo, dry_run, allow_empty) -> None:
     from harness.publish import cli_publish  # lazy: each command imports only its own room
 
     _call(cli_publish, results_dir=results_dir, repo=repo, dry_run=dry_run,
-          allow_empty=allow_empty)
+          allow_empty=allow_empty, parent_commit=parent_commit)
 
 
 @main.command()

@@ -257,22 +257,23 @@ HF_COMPLETE = ".epcap-complete"
 
 
 def fetch_hf(repo_id: str, revision: str | None, cache: Path | None = None) -> Path:
-    """Fetch one revision's evidence files (harness.audit.evidence.EVIDENCE_FILES: tables,
-    provenance, runbook and zoo, events, campaign.json, cell.json, logs) through
+    """Fetch one revision's evidence files (harness.audit.evidence.hub_patterns: tables,
+    provenance, runbook and zoo, events, campaign.json, cell.json, logs, routing traces or
+    the sha256 of a trace too large to publish) through
     huggingface_hub's cache under the epcap cache, then materialise exactly those files as
     plain files in `hf-datasets/ORG--NAME/<commit>/`, the directory audited. A commit is
     immutable: once materialised it is reused without asking the hub. With HF_HUB_OFFLINE=1
     the hub answers from its cache (refs/<revision>, snapshots/<commit>)."""
     import huggingface_hub  # lazy: only hf:// targets need the hub
 
-    from harness.audit.evidence import evidence_patterns
+    from harness.audit.evidence import hub_patterns
 
     root = cache or cache_root()
     datasets = root / HF_DATASETS_DIR / repo_id.replace("/", "--")
     if revision and re.fullmatch(r"[0-9a-f]{40}", revision) \
             and (datasets / revision / HF_COMPLETE).exists():
         return datasets / revision
-    patterns = evidence_patterns()
+    patterns = hub_patterns()
     try:
         snapshot = Path(huggingface_hub.snapshot_download(
             repo_id=repo_id, repo_type="dataset", revision=revision,

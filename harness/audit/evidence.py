@@ -42,6 +42,7 @@ from harness.audit.vocab import (
     UNVALIDATED,
     VALIDATED_SATURATED,
 )
+from harness.loadmodel.trace_io import ROUTING_TRACE
 from harness.results.layout import (
     ATTEMPTS_TSV,
     CAMPAIGN_JSON,
@@ -367,6 +368,24 @@ EVIDENCE_FILES: dict[str, str] = {
 def evidence_patterns() -> list[str]:
     """EVIDENCE_FILES' globs, as huggingface_hub's allow_patterns."""
     return list(EVIDENCE_FILES)
+
+
+# Files an hf:// audit fetches beside the evidence list: each reference measure cell's recorded
+# routing (routing-not-from-seed compares it when present) and, where `epcap publish` left a
+# trace out as too large, the stand-in holding its sha256 (`sha256sum` format), which makes
+# that comparison UNKNOWN, never "ran and found nothing". Not on the evidence list: a trace
+# grows to gigabytes, and the evidence digest stays what it was.
+TRACE_WITHHELD_SUFFIX = ".sha256"
+HUB_EXTRA_FILES: dict[str, str] = {
+    f"*{ROUTING_TRACE}": "a measure cell's recorded routing (routing-not-from-seed)",
+    f"*{ROUTING_TRACE}{TRACE_WITHHELD_SUFFIX}": "the sha256 of a trace too large to publish: "
+                                               "its comparison is UNKNOWN",
+}
+
+
+def hub_patterns() -> list[str]:
+    """What `epcap audit hf://...` fetches: the evidence list and HUB_EXTRA_FILES."""
+    return [*EVIDENCE_FILES, *HUB_EXTRA_FILES]
 
 
 def is_evidence(path: str) -> bool:

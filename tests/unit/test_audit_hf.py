@@ -102,7 +102,11 @@ def test_honest_campaign_fetched_from_the_hub_cache_is_valid(campaign, tmp_path,
     assert f"{PREFIX}/events.jsonl" in got and f"{PREFIX}/campaign.json" in got
     assert any(g.endswith("/rank0.log") for g in got)
     assert "README.md" not in got                                   # not evidence: not taken
-    assert not any(g.endswith("routing_trace.jsonl") for g in got)
+    # the measure cells' traces are fetched beside the evidence (evidence.HUB_EXTRA_FILES),
+    # so routing-not-from-seed compares them from the hub too, never "found nothing"
+    traces = sum(g.endswith("/routing_trace.jsonl") for g in got)
+    (routing,) = [c for c in u.checks if c.code == "routing-not-from-seed"]
+    assert traces >= 2 and f"{traces} recorded traces agree" in routing.why[0]
 
 
 def test_a_fetch_list_without_the_logs_is_not_valid(campaign, tmp_path, offline_hub,

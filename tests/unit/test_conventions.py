@@ -291,9 +291,9 @@ READERS_ALLOWED = {
         "the batch script this module wrote",
     ("harness/launch/slurm_script.py", "json.loads"):
         "the metadata line this module wrote into that script",
-    ("harness/publish.py", "open"):
+    ("harness/publish/__init__.py", "open"):
         "scans files local_files listed (regular, not links) block by block",
-    ("harness/publish.py", "read_bytes"):
+    ("harness/publish/__init__.py", "read_bytes"):
         "the campaign's own small TSVs (regular, not links) for the run id",
     ("harness/results/provenance.py", "read_text"):
         "an installed package's version.py / a header under the install (first 64 KiB)",

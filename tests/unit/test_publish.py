@@ -11,7 +11,7 @@ import pytest
 
 from harness import publish
 from harness.errors import BadInput
-from harness.publish import cli_publish, glob_escape
+from harness.publish import cli_publish
 from harness.results.layout import ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV
 
 CORPUS_PY = Path(__file__).resolve().parents[1] / "fixtures" / "uploads" / "corpus.py"
@@ -32,7 +32,7 @@ class FakeApi:
             raise FakeApi.existing
         return FakeApi.existing
 
-    def upload_folder(self, **kwargs):
+    def create_commit(self, **kwargs):
         FakeApi.calls.append(("upload", kwargs))
         return type("Info", (), {"commit_url": "https://hf.co/fake/commit"})()
 
@@ -108,9 +108,10 @@ def test_upload_goes_to_a_new_prefix_with_exact_files(valid, capsys, fake_hub):
     assert cli_publish(str(valid), "org/runs", dry_run=False) == 0
     (call,) = uploads(fake_hub)
     assert call["repo_type"] == "dataset" and call["repo_id"] == "org/runs"
-    assert call["path_in_repo"].startswith("corpus/") and "token" not in call
-    assert "capacity_attempts.tsv" in call["allow_patterns"]
-    assert "link.tsv" not in call["allow_patterns"]
+    paths = [op.path_in_repo for op in call["operations"]]
+    assert all(p.startswith("corpus/") for p in paths if p != "README.md") and "token" not in call
+    assert any(p.endswith("/capacity_attempts.tsv") for p in paths)
+    assert not any(p.endswith("link.tsv") for p in paths)
     assert "uploaded" in capsys.readouterr().out
 
 
@@ -151,12 +152,6 @@ def test_unreachable_hub_is_not_listed(valid, monkeypatch, capsys, fake_hub):
     assert ("list", "org/runs", "dataset") not in fake_hub.calls
 
 
-def test_glob_escape_matches_only_itself():
-    import fnmatch
-    assert fnmatch.fnmatch("a[1]*.tsv", glob_escape("a[1]*.tsv"))
-    assert not fnmatch.fnmatch("a1x.tsv", glob_escape("a[1]*.tsv"))
-
-
 def test_dry_run_opens_with_verdict_and_summary(valid, capsys, fake_hub):
     assert cli_publish(str(valid), "org/runs", dry_run=True) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -182,22 +177,36 @@ def test_refuses_a_campaign_where_nothing_was_measured(valid, capsys, fake_hub, 
     assert "0 of 4 pairs measured" in capsys.readouterr().out
 
 
-def test_uploads_are_the_evidence_list(valid, capsys, fake_hub):
-    """What is published is what the audit judged: exactly audit.evidence's manifest (the
-    list the hub fetch uses); other files are listed as not uploaded (seen failing with the
-    earlier walk, which uploaded notes.txt and the routing trace the audit never reads)."""
-    from harness.audit.evidence import evidence_manifest, is_evidence
+def test_uploads_are_the_evidence_list_and_what_a_reader_needs(valid, capsys, fake_hub):
+    """What is published is what the audit judged (audit.evidence's manifest, the list the
+    hub fetch uses) and what a reader needs (report, figures, forecast and demand tables,
+    routing traces); anything else is listed as not uploaded. Fails on the earlier list
+    (evidence only: no report, no trace) and on a walk that uploads notes.txt."""
+    from harness.audit.evidence import evidence_manifest
     (valid / "notes.txt").write_text("not evidence\n")
     trace = valid / "cells" / "QWEN3_30B__echo__measure__cap2p00__a1" / "routing_trace.jsonl"
     trace.write_text("{}\n")
+    (valid / "report").mkdir()
+    for name in ("report.md", "fig1_capacity.png", "forecast.tsv", "demand.tsv", "scratch.txt"):
+        (valid / "report" / name).write_text("x\n")
     assert cli_publish(str(valid), "org/runs", dry_run=False) == 0
     (call,) = uploads(fake_hub)
-    sent = sorted(call["allow_patterns"])
-    assert sent == sorted(glob_escape(f) for f in evidence_manifest(valid))
-    assert all(is_evidence(f) for f in evidence_manifest(valid)) and ATTEMPTS_TSV in sent
-    assert "notes.txt" not in sent and not any("routing_trace" in f for f in sent)
+    prefix = next(op.path_in_repo for op in call["operations"]
+                  if op.path_in_repo.endswith(ATTEMPTS_TSV)).rsplit("/", 1)[0] + "/"
+    sent = sorted(op.path_in_repo.removeprefix(prefix) for op in call["operations"])
+    reader = ["cells/QWEN3_30B__echo__measure__cap2p00__a1/routing_trace.jsonl",
+              "report/demand.tsv", "report/fig1_capacity.png", "report/forecast.tsv",
+              "report/report.md"]
+    assert sent == sorted([*evidence_manifest(valid), *reader, "README.md"])
     capsys.readouterr()
     assert cli_publish(str(valid), "org/runs", dry_run=True) == 0
     out = capsys.readouterr().out
     assert "notes.txt (not on the evidence list" in out
+    assert "report/scratch.txt (not on the evidence list" in out
     assert "other paths not uploaded" in out.splitlines()[1]
+
+
+def test_bad_parent_commit(valid):
+    """A parent that is not a commit id is bad input naming the option, never sent."""
+    with pytest.raises(BadInput, match="--parent-commit"):
+        cli_publish(str(valid), "org/runs", parent_commit="main")

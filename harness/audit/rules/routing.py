@@ -25,8 +25,10 @@ than the worker's are found by a slower second read.
 
 Not applicable: no runbook as run (no backend to ask), no cell of such a backend. UNKNOWN:
 a reference cell with no argv, or one its worker here refuses (another version's flags), an
-unreadable stated value or trace record. Not read: a trace absent from the upload (it is
-not on the evidence list: traces grow to gigabytes), over TRACE_CAP_BYTES, or Megatron's
+unreadable stated value or trace record, a trace `epcap publish` withheld as too large (only
+its `<trace>.sha256` stand-in uploaded). Not read, and said so in the verdict: a trace absent
+from the upload (it is not on the evidence list: traces grow to gigabytes; an hf:// audit
+fetches it, harness.audit.evidence.HUB_EXTRA_FILES), over TRACE_CAP_BYTES, or Megatron's
 format. Upstream facts: none beyond this repository's own reference backend.
 """
 
@@ -43,6 +45,7 @@ import numpy as np
 
 from harness.api.backend import Backend, ExpectedDispatch
 from harness.api.registry import load_backend
+from harness.audit.evidence import TRACE_WITHHELD_SUFFIX
 from harness.audit.model import NOT_APPLICABLE, Cell, Check, Rule, Source, Table, Upload, verdict_of
 from harness.audit.readers import (
     TAG_BLOCK_BYTES,
@@ -357,7 +360,11 @@ def read_trace(upload: Upload, cell: Cell, ed: ExpectedDispatch,
     path = cell.where / Path(ed.trace or "").name
     at = f"{cell.path}/{path.name}"
     if not path.exists():
+        stand_in = path.with_name(path.name + TRACE_WITHHELD_SUFFIX)
         out.skipped = f"{at} not in the upload"
+        if stand_in.exists():           # left out by `epcap publish` as too large
+            out.unknown.append(f"{at} withheld: only its sha256 ({at}{TRACE_WITHHELD_SUFFIX}) "
+                               f"was published; the trace comparison could not run")
         return out
     real, problem = safe_real(upload.folder, path, TRACE_CAP_BYTES)
     if real is None:
@@ -438,8 +445,9 @@ class Sampled:
 
 
 def cell_problems(upload: Upload, cell: Cell, ed: ExpectedDispatch, files: list[Path],
-                  memo: Memo, seed: int) -> tuple[list[str], list[str], int, bool, Sampled]:
-    """(contradictions, unknowns, fields compared, trace read, what was sampled) of one
+                  memo: Memo, seed: int) -> tuple[list[str], list[str], int, str, Sampled]:
+    """(contradictions, unknowns, fields compared, the trace its argv names: "read", "absent"
+    or "" when none, what was sampled) of one
     regenerable cell; `memo` holds the groups already regenerated for the same argv (a time
     cell's launches); `seed` is the audit's sample seed."""
     total = len(ed.iterations) * len(ed.layers)
@@ -466,10 +474,10 @@ def cell_problems(upload: Upload, cell: Cell, ed: ExpectedDispatch, files: list[
         b, u, n = differences(want, stated, it, layer,
                               f"the routing of its seed ({ed.seed_text})")
         bad, unknown, compared = bad + b, unknown + u, compared + n
-    read = False
+    read = ""
     if ed.trace is not None:
         trace = read_trace(upload, cell, ed, groups)
-        read = trace.skipped is None
+        read = "read" if trace.skipped is None else "absent"
         b, u = trace_problems(ed, trace, stated, seeded)
         bad, unknown = bad + b, unknown + u
     if len(bad) > 1:
@@ -513,7 +521,7 @@ def check_routing(table: Table, upload: Upload) -> Check:
     if upload.sample_seed is None:                 # no seed given: one no one could know
         upload.sample_seed = audit_seed()
     seed = upload.sample_seed
-    bad, unknown, cache, cells, fields, traces = [], [], {}, 0, 0, 0
+    bad, unknown, cache, cells, fields, traces, absent = [], [], {}, 0, 0, 0, 0
     checked = total = 0
     regenerated: dict[tuple, tuple[ExpectedDispatch | None, Memo]] = {}
     for _, cell in sorted(upload.cells.items()):
@@ -540,7 +548,8 @@ def check_routing(table: Table, upload: Upload) -> Check:
             continue
         cells += 1
         b, u, n, read, got = cell_problems(upload, cell, ed, files, memo, seed)
-        bad, unknown, fields, traces = bad + b, unknown + u, fields + n, traces + read
+        bad, unknown, fields = bad + b, unknown + u, fields + n
+        traces, absent = traces + (read == "read"), absent + (read == "absent")
         checked, total = checked + got.checked, total + got.total
         if got.checked < got.total:
             upload.sampled[cell.path] = got.sentence(cell.path, seed)
@@ -553,7 +562,10 @@ def check_routing(table: Table, upload: Upload) -> Check:
                if upload.sampled else "")
     return verdict_of(bad, [f"{cells} cells' dispatch rows are the routing of their seed "
                             f"({fields} fields compared{sampled}); {traces} recorded "
-                            f"traces agree"], ROUTING_NOT_FROM_SEED, unknown)
+                            f"traces agree" + (f"; {absent} traces their argv recorded are "
+                                               f"not in the upload: not compared"
+                                               if absent else "")],
+                      ROUTING_NOT_FROM_SEED, unknown)
 
 
 __all__ = ["always_sampled", "audit_seed", "cell_seed", "check_routing", "sample",

@@ -1,4 +1,5 @@
-"""`epcap publish`: audit a campaign, then upload it, VALID only, under a path never used before.
+"""`epcap publish`: audit a campaign, then upload it, VALID only, under a path never used before,
+with what a reader needs (report, figures, forecast inputs, routing traces) and a dataset card.
 
 The target path is `<campaign>/<utc-timestamp>-<run-id>/` in a HuggingFace dataset
 repository; run-id is a digest of the campaign's tables and provenance. The token comes
@@ -13,12 +14,16 @@ import re
 import socket
 import sys
 from datetime import datetime, timezone
-from pathlib import Path
+from fnmatch import fnmatchcase
+from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
 
 from harness.audit import AuditResult, audit_target
+from harness.audit.rules.routing import TRACE_CAP_BYTES
 from harness.errors import BadInput
 from harness.io.redact import find_secrets, redact_text
+from harness.loadmodel.trace_io import ROUTING_TRACE
+from harness.publish.card import CARD_PATH, card_text
 from harness.results.layout import (
     ATTEMPTS_TSV,
     CELL_JSON,
@@ -33,6 +38,7 @@ from harness.results.tables import read_rows
 REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 DIGESTED = (ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV, PROVENANCE_TXT, RUNBOOK_YAML)
 SCAN_BLOCK = 1 << 20
+READER_FILES = ("report/report.md", "report/*.png", "report/forecast.tsv", "report/demand.tsv")
 TOKEN_OVERLAP = 256             # a token shape split across two blocks is still found
 
 
@@ -47,13 +53,23 @@ def refusal(result: AuditResult) -> list[str]:
     return [f"audit verdict {upload.verdict}: {', '.join(upload.reasons)}", *upload.why]
 
 
+def is_reader_file(rel: str) -> bool:
+    """A file a reader needs beside the evidence: the report, its figures, forecast.tsv and
+    demand.tsv (READER_FILES), a measure cell's routing trace (HUB_EXTRA_FILES)."""
+    from harness.audit.evidence import HUB_EXTRA_FILES
+    return any(fnmatchcase(rel, p) for p in (*READER_FILES, f"*/{ROUTING_TRACE}")) \
+        and not any(fnmatchcase(rel, p) for p in list(HUB_EXTRA_FILES)[1:])
+
+
 def local_files(root: Path) -> tuple[list[str], list[str]]:
     """The files to upload: the evidence list (audit.evidence.evidence_manifest, the files
-    the audit reads, so what is published is what was judged); and every other file, link
+    the audit reads, so what is published is what was judged) and what a reader needs (the
+    report, figures, forecast and demand tables, routing traces); and every other file, link
     or hidden path, left out (relative posix paths)."""
     from harness.audit.evidence import evidence_manifest  # one list: audit, hub fetch, publish
     files = evidence_manifest(root)
     chosen, skipped = set(files), []
+    extra = []
     for folder, dirnames, filenames in os.walk(root, followlinks=False):
         rel = Path(folder).relative_to(root)
         for d in sorted(dirnames):
@@ -61,9 +77,27 @@ def local_files(root: Path) -> tuple[list[str], list[str]]:
                 skipped.append((rel / d).as_posix())      # never entered
                 dirnames.remove(d)
         dirnames.sort()
-        skipped += [p for p in ((rel / n).as_posix() for n in sorted(filenames))
-                    if p not in chosen]
-    return files, skipped
+        for path in ((rel / n).as_posix() for n in sorted(filenames)):
+            if path in chosen:
+                continue
+            plain = os.path.isfile(root / path) and not os.path.islink(root / path)
+            (extra if plain and not path.startswith(".") and is_reader_file(path)
+             else skipped).append(path)
+    return files + extra, skipped
+
+
+def withheld_traces(root: Path, files: list[str], cap: int) -> dict[str, str]:
+    """{trace path: sha256} of the routing traces over `cap` bytes (the audit's own read cap,
+    routing.TRACE_CAP_BYTES): uploaded as `<trace>.sha256` stand-ins, never in full."""
+    out = {}
+    for rel in files:
+        if PurePosixPath(rel).name == ROUTING_TRACE and (root / rel).stat().st_size > cap:
+            digest = hashlib.sha256()
+            with open(root / rel, "rb") as handle:
+                for block in iter(lambda h=handle: h.read(SCAN_BLOCK), b""):
+                    digest.update(block)
+            out[rel] = digest.hexdigest()
+    return out
 
 
 def files_with_secrets(root: Path, files: list[str]) -> list[str]:
@@ -127,6 +161,25 @@ def hub_reachable(timeout_s: float = 3.0) -> str:
     return ""
 
 
+def repo_head(repo: str) -> str | None:
+    """The commit the dataset repository's main branch points at now (None when it cannot
+    be read, or has no commit): the parent the upload's commit must have."""
+    from huggingface_hub import HfApi  # lazy: only publishing needs the hub
+    try:
+        sha = HfApi().repo_info(repo, repo_type="dataset").sha
+    except Exception:  # noqa: BLE001 -- offline, missing repo, auth: then no guard to set
+        return None
+    return sha if isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{40}", sha) else None
+
+
+def moved_on(exc: Exception) -> bool:
+    """Whether the hub refused the commit because its parent is no longer the head (HTTP 412
+    Precondition Failed: huggingface_hub 2.4.0 _commit_api._payload_as_ndjson sends
+    `parentCommit`, the Hub checks it against the branch)."""
+    response = getattr(exc, "response", None)
+    return getattr(response, "status_code", None) == 412
+
+
 def existing_paths(repo: str) -> tuple[list[str] | None, str]:
     """Files already in the dataset repository, or None and why when it cannot be listed."""
     from huggingface_hub import HfApi  # lazy: only publishing needs the hub
@@ -139,18 +192,24 @@ def existing_paths(repo: str) -> tuple[list[str] | None, str]:
         return None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
 
-def glob_escape(path: str) -> str:
-    """An fnmatch pattern matching exactly this path."""
-    return re.sub(r"([*?\[])", r"[\1]", path)
+def upload(root: Path, repo: str, prefix: str, files: list[str], withheld: dict[str, str],
+           card: str, parent_commit: str | None = None) -> str:
+    """One commit: exactly `files` under prefix (a withheld trace as its `.sha256` stand-in,
+    `sha256sum` format) and the card at the repository's root; with `parent_commit` the hub
+    refuses it unless that commit is still the head (two publishers never interleave).
+    Returns the commit URL."""
+    from huggingface_hub import CommitOperationAdd, HfApi  # lazy: only publishing needs it
 
-
-def upload(root: Path, repo: str, prefix: str, files: list[str]) -> str:
-    """Upload exactly `files` under prefix; returns the commit URL."""
-    from huggingface_hub import HfApi  # lazy: only publishing needs the hub
-    info = HfApi().upload_folder(repo_id=repo, repo_type="dataset", folder_path=str(root),
-                                 path_in_repo=prefix.rstrip("/"),
-                                 allow_patterns=[glob_escape(f) for f in files],
-                                 commit_message=f"epcap publish {prefix.rstrip('/')}")
+    from harness.audit.evidence import TRACE_WITHHELD_SUFFIX
+    ops = [CommitOperationAdd(path_in_repo=prefix + rel, path_or_fileobj=str(root / rel))
+           for rel in files if rel not in withheld]
+    ops += [CommitOperationAdd(path_in_repo=prefix + rel + TRACE_WITHHELD_SUFFIX,
+                               path_or_fileobj=f"{digest}  {PurePosixPath(rel).name}\n".encode())
+            for rel, digest in sorted(withheld.items())]
+    ops.append(CommitOperationAdd(path_in_repo=CARD_PATH, path_or_fileobj=card.encode()))
+    info = HfApi().create_commit(repo_id=repo, repo_type="dataset", operations=ops,
+                                 commit_message=f"epcap publish {prefix.rstrip('/')}",
+                                 parent_commit=parent_commit)
     return str(getattr(info, "commit_url", "") or info)
 
 
@@ -185,13 +244,19 @@ def summary_lines(root: Path, result: AuditResult, files: list[str],
 
 
 def cli_publish(results_dir: str, repo: str, dry_run: bool = False,
-                allow_empty: bool = False) -> int:
-    """`epcap publish`: 0 uploaded (or dry run listed), 1 refused or failed."""
+                allow_empty: bool = False, parent_commit: str | None = None,
+                trace_cap: int = TRACE_CAP_BYTES) -> int:
+    """`epcap publish`: 0 uploaded (or dry run listed), 1 refused or failed. The commit's
+    parent is `parent_commit`, else the head read before the existing paths were listed:
+    the hub refuses it when another commit came in between (two publishes never interleave)."""
     root = Path(results_dir)
     if not REPO_ID.fullmatch(repo or ""):
         raise BadInput(f"expected ORG/NAME, got {repo!r}", field="--repo")
     if not root.is_dir():
         raise BadInput("not a directory", path=str(results_dir))
+    if parent_commit is not None and not re.fullmatch(r"[0-9a-f]{40}", parent_commit):
+        raise BadInput(f"expected a commit of 40 hex digits, got {parent_commit!r}",
+                       field="--parent-commit")
     result = audit_target(root)
     why = refusal(result) or ([] if allow_empty else empty_refusal(result))
     files, skipped = local_files(root)
@@ -202,26 +267,34 @@ def cli_publish(results_dir: str, repo: str, dry_run: bool = False,
     if why:
         return say_refused(why)
     prefix = target_prefix(root)
+    withheld = withheld_traces(root, files, trace_cap)
     unreachable = "" if dry_run else hub_reachable()
     if unreachable:
         # the hub refused or did not answer: stop now, not after the client's retries
         return say_refused([f"the hub cannot be reached ({redact_text(unreachable)}); nothing "
                             "was uploaded: rerun when it answers"])
+    parent = None if dry_run else parent_commit or repo_head(repo)   # read before the list
     existing, problem = existing_paths(repo)
     if existing is not None and any(p.startswith(prefix) for p in existing):
         return say_refused([f"hf://datasets/{repo}/{prefix} is already used"])
     if dry_run:
         for line in summary_lines(root, result, files, skipped):
             print(line)
-        print_plan(root, repo, prefix, files, skipped, problem)
+        print_plan(root, repo, prefix, files, skipped, problem, withheld)
         return 0
+    card = card_text(root, result, repo, prefix, files, withheld)
     try:
-        url = upload(root, repo, prefix, files)
+        url = upload(root, repo, prefix, files, withheld, card, parent)
     except Exception as exc:  # noqa: BLE001 -- report the hub's error in one line
+        if parent and moved_on(exc):
+            return say_refused([f"parent commit mismatch: hf://datasets/{repo} is no longer at "
+                                f"{parent} (another publish committed since it was read); "
+                                "nothing was uploaded: rerun to publish on the new head"])
         print(f"epcap publish: upload failed: {type(exc).__name__}: {redact_text(str(exc))}",
               file=sys.stderr)
         return 1
-    print(f"uploaded {len(files)} files to hf://datasets/{repo}/{prefix} {url}")
+    print(f"uploaded {len(files)} files to hf://datasets/{repo}/{prefix} and the dataset "
+          f"card {CARD_PATH} {url}")
     return 0
 
 
@@ -234,11 +307,18 @@ def say_refused(why: list[str]) -> int:
 
 
 def print_plan(root: Path, repo: str, prefix: str, files: list[str], skipped: list[str],
-               problem: str) -> None:
+               problem: str, withheld: dict[str, str] | None = None) -> None:
     """The dry run: every local file and the path it would get."""
-    print(f"dry run: would upload {len(files)} files to hf://datasets/{repo}/{prefix}")
+    from harness.audit.evidence import TRACE_WITHHELD_SUFFIX
+    withheld = withheld or {}
+    print(f"dry run: would upload {len(files)} files to hf://datasets/{repo}/{prefix} and "
+          f"the dataset card {CARD_PATH}")
     for rel in files:
-        print(f"  {root / rel} -> {prefix}{rel}")
+        if rel in withheld:
+            print(f"  {root / rel} -> {prefix}{rel}{TRACE_WITHHELD_SUFFIX} (too large: its "
+                  f"sha256 only; routing-not-from-seed cannot compare it from the hub)")
+        else:
+            print(f"  {root / rel} -> {prefix}{rel}")
     for rel in skipped:
         print(f"  {root / rel} (not on the evidence list, a link or hidden: not uploaded)")
     if problem:
