@@ -245,6 +245,36 @@ def test_baselines_move_what_their_contract_says(default_run):
             assert r["peak_mem_source"] == "modelled"
 
 
+@pytest.mark.slow
+def test_no_timed_row_with_drops_carries_a_speed_verdict(default_run):
+    """Equal work before any verdict: every comparison whose arm or baseline dropped slots
+    (timing status drops, or dropped_slots > 0 in timing.tsv) says unequal_work, and its
+    status and dropped slots are timing.tsv's; the Summary says `unequal` on those rows and
+    states the same status and count. Catches the emulated baselines, clipped at the forks'
+    capacity, getting a faster/slower/indistinguishable verdict (as QWEN2_57B mcore-deepep
+    `slower ×1.806` did), and a table that hides the drops its verdict rests on."""
+    timing = {(r["model"], r["backend"]): r for r in
+              (dict(zip(*pair, strict=True)) for pair in _rows(default_run / "timing.tsv"))}
+    unequal = {k for k, r in timing.items()
+               if r["status"] == "drops" or int(r["dropped_slots"] or 0) > 0}
+    for k in unequal:
+        assert int(timing[k]["dropped_slots"]) > 0, (k, "drops without a count")
+    rows = [dict(zip(*pair, strict=True)) for pair in _rows(default_run / "comparison.tsv")]
+    for r in rows:
+        mine, base = (r["model"], r["backend"]), (r["model"], r["baseline"])
+        assert (r["status"], r["dropped_slots"]) == (timing[mine]["status"],
+                                                     timing[mine]["dropped_slots"]), r
+        assert r["backend_impl"] == timing[mine]["backend_impl"] != "", r
+        if r["verdict"]:
+            assert (r["verdict"] == "unequal_work") == bool({mine, base} & unequal), r
+    summary = (default_run / "report" / "report.md").read_text(encoding="utf-8")
+    summary = summary.split("## Summary", 1)[1].split("\n## ", 1)[0]
+    for model, arm in unequal:
+        lines = [x for x in summary.splitlines() if f"| {model} " in x and f" {arm} " in x]
+        assert any(" unequal " in x for x in lines), (model, arm, lines)
+        assert any(f" {timing[(model, arm)]['dropped_slots']} " in x for x in lines)
+
+
 def _rows(path: Path) -> list[tuple[list[str], list[str]]]:
     head, *lines = path.read_text(encoding="utf-8").splitlines()
     cols = head.split("\t")
