@@ -318,14 +318,14 @@ def verdict_text(row: dict) -> str:
 
 def bytes_note(row: dict) -> str:
     """'; moves ×0.512 the baseline's bytes' when the two arms move different bytes per rank
-    in this phase (more than 0.1% apart), else ''."""
+    in this phase (more than 1% apart), else ''."""
     ratio = _num(row.get("bytes_ratio"))
     if ratio is None or abs(ratio - 1.0) <= BYTES_TOLERANCE:
         return ""
     return f"; moves ×{ratio:.3f} the baseline's bytes"
 
 
-BYTES_TOLERANCE = 1e-3        # bytes ratios within 0.1% of 1 count as the same work
+BYTES_TOLERANCE = 0.01        # bytes ratios within 1% of 1 count as the same work
 
 
 def _num(value) -> float | None:
