@@ -676,3 +676,13 @@ def test_answer_words_give_no_speed_to_unequal_work(verdict):
     assert ("no verdict, unequal work" in words) == (verdict == "unequal_work")
     if verdict == "unequal_work":
         assert "9 slots dropped" in words
+
+
+def test_figure_4_labels_an_arm_with_drops_with_its_dropped_slots():
+    """Figure 4 draws no time for an arm with drops and names its status and dropped slots,
+    as timing.tsv and the Summary state them. Catches a figure that hides the count."""
+    from harness.figures import placeholder_label
+
+    assert placeholder_label("drops", 399) == "not timed: drops, 399 slots dropped"
+    assert placeholder_label("does_not_fit", None) == "does not fit"
+    assert placeholder_label("crash", 0) == "not timed: crash"
