@@ -301,7 +301,7 @@ def timing_row(n: int, outs: list[Outcome]) -> TimingRow:
     figures = verdicts.launch_figures([(o.status, o.timing) for o in outs])
     if not figures.get("backend_impl"):
         figures["backend_impl"] = outs[0].row.backend_impl
-    summaries = [o.summary for o in outs if o.summary is not None and o.summary.rows]
+    summaries = [o.summary for o in outs if getattr(o.summary, "rows", 0)]
     return TimingRow(campaign=cell.campaign, model=cell.model, backend=cell.backend,
                      timing_capacity=cell.capacity,
                      budget_tokens=cap.budget_tokens(cell.capacity, n),
