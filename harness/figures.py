@@ -55,6 +55,7 @@ class TimePoint:
     noise_floor_pct: float | None
     capacity: str = ""           # timing_capacity as written in the TSV
     launches: tuple[tuple[float | None, float | None], ...] = ()   # per launch (disp, comb)
+    dropped_slots: int | None = None    # timing.tsv dropped_slots (slots the buffers dropped)
 
 
 @dataclass(frozen=True)
@@ -318,9 +319,18 @@ def _launch_dots(ax, x: float, medians: list[float | None], color: str) -> None:
     ax.scatter(xs, ys, s=12, facecolors="none", edgecolors=color, linewidths=0.9, zorder=4)
 
 
-def _placeholder(ax, x: float, status: str) -> None:
+def placeholder_label(status: str, dropped_slots: int | None = None) -> str:
+    """The label of a pair figure 4 draws no time for: 'does not fit', or 'not timed: drops,
+    12 slots dropped' (the timing.tsv status and dropped slots, as the tables state them)."""
+    if status == Status.DOES_NOT_FIT:
+        return "does not fit"
+    label = f"not timed: {status or 'no row'}"
+    return label + (f", {dropped_slots} slots dropped" if dropped_slots else "")
+
+
+def _placeholder(ax, x: float, status: str, dropped_slots: int | None = None) -> None:
     """A hatched, labelled full-height box for a pair that has no timing."""
-    label = "does not fit" if status == Status.DOES_NOT_FIT else f"not timed: {status or 'no row'}"
+    label = placeholder_label(status, dropped_slots)
     ax.add_patch(Rectangle((x - 0.38, 0.0), 0.76, 1.0, transform=ax.get_xaxis_transform(),
                            fill=False, hatch=PLACEHOLDER_HATCH, ec="0.45", lw=0.8, zorder=1))
     ax.text(x, 0.5, label, transform=ax.get_xaxis_transform(), rotation=90, ha="center",
@@ -369,7 +379,7 @@ def plot_timing(points: list[TimePoint], path: Path, missing_p10: bool,
                  if v is not None]
         for x, p in enumerate(pts):
             if p.status != Status.OK or p.dispatch[1] is None:
-                _placeholder(ax, x, p.status)
+                _placeholder(ax, x, p.status, p.dropped_slots)
                 continue
             c = colors[p.backend]
             for k, (off, trio, mk) in enumerate(((-0.2, p.dispatch, "o"),
@@ -397,7 +407,7 @@ def plot_timing(points: list[TimePoint], path: Path, missing_p10: bool,
         Patch(color="0.2", alpha=0.2, label="range of the launch medians (min–max)"),
         Line2D([], [], ls="", marker="o", mfc="none", color="0.2", ms=4,
                label="one launch's median (independent process start)"),
-        Patch(fill=False, hatch=PLACEHOLDER_HATCH, ec="0.45", label="does not fit / not timed"),
+        Patch(fill=False, hatch=PLACEHOLDER_HATCH, ec="0.45", label="does not fit / not timed (drops: unequal work)"),
     ]
     fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=7.5)
     fig.suptitle("Dispatch and combine time at each model's common timing capacity",

@@ -69,6 +69,9 @@ class Verdict(StrEnum):
     SLOWER = "slower"
     INDISTINGUISHABLE = "indistinguishable"
     TOO_NOISY = "too_noisy"
+    # an arm or its baseline dropped slots (timing status drops): the two did not do the same
+    # work, so no speed verdict is given (docs/timing-verdicts.md#equal-work)
+    UNEQUAL_WORK = "unequal_work"
 
 
 # The A/A control arm of a timing baseline is named `<baseline>~control`.

@@ -14,12 +14,16 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from backends.reference.adapter import REPO_ROOT, ReferenceBackend, ReferenceOptions
+from backends.reference.adapter import PREFORK_ENV, REPO_ROOT, ReferenceBackend, ReferenceOptions
 from backends.reference.personalities import LIBRARIES
 from harness.api.backend import BackendConfig, LaunchSpec, OptionError, RunRequest
 from harness.vocab import Impl
 
 WORKER = "backends.megatron_core.worker"
+# `launch: forked`: the fork server imports these once (torch, the reference worker and
+# megatron-core's dispatcher, about 4 s of CPU on the shared 2-core machine), then forks each run
+PRELOAD = "backends.reference.worker,backends.megatron_core.worker," \
+    "megatron.core.transformer.moe.token_dispatcher"
 # The reference personality without any rebalancing: `raw` where the reference has it, else
 # `echo` (which did not rebalance before `raw` existed).
 NO_REBALANCING = "raw" if "raw" in LIBRARIES else "echo"
@@ -62,13 +66,16 @@ class MegatronCoreBackend(ReferenceBackend):
         at = args.index("--personality") + 1   # the reference rank the worker borrows routing
         args[at] = NO_REBALANCING              # and setup from: no rebalancing, ever
         argv = [sys.executable, "-m", WORKER, *args]
-        single = self.options.launch == "single"
+        single = self.options.launch in ("single", "forked")
         if single:
             argv += ["--ranks", str(req.shape.ep)]
-        return LaunchSpec(argv=argv, env={"OMP_NUM_THREADS": str(self.options.threads),
-                                          "PYTHONUNBUFFERED": "1"},
+        env = {"OMP_NUM_THREADS": str(self.options.threads), "PYTHONUNBUFFERED": "1"}
+        if self.options.launch == "forked":
+            env[PREFORK_ENV] = PRELOAD
+        return LaunchSpec(argv=argv, env=env,
                           ntasks=1 if single else req.shape.ep, nodes=1,
-                          gpus_per_node=int(self.options.gpus_per_node), cwd=str(REPO_ROOT))
+                          gpus_per_node=int(self.options.gpus_per_node), cwd=str(REPO_ROOT),
+                          ranks_per_task=req.shape.ep if single else 1)
 
 
 def make_backend(config: BackendConfig) -> MegatronCoreBackend:

@@ -173,6 +173,8 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
         "held_out": _e(REDERIVED, "the runbook as run: validate.held_out and no routing "
                        "trace (Runbook.held_out_routing); false is stated as a note",
                        HELD_OUT_NOT_REDERIVED),
+        "backend_impl": _e(REDERIVED, SELECT + " (the last measure run's backend_impl: "
+                           "Backend.implementation)", SELECTION_NOT_REDERIVED),
     },
     TIMING_TSV: {
         "campaign": _e(CONTEXT, "the campaign name"),
@@ -210,6 +212,9 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
                           "dispatch_local_bytes_per_rank", "combine_bytes_per_rank",
                           "dispatch_gbps", "combine_gbps", "gpu", "link_gbps", "link_nccl_gbps",
                           "dispatch_link_fraction", "combine_link_fraction", "link_note")},
+        "dropped_slots": _e(REDERIVED, TIMED + ": the sum over its launches of the summary's "
+                            "dropped_slots (sum expected_recv - sum actual_valid_recv per "
+                            "iteration and layer)", TIMING_NOT_REDERIVED),
     },
     COMPARISON_TSV: {
         **{column: _e(REDERIVED, COMPARE + ": the row's key; one row per (model, arm other "
@@ -220,7 +225,9 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
         **{column: _e(REDERIVED, COMPARE, TIMING_NOT_REDERIVED)
            for column in ("launches", "ratio_median", "ci_low", "ci_high", "cv_backend",
                           "cv_baseline", "verdict", "reason", "halfwidth", "mde",
-                          "resolved", "stopped_by")},
+                          "resolved", "stopped_by", "status", "dropped_slots",
+                          "baseline_status", "baseline_dropped_slots", "bytes_ratio",
+                          "backend_impl")},
         "resolution": _e(REDERIVED, COMPARE + ": the runbook as run's timing.resolution",
                          TIMING_NOT_REDERIVED),
     },
@@ -233,7 +240,7 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
         **{column: _e(REDERIVED, TIMED + ": that launch's [EPCAP_TIMING] per_trial entry "
                       "(Backend.parse_timing over its logs), and its cell",
                       TIMING_NOT_REDERIVED)
-           for column in ("ms", "cell_dir")},
+           for column in ("ms", "cell_dir", "backend_impl")},
     },
     TIMING_LAUNCHES_TSV: {
         "campaign": _e(CONTEXT, "the campaign name"),
@@ -244,7 +251,8 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
         **{column: _e(REDERIVED, "that launch's [EPCAP_TIMING] object (Backend.parse_timing "
                       "over its logs); the figures timing.verdicts.launch_stats of its "
                       "per_trial medians", TIMING_NOT_REDERIVED)
-           for column in ("median_ms", "p10_ms", "p90_ms", "trials", "cell_dir")},
+           for column in ("median_ms", "p10_ms", "p90_ms", "trials", "cell_dir",
+                          "backend_impl")},
     },
     CELL_JSON_KEYS: {
         "name": _e(IDENTITY, "the directory name", CELL_IDENTITY),

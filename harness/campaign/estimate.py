@@ -63,16 +63,17 @@ def load_now() -> float | None:
 
 def machine_kind(rb: Runbook) -> str | None:
     """The kind of machine the runbook's runs use: `cpu` when every backend is the reference
-    emulation off the GPU on the local launcher; None (no calibrated kind) otherwise."""
+    emulation off the GPU, or megatron-core told `device: cpu`, on the local launcher; None
+    (no calibrated kind) otherwise."""
     if rb.launcher != "local":
         return None
     for b in rb.backends:
-        if b.kind == CLUSTER_KIND or b.kind != "reference":
+        if b.kind == CLUSTER_KIND or b.kind not in ("reference", "megatron-core"):
             return None
         options = b.options
         device = options.get("device", "auto") if isinstance(options, dict) \
             else getattr(options, "device", "auto")
-        if device == "cuda":
+        if device == "cuda" or (b.kind == "megatron-core" and device != "cpu"):
             return None
     return CPU_KIND
 

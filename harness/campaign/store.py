@@ -498,11 +498,12 @@ def write_timing_launches(root: Path) -> None:
         if not isinstance(timing, dict) or timing.get(f"{PHASES[0]}_ms_median") is None:
             continue
         cell_dir_text = (e.get("row") or {}).get("cell_dir")
+        impl = timing.get("backend_impl") or (e.get("row") or {}).get("backend_impl")
         for phase in PHASES:
             rows.append(TimingLaunchRow(
                 campaign=str(e.get("campaign")), model=key[0], backend=key[1],
                 launch=counter[key], phase=phase, **launch_stats(timing, phase),
-                trials=timing.get("trials"), cell_dir=cell_dir_text))
+                trials=timing.get("trials"), cell_dir=cell_dir_text, backend_impl=impl))
     write_table_atomic(root / TIMING_LAUNCHES_TSV, TIMING_LAUNCH_COLUMNS, rows)
 
 

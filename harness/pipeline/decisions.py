@@ -188,7 +188,8 @@ def select_step(ctx: Context, model: str, backend: str, state: dict) -> bool:
     if out.status != Status.OK:          # does_not_fit, a failure, or still a lower bound
         ctx.set_selection(model, backend, SelectionRow.unselected(
             campaign=ctx.runbook.campaign, model=model, backend=backend,
-            uniform_tokens=ctx.n_of(model), measured_at_capacity=state["capacity"]))
+            uniform_tokens=ctx.n_of(model), measured_at_capacity=state["capacity"],
+            backend_impl=out.row.backend_impl))
         ctx.stop(model, backend, Stage.SELECT, f"its last measure ended {out.status}, not "
                  f"{Status.OK}: nothing to select", empty=SELECT_COLUMNS)
         return False
@@ -202,7 +203,7 @@ def select_step(ctx: Context, model: str, backend: str, state: dict) -> bool:
                         peak_actual_valid_recv=req.peak, measured_at_capacity=state["capacity"],
                         selected_capacity=sel.capacity, selected_budget_tokens=sel.budget,
                         over_provision=sel.over_provision, validated=False,
-                        validate_attempts=0)
+                        validate_attempts=0, backend_impl=out.row.backend_impl)
     ctx.set_selection(model, backend, row)
     state["row"] = row
     return True
@@ -276,25 +277,39 @@ def time_step(ctx: Context, model: str) -> Pipe:
             continue                 # the first timing.launches rounds always run
         why = {arm: f"no usable launch (timing status {ctx.timing[(model, arm)].status})"
                for arm in arms if (model, arm) in ctx.timing and not any(usable[arm])}
+        work = {arm: {"status": row.status, "dropped_slots": row.dropped_slots,
+                      "backend_impl": row.backend_impl}
+                for arm in arms if (row := ctx.timing.get((model, arm))) is not None}
         rows = verdicts.comparison_rows(rb.campaign, model, usable, baseline, t.max_cv, why,
-                                        t.resolution)
+                                        t.resolution, work)
         stop = verdicts.launches_done(rows, rounds, t.launches, t.resolution, t.launch_cap)
     ctx.comparison[model] = [ComparisonRow(**{**r, "stopped_by": stop}) for r in rows]
-    ctx.trials[model] = [TimingTrialRow(campaign=rb.campaign, model=model, **r)
+    impl = {arm: row.backend_impl for arm in arms
+            if (row := ctx.timing.get((model, arm))) is not None}
+    ctx.trials[model] = [TimingTrialRow(campaign=rb.campaign, model=model,
+                                        backend_impl=impl.get(r["backend"]), **r)
                          for r in verdicts.trial_records(usable, dirs)]
     ctx.dirty = True
 
 
 def timing_row(n: int, outs: list[Outcome]) -> TimingRow:
     """An arm's timing.tsv row over its launches; figures only from the runs' [EPCAP_TIMING]
-    lines (verdicts.launch_figures), else empty; status verdicts.row_status."""
+    lines (verdicts.launch_figures), else empty; status verdicts.row_status; dropped_slots
+    the sum over its launches' dispatch rows (the runs that made any); backend_impl the
+    timing line's, else the first run's (a does_not_fit arm has no timing line)."""
     cell = outs[0].cell
+    figures = verdicts.launch_figures([(o.status, o.timing) for o in outs])
+    if not figures.get("backend_impl"):
+        figures["backend_impl"] = outs[0].row.backend_impl
+    summaries = [o.summary for o in outs if getattr(o.summary, "rows", 0)]
     return TimingRow(campaign=cell.campaign, model=cell.model, backend=cell.backend,
                      timing_capacity=cell.capacity,
                      budget_tokens=cap.budget_tokens(cell.capacity, n),
                      status=verdicts.row_status([o.status for o in outs]),
                      cell_dir=outs[0].row.cell_dir,
-                     **verdicts.launch_figures([(o.status, o.timing) for o in outs]))
+                     dropped_slots=(sum(s.dropped_slots for s in summaries) if summaries
+                                    else None),
+                     **figures)
 
 
 PAIR_STEPS: dict[str, PairStep] = {Stage.MEASURE: measure_step, Stage.SELECT: select_step,

@@ -12,5 +12,5 @@ asks the version that made it (harness/audit/versions.py).
 
 from __future__ import annotations
 
-ANALYSIS_VERSION = 1
+ANALYSIS_VERSION = 2
 PROVENANCE_KEY = "analysis_version"

@@ -27,6 +27,7 @@ from harness.report.inputs import (
 )
 from harness.report.narrow import narrow_lines
 from harness.report.sections import (
+    answers,
     audit,
     balance,
     campaign,
@@ -48,7 +49,7 @@ from harness.results.layout import EVENTS_JSONL, PROVENANCE_TXT
 
 # The sections of report.md, in order; each is a module with render(ctx) -> lines.
 # `unavailable` lists what the others could not build, so it stays last.
-SECTIONS = (header, summary, overview, selection, balance, risk, demand, forecast, timing, dnf,
+SECTIONS = (header, answers, summary, overview, selection, balance, risk, demand, forecast, timing, dnf,
             failures, audit, provenance, campaign, unavailable)
 
 

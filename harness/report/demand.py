@@ -175,12 +175,17 @@ def _timing_points(ctx: Context):
                 for m in ("dispatch", "combine")]
         points.append(TimePoint(r["model"], r["backend"], r["status"], trio[0], trio[1],
                                 num(t, i, "noise_floor_pct"), r["timing_capacity"],
-                                _launch_medians(ctx, r["model"], r["backend"])))
+                                _launch_medians(ctx, r["model"], r["backend"]),
+                                _int(num(t, i, "dropped_slots"))))
     for pair in ctx.dnf:
         if pair not in seen:
             points.append(TimePoint(pair[0], pair[1], Status.DOES_NOT_FIT, (None,) * 3, (None,) * 3,
                                     None))
     return points
+
+
+def _int(value: float | None) -> int | None:
+    return None if value is None else int(value)
 
 
 def _launch_medians(ctx: Context, model: str, backend: str) -> tuple:

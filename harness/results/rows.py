@@ -102,16 +102,18 @@ class SelectionRow(Row):
     predicted_drop_risk: str | None = None
     predicted_drop_risk_hi: str | None = None
     held_out: bool | None = None
+    backend_impl: str | None = None          # the measure run's (reference, megatron-core, ...)
 
     @classmethod
     def unselected(cls, *, campaign: str, model: str, backend: str,
-                   uniform_tokens: int | None, measured_at_capacity: str) -> SelectionRow:
+                   uniform_tokens: int | None, measured_at_capacity: str,
+                   backend_impl: str | None = None) -> SelectionRow:
         """The row of a pair whose last measure run did not end ok (does_not_fit, a failure,
         still a lower bound): where it measured, not validated, 0 validate attempts, every
         other column empty (the select step writes it; the audit expects it)."""
         return cls(campaign=campaign, model=model, backend=backend,
                    uniform_tokens=uniform_tokens, measured_at_capacity=measured_at_capacity,
-                   validated=False, validate_attempts=0)
+                   validated=False, validate_attempts=0, backend_impl=backend_impl)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,6 +157,8 @@ class TimingRow(Row):
     dispatch_link_fraction: float | None = None
     combine_link_fraction: float | None = None
     link_note: str | None = None
+    # equal work (docs/timing-verdicts.md#equal-work): slots the launches' buffers dropped
+    dropped_slots: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -180,6 +184,14 @@ class ComparisonRow(Row):
     resolution: float | None = None          # timing.resolution asked (empty: none)
     resolved: bool | None = None             # halfwidth <= resolution
     stopped_by: str | None = None            # launches | resolution | max_launches
+    # equal work (docs/timing-verdicts.md#equal-work): each arm's timing.tsv status and
+    # dropped slots, and the arm's bytes per rank over the baseline's in this phase
+    status: str | None = None
+    dropped_slots: int | None = None
+    baseline_status: str | None = None
+    baseline_dropped_slots: int | None = None
+    bytes_ratio: float | None = None
+    backend_impl: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -197,6 +209,7 @@ class TimingLaunchRow(Row):
     p90_ms: float | None = None
     trials: int | None = None
     cell_dir: str | None = None
+    backend_impl: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -212,6 +225,7 @@ class TimingTrialRow(Row):
     trial: int                      # 1, 2, ...: the trial within its launch
     ms: float                       # that trial's median step time
     cell_dir: str | None = None
+    backend_impl: str | None = None
 
 
 ATTEMPT_COLUMNS = AttemptRow.columns()

@@ -104,6 +104,9 @@ class LogSummary:
     partial_groups: int = 0
     over_budget_rows: int = 0
     invariant_issues: list[str] = field(default_factory=list)
+    # slots the buffer dropped: per (iteration, layer) group, sum expected_recv - sum
+    # actual_valid_recv where positive (0 when nothing clipped), summed over the groups
+    dropped_slots: int = 0
 
     def to_dict(self) -> dict:
         """JSON-ready dict (the `parse --json` keys of docs/spec.md plus the extra ones)."""
@@ -399,6 +402,7 @@ class _Accumulator:
         s.over_budget_rows = self.over_budget
         s.dispatch_groups = len(groups)
         for k, n, a, e, nsat in groups:
+            s.dropped_slots += max(e - a, 0)
             where = f"iter={k >> 16} layer={k & 0xFFFF}"
             issue = None
             if n != s.expected_ranks:   # a rank missing or repeated: no sum law to hold

@@ -12,12 +12,13 @@ import statistics
 from collections.abc import Sequence
 
 from harness.timing import links, stats
-from harness.vocab import CONTROL_SUFFIX, TIMED_OK, Status
+from harness.vocab import CONTROL_SUFFIX, TIMED_OK, Status, Verdict
 
 PHASES = ("dispatch", "combine")
 ROW_KEYS = ("campaign", "model", "backend", "baseline", "phase", "launches", "ratio_median",
             "ci_low", "ci_high", "cv_backend", "cv_baseline", "verdict", "reason", "halfwidth",
-            "mde", "resolution", "resolved", "stopped_by")
+            "mde", "resolution", "resolved", "stopped_by", "status", "dropped_slots",
+            "baseline_status", "baseline_dropped_slots", "bytes_ratio", "backend_impl")
 # why an arm's launches stopped (comparison.tsv stopped_by)
 STOP_LAUNCHES, STOP_RESOLUTION, STOP_MAX = "launches", "resolution", "max_launches"
 
@@ -103,25 +104,60 @@ def paired(backend: Launches, baseline: Launches, phase: str) -> tuple[list, lis
     return b_out, a_out
 
 
+def unequal_work(work: dict | None) -> str | None:
+    """Why an arm's launches did not do its contract's whole work, or None when they did:
+    its timing status is drops, or its dispatch rows dropped slots (docs/timing-verdicts.md
+    #equal-work). `work`: the arm's timing.tsv status and dropped_slots."""
+    if not work:
+        return None
+    dropped = work.get("dropped_slots") or 0
+    if work.get("status") == Status.DROPS or dropped > 0:
+        return f"status {work.get('status')}, {dropped} slots dropped"
+    return None
+
+
+def bytes_per_rank(launches: Launches, phase: str) -> float | None:
+    """The median over an arm's usable launches of its `<phase>_bytes_per_rank`."""
+    return _median([t.get(f"{phase}_bytes_per_rank") for t in launches if t is not None])
+
+
+def bytes_ratio(backend: Launches, baseline: Launches, phase: str) -> float | None:
+    """The arm's bytes per rank over the baseline's in one phase (None without both)."""
+    b, a = bytes_per_rank(backend, phase), bytes_per_rank(baseline, phase)
+    return None if b is None or not a else b / a
+
+
 def comparison_rows(campaign: str, model: str, by_arm: dict[str, Launches], baseline: str,
                     max_cv: float = stats.MAX_CV, why_missing: dict[str, str] | None = None,
-                    resolution: float | None = None) -> list[dict]:
+                    resolution: float | None = None,
+                    work: dict[str, dict] | None = None) -> list[dict]:
     """One comparison.tsv row per (arm other than the baseline, phase).
 
     The ratio and CVs are the arms' over every usable launch (the medians timing.tsv
     shows); the interval's se comes from the paired rounds. An arm without paired launches
     gets a row with empty figures and verdict, and the reason (from `why_missing`, e.g. its
     timing status) in `reason`. `resolution`: the runbook's timing.resolution, for
-    `resolved` (halfwidth <= resolution).
+    `resolved` (halfwidth <= resolution). `work`: per arm its timing.tsv status,
+    dropped_slots and backend_impl; an arm or baseline that dropped slots gets the verdict
+    unequal_work instead of a speed verdict (the ratio and interval stay, for reading only).
     """
+    work = work or {}
     rows = []
     for arm, launches in by_arm.items():
         if arm == baseline:
             continue
+        mine, theirs = work.get(arm) or {}, work.get(baseline) or {}
+        unequal = [f"{who} {why}" for who, w in ((arm, mine), (baseline, theirs))
+                   if (why := unequal_work(w))]
         for phase in PHASES:
             row = dict.fromkeys(ROW_KEYS)
             row.update(campaign=campaign, model=model, backend=arm, baseline=baseline,
-                       phase=phase)
+                       phase=phase, status=mine.get("status"),
+                       dropped_slots=mine.get("dropped_slots"),
+                       baseline_status=theirs.get("status"),
+                       baseline_dropped_slots=theirs.get("dropped_slots"),
+                       backend_impl=mine.get("backend_impl"),
+                       bytes_ratio=bytes_ratio(launches, by_arm.get(baseline, []), phase))
             b, a = paired(launches, by_arm.get(baseline, []), phase)
             if not b:
                 row.update(launches=0, reason=(why_missing or {}).get(arm)
@@ -136,6 +172,8 @@ def comparison_rows(campaign: str, model: str, by_arm: dict[str, Launches], base
                        resolution=resolution,
                        resolved=None if resolution is None else resolved(c.halfwidth,
                                                                          resolution))
+            if unequal:
+                row.update(verdict=Verdict.UNEQUAL_WORK, reason="; ".join(unequal))
             rows.append(row)
     return rows
 
@@ -273,9 +311,21 @@ def verdict_text(row: dict) -> str:
         text += f" (95% CI {lo:.3f}–{hi:.3f}"
         mde = _num(row.get("mde"))
         text += ")" if mde is None else f"; detectable ≥{100 * mde:.1f}%)"
-    if verdict == stats.TOO_NOISY and row.get("reason"):
+    if verdict in (stats.TOO_NOISY, Verdict.UNEQUAL_WORK) and row.get("reason"):
         text += f"; {row['reason']}"
-    return text
+    return text + bytes_note(row)
+
+
+def bytes_note(row: dict) -> str:
+    """'; moves ×0.512 the baseline's bytes' when the two arms move different bytes per rank
+    in this phase (more than 1% apart), else ''."""
+    ratio = _num(row.get("bytes_ratio"))
+    if ratio is None or abs(ratio - 1.0) <= BYTES_TOLERANCE:
+        return ""
+    return f"; moves ×{ratio:.3f} the baseline's bytes"
+
+
+BYTES_TOLERANCE = 0.01        # bytes ratios within 1% of 1 count as the same work
 
 
 def _num(value) -> float | None:
@@ -320,5 +370,9 @@ def report_lines(rows: Sequence[dict], max_cv: float | None) -> list[str]:
             "`too_noisy` when a CV is over it or fewer than two launches ran. `detectable`: "
             "the minimum detectable effect at these launches and spread (about 90% power); "
             "an `indistinguishable` row rules out only differences larger than it. "
+            "`unequal_work`: the arm or the baseline dropped slots (timing status `drops`), "
+            "so the two did not do the same work and no speed verdict is given; `moves ×r "
+            "the baseline's bytes`: the arms move different bytes per rank in that phase, "
+            "so the ratio compares different work. "
             "Method: docs/timing-verdicts.md.", ""]
     return out

@@ -212,7 +212,7 @@ def set_analysis(root: Path, value: str | None, only: str | None = None) -> None
         corpus.replace_file(path, ("\n".join(lines) + "\n").encode())
 
 
-@pytest.mark.parametrize("value", [None, "2"])
+@pytest.mark.parametrize("value", [None, str(ANALYSIS_VERSION + 1)])
 def test_one_commit_records_one_analysis_version(value, tmp_path, tmp_path_factory):
     """The campaign's provenance.txt says another analysis version (or none) than its cells',
     under the same harness.commit: an edit (provenance-incomplete), without any clone."""

@@ -307,3 +307,18 @@ def test_history_dir_elsewhere_teaches_the_estimate(tmp_path):
     bad = CliRunner().invoke(main, ["run", str(REDUCED), "--dry-run", "--history",
                                     str(tmp_path / "nowhere")])
     assert bad.exit_code == 2 and "--history" in bad.output
+
+
+def test_megatron_core_is_a_cpu_machine_only_when_told_device_cpu():
+    """The cpu cost model applies to megatron-core only with `device: cpu` (auto may take a
+    GPU). Catches a machine kind that calls a megatron-core runbook cpu whatever its device."""
+    import dataclasses
+
+    from harness.campaign.estimate import machine_kind
+    from harness.runbook.load import load_runbook
+    rb = load_runbook(REDUCED.parents[3] / "runbooks" / "local-cpu.yaml")
+    mc = next(b for b in rb.backends if b.kind == "megatron-core")
+    auto = dataclasses.replace(mc, options=dataclasses.replace(mc.options, device="auto"))
+    other = tuple(auto if b is mc else b for b in rb.backends)
+    assert machine_kind(rb) == "cpu"
+    assert machine_kind(dataclasses.replace(rb, backends=other)) is None

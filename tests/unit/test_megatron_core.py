@@ -134,6 +134,24 @@ def test_adapter_options_are_checked():
         assert err.value.field == field
 
 
+def test_forked_launch_preloads_megatron_core_in_the_fork_server():
+    """`launch: forked` (the default campaign's mcore-alltoall): one task that starts the ep
+    ranks, forked from the local launcher's server that imported megatron-core's dispatcher
+    once. Catches a forked option that silently execs a fresh interpreter per launch (about
+    4 s of CPU each on 2 cores, over the campaign's 120 s budget)."""
+    from harness.launch.forkserver import uses_forkserver
+
+    rb = load_runbook(RUNBOOK)
+    cell = Cell(rb.campaign, rb.models[0].name, "megatron-core", "time", "2.00")
+    spec = load_backend(replace(rb.backend("megatron-core"),
+                                options={"device": "cpu", "launch": "forked"})).command(
+        RunRequest.for_cell(rb, cell, Path("/c")))
+    assert spec.ntasks == 1 and spec.ranks_per_task == rb.shape.ep
+    assert spec.argv[spec.argv.index("--ranks") + 1] == str(rb.shape.ep)
+    assert "megatron.core.transformer.moe.token_dispatcher" in uses_forkserver(spec.argv,
+                                                                              spec.env)
+
+
 def test_cpu_shims_stay_off_with_a_gpu_device():
     import torch
 

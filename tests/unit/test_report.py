@@ -309,6 +309,7 @@ def built(tmp_path_factory):
 # section is one line here.
 SECTIONS_IN_ORDER = [
     ("header", "# epcap report: sample"),
+    ("answers", "## Answers"),
     ("summary", "## Summary"),
     ("overview", "## Overview"),
     ("selection", "## Capacity selection"),
@@ -634,3 +635,54 @@ def test_timing_figure_band_is_the_launches_range(tmp_path):
              if not p.get_hatch() and p.get_alpha() is not None]
     assert (20.0, 86.0) in [(round(a, 6), round(b, 6)) for a, b in bands]
     assert all(lo >= 0 for lo, _ in bands)
+
+
+def _section(report: str, heading: str) -> str:
+    """A section's text with its wrapped lines joined (report.md wraps prose)."""
+    body = report.split(heading, 1)[1].split("\n## ", 1)[0]
+    return " ".join(body.split())
+
+
+def test_answers_open_the_report_with_capacity_memory_speed_and_emulation(built):
+    """Per model: the largest selected budget against the old 2.00 (4096 slots at N 2048),
+    the change in slots and percent, bytes UNKNOWN without the runbook as run (the sample
+    has none), the dispatch verdicts in words with ratio and CI, before the Summary.
+    Catches the saving counted from another row than the largest selected budget (QWEN3_30B
+    echo's 2304 would say 1792 saved), a sign error on a capacity above 2.00 (QWEN2_57B
+    costs 256 slots more), and bytes invented without the model's hidden size."""
+    _, path, _ = built
+    report = path.read_text(encoding="utf-8")
+    assert report.index("## Answers") < report.index("## Summary")
+    text = _section(report, "## Answers")
+    assert ("QWEN3_30B**: selected capacity 1.1875 (echo 1.125, ultraep 1.1875): 4096 → 2432 "
+            "slots per rank against 2.00, 1664 saved (-40.6%)") in text
+    assert "4096 → 4352 slots per rank against 2.00, 256 more (+6.2%)" in text
+    assert text.count("bytes UNKNOWN") == 2
+    assert "ultraep slower ×1.22 (95% CI 1.10–1.34)" in text
+    assert "moonep: the resolution cannot tell (cv_backend 0.0900 > max_cv 0.05)" in text
+
+
+@pytest.mark.parametrize("verdict", ["faster", "slower", "indistinguishable", "too_noisy",
+                                     "unequal_work", ""])
+def test_answer_words_give_no_speed_to_unequal_work(verdict):
+    """Only faster/slower state a ratio as a speed; unequal_work says there is no verdict
+    and why. Catches unequal work reported as a speed difference."""
+    from harness.report.sections.answers import verdict_words
+
+    row = {"backend": "x", "verdict": verdict, "ratio_median": "1.5", "ci_low": "1.2",
+           "ci_high": "1.9", "mde": "0.3", "reason": "x status drops, 9 slots dropped"}
+    words = verdict_words(row)
+    assert ("×1.50" in words) == (verdict in ("faster", "slower"))
+    assert ("no verdict, unequal work" in words) == (verdict == "unequal_work")
+    if verdict == "unequal_work":
+        assert "9 slots dropped" in words
+
+
+def test_figure_4_labels_an_arm_with_drops_with_its_dropped_slots():
+    """Figure 4 draws no time for an arm with drops and names its status and dropped slots,
+    as timing.tsv and the Summary state them. Catches a figure that hides the count."""
+    from harness.figures import placeholder_label
+
+    assert placeholder_label("drops", 399) == "not timed: drops, 399 slots dropped"
+    assert placeholder_label("does_not_fit", None) == "does not fit"
+    assert placeholder_label("crash", 0) == "not timed: crash"

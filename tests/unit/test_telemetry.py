@@ -721,3 +721,19 @@ def test_a_non_integer_value_is_quoted_to_forty_characters(tmp_path):
                                                       f"actual_valid_recv={value}"))
     s = summarize(path)
     assert s.malformed == [f"{path}:1: non-integer value actual_valid_recv={'x' * 40!r}"]
+
+
+@FAST
+@given(demands=st.lists(st.integers(0, 3000), min_size=8, max_size=8),
+       budget=st.integers(1, 3000))
+def test_dropped_slots_are_the_demand_the_budget_clipped(tmp_path_factory, demands, budget):
+    """dropped_slots = sum over rows of max(demand - budget, 0), each row writing
+    actual_valid_recv = min(demand, budget) as the workers do. Catches a summary that
+    counts saturated rows instead of slots, or that drops the count (0 on a clipped run):
+    timing.tsv's equal-work column and the unequal_work verdict rest on it."""
+    cells = iter(demands)
+    rows = [row(i, ly, r, min(d, budget), budget=budget, expected=d)
+            for i in range(2) for ly in (1, 2) for r in range(2) for d in [next(cells)]]
+    s = summarize(write(tmp_path_factory.mktemp("drops"), "".join(rows)))
+    assert s.dropped_slots == sum(max(d - budget, 0) for d in demands)
+    assert (s.dropped_slots > 0) == (s.saturated_rows > 0 and any(d > budget for d in demands))

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from harness.timing import stats, verdicts
+from harness.vocab import Status, Verdict
 
 
 def timing(d: list[float], c: list[float]) -> dict:
@@ -130,3 +133,64 @@ def test_launches_done_by_launches_resolution_and_cap():
     assert verdicts.launches_done(narrow, 3, 3, 0.03, 6) == verdicts.STOP_RESOLUTION
     assert verdicts.launches_done(wide, 6, 3, 0.03, 6) == verdicts.STOP_MAX
     assert verdicts.resolved(0.03, 0.03) and not verdicts.resolved(None, 0.03)
+
+
+SPEED = {Verdict.FASTER, Verdict.SLOWER, Verdict.INDISTINGUISHABLE, Verdict.TOO_NOISY}
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(scale=st.floats(0.5, 2.0), noise=st.lists(st.floats(0.97, 1.03), min_size=12,
+                                                  max_size=12),
+       arm_drops=st.sampled_from([(Status.OK, 0), (Status.DROPS, 0), (Status.DROPS, 17),
+                                  (Status.OK, 3)]),
+       base_drops=st.sampled_from([(Status.OK, 0), (Status.DROPS, 5)]))
+def test_a_comparison_with_drops_on_either_side_gets_no_speed_verdict(scale, noise, arm_drops,
+                                                                       base_drops):
+    """Whatever the timings, an arm or baseline whose launches dropped slots (status drops,
+    or dropped_slots > 0) gets `unequal_work`, naming who dropped how many; one that did its
+    whole work on both sides gets a speed word. Catches a comparison that gives an arm doing
+    less work (the public baselines clipped at the forks' capacity) faster/slower/
+    indistinguishable, and one that marks equal work unequal."""
+    n = iter(noise)
+    base = [timing([1.0 * next(n), 1.0 * next(n)], [1.0, 1.0]) for _ in range(3)]
+    arm = [timing([scale * next(n), scale * next(n)], [1.0, 1.0]) for _ in range(3)]
+    work = {"echo": {"status": base_drops[0], "dropped_slots": base_drops[1],
+                     "backend_impl": "reference"},
+            "x": {"status": arm_drops[0], "dropped_slots": arm_drops[1],
+                  "backend_impl": "megatron-core"}}
+    rows = verdicts.comparison_rows("c", "M", {"echo": base, "x": arm}, "echo", max_cv=0.25,
+                                    work=work)
+    unequal = arm_drops != (Status.OK, 0) or base_drops != (Status.OK, 0)
+    assert len(rows) == 2
+    for r in rows:
+        assert (r["verdict"] == Verdict.UNEQUAL_WORK) == unequal, r
+        assert r["ratio_median"] is not None          # the figure stays, for reading
+        assert (r["status"], r["dropped_slots"]) == arm_drops
+        assert (r["baseline_status"], r["baseline_dropped_slots"]) == base_drops
+        assert r["backend_impl"] == "megatron-core"
+        if unequal:
+            assert r["verdict"] not in SPEED
+            named = [who for who, d in (("x", arm_drops), ("echo", base_drops))
+                     if d != (Status.OK, 0)]
+            assert all(f"{who} status" in r["reason"] for who in named), r["reason"]
+            assert "unequal_work" in verdicts.verdict_text(r)
+        else:
+            assert r["verdict"] in SPEED
+
+
+def test_a_ratio_between_arms_moving_different_bytes_says_so():
+    """bytes_ratio = the arm's bytes per rank over the baseline's, per phase, and the report
+    cell says `moves ×r the baseline's bytes` beside the ratio; equal bytes say nothing.
+    Catches a verdict between a per-expert-copy and a per-rank-copy dispatcher read as the
+    same work."""
+    base = [dict(timing([1.0, 1.0], [1.0, 1.0]), dispatch_bytes_per_rank=1000.0,
+                 combine_bytes_per_rank=800.0) for _ in range(3)]
+    dedup = [dict(timing([1.0, 1.0], [1.0, 1.0]), dispatch_bytes_per_rank=500.0,
+                  combine_bytes_per_rank=800.0) for _ in range(3)]
+    rows = verdicts.comparison_rows("c", "M", {"echo": base, "deepep": dedup}, "echo")
+    got = {r["phase"]: r for r in rows}
+    assert got["dispatch"]["bytes_ratio"] == pytest.approx(0.5)
+    assert got["combine"]["bytes_ratio"] == pytest.approx(1.0)
+    assert "moves ×0.500 the baseline's bytes" in verdicts.verdict_text(got["dispatch"])
+    assert "bytes" not in verdicts.verdict_text(got["combine"])
+    assert verdicts.bytes_ratio([None], base, "dispatch") is None

@@ -78,7 +78,9 @@ def model_launches(upload: Upload, model: str, unknown: list[str]) -> dict[tuple
             for phase in verdicts.PHASES:
                 launches[(norm(model), norm(arm), number, phase)] = {
                     **verdicts.launch_stats(obj, phase),
-                    "trials": obj.get("trials"), "cell_dir": cell.path}
+                    "trials": obj.get("trials"), "cell_dir": cell.path,
+                    "backend_impl": obj.get("backend_impl")
+                    or got.columns.get("backend_impl")}
     return launches
 
 

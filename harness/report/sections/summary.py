@@ -1,6 +1,7 @@
 """Section "Summary": one narrow table first (at most ~100 characters a line, readable in
-`less`): per model and backend the selected capacity, the timing capacity, the median
-dispatch and combine times and the comparison verdicts. The wide tables come after it."""
+`less`): per model and backend the selected capacity, the timing capacity, the timing
+status and dropped slots, the median dispatch and combine times and the comparison
+verdicts. The wide tables come after it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from harness.vocab import Verdict
 
 # the verdicts in a word each (the legend under the table spells them out)
 SHORT = {Verdict.FASTER: "faster", Verdict.SLOWER: "slower", Verdict.INDISTINGUISHABLE: "same",
-         Verdict.TOO_NOISY: "noisy"}
+         Verdict.TOO_NOISY: "noisy", Verdict.UNEQUAL_WORK: "unequal"}
 
 
 def _ms(value: str | None) -> str:
@@ -36,20 +37,25 @@ def render(ctx: Context) -> list[str]:
         fit = "DOES NOT FIT" if pair in ctx.dnf else ""
         rows.append([pair[0], pair[1], s.get("selected_capacity", ""),
                      t.get("timing_capacity", s.get("timing_capacity", "")),
+                     t.get("status", ""), t.get("dropped_slots", ""),
                      _ms(t.get("dispatch_ms_median")), _ms(t.get("combine_ms_median")),
                      _verdict(verdicts.get(pair, {})) or fit])
     out = ["## Summary", ""]
     if not rows:
         return out + [ctx.missing("summary", "no rows in any TSV"), ""]
     out += control_banner(ctx)
-    out += [md_table(["model", "backend", "selected", "timed at", "disp ms", "comb ms",
-                      "verdict"], rows), "",
-            "Capacities as multiples of the uniform share N; disp/comb ms: the arm medians (the",
+    out += [md_table(["model", "backend", "selected", "timed at", "status", "dropped",
+                      "disp ms", "comb ms", "verdict"], rows), "",
+            "Capacities as multiples of the uniform share N; status: the timing status; "
+            "dropped: slots",
+            "its launches' buffers dropped (an arm that drops does less work: its verdict is",
+            "`unequal`, never a speed word); disp/comb ms: the arm medians (the",
             "median of all trial medians over the timed launches, in milliseconds; the ratio a",
             "verdict states is theirs: docs/timing-verdicts.md#definitions); verdict against the",
             f"baseline {ctx.baseline or '(none)'}: one word when both phases agree, else "
             "d: dispatch, c: combine",
-            "(same: indistinguishable, noisy: too_noisy). Wider tables follow.", ""]
+            "(same: indistinguishable, noisy: too_noisy, unequal: unequal_work). Wider tables "
+            "follow.", ""]
     return out
 
 
