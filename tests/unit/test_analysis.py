@@ -7,7 +7,7 @@ import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from harness.api.backend import RunRequest
@@ -31,6 +31,8 @@ def parse(label: str) -> datetime:
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
+@example(start=datetime(2026, 1, 1), wall=0.0)
+@example(start=datetime(2026, 1, 1), wall=1e9)
 @given(start=st.datetimes(datetime(2000, 1, 1), datetime(2090, 1, 1)),
        wall=st.one_of(st.none(), st.floats(-1e3, 2e9, allow_nan=False)))
 def test_finished_label_is_start_plus_the_monotonic_wall(start, wall):
@@ -53,6 +55,19 @@ def test_finished_label_of_an_unreadable_start_is_now():
     for bad in ("yesterday", None, ""):
         assert abs(parse(finished_label(bad, 5.0)) - parse(utc_now())) < timedelta(seconds=5)
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", utc_now())
+
+
+def test_utc_labels_are_utc_whatever_the_local_zone(monkeypatch):
+    """Labels are UTC on a machine set to another zone. Catches the local clock's label."""
+    import time
+    monkeypatch.setenv("TZ", "Pacific/Kiritimati")     # UTC+14: never the UTC date-hour
+    time.tzset()
+    try:
+        now = datetime.now(timezone.utc)
+        assert abs(parse(utc_now()) - now) < timedelta(seconds=5)
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
 
 
 def dispatch_rows(req: RunRequest, peak: int, saturate: bool) -> dict[int, str]:
@@ -81,15 +96,16 @@ def dispatch_rows(req: RunRequest, peak: int, saturate: bool) -> dict[int, str]:
 @FAST
 @given(purpose=st.sampled_from([Purpose.MEASURE, Purpose.VALIDATE, Purpose.TIME]),
        saturate=st.booleans(), timed_line=st.booleans(), extra=st.integers(0, 300),
-       wall=st.floats(0.5, 100))
+       wall=st.floats(0.5, 100), malformed=st.integers(0, 2), attempt=st.integers(1, 3))
 def test_analyse_turns_logs_into_the_status_and_row(tmp_path_factory, purpose, saturate,
-                                                    timed_line, extra, wall):
+                                                    timed_line, extra, wall, malformed,
+                                                    attempt):
     """Saturated rows make a measure a lower bound and any other run drops; a clean run is
     ok; a timed run without its timing line is a crash. The row states the rows, the peak
     (only when measured), the budget, the finish label; per-step peaks only for measure and
     validate runs. Catches a status rule flipped, a peak stated for a failed run, and a
     timed run without its figures taken as ok."""
-    cell = Cell(RB.campaign, RB.models[0].name, "echo", purpose, "2.00", 1)
+    cell = Cell(RB.campaign, RB.models[0].name, "echo", purpose, "2.00", attempt)
     cdir = tmp_path_factory.mktemp("cell")
     req = RunRequest.for_cell(RB, cell, cdir)
     n = req.shape.uniform_tokens(req.model.topk)
@@ -98,6 +114,8 @@ def test_analyse_turns_logs_into_the_status_and_row(tmp_path_factory, purpose, s
         if purpose == Purpose.TIME and timed_line and rank == 0:
             text += ('[EPCAP_TIMING] {"dispatch_ms_median": 1.0, "combine_ms_median": 2.0, '
                      '"per_trial": []}\n')
+        if rank == 1:
+            text += "[MOE_DROP_DEBUG][dispatch] iter=0 layer=1 rank=1 budget=x\n" * malformed
         (cdir / f"rank{rank}.log").write_text(text)
     logs = sorted(cdir.glob("rank*.log"))
     backend = load_backend(RB.backend("echo"))
@@ -109,7 +127,16 @@ def test_analyse_turns_logs_into_the_status_and_row(tmp_path_factory, purpose, s
     else:
         want = Status.OK
     assert out.status == want, out.failure
+    assert out.cell == cell
+    assert out.summary.expected_ranks == req.shape.ep and out.summary.complete  # its shape
+    again = analyse(req, backend, JobResult("completed", 0, [], wall), cdir, START)
+    assert again.row == out.row          # no log paths given: the cell's rank logs are read
     row = out.row
+    assert (row.campaign, row.model, row.backend, row.purpose, row.attempt, row.capacity) \
+        == (cell.campaign, cell.model, cell.backend, cell.purpose, cell.attempt, cell.capacity)
+    assert row.capacity_tag == cap.capacity_tag("2.00") and row.started_utc == START
+    assert row.backend_impl == backend.implementation(out.timing) is not None
+    assert row.malformed_rows == malformed
     rows = req.shape.ep * req.iterations * req.model.moe_layers
     assert (row.status, row.rows, row.saturated_rows) == (want, rows, int(saturate))
     assert row.budget_tokens == cap.budget_tokens("2.00", n) and row.uniform_tokens == n
@@ -123,6 +150,8 @@ def test_analyse_turns_logs_into_the_status_and_row(tmp_path_factory, purpose, s
         assert row.failure_line is None and not out.failure.get("status")
     if want == Status.CRASH:
         assert out.failure["reason"] == "no [EPCAP_TIMING] line in the logs"
+        assert out.failure["status"] == Status.CRASH
+    if purpose != Purpose.TIME or want == Status.CRASH:
         assert out.timing is None
     if purpose == Purpose.TIME and want == Status.OK:
         assert out.timing["dispatch_ms_median"] == 1.0
@@ -139,4 +168,34 @@ def test_analyse_without_logs_has_no_summary_and_no_peak(tmp_path):
     backend = load_backend(RB.backend("echo"))
     out = analyse(req, backend, JobResult("failed", 1, [], 1.0), tmp_path, START)
     assert out.summary is None and out.steps is None and out.status != Status.OK
-    assert (out.row.rows, out.row.peak_actual_valid_recv, out.row.malformed_rows) == (0, None, 0)
+    assert (out.row.rows, out.row.peak_actual_valid_recv, out.row.malformed_rows,
+            out.row.saturated_rows) == (0, None, 0, 0)
+
+
+def test_a_failed_run_states_its_deciding_line(tmp_path):
+    """A run the taxonomy classes as failed carries the deciding line in its row. Catches the
+    failure line dropped from capacity_attempts.tsv."""
+    import shutil
+    cell = Cell(RB.campaign, RB.models[0].name, "echo", Purpose.VALIDATE, "2.00", 1)
+    cdir = tmp_path / "cell"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "classify" / "nccl_ep_overflow_trap", cdir)
+    req = RunRequest.for_cell(RB, cell, cdir)
+    backend = load_backend(RB.backend("echo"))
+    out = analyse(req, backend, JobResult("failed", 1, sorted(cdir.glob("rank*.log"))), cdir,
+                  START)
+    assert out.failure["status"] and out.failure["line"]
+    assert out.row.failure_line == out.failure["line"]
+
+
+def test_a_missing_rank_log_is_an_incomplete_summary(tmp_path):
+    """The summary is held to the backend's expected shape (ranks x layers x iterations):
+    a run whose rank 1 wrote nothing is incomplete. Catches the shape left out, which
+    would infer it from the rows seen and call one rank's rows complete."""
+    cell = Cell(RB.campaign, RB.models[0].name, "echo", Purpose.VALIDATE, "2.00", 1)
+    req = RunRequest.for_cell(RB, cell, tmp_path)
+    n = req.shape.uniform_tokens(req.model.topk)
+    (tmp_path / "rank0.log").write_text(dispatch_rows(req, n, False)[0])
+    backend = load_backend(RB.backend("echo"))
+    out = analyse(req, backend, JobResult("completed", 0, [tmp_path / "rank0.log"], 1.0),
+                  tmp_path, START)
+    assert out.summary.complete is False and out.summary.missing_rows > 0

@@ -31,8 +31,9 @@ from harness.pipeline.decisions import (
 from harness.results.layout import Cell
 from harness.results.rows import AttemptRow, SelectionRow
 from harness.runbook.load import load_runbook
+from harness.telemetry.steps import StepPeaks
 from harness.telemetry.summary import LogSummary
-from harness.vocab import Purpose, Stage, Status
+from harness.vocab import Purpose, Stage, StageMode, Status
 
 RUNBOOK = Path(__file__).resolve().parents[2] / "runbooks" / "local-cpu.yaml"
 RB = load_runbook(RUNBOOK)
@@ -155,17 +156,19 @@ def test_select_after_a_measure_that_is_not_ok_writes_an_empty_row_and_ends_the_
 
 
 @FAST
-@given(peak=st.integers(N // 4, 6 * N), measured=st.sampled_from(["2.00", "8.00"]))
-def test_select_rounds_the_peak_up_to_the_grid(peak, measured):
+@given(peak=st.integers(N // 4, 6 * N), measured=st.sampled_from(["2.00", "8.00"]),
+       decimals=st.sampled_from([None, 2]))
+def test_select_rounds_the_peak_up_to_the_grid(peak, measured, decimals):
     """An ok measure selects the smallest executable capacity covering its peak; the row
     states the requirement and the selection, not yet validated. Catches a selection below
-    the peak, a wrong budget or over_provision, or the row not kept for validate."""
-    ctx = Context(RB, (), None)
+    the peak, a wrong budget or over_provision, capacity.decimals (the legacy grid)
+    ignored, or the row not kept for validate."""
+    ctx = Context(runbook(decimals=decimals), (), None)
     req = Request(MODEL, "echo", Purpose.MEASURE, measured)
     state = {"outcome": outcome(req, Status.OK, summary(peak)), "capacity": measured}
     assert select_step(ctx, MODEL, "echo", state) is True
     row = ctx.selection[(MODEL, "echo")]
-    sel = selection.select(selection.requirement(summary(peak)), PAD, RB.capacity.decimals)
+    sel = selection.select(selection.requirement(summary(peak)), PAD, decimals)
     assert (row.selected_capacity, row.selected_budget_tokens) == (sel.capacity, sel.budget)
     assert row.selected_budget_tokens >= peak and cap.is_executable(row.selected_capacity, N,
                                                                      PAD)
@@ -187,7 +190,7 @@ def test_a_risk_target_selects_through_select_budget(monkeypatch, target):
         return selection.Selection("3.00", cap.budget_tokens("3.00", n), 1.5)
 
     monkeypatch.setattr(dec, "select_budget", fake)
-    ctx = Context(runbook(target=target), (), None)
+    ctx = Context(runbook(target=target, decimals=3), (), None)
     req = Request(MODEL, "echo", Purpose.MEASURE, "2.00")
     out = dataclasses.replace(outcome(req, Status.OK, summary(N + 5)), steps="STEPS")
     assert select_step(ctx, MODEL, "echo", {"outcome": out, "capacity": "2.00"})
@@ -195,7 +198,7 @@ def test_a_risk_target_selects_through_select_budget(monkeypatch, target):
     if target == "peak":
         assert calls == [] and row.selected_capacity != "3.00"
     else:
-        assert calls == [(target, N + 5, N, PAD, RB.capacity.decimals, "STEPS")]
+        assert calls == [(target, N + 5, N, PAD, 3, "STEPS")]
         assert (row.selected_capacity, row.over_provision) == ("3.00", 1.5)
 
 
@@ -218,13 +221,14 @@ def validate_answer(kind: str, req: Request, peak: int) -> Outcome:
 @FAST
 @given(max_steps=st.integers(0, 4), kinds=st.lists(st.sampled_from(KINDS), min_size=5,
                                                    max_size=5),
-       peak=st.integers(N // 2, 3 * N))
-def test_validate_steps_up_one_rung_per_drop_within_the_bound(max_steps, kinds, peak):
+       peak=st.integers(N // 2, 3 * N), decimals=st.sampled_from([None, 2]))
+def test_validate_steps_up_one_rung_per_drop_within_the_bound(max_steps, kinds, peak,
+                                                              decimals):
     """Validate at the selection; each run that drops is followed by one at the next rung
     (capacity.step_up) while steps are left; the row ends with the last capacity tried, its
     budget, whether that run showed zero drops, and the number of runs. Catches a step-up
     after an ok or failed run, a skipped rung, and a run accepted without zero drops shown."""
-    rb = runbook(max_validate_steps=max_steps)
+    rb = runbook(max_validate_steps=max_steps, decimals=decimals)
     ctx = Context(rb, (), None)
     measured = outcome(Request(MODEL, "echo", Purpose.MEASURE, "2.00"), Status.OK,
                        summary(peak))
@@ -391,3 +395,91 @@ def test_timing_row_states_the_first_launch_and_the_budget(capacity, statuses):
     assert row.budget_tokens == cap.budget_tokens(capacity, N)
     assert row.cell_dir == outs[0].row.cell_dir and row.campaign == RB.campaign
     assert row.status == verdicts.row_status(statuses)
+
+
+def steps_of(peaks: list[int], budget: int) -> StepPeaks:
+    """Per-step peaks as the telemetry gives them (a step at the budget saturated)."""
+    return StepPeaks(tuple(range(len(peaks))), tuple(peaks), tuple(p >= budget for p in peaks))
+
+
+@pytest.mark.parametrize("accepted", [True, False])
+def test_validate_states_the_held_out_steps_and_risk_of_the_budget_it_ran(accepted):
+    """The validate row's risk columns come from this run's steps at this run's budget:
+    its step count, peak and headroom (budget / validate peak); the held-out bound only for
+    an accepted run. Catches the columns taken from another budget, from no steps, or a
+    bound stated for a run that dropped."""
+    ctx = Context(RB, (), None)
+    measure = Request(MODEL, "echo", Purpose.MEASURE, "2.00")
+    m_out = dataclasses.replace(outcome(measure, Status.OK, summary(N + 50)),
+                                steps=steps_of([N + 10 * i for i in range(6)], 10**9))
+    state = {"outcome": m_out, "capacity": "2.00"}
+    assert select_step(ctx, MODEL, "echo", state)
+
+    def answer(i, req):
+        budget = cap.budget_tokens(req.capacity, N)
+        peaks = [N + 7 * i for i in range(6)] if accepted else [N, budget]
+        kind = "accept" if accepted else "drops"
+        return dataclasses.replace(validate_answer(kind, req, N + 40),
+                                   steps=steps_of(peaks, budget))
+    asked, _ = run_step(validate_step(ctx, MODEL, "echo", state), answer)
+    row = ctx.selection[(MODEL, "echo")]
+    budget = cap.budget_tokens(asked[-1].capacity, N)
+    peak = N + 35 if accepted else budget
+    assert (row.validate_steps, row.validate_peak) == (6 if accepted else 2, peak)
+    assert row.headroom == budget / peak
+    assert (row.drop_risk_95 is not None) is accepted and RB.held_out_routing("echo")
+    assert (row.predicted_drop_risk is not None) is accepted
+
+
+def test_a_fresh_context_is_clean_and_stage_gates_follow_stage():
+    """A new Context has nothing to write and no deferred pair; --stage names the stages
+    that run, the earlier ones are replayed. Catches a context that writes before any
+    decision, or --stage ignored."""
+    ctx = Context(RB, (Stage.VALIDATE,), None)
+    assert ctx.dirty is False and ctx.deferred == set()
+    assert ctx.stage_mode(Stage.MEASURE) == StageMode.REPLAY
+    assert ctx.stage_mode(Stage.VALIDATE) == StageMode.RUN
+    assert ctx.stage_mode(Stage.TIME) == StageMode.STOP
+
+
+def test_a_pair_already_stopped_gets_the_new_stop_of_a_later_step(monkeypatch):
+    """A pair with a Stop from earlier (a resumed context) that a step ends again without
+    stating one gets a Stop naming that step, not the stale one. Catches the comparison
+    with the Stop seen before the step dropped."""
+    monkeypatch.setitem(dec.PAIR_STEPS, Stage.VALIDATE, lambda ctx, m, b, state: False)
+    ctx = Context(RB, (), Stage.VALIDATE)
+    old = ctx.stop(MODEL, "echo", Stage.MEASURE, "stale")
+    all_ok(ctx)
+    assert ctx.stops[(MODEL, "echo")] is not old
+    assert ctx.stops[(MODEL, "echo")].stage == Stage.VALIDATE
+
+
+def test_time_writes_its_rows_for_this_model_and_stamps_only_select_backends():
+    """After the time step: the comparison and trial rows name this campaign and model,
+    each trial row its launch's cell directory; the timing capacity is stamped on the
+    select backends' rows only; the context is marked for writing. Catches rows without
+    their keys, a trial without its directory, a timed-only backend's row rewritten."""
+    ctx = Context(RB, (), None)
+    for b in ("echo", "ultraep"):
+        ctx.selection[(MODEL, b)] = SelectionRow(campaign=RB.campaign, model=MODEL, backend=b,
+                                                 selected_capacity="1.5")
+    ctx.selection[(MODEL, "moonep")] = SelectionRow(campaign=RB.campaign, model=MODEL,
+                                                    backend="moonep", selected_capacity="9")
+    timing = {"per_trial": [{"dispatch_ms_median": 1.0, "combine_ms_median": 2.0}] * 2,
+              "dispatch_ms_median": 1.0, "combine_ms_median": 2.0, "trials": 2, "iters": 3,
+              "step_cv": 0.01, "noise_floor_pct": 1.0, "timer": "perf_counter",
+              "backend_impl": "reference"}
+    outs = []
+
+    def answer(i, req):
+        outs.append(outcome(req, Status.OK, timing=timing, attempt=i + 1))
+        return outs[-1]
+    run_step(time_step(ctx, MODEL), answer)
+    assert ctx.dirty is True
+    assert ctx.selection[(MODEL, "moonep")].timing_capacity is None
+    assert ctx.selection[(MODEL, "echo")].timing_capacity == "1.50"
+    assert ctx.comparison[MODEL] and ctx.trials[MODEL]
+    assert {(r.campaign, r.model) for r in ctx.comparison[MODEL]} == {(RB.campaign, MODEL)}
+    assert {(r.campaign, r.model) for r in ctx.trials[MODEL]} == {(RB.campaign, MODEL)}
+    dirs = {o.row.cell_dir for o in outs}
+    assert {r.cell_dir for r in ctx.trials[MODEL]} <= dirs and None not in dirs
