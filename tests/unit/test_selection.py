@@ -7,17 +7,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.errors import BadInput
-from harness.grid.capacity import budget_tokens, is_executable, step_up
+from harness.grid.capacity import budget_tokens, format_capacity, is_executable, step_up, to_decimal
 from harness.grid.selection import (
     Requirement,
     Selection,
     remeasure_capacity,
     requirement,
     select,
+    steps_up,
     timing_capacity,
+    validation_ok,
     validation_verdict,
 )
 from harness.telemetry.summary import LogSummary
+from harness.vocab import Status
 
 N = 65536
 FAST = settings(max_examples=50, deadline=None, derandomize=True)
@@ -127,3 +130,63 @@ def test_timing_capacity_is_the_max_by_value_not_by_string():
     with pytest.raises(BadInput) as info:
         timing_capacity({})
     assert str(info.value) == "timing_capacity: no selected capacities to time at"
+
+
+# --- the validate step's acceptance and step-up, against their contracts -------------------
+
+@FAST
+@given(rows=st.integers(0, 3), saturated=st.integers(0, 2), malformed=st.integers(0, 2),
+       complete=st.booleans(), as_dict=st.booleans())
+def test_validation_ok_is_zero_drops_shown(rows, saturated, malformed, complete, as_dict):
+    """A validate run is accepted only when it shows zero drops: rows present, none saturated,
+    none malformed, none missing. Catches an acceptance that lets one of the four through
+    (a mutant of any condition of validation_verdict, or an `== "accept"` flipped)."""
+    s = summary(rows=rows, saturated_rows=saturated, malformed_rows=malformed,
+                complete=complete, missing_rows=0 if complete else 1)
+    shown = rows > 0 and saturated == 0 and malformed == 0 and complete
+    assert validation_ok(s.to_dict() if as_dict else s) is shown
+    if rows and saturated:           # drops seen: a verdict, whatever else is wrong
+        assert validation_verdict(s) == "step_up"
+
+
+DROPS_OR_NOT = st.sampled_from(list(Status))
+
+
+@FAST
+@given(status=DROPS_OR_NOT, accepted=st.booleans(), step=st.integers(0, 6),
+       max_steps=st.integers(0, 6))
+def test_steps_up_only_after_unaccepted_drops_with_steps_left(status, accepted, step, max_steps):
+    """One rung up follows a validate run only when it dropped tokens, was not accepted and
+    fewer than max_steps steps were taken. Catches a step-up after an accepted run, after a
+    failure (not drops), or one rung past the bound (`<` turned `<=`)."""
+    want = status == Status.DROPS and not accepted and step < max_steps
+    assert steps_up(status, accepted, step, max_steps) is want
+
+
+@FAST
+@given(max_steps=st.integers(0, 6), drops_first=st.integers(0, 8))
+def test_the_validate_loop_is_bounded_by_max_steps(max_steps, drops_first):
+    """Driven as the validate step drives it: runs that drop `drops_first` times then are
+    accepted make min(drops_first, max_steps) + 1 validate runs, never more than
+    max_steps + 1. Catches an unbounded or off-by-one step-up."""
+    runs = 0
+    for step in range(max_steps + 1):
+        runs += 1
+        dropped = step < drops_first
+        status, accepted = (Status.DROPS, False) if dropped else (Status.OK, True)
+        if not steps_up(status, accepted, step, max_steps):
+            break
+    assert runs == min(drops_first, max_steps) + 1
+
+
+@FAST
+@given(st.dictionaries(st.sampled_from(["echo", "ultraep", "moonep", "x"]),
+                       st.integers(100, 100000).map(lambda u: f"{u / 1000:.3f}"),
+                       min_size=1))
+def test_timing_capacity_is_the_largest_selected_by_value(selected):
+    """The timing capacity is the largest selected capacity by value, formatted as a
+    capacity. Catches max by string order (or min) and an unformatted value."""
+    got = timing_capacity(selected)
+    assert to_decimal(got) == max(to_decimal(v) for v in selected.values())
+    assert got == format_capacity(max(selected.values(), key=to_decimal))
+    assert got in {format_capacity(v) for v in selected.values()}
