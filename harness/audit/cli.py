@@ -9,6 +9,7 @@ from pathlib import Path
 from harness.audit.engine import NOT_PROVEN, AuditResult, UploadVerdict, audit_target
 from harness.audit.errata import parse_git_repos
 from harness.io.boundary.values import bounded_int
+from harness.io.outdir import OutDir
 from harness.results.tables import write_table_atomic
 from harness.vocab import DEFAULT_PAD_MULTIPLE
 
@@ -88,7 +89,9 @@ def cli_audit(target: str, errata: str | None = None, git_repos: tuple[str, ...]
     result = audit_target(target, Path(errata) if errata else None, parse_git_repos(git_repos),
                           pad_multiple=pad_multiple, sample_seed=sample_seed)
     if out:
-        write_table_atomic(Path(out), AUDIT_COLUMNS, tsv_rows(result))
+        out_path = Path(out)            # written through its folder's fd; neither is a link
+        with OutDir.open(out_path.parent, "--out", create=False) as folder:
+            write_table_atomic(folder / out_path.name, AUDIT_COLUMNS, tsv_rows(result))
     if as_json:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
     else:

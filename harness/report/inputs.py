@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import BadInput
+from harness.io.outdir import OutDir
 from harness.report.narrow import fit_table
 from harness.results.facts import read_facts
 from harness.results.layout import ATTEMPTS_TSV, COMPARISON_TSV, SELECTION_TSV, TIMING_TSV
@@ -156,6 +157,7 @@ class Context:
     demand_figures: list[tuple[str, str]] = field(default_factory=list)  # (model, file)
     figures: list[str] = field(default_factory=list)
     unavailable: list[str] = field(default_factory=list)
+    dest: OutDir | None = None      # `out`, opened once: every file of the report goes through it
 
     def missing(self, part: str, why: str) -> str:
         """Record that a part could not be built and return its 'not available' line."""
