@@ -188,6 +188,10 @@ def cli_publish(results_dir: str, repo: str, dry_run: bool = False,
                 allow_empty: bool = False) -> int:
     """`epcap publish`: 0 uploaded (or dry run listed), 1 refused or failed."""
     root = Path(results_dir)
+    if redact_text(repo or "") != (repo or ""):   # a token pasted as the id: never echoed
+        raise BadInput("looks like a secret (a token shape or a secret value), not ORG/NAME: "
+                       "refused and not printed; give the dataset repository's id",
+                       field="--repo")
     if not REPO_ID.fullmatch(repo or ""):
         raise BadInput(f"expected ORG/NAME, got {repo!r}", field="--repo")
     if not root.is_dir():
