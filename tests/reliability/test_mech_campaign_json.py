@@ -135,3 +135,43 @@ def test_a_hostile_campaign_json_is_never_valid(harness_upload, tmp_path, how):
     assert upload["verdict"] != "VALID"
     assert any("campaign.json" in w and word in w for w in upload["why"]), upload["why"]
     assert_bad_input(run_cli("report", up, "--out", tmp_path / "r"), "campaign.json", word)
+
+
+def timing_row(**values: str) -> dict:
+    """One plausible timing.tsv row (every column the report needs)."""
+    from harness.report.inputs import NEED_TIMING
+    row = dict.fromkeys(NEED_TIMING, "1")
+    row.update(model="M", backend="echo", status="ok", timing_capacity="1.25",
+               cell_dir="cells/x", **values)
+    return row
+
+
+HOSTILE_COUNTS = st.one_of(
+    st.sampled_from(["1e9999", "inf", "nan", "-1", "2.5", "0x10", "1_000", "\uff11", "3e2",
+                     "9" * 31, "+-1", "1e3"]),
+    st.integers(10**16, 10**40).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr))
+HOSTILE_NUMBERS = st.sampled_from(["1e9999", "-1e400", "nan", "inf", "1e16", "NaN", "Infinity"])
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(column=st.sampled_from(["trials", "iters", "budget_tokens"]), value=HOSTILE_COUNTS,
+       float_column=st.sampled_from(["dispatch_ms_median", "step_cv", "algbw_gbps"]),
+       number=HOSTILE_NUMBERS, which=st.booleans())
+def test_report_refuses_counts_and_numbers_out_of_range(tmp_path, column, value, float_column,
+                                                        number, which):
+    """`trials: 1e9999` in timing.tsv (the fourth round's probe, printed by the report as
+    written) and a generated non-finite or out-of-range number: `epcap report` exits 2 naming
+    timing.tsv, line 2 and the field. Mutant tried by hand: read_tsv without check_counts ->
+    exit 0 with 1e9999 in the timing table."""
+    from harness.report.inputs import NEED_TIMING
+    from harness.results.rows import ATTEMPT_COLUMNS
+    if column in ("trials", "iters") and value.isdigit() and int(value) <= 1000:
+        return                                            # a real count, in range
+    res = Path(tempfile.mkdtemp(dir=tmp_path))
+    (res / "capacity_attempts.tsv").write_text("\t".join(ATTEMPT_COLUMNS) + "\n")
+    row = timing_row(**({column: value} if which else {float_column: number}))
+    (res / "timing.tsv").write_text("\t".join(NEED_TIMING) + "\n"
+                                    + "\t".join(row[c] for c in NEED_TIMING) + "\n")
+    out = run_cli("report", res)
+    assert_bad_input(out, "timing.tsv:2: ", f"{column if which else float_column}: ")
