@@ -95,6 +95,8 @@ def git_facts(repo: Path) -> dict[str, str] | None:
     if FLOODED in (asked.problem or ""):
         return {"refused": f"its answer is over {OUTPUT_MAX_BYTES} bytes"}
     head = asked.out.strip() if asked.ok else None
+    if asked.ok and not head:        # git said nothing and succeeded: not a commit either
+        return {"refused": "its answer is empty, not a commit id"}
     status = _git(repo, "status", "--porcelain=v1", "--branch")
     if not head or status is None:
         return None
