@@ -21,6 +21,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
 from harness.io.atomic import open_atomic  # noqa: E402
+from harness.io.outdir import OutFile  # noqa: E402
 from harness.vocab import DEFAULT_PAD_MULTIPLE, Status  # noqa: E402
 
 DPI = 110
@@ -78,8 +79,9 @@ def backend_colors(backends: list[str]) -> dict[str, str]:
     return {b: palette[i % len(palette)] for i, b in enumerate(names)}
 
 
-def save_png(fig: Figure, path: Path) -> None:
-    """Write the figure as PNG atomically (harness.results.tables.open_atomic)."""
+def save_png(fig: Figure, path: Path | OutFile) -> None:
+    """Write the figure as PNG atomically (harness.io.atomic.open_atomic; an OutFile through
+    its folder's open fd)."""
     with open_atomic(path, "wb") as fh:
         fig.savefig(fh, format="png", dpi=DPI)
 
@@ -117,7 +119,7 @@ def _model_panels(points: list, colors: dict[str, str] | None, width: float, hei
     return fig, list(zip(axes, groups.items(), strict=True)), colors
 
 
-def plot_capacity(points: list[CapPoint], path: Path, pad: int = DEFAULT_PAD_MULTIPLE,
+def plot_capacity(points: list[CapPoint], path: Path | OutFile, pad: int = DEFAULT_PAD_MULTIPLE,
                   colors: dict[str, str] | None = None) -> Figure:
     """Figure 1: required vs selected capacity per model and backend on the executable grid."""
     fig, panels, colors = _model_panels(points, colors, 3.6, 4.6)
@@ -177,7 +179,7 @@ def grid_step_pct(p: CapPoint, pad: int) -> float | None:
     return 100.0 * pad / (p.required * p.uniform_tokens)
 
 
-def plot_overprovision(points: list[CapPoint], path: Path, pad: int = DEFAULT_PAD_MULTIPLE,
+def plot_overprovision(points: list[CapPoint], path: Path | OutFile, pad: int = DEFAULT_PAD_MULTIPLE,
                        colors: dict[str, str] | None = None) -> Figure:
     """Figure 2: selected budget / measured peak, as % above the peak, per model and backend.
     The y-axis reaches at least one grid step above each peak (a dashed mark per bar): the
@@ -236,7 +238,7 @@ def demand_scale(maps: list[DemandMap]) -> tuple[float, float]:
     return min(lo, 1.0), max(hi, DEMAND_HOT)
 
 
-def plot_demand(model: str, maps: list[DemandMap], path: Path) -> Figure:
+def plot_demand(model: str, maps: list[DemandMap], path: Path | OutFile) -> Figure:
     """Figure 3: one heatmap (ranks x layers) per measurement run of a model, shared colour scale."""
     vmin, vmax = demand_scale(maps)
     ncols = max(len(m.layers) for m in maps)
@@ -367,7 +369,7 @@ def name_layout(names_per_panel: list[list[str]], size: float = TICK_FONT,
     return max(min_width, n * 3 * size / 72 / PLOT_SHARE), 90, widest / 72
 
 
-def plot_timing(points: list[TimePoint], path: Path, missing_p10: bool,
+def plot_timing(points: list[TimePoint], path: Path | OutFile, missing_p10: bool,
                 colors: dict[str, str] | None = None) -> Figure:
     """Figure 4: dispatch and combine arm medians with p10-p90, the launch medians and
     their range, per model."""

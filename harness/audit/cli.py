@@ -8,7 +8,9 @@ from pathlib import Path
 
 from harness.audit.engine import NOT_PROVEN, AuditResult, UploadVerdict, audit_target
 from harness.audit.errata import parse_git_repos
+from harness.io.boundary.text import shown, shown_obj
 from harness.io.boundary.values import bounded_int
+from harness.io.outdir import OutDir
 from harness.results.tables import write_table_atomic
 from harness.vocab import DEFAULT_PAD_MULTIPLE
 
@@ -17,28 +19,30 @@ AUDIT_COLUMNS = ("path", "verdict", "reasons", "ignored_cells", "why", "notes", 
 
 def tsv_rows(result: AuditResult) -> list[dict]:
     """One TSV row per upload (lists joined with ',' and '; ')."""
-    return [{"path": u.path, "verdict": u.verdict, "reasons": ",".join(u.reasons),
-             "ignored_cells": ",".join(u.ignored_cells), "why": "; ".join(u.why),
-             "notes": "; ".join(u.notes),
-             "sample_seed": "" if u.sample_seed is None else str(u.sample_seed)}
+    return [{k: shown(v) for k, v in {
+        "path": u.path, "verdict": u.verdict, "reasons": ",".join(u.reasons),
+        "ignored_cells": ",".join(u.ignored_cells), "why": "; ".join(u.why),
+        "notes": "; ".join(u.notes),
+        "sample_seed": "" if u.sample_seed is None else str(u.sample_seed)}.items()}
             for u in result.uploads]
 
 
 def print_table(result: AuditResult) -> None:
-    """A rich table on the terminal, then the summary line."""
+    """A rich table on the terminal, then the summary line; every string from the upload
+    passes `shown` (escape sequences and controls written escaped) and rich's markup escape."""
     from rich.console import Console  # lazy: only the terminal table needs rich
     from rich.markup import escape  # lazy: as above
     from rich.table import Table as RichTable  # lazy: as above
 
     colour = {"VALID": "green", "INVALID": "red", "UNKNOWN": "yellow"}
-    table = RichTable(title=f"epcap audit {escape(result.target)}")
+    table = RichTable(title=f"epcap audit {escape(shown(result.target))}")
     for name in ("upload", "verdict", "reasons", "ignored"):
         table.add_column(name, no_wrap=True)
     table.add_column("why / notes", overflow="fold")
     for u in result.uploads:
-        lines = u.why + [f"note: {n}" for n in u.notes]
-        table.add_row(escape(u.path), f"[{colour[u.verdict]}]{u.verdict}[/]",
-                      "\n".join(u.reasons),
+        lines = [shown(w) for w in u.why] + [f"note: {shown(n)}" for n in u.notes]
+        table.add_row(escape(shown(u.path)), f"[{colour[u.verdict]}]{u.verdict}[/]",
+                      escape("\n".join(shown(r) for r in u.reasons)),
                       str(len(u.ignored_cells)) if u.ignored_cells else "",
                       escape("\n".join(lines)))
     console = Console()
@@ -46,7 +50,7 @@ def print_table(result: AuditResult) -> None:
         console = Console(width=200)
     console.print(table)
     for u in result.uploads:
-        console.print(escape(grounds(u)), highlight=False)
+        console.print(escape(shown(grounds(u), newlines=True)), highlight=False)
     seed = (f"; sample seed {result.sample_seed}: --sample-seed {result.sample_seed} "
             f"reproduces the sampled verdicts" if any(u.sample_seed is not None
                                                         for u in result.uploads) else "")
@@ -88,9 +92,11 @@ def cli_audit(target: str, errata: str | None = None, git_repos: tuple[str, ...]
     result = audit_target(target, Path(errata) if errata else None, parse_git_repos(git_repos),
                           pad_multiple=pad_multiple, sample_seed=sample_seed)
     if out:
-        write_table_atomic(Path(out), AUDIT_COLUMNS, tsv_rows(result))
+        out_path = Path(out)            # written through its folder's fd; neither is a link
+        with OutDir.open(out_path.parent, "--out", create=False) as folder:
+            write_table_atomic(folder / out_path.name, AUDIT_COLUMNS, tsv_rows(result))
     if as_json:
-        sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
+        sys.stdout.write(json.dumps(shown_obj(result.to_dict()), indent=2) + "\n")
     else:
         print_table(result)
     bad = result.summary["INVALID"] + result.summary["UNKNOWN"]

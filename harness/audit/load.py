@@ -34,6 +34,7 @@ from harness.errors import BadInput, EpcapError
 from harness.io.boundary.events import decode_line
 from harness.io.safeio import open_stream
 from harness.io.yamldoc import Doc
+from harness.results.facts import facts_problem
 from harness.results.layout import CELL_JSON, EVENTS_JSONL, PROVENANCE_TXT, RUNBOOK_YAML
 from harness.runbook.load import load_runbook
 from harness.runbook.zoo import ZOO
@@ -265,6 +266,7 @@ def load_upload(root: Path, folder: Path, pad_multiple: int) -> Upload:
         upload.ignored_cells += [ignored_name(r) for r in table.rows if is_ignored_row(r)]
         table.rows = [r for r in table.rows if not is_ignored_row(r)]
     upload.provenance, upload.provenance_problem = coverage.fields_at(folder)
+    upload.facts_problem = facts_problem(folder)     # campaign.json: the report's boundary
     book = read_runbook(root, folder)
     upload.folder = folder
     load_as_run(root, folder, upload)

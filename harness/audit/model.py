@@ -104,6 +104,7 @@ class Upload:
     runbook_sha256: str | None = None                    # of runbook.yaml's bytes, if read
     runbook: object = None                               # harness Runbook of runbook.yaml
     runbook_problem: str | None = None                   # why it could not be loaded
+    facts_problem: str | None = None                     # why campaign.json was refused
     derived: dict = field(default_factory=dict)          # cell path -> what the harness derives
     pending_logs: dict = field(default_factory=dict)     # cell path -> its logs, to be read
     abandoned: set[str] | None = None                    # cells a resumed campaign abandoned

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
 import re
 import stat
@@ -21,6 +20,7 @@ from harness.audit.model import LogFacts, Row, Table
 from harness.errors import BadInput, EpcapError
 from harness.io.boundary.hub import hub_link
 from harness.io.boundary.logs import LINE_MAX_BYTES, open_log
+from harness.io.bounds import json_strict
 from harness.io.yamldoc import Doc
 from harness.results import tables as results
 from harness.results.layout import RUNBOOK_YAML
@@ -163,7 +163,7 @@ def read_json(root: Path, path: Path) -> tuple[dict | None, str | None]:
     if data is None:
         return None, problem
     try:
-        value = json.loads(data)
+        value = json_strict(data.decode("utf-8"))    # duplicated keys, NaN, 1e9999 refused
     except (ValueError, RecursionError) as exc:
         return None, f"{path.name} is not JSON ({str(exc)[:80]})"
     return (value, None) if isinstance(value, dict) else (None, f"{path.name} is not an object")

@@ -30,7 +30,7 @@ from harness.io.boundary.campaigns import (
     write_marker,
 )
 from harness.io.lock import LOCK_NAME
-from harness.io.redact import redact_obj, redact_text
+from harness.io.redact import redact_comments, redact_obj, redact_text
 from harness.io.safeio import RUNBOOK_MAX_BYTES, read_bytes
 from harness.pipeline.decisions import Outcome
 from harness.pipeline.stages import plan_cells, timed_arms
@@ -258,7 +258,7 @@ def revision(root: Path, rb: Runbook) -> tuple[dict, list[str]] | None:
 def freeze_runbook(root: Path, rb: Runbook) -> None:
     """runbook.yaml (and its zoo, when it sits next to it) copied as run, secrets redacted;
     a zoo whose file name holds a secret is not copied (the name would leak it)."""
-    write_text_atomic(root / RUNBOOK_YAML, redact_text(_runbook_bytes(rb.path).decode(
+    write_text_atomic(root / RUNBOOK_YAML, redact_comments(_runbook_bytes(rb.path).decode(
         "utf-8", "replace")))
     zoo = zoo_path(rb)
     if zoo is not None and zoo.is_file():
@@ -268,8 +268,8 @@ def freeze_runbook(root: Path, rb: Runbook) -> None:
         target = (root / rel).resolve()
         if root.resolve() in target.parents:
             target.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(target, redact_text(_runbook_bytes(zoo).decode("utf-8",
-                                                                            "replace")))
+            write_text_atomic(target, redact_comments(_runbook_bytes(zoo).decode("utf-8",
+                                                                                "replace")))
 
 
 HISTORY_CAMPAIGNS = 20     # the newest campaign directories the ETA learns from

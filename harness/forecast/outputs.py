@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from harness.forecast.core import COLUMNS
 from harness.io.boundary.logs import open_log
 from harness.io.bounds import json_loads
+from harness.io.outdir import OutDir, OutFile
 from harness.results.tables import write_table_atomic
 from harness.vocab import DEFAULT_PAD_MULTIPLE
 
@@ -20,11 +21,16 @@ FORECAST_TSV = "forecast.tsv"
 FORECAST_PNG = "forecast.png"
 
 
-def write_outputs(out: Path, rows: list[dict], pad_multiple: int = DEFAULT_PAD_MULTIPLE) -> None:
-    """forecast.tsv and forecast.png in `out` (atomic writes)."""
-    out.mkdir(parents=True, exist_ok=True)
-    write_table_atomic(out / FORECAST_TSV, COLUMNS, rows)
-    plot_forecast(rows, out / FORECAST_PNG, pad_multiple)
+def write_outputs(out: Path | OutDir, rows: list[dict],
+                  pad_multiple: int = DEFAULT_PAD_MULTIPLE) -> None:
+    """forecast.tsv and forecast.png in `out` (atomic writes through the folder's fd; a path
+    is opened here as the output folder, a link there refused)."""
+    if isinstance(out, OutDir):
+        write_table_atomic(out / FORECAST_TSV, COLUMNS, rows)
+        plot_forecast(rows, out / FORECAST_PNG, pad_multiple)
+        return
+    with OutDir.open(out, "--out") as folder:
+        write_outputs(folder, rows, pad_multiple)
 
 
 def _label(row: dict) -> str:
@@ -39,7 +45,7 @@ SELECTED_STYLES = ("-", "-.", ":", (0, (6, 2)), (0, (3, 1, 1, 1, 1, 1)))
 DODGE_OCTAVES = 0.08
 
 
-def plot_forecast(rows: list[dict], path: Path,
+def plot_forecast(rows: list[dict], path: Path | OutFile,
                   pad_multiple: int = DEFAULT_PAD_MULTIPLE) -> Figure:
     """Required (open) and selected (filled) capacity against EP size; one panel per model.
     Series side by side (offset sideways, each its own marker and line style) and the open

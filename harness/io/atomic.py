@@ -1,48 +1,49 @@
 """Atomic writes: a file appears at its path only complete (fsynced temp file, then rename).
 
-The temp file gets the mode a plain open() would give under the user's umask (mkstemp makes
-it 0600, which would hide results from the analysts sharing a results directory)."""
+The temp file gets the mode a plain open() would give under the user's umask (created by
+os.open with 0666, so the umask applies; mkstemp's 0600 would hide results from the analysts
+sharing a results directory). The one writer is harness.io.outdir; this module keeps the
+path-based entry points and the sweep."""
 
 from __future__ import annotations
 
+import errno
 import os
 import re
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-TEMP_PREFIX, TEMP_SUFFIX = ".", ".tmp"
-# open_atomic's temp names: ".<name>.<mkstemp's 8 characters>.tmp"
+from harness.io.outdir import DIR_FLAGS, OutFile, name_problem, open_in
+
+# open_atomic's temp names: ".<name>.<8 characters>.tmp" (outdir.temp_name)
 TEMP_NAME = re.compile(r"\..+\.[A-Za-z0-9_]{8}\.tmp")
 MAX_SWEPT = 100_000                 # entries looked at by one sweep
 
 
 @contextmanager
-def open_atomic(path: Path, mode: str = "wb") -> Iterator[IO]:
-    """A file that appears at `path` only complete: a unique temp file in the same folder,
-    fsynced and renamed over `path` when the block ends; removed if the block fails."""
-    path = Path(path)
-    handle, tmp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{path.name}.", suffix=TEMP_SUFFIX,
-                                   dir=path.parent)
-    os.fchmod(handle, 0o666 & ~current_umask())
-    text = "b" not in mode
-    try:
-        with os.fdopen(handle, "w" if text else "wb", **(
-                {"encoding": "utf-8", "newline": "\n"} if text else {})) as fh:
+def open_atomic(path: Path | OutFile, mode: str = "wb") -> Iterator[IO]:
+    """A file that appears at `path` only complete (harness.io.outdir.open_in: a new temp
+    file in the same folder, fsynced, renamed over it; removed if the block fails). An OutFile
+    is written through its folder's open fd; a path's folder is opened here, once."""
+    if isinstance(path, OutFile):
+        with open_in(path.folder.fd, path.name, str(path), mode) as fh:
             yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        return
+    path = Path(path)
+    why = name_problem(path.name)
+    if why:
+        raise IsADirectoryError(errno.EISDIR, why, str(path))
+    try:
+        dir_fd = os.open(path.parent, DIR_FLAGS)
     except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if exc.filename is None:        # a write or fsync: name the file being written
-            raise OSError(exc.errno, exc.strerror, str(path)) from None
-        raise
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        raise OSError(exc.errno, exc.strerror, str(path.parent)) from None
+    try:
+        with open_in(dir_fd, path.name, str(path), mode) as fh:
+            yield fh
+    finally:
+        os.close(dir_fd)
 
 
 def current_umask() -> int:
@@ -60,13 +61,13 @@ def current_umask() -> int:
     return mask
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
+def write_bytes_atomic(path: Path | OutFile, data: bytes) -> None:
     """Write `data` atomically (open_atomic)."""
     with open_atomic(path, "wb") as fh:
         fh.write(data)
 
 
-def write_text_atomic(path: Path, text: str) -> None:
+def write_text_atomic(path: Path | OutFile, text: str) -> None:
     """Write UTF-8 text atomically (newlines kept as written)."""
     write_bytes_atomic(path, text.encode("utf-8"))
 

@@ -150,6 +150,54 @@ def json_loads(text: str | bytes):
     return json.loads(text, parse_int=_json_int)
 
 
+class RefusedJSON(json.JSONDecodeError):
+    """A JSON document that decodes but is refused: a duplicated key, NaN or Infinity, a
+    number out of range (a JSONDecodeError, so every caller of malformed JSON handles it)."""
+
+
+def parse_number(text: str) -> float:
+    """The one parser of a decimal number from outside: finite and at most GENERIC_MAX in
+    magnitude, else ValueError naming it (`1e9999` is inf, not a number of trials)."""
+    if len(text) > 400:
+        raise ValueError(f"number of {len(text)} characters")
+    value = float(text)
+    if not math.isfinite(value) or abs(value) > GENERIC_MAX:
+        what = "not finite" if not math.isfinite(value) else "out of range"
+        raise ValueError(f"{short_text(text)} is {what} (at most {GENERIC_MAX:g} in magnitude)")
+    return value
+
+
+def json_strict(text: str):
+    """A whole JSON document from outside, typed at the boundary: integers bounded in digits,
+    every other number through parse_number, NaN/Infinity and duplicated keys refused
+    (RefusedJSON; its line is where the offending text first stands, the key's second);
+    nesting deeper than Python's recursion limit is RecursionError (the caller names it)."""
+    def refuse(why: str, needle: str, nth: int = 1) -> RefusedJSON:
+        at = -1
+        for _ in range(nth):
+            at = text.find(needle, at + 1)
+        return RefusedJSON(why, text, at if at >= 0 else len(text))
+
+    def number(raw: str) -> float:
+        try:
+            return parse_number(raw)
+        except ValueError as exc:
+            raise refuse(str(exc), raw) from None
+
+    def constant(raw: str):
+        raise refuse(f"{raw} is not a number", raw)
+
+    def pairs(items: list) -> dict:
+        out: dict = {}
+        for key, value in items:
+            if key in out:
+                raise refuse(f"duplicated key {short_text(key)}", json.dumps(key), 2)
+            out[key] = value
+        return out
+    return json.loads(text, parse_int=_json_int, parse_float=number, parse_constant=constant,
+                      object_pairs_hook=pairs)
+
+
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(x)
 

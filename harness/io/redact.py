@@ -172,6 +172,29 @@ def redact_text(text: str, secrets: list[str] | None = None) -> str:
     return _ASSIGN_IN_TEXT.sub(assign, _OPTION_IN_TEXT.sub(option, text))
 
 
+# in a comment, a credential is often written `name: value` or `name = value` (an AWS
+# credentials file's `aws_secret_access_key = ...`), or pasted bare: an AWS secret access key
+# is 40 characters of base64 (letters of both cases, digits, / and +); a git id (hex, one
+# case) never matches
+_COMMENT = re.compile(r"(?:^|(?<=\s))#.*$", re.M)
+_SPACED_ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_.-]*)([ \t]*[:=][ \t]*)(\"[^\"]*\"|'[^']*'|\S+)")
+_AWS_SECRET = re.compile(r"(?<![A-Za-z0-9/+])(?=[A-Za-z0-9/+]*[a-z])(?=[A-Za-z0-9/+]*[A-Z])"
+                         r"[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
+
+
+def redact_comments(text: str, secrets: list[str] | None = None) -> str:
+    """`redact_text`, and in every `#` comment (a runbook, a models file) also a
+    secret-named `name: value` / `name = value` and a bare AWS secret access key shape."""
+    def assign(match: re.Match) -> str:
+        if not is_secret_name(match.group(1)) or len(match.group(3)) < MIN_SCRUB_LEN:
+            return match.group(0)
+        return match.group(1) + match.group(2) + REDACTED
+
+    def comment(match: re.Match) -> str:
+        return _AWS_SECRET.sub(REDACTED, _SPACED_ASSIGN.sub(assign, match.group(0)))
+    return _COMMENT.sub(comment, redact_text(text, secrets))
+
+
 def redact_obj(value, secrets: list[str] | None = None):
     """`redact_text` over every free-text string of a JSON-like value (dict keys included).
 

@@ -16,6 +16,14 @@ from harness.io.boundary.text import text_problem
 from harness.io.safeio import RUNBOOK_MAX_BYTES, read_text
 from harness.io.safeyaml import compose
 
+# the tags PyYAML's composer gives an untagged mapping and list (yaml.resolver.BaseResolver
+# DEFAULT_MAPPING_TAG / DEFAULT_SEQUENCE_TAG: yaml/pyyaml lib/yaml/resolver.py, read at
+# commit 3979f292d0529756281cd0bc5e2243fc2a9e9b35, 'tag:yaml.org,2002:map' / ':seq'); any other
+# tag on a collection (`!!set`, `!!omap`, `!!python/...`) would be built as if absent
+PLAIN_TAGS = {yaml.MappingNode: yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+              yaml.SequenceNode: yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG}
+COLLECTION = {yaml.MappingNode: "mapping", yaml.SequenceNode: "list"}
+
 
 class Doc:
     """A YAML document as plain Python values plus the line of every node (1-based)."""
@@ -30,6 +38,13 @@ class Doc:
 
     def _build(self, node, where: tuple):
         self.lines[where] = node.start_mark.line + 1
+        plain = PLAIN_TAGS.get(type(node))
+        if plain is not None and node.tag != plain:     # !!set, !!omap, !custom: never dropped
+            raise BadInput(f"a YAML tag on a {COLLECTION[type(node)]} is not accepted "
+                           f"({node.tag if self.quote else 'a tag'}): write a plain "
+                           f"{COLLECTION[type(node)]}", path=str(self.path),
+                           line=node.start_mark.line + 1,
+                           field=fmt_where(where) if self.quote and where else None)
         if isinstance(node, yaml.MappingNode):
             out = {}
             for knode, vnode in node.value:
@@ -198,6 +213,10 @@ def fields_from(doc: Doc, cls, value, where: tuple, skip: tuple[str, ...] = (),
 
 
 def require(doc: Doc, data: dict, keys: tuple[str, ...], where: tuple) -> None:
+    """BadInput at `where` for each of `keys` missing; an empty section (`shape:` with
+    nothing under it, YAML null) names the keys it must give."""
+    if not isinstance(data, dict):
+        raise doc.error(where, f"is empty: give {', '.join(keys)}")
     for key in keys:
         if key not in data:
             raise doc.error(where, f"missing required key {key!r}")

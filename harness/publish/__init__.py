@@ -250,6 +250,10 @@ def cli_publish(results_dir: str, repo: str, dry_run: bool = False,
     parent is `parent_commit`, else the head read before the existing paths were listed:
     the hub refuses it when another commit came in between (two publishes never interleave)."""
     root = Path(results_dir)
+    if redact_text(repo or "") != (repo or ""):   # a token pasted as the id: never echoed
+        raise BadInput("looks like a secret (a token shape or a secret value), not ORG/NAME: "
+                       "refused and not printed; give the dataset repository's id",
+                       field="--repo")
     if not REPO_ID.fullmatch(repo or ""):
         raise BadInput(f"expected ORG/NAME, got {repo!r}", field="--repo")
     if not root.is_dir():

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from harness.errors import BadInput
 from harness.io.atomic import write_text_atomic
+from harness.io.boundary.text import shown
+from harness.io.outdir import OutDir
 from harness.io.redact import redact_text
 from harness.report.demand import build_outputs
 from harness.report.inputs import (
@@ -79,15 +81,19 @@ def render_report(results_dir: Path | str, out: Path | str | None = None) -> Con
     results_dir = Path(results_dir)
     out = Path(out) if out is not None else results_dir / "report"
     ctx = load_context(results_dir, out)
-    out.mkdir(parents=True, exist_ok=True)
-    build_outputs(ctx)
-    body: list[str] = []
-    for section in SECTIONS:
-        body += section.render(ctx)
-    # one redaction pass (harness.io.redact): a failure line or path may carry a token;
-    # then every line fitted to REPORT_WIDTH (tables split, prose wrapped: narrow.py)
-    lines = narrow_lines(redact_text("\n".join(body).rstrip()).splitlines())
-    write_text_atomic(out / "report.md", "\n".join(lines) + "\n")
+    # the folder is opened once (no link followed at `out`); every file goes through its fd
+    with OutDir.open(out, "--out") as ctx.dest:
+        build_outputs(ctx)
+        body: list[str] = []
+        for section in SECTIONS:
+            body += section.render(ctx)
+        # one redaction pass (harness.io.redact): a failure line or path may carry a token;
+        # then every line fitted to REPORT_WIDTH (tables split, prose wrapped: narrow.py)
+        # every line through the one renderer (harness.io.boundary.text.shown): a TSV cell's
+        # escape sequence or carriage return is written escaped, never acted on by a viewer
+        lines = narrow_lines([shown(line) for line in
+                              redact_text("\n".join(body).rstrip()).split("\n")])
+        write_text_atomic(ctx.dest / "report.md", "\n".join(lines) + "\n")
     return ctx
 
 

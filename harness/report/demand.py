@@ -43,7 +43,7 @@ def demand_cells(results_dir: Path) -> list[Cell]:
 def build_demand(ctx: Context):
     """Write demand.tsv; return (note line, {cell name: demand_map_rows of its rows} of the
     measure cells with telemetry rows)."""
-    path = ctx.out / "demand.tsv"
+    path = ctx.dest / "demand.tsv"
     cells = demand_cells(ctx.results_dir)
     measured = {}
     with open_atomic(path, "w") as fh:
@@ -124,19 +124,18 @@ def draw_figures(ctx: Context, measured: dict) -> list[tuple[str, str]]:
     """Draw every figure the inputs allow; return the demand figures as (model, file)."""
     from harness import figures as fg  # lazy: matplotlib is slow to import
 
-    for old in ctx.out.glob("fig[1-4]_*.png"):
-        old.unlink()
+    ctx.dest.remove_matching("fig[1-4]_*.png")
     colors = fg.backend_colors([b for _, b in ctx.pairs])
     if ctx.selection is not None and ctx.selection.rows:
         points = _cap_points(ctx.selection)
         _draw(ctx, "fig1_capacity.png", fg.plot_capacity, points,
-              ctx.out / "fig1_capacity.png", ctx.pad[0], colors)
+              ctx.dest / "fig1_capacity.png", ctx.pad[0], colors)
         _draw(ctx, "fig2_overprovision.png", fg.plot_overprovision, points,
-              ctx.out / "fig2_overprovision.png", ctx.pad[0], colors)
+              ctx.dest / "fig2_overprovision.png", ctx.pad[0], colors)
     tpoints = _timing_points(ctx)
     if tpoints:
         missing_p10 = ctx.timing is None or not ctx.timing.has("dispatch_ms_p10")
-        _draw(ctx, "fig4_timing.png", fg.plot_timing, tpoints, ctx.out / "fig4_timing.png",
+        _draw(ctx, "fig4_timing.png", fg.plot_timing, tpoints, ctx.dest / "fig4_timing.png",
               missing_p10, colors)
     demand = []
     order = list(dict.fromkeys(m for m, _ in ctx.pairs))
@@ -144,7 +143,7 @@ def draw_figures(ctx: Context, measured: dict) -> list[tuple[str, str]]:
     for model, maps in sorted(demand_maps(measured).items(),
                               key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])):
         name = f"fig3_demand_{_safe(model)}.png"
-        if _draw(ctx, name, fg.plot_demand, model, maps, ctx.out / name):
+        if _draw(ctx, name, fg.plot_demand, model, maps, ctx.dest / name):
             demand.append((model, name))
     return demand
 

@@ -3,12 +3,13 @@ baseline, the Context every section renders from, and the small Markdown helpers
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import BadInput
+from harness.io.bounds import parse_int, parse_number, problem
+from harness.io.outdir import OutDir
 from harness.report.narrow import fit_table
 from harness.results.facts import read_facts
 from harness.results.layout import ATTEMPTS_TSV, COMPARISON_TSV, SELECTION_TSV, TIMING_TSV
@@ -39,8 +40,9 @@ COMPARISON = COMPARISON_TSV
 
 
 def read_tsv(path: Path, required: tuple[str, ...]) -> Table | None:
-    """Read one of the campaign's TSVs strictly (harness.results.tables); None when absent."""
-    return read_table(path, required)
+    """Read one of the campaign's TSVs strictly (harness.results.tables), its counts checked
+    (check_counts); None when absent."""
+    return check_counts(read_table(path, required))
 
 
 def num(table: Table, i: int, column: str) -> float | None:
@@ -49,14 +51,47 @@ def num(table: Table, i: int, column: str) -> float | None:
     if text == "":
         return None
     try:
-        value = float(text)
+        float(text)
     except ValueError as exc:       # the text is not quoted: a linked TSV may be anything
         raise BadInput(f"not a number ({len(text)} characters)", path=table.name,
                        line=table.lines[i], field=column) from exc
-    if not math.isfinite(value):    # NaN or inf (1e309) is not a value a TSV should carry
-        raise BadInput("not a finite number", path=table.name, line=table.lines[i],
-                       field=column)
-    return value
+    try:                            # the one parser: NaN, inf (1e309), over 10**15 refused
+        return parse_number(text)
+    except ValueError:
+        raise BadInput("not a finite number within range", path=table.name,
+                       line=table.lines[i], field=column) from None
+
+
+# counts the report prints as written: each an integer within bounds.RANGES (or GENERIC_MAX)
+COUNT_COLUMNS = ("trials", "iters", "attempt", "budget_tokens", "uniform_tokens")
+# measured numbers the report prints or draws: finite and within GENERIC_MAX (parse_number)
+NUMBER_COLUMNS = ("dispatch_ms_median", "dispatch_ms_p90", "dispatch_ms_p10",
+                  "combine_ms_median", "combine_ms_p90", "combine_ms_p10", "step_cv",
+                  "noise_floor_pct", "algbw_gbps", "peak_mem_bytes", "required_capacity",
+                  "over_provision", "ratio_median", "ci_low", "ci_high", "cv_backend",
+                  "cv_baseline", "wall_s")
+
+
+def check_counts(table: Table | None) -> Table | None:
+    """`table` when every count column it has holds an integer in range and every number
+    column a finite number in range (or nothing); BadInput naming file, line and field
+    otherwise (`trials: 1e9999` is not a count, `step_cv: 1e9999` not a number)."""
+    if table is None:
+        return None
+    for column in (c for c in COUNT_COLUMNS if table.has(c)):
+        for i, row in enumerate(table.rows):
+            text = (row.get(column) or "").strip()
+            if not text:
+                continue
+            value = parse_int(text)
+            why = "not an integer" if value is None else problem(column, value)
+            if why:
+                raise BadInput(f"{why} ({len(text)} characters)" if value is None else why,
+                               path=table.name, line=table.lines[i], field=column)
+    for column in (c for c in NUMBER_COLUMNS if table.has(c)):
+        for i in range(len(table.rows)):
+            num(table, i, column)
+    return table
 
 
 def read_pad_multiple(results_dir: Path) -> tuple[int, str]:
@@ -156,6 +191,7 @@ class Context:
     demand_figures: list[tuple[str, str]] = field(default_factory=list)  # (model, file)
     figures: list[str] = field(default_factory=list)
     unavailable: list[str] = field(default_factory=list)
+    dest: OutDir | None = None      # `out`, opened once: every file of the report goes through it
 
     def missing(self, part: str, why: str) -> str:
         """Record that a part could not be built and return its 'not available' line."""

@@ -27,7 +27,13 @@ from pathlib import Path
 from harness import __version__
 from harness.errors import BadInput
 from harness.io.atomic import write_text_atomic
-from harness.io.boundary.tools import git_problem, run_tool
+from harness.io.boundary.tools import (
+    FLOODED,
+    OUTPUT_MAX_BYTES,
+    commit_problem,
+    git_problem,
+    run_tool,
+)
 from harness.io.redact import (  # noqa: F401  (re-exported: provenance is where callers look)
     REDACTED,
     is_secret_env,
@@ -71,13 +77,33 @@ def _git(repo: Path, *args: str) -> str | None:
     return done.stdout.strip() if done is not None and done.returncode == 0 else None
 
 
+def date_problem(text: str) -> str | None:
+    """Why `text` (git's `%cI`) is not an ISO 8601 date (None when it is)."""
+    try:
+        datetime.fromisoformat(text)
+    except ValueError:
+        return f"its commit date is not ISO 8601: {ascii(text)[:60]}"
+    return None
+
+
 def git_facts(repo: Path) -> dict[str, str] | None:
-    """sha, ISO commit date, branch and dirty flag of a checkout; None if not a git checkout."""
-    head = _git(repo, "log", "-1", "--format=%H %cI")
+    """sha, ISO commit date, branch and dirty flag of a checkout; None if not a git checkout;
+    {"refused": why} when git's answer is not a commit id and a date (checked before it is
+    stored: a broken or hostile git never writes its output into provenance)."""
+    asked = run_tool(["git", "-C", str(repo), "log", "-1", "--format=%H %cI"],
+                     timeout_s=GIT_TIMEOUT_S)
+    if FLOODED in (asked.problem or ""):
+        return {"refused": f"its answer is over {OUTPUT_MAX_BYTES} bytes"}
+    head = asked.out.strip() if asked.ok else None
+    if asked.ok and not head:        # git said nothing and succeeded: not a commit either
+        return {"refused": "its answer is empty, not a commit id"}
     status = _git(repo, "status", "--porcelain=v1", "--branch")
     if not head or status is None:
         return None
     sha, _, date = head.partition(" ")
+    why = commit_problem(sha) or date_problem(date)
+    if why:                          # a git that answers something else: never stored
+        return {"refused": why}
     lines = status.splitlines()
     branch = "detached"
     if lines and lines[0].startswith("## "):
@@ -94,8 +120,12 @@ def repo_line(path: Path) -> str:
     if not path.exists():
         return f"missing {path}"
     facts = git_facts(path)
+    if facts is not None and "refused" in facts:
+        return f"git-refused {path} ({facts['refused']})"
     if facts is None:
         why = git_why(path) or ""
+        if FLOODED in why:
+            return f"git-refused {path} (its answer is over {OUTPUT_MAX_BYTES} bytes)"
         if why.startswith("git is not installed"):
             return f"git-missing {path}"
         if "dubious ownership" in why:
@@ -110,7 +140,7 @@ def _harness_facts() -> tuple[tuple[str, str], ...]:
     root = Path(__file__).resolve().parents[2]
     top = _git(root, "rev-parse", "--show-toplevel")
     facts = git_facts(root) if top and Path(top).resolve() == root else None
-    if facts is None:
+    if facts is None or "refused" in facts:
         return (("harness.version", __version__), ("harness.commit", "not-a-git-checkout"),
                 ("harness.commit_date", "not-a-git-checkout"),
                 ("harness.dirty", "not-a-git-checkout"))

@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.errors import BadInput
 from harness.io.atomic import write_text_atomic
+from harness.io.outdir import OutFile
 from harness.io.redact import redact_text, secret_values
 from harness.io.safeio import TABLE_MAX_BYTES, read_bytes
 from harness.results.rows import Row
@@ -133,7 +134,7 @@ def read_rows(path: Path) -> list[dict]:
     return read_table(path).rows
 
 
-def write_table_atomic(path: Path, columns: Iterable[str], rows: Iterable[RowLike]) -> None:
+def write_table_atomic(path: Path | OutFile, columns: Iterable[str], rows: Iterable[RowLike]) -> None:
     """Replace a whole TSV atomically (header + rows). The environment's secret values are
     read once per table, not once per cell; a file that already holds exactly this text is
     left alone (the driver rewrites its derived tables after every cell: no fsync for an
@@ -141,6 +142,9 @@ def write_table_atomic(path: Path, columns: Iterable[str], rows: Iterable[RowLik
     columns = tuple(columns)
     secrets = secret_values()
     text = "\t".join(columns) + "\n" + "".join(format_row(columns, r, secrets) for r in rows)
+    if isinstance(path, OutFile):       # an output folder's file: written through its fd
+        write_text_atomic(path, text)
+        return
     path = Path(path)
     try:
         if path.is_file() and path.stat().st_size == len(text.encode("utf-8")) \

@@ -165,9 +165,17 @@ def fast_block(block: bytes, tags: Tags) -> Block | None:
     return out
 
 
+CR_ONLY = ("lines end in a carriage return only (CR line endings, no newline): not read as "
+           "rows; convert the log with `tr '\\r' '\\n'`")
+
+
 def unterminated(text: bytes, line_no: int, tags: Tags, reason: str) -> Block:
-    """A last line without newline, or an over-long line: each tag in it is malformed."""
+    """A last line without newline, or an over-long line: each tag in it is malformed. A
+    carriage return inside it (not only at its end) means the log's lines end in CR alone:
+    said so, not called a truncated line (the per-line loop never sees this)."""
     hits = len(tags.any.findall(text))
+    if hits and b"\r" in text.rstrip(b"\r"):
+        reason = CR_ONLY
     return Block(rows=np.empty((0, 6), np.int64), line_nos=[], bad=[(line_no, reason)] * hits)
 
 

@@ -10,7 +10,6 @@ from contextlib import contextmanager
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.io import atomic
 from harness.io.atomic import current_umask, write_text_atomic
 from harness.results.tables import write_table_atomic
 
@@ -48,9 +47,14 @@ def test_shared_umask_makes_results_group_readable(tmp_path):
     assert mode(tmp_path / "r.tsv") == 0o644
 
 
-def test_without_the_chmod_the_check_fails(tmp_path, monkeypatch):
-    """The guard: mkstemp alone gives 0600 -- the mode this test rejects."""
-    monkeypatch.setattr(atomic.os, "fchmod", lambda fd, m: None)
+def test_with_mkstemps_mode_the_check_fails(tmp_path, monkeypatch):
+    """The guard: a temp file created 0600 (mkstemp's mode) gives 0600 -- the mode
+    test_shared_umask_makes_results_group_readable rejects."""
+    from harness.io import outdir
+    real_open = os.open
+    monkeypatch.setattr(outdir.os, "open",
+                        lambda p, flags, mode=0o777, **kw: real_open(
+                            p, flags, 0o600 if flags & os.O_CREAT else mode, **kw))
     with umask(0o022):
         write_text_atomic(tmp_path / "r.tsv", "a\n")
     assert mode(tmp_path / "r.tsv") == 0o600

@@ -259,8 +259,6 @@ READERS_ALLOWED = {
         "a timing object inside a log line the bounded log reader already cut",
     ("harness/audit/load.py", "read_bytes"):
         "the harness's own shipped models.yaml (its sha256), not user input",
-    ("harness/audit/readers.py", "json.loads"):
-        "bytes safe_read returned (regular file, inside TARGET, capped)",
     ("harness/audit/readers.py", "open"):
         "opens only what safe_real / lfs_pointer checked: a regular file inside TARGET",
     ("harness/audit/readers.py", "read_bytes"):

@@ -187,7 +187,7 @@ def test_write_is_atomic_and_round_trips(tmp_path):
 
 
 def test_write_failure_leaves_no_partial_file(tmp_path, monkeypatch):
-    def broken(*args):
+    def broken(*args, **kwargs):
         raise OSError("disk full")
     monkeypatch.setattr(prov.os, "replace", broken)
     with pytest.raises(OSError):

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import BadInput
+from harness.io.outdir import OutDir
 from harness.report.build import build_report, load_context
 from harness.report.demand import build_demand, demand_maps
 from harness.report.narrow import REPORT_WIDTH, read_tables
@@ -285,8 +286,9 @@ def stub_figures(monkeypatch):
     from harness import figures as fg
 
     def stub(*args):
-        path = next(a for a in args if isinstance(a, Path))
-        path.write_bytes(PNG_MAGIC)
+        from harness.io.atomic import write_bytes_atomic
+        from harness.io.outdir import OutFile
+        write_bytes_atomic(next(a for a in args if isinstance(a, (Path, OutFile))), PNG_MAGIC)
 
     for name in ("plot_capacity", "plot_overprovision", "plot_demand", "plot_timing"):
         monkeypatch.setattr(fg, name, stub)
@@ -435,7 +437,8 @@ def test_demand_tsv_is_tidy_and_complete(built):
 def test_heatmaps_mark_saturation_only_where_it_happened(built):
     res, _, _ = built
     ctx = load_context(res, res / "report")
-    _, measured = build_demand(ctx)
+    with OutDir.open(ctx.out) as ctx.dest:
+        _, measured = build_demand(ctx)
     maps = demand_maps(measured)
     assert sorted(maps) == ["QWEN2_57B", "QWEN3_30B"]
     sat = {m.run: int(m.saturated.sum()) for ms in maps.values() for m in ms}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.errors import BadInput
 from harness.results.events import EventLog, campaign_stats, eta_error_at, read_events, repair_tail
 from harness.results.facts import CampaignFacts, read_facts, write_facts
 from harness.results.layout import CAMPAIGN_JSON
@@ -95,8 +96,10 @@ def test_campaign_facts_round_trip(tmp_path):
     assert read_facts(tmp_path) == facts
     (tmp_path / CAMPAIGN_JSON).write_text('{"pad_multiple": 256, "from_a_newer_version": 1}')
     assert read_facts(tmp_path) == CampaignFacts(pad_multiple=256)
-    (tmp_path / CAMPAIGN_JSON).write_text("[1]")
-    assert read_facts(tmp_path) == CampaignFacts() == read_facts(tmp_path / "absent")
+    assert read_facts(tmp_path / "absent") == CampaignFacts()
+    (tmp_path / CAMPAIGN_JSON).write_text("[1]")      # damaged: refused, not read as absent
+    with pytest.raises(BadInput, match="campaign.json:1: must be a JSON object"):
+        read_facts(tmp_path)
 
 
 def test_cell_text():

@@ -355,6 +355,8 @@ def check_runbook(upload: Upload) -> Check:
                        f"(a cell spliced from another run)")
     if upload.runbook_problem:
         unknown.append(upload.runbook_problem)
+    if upload.facts_problem:         # what the harness recorded of the run cannot be read
+        unknown.append(upload.facts_problem)
     return verdict_of(bad, [], RUNBOOK_ALTERED, unknown)
 
 

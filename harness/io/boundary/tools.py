@@ -6,14 +6,24 @@ never blamed on a path."""
 from __future__ import annotations
 
 import os
+import re
+import selectors
 import shlex
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 
 from harness.io.bounds import clip_line
 
 OUTPUT_MAX_CHARS = 1 << 20          # what is kept of one tool's stdout
+OUTPUT_MAX_BYTES = 4 << 20          # a tool that says more is stopped and refused (a flood)
+READ_CHUNK = 1 << 16
+FLOODED = "refused, not stored"     # the words of a flood's problem (callers look for them)
+# a git object name: "their 40 hexadecimal digit SHA-1 name or 64 hexadecimal digit SHA-256
+# name" (git/git Documentation/technical/hash-function-transition.adoc, section "Object
+# names", read at commit d477892b30b25333badb829190eb349fb671458c); lowercase as `%H` prints
+COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -47,6 +57,50 @@ def _decode(data: bytes, name: str, what: str) -> tuple[str, str | None]:
                 f"{name}'s {what} is not UTF-8 (invalid byte at offset {exc.start})")
 
 
+def commit_problem(text: str) -> str | None:
+    """Why `text` (a tool's answer) is not a commit id: 40 or 64 lowercase hex digits."""
+    if COMMIT.fullmatch(text):
+        return None
+    return f"its answer is not a commit id (40 or 64 hex digits): {clip_line(ascii(text), 60)}"
+
+
+def _capture(proc: subprocess.Popen, timeout_s: float) -> tuple[bytes, bytes, str | None]:
+    """Both pipes of `proc` read to their end within `timeout_s`, each at most
+    OUTPUT_MAX_BYTES: (stdout, stderr, None), or what is read so far and "timeout"/"flood"
+    (the process is then killed)."""
+    bufs = {proc.stdout: bytearray(), proc.stderr: bytearray()}
+    deadline = time.monotonic() + timeout_s
+    why = None
+    with selectors.DefaultSelector() as sel:
+        for pipe in bufs:
+            sel.register(pipe, selectors.EVENT_READ)
+        while sel.get_map() and why is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                why = "timeout"
+                break
+            for key, _ in sel.select(left):
+                chunk = os.read(key.fd, READ_CHUNK)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    continue
+                bufs[key.fileobj] += chunk
+                if len(bufs[key.fileobj]) > OUTPUT_MAX_BYTES:
+                    why = "flood"
+                    break
+    if why is None:
+        try:
+            proc.wait(max(deadline - time.monotonic(), 0.01))
+        except subprocess.TimeoutExpired:
+            why = "timeout"
+    if why is not None:
+        proc.kill()
+        proc.wait()
+    for pipe in bufs:
+        pipe.close()
+    return bytes(bufs[proc.stdout]), bytes(bufs[proc.stderr]), why
+
+
 def run_tool(argv: list[str] | tuple[str, ...], *, timeout_s: float,
              cwd: str | None = None, env: dict[str, str] | None = None) -> ToolRun:
     """Run `argv` (a list, never a shell) within `timeout_s`; a ToolRun whose `problem` says
@@ -58,16 +112,22 @@ def run_tool(argv: list[str] | tuple[str, ...], *, timeout_s: float,
         return ToolRun(argv, None, problem=f"{name} is not installed (not on PATH)",
                        missing=True)
     try:
-        proc = subprocess.run([exe, *argv[1:]], capture_output=True, timeout=timeout_s,
-                              stdin=subprocess.DEVNULL, cwd=cwd, env=env, check=False)
-    except subprocess.TimeoutExpired:
-        return ToolRun(argv, None, problem=f"{name} did not answer within {timeout_s:g} s "
-                       f"(run `{shlex.join(argv)}` to see why)")
+        proc = subprocess.Popen([exe, *argv[1:]], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, cwd=cwd,
+                                env=env)
     except OSError as exc:
         return ToolRun(argv, None, problem=f"{name} could not start: "
                        f"{exc.strerror or type(exc).__name__}", missing=True)
-    out, bad_out = _decode(proc.stdout, name, "output")
-    err, _ = _decode(proc.stderr, name, "error output")
+    stdout, stderr, stopped = _capture(proc, timeout_s)
+    if stopped == "timeout":
+        return ToolRun(argv, None, problem=f"{name} did not answer within {timeout_s:g} s "
+                       f"(run `{shlex.join(argv)}` to see why)")
+    if stopped == "flood":
+        return ToolRun(argv, proc.returncode, problem=f"{name} answered more than "
+                       f"{OUTPUT_MAX_BYTES} bytes: {FLOODED} (run `{shlex.join(argv)}` "
+                       f"to see it)")
+    out, bad_out = _decode(stdout, name, "output")
+    err, _ = _decode(stderr, name, "error output")
     if proc.returncode != 0:
         first = next((ln.strip() for ln in (err or out).splitlines() if ln.strip()), "")
         return ToolRun(argv, proc.returncode, out, err, problem=clip_line(

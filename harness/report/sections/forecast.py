@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.forecast.outputs import FORECAST_PNG, FORECAST_TSV, routing_header, write_outputs
+from harness.io.outdir import OutDir
 from harness.report.inputs import Context, md_table
 from harness.results.layout import RUNBOOK_YAML
 from harness.vocab import DEFAULT_PAD_MULTIPLE
@@ -46,7 +47,7 @@ def _measured_peaks(results_dir: Path) -> dict[str, str]:
             for r in rows}
 
 
-def campaign_forecast(results_dir: Path, out: Path,
+def campaign_forecast(results_dir: Path, out: Path | OutDir,
                       pad_multiple: int = DEFAULT_PAD_MULTIPLE) -> list[str]:
     """The report's forecast section: each measure run's recorded routing at EP sizes around
     the campaign's (x1/2, x2, x4 where they divide the experts); writes forecast.tsv/png."""
@@ -120,7 +121,7 @@ def _cluster_header(results_dir: Path, model: str, backend: str) -> dict:
 
 def render(ctx: Context) -> list[str]:
     """The forecast section of `epcap report`; forecast.png joins ctx.figures when drawn."""
-    lines = campaign_forecast(ctx.results_dir, ctx.out, ctx.pad[0])
+    lines = campaign_forecast(ctx.results_dir, ctx.dest, ctx.pad[0])
     if f"![forecast]({FORECAST_PNG})" in lines and FORECAST_PNG not in ctx.figures:
         ctx.figures.append(FORECAST_PNG)
     return lines

@@ -17,6 +17,7 @@ from harness.errors import BadInput
 from harness.grid.capacity import Grid
 from harness.grid.heldout import TARGET_PEAK, parse_target, select_budget
 from harness.grid.risk import no_fit_reason, percent
+from harness.io.outdir import OutFile
 from harness.io.yamldoc import read_doc
 from harness.report.inputs import Context
 from harness.results.layout import RUNBOOK_YAML
@@ -161,8 +162,7 @@ def render(ctx: Context) -> list[str]:
         return lines + [ctx.missing("drop risk", "capacity_selection.tsv predates the risk "
                                     "columns (validate_seed .. held_out)"), ""]
     pairs = pair_steps(ctx.results_dir, selection.rows, ctx.attempts.rows if ctx.attempts else [])
-    for old in ctx.out.glob("fig5_steps_*.png"):
-        old.unlink()
+    ctx.dest.remove_matching("fig5_steps_*.png")
     for model, items in pairs.items():
         lines += _model_lines(ctx, model, items)
     lines += ["A step is one iteration (all layers and ranks); its peak is the largest "
@@ -187,7 +187,7 @@ def _model_lines(ctx: Context, model: str, items: list[PairSteps]) -> list[str]:
         lines += ["", ctx.missing(f"figure {name}", "no per-step peaks in the cells' logs")]
     else:
         try:
-            plot_steps(model, drawable, ctx.out / name)
+            plot_steps(model, drawable, ctx.dest / name)
             ctx.figures.append(name)
             lines += ["", f"![{model}: per-step peaks and the selected budget]({name})"]
         except Exception as exc:  # noqa: BLE001 - the sentences stand without the figure
@@ -196,7 +196,7 @@ def _model_lines(ctx: Context, model: str, items: list[PairSteps]) -> list[str]:
     return lines + [""]
 
 
-def plot_steps(model: str, items: list[PairSteps], path: Path) -> None:
+def plot_steps(model: str, items: list[PairSteps], path: Path | OutFile) -> None:
     """One panel per backend: per-step peaks of measure and validate, the budget as a line."""
     import matplotlib
 
