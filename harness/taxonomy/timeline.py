@@ -33,11 +33,17 @@ NODE_FILE = re.compile(r"^(node|health|rank)[_-]?(\d+)\.")
 SHELL_SIGNAL_BASE = 128   # a shell reports a child ended by signal n as exit 128 + n
 SIGNALS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
            "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL",
-           "Killed": "SIGKILL", "Terminated": "SIGTERM"}
+           "Killed": "SIGKILL", "Terminated": "SIGTERM", "User defined signal 1": "SIGUSR1",
+           "User defined signal 2": "SIGUSR2", "Interrupt": "SIGINT", "Hangup": "SIGHUP"}
 SIGNAL_NUMBERS = {11: "SIGSEGV", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE", 4: "SIGILL",
-                  9: "SIGKILL", 15: "SIGTERM"}
+                  9: "SIGKILL", 15: "SIGTERM", 10: "SIGUSR1", 12: "SIGUSR2", 2: "SIGINT",
+                  1: "SIGHUP"}
 # a program that dies of one of these crashed by itself (a kernel fault, an abort)
 CRASH_SIGNALS = frozenset({"SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL"})
+# signals a program never sends itself: a task ended by one of these was stopped from outside
+# (scancel --signal, a preemption's warning signal, a user's ^C). SIGKILL is not among them:
+# launchers kill a failed job's survivors with it (srun --kill-on-bad-exit).
+OUTSIDE_SIGNALS = frozenset({"SIGTERM", "SIGUSR1", "SIGUSR2", "SIGINT", "SIGHUP"})
 HARDWARE_XID = frozenset({"hardware", "driver"})
 MAX_EVENTS = 4000           # records kept per cell (the cause comes first)
 # a rank's communication and teardown symptoms: fallout when they follow the time limit
@@ -245,6 +251,18 @@ def decide(first: First, own: Event | None, records: Iterable[Event], *, layout:
     quoted = tuple(e for e in (ex, own) if e is not None)
     return Decision(UNCLASSIFIED, ex or own, "no signature and no structural evidence says "
                                              f"why rank {first.rank} failed", quoted)
+
+
+def outside_signal(records: Iterable[Event]) -> Event | None:
+    """The first exit record when every task that ended abnormally was ended by an outside
+    signal (OUTSIDE_SIGNALS): no task exited with a code of its own or crashed, so the job
+    was stopped from outside (a scancel --signal, a preemption), not by a failure. None
+    when no record shows such a signal or any abnormal end has another cause."""
+    ended = [e for e in records if e.kind == "exit"
+             and (e.facts.get("signal") or e.facts.get("code") not in (0, None))]
+    if not ended or any(e.facts.get("signal") not in OUTSIDE_SIGNALS for e in ended):
+        return None
+    return min(ended, key=Event.order)
 
 
 def after(first: Event, later: Event) -> bool:

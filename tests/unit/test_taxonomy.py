@@ -140,7 +140,10 @@ def test_launcher_state_and_the_fatal_signature():
                  "collective operation timeout: WorkNCCL(SeqNum=9) ran for 600000 ms")
     assert classify(None, "timeout", hang, pats, 5).status == "timeout"     # fallout only
     assert classify(None, "timeout", lines("fine"), pats, 5).status == "timeout"
-    assert classify(137, "oom", bug, pats, 0).status == "does_not_fit"
+    # the scheduler's memory limit: a configuration failure naming the field, whatever a
+    # rank printed (catches the kill read as does_not_fit, a memory finding)
+    oom = classify(137, "oom", bug, pats, 0)
+    assert oom.status == "badflag" and "slurm.mem_per_task" in oom.reason
     assert classify(None, "node_fail", bug, pats, 0).status == "infra"
     assert classify(None, "cancelled", bug, pats, 0).status == "assert"
     assert classify(None, "cancelled", lines("fine"), pats, 0).status == "cancelled"
@@ -350,3 +353,31 @@ def test_block_reader_and_line_reader_classify_alike(tmp_path_factory, spec, crl
 
 DIST_REMOTE_LINE = ("torch.distributed.DistBackendError: NCCL error in: a.cpp:1, remote process "
                     "exited or there was a network error, NCCL version 2.27.3")
+
+
+OUTSIDE = ("Terminated", "User defined signal 1", "User defined signal 2", "Interrupt", "Hangup")
+OWN_END = ("Segmentation fault", "Aborted", "Bus error", "Exited with exit code 3", "Killed")
+
+
+def srun_exit(tasks: str, end: str) -> str:
+    """srun's task-exit line (src/srun/launch.c _task_finish: "%s: %s %s: %s%s")."""
+    word = "task" if tasks.isdigit() else "tasks"
+    return f"srun: error: vm: {word} {tasks}: {end}"
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(2, 4), st.sampled_from(OUTSIDE), st.booleans(), st.data())
+def test_an_outside_signal_on_every_task_is_cancelled_never_crash(n, end, merged, data):
+    """scancel --signal=TERM|USR1 (sacct FAILED 15:0 / 10:0): srun reports every task ended by
+    a signal no program sends itself. Catches the stop read as `crash` (no signature) and,
+    with a task's own end (a crash signal, an exit code, a SIGKILL) anywhere among the
+    records, the survivors' SIGTERM read as the job's cancel."""
+    recs = [srun_exit(f"0-{n - 1}", end)] if merged else [srun_exit(str(k), end)
+                                                          for k in range(n)]
+    out = classify(15, "failed", lines(*recs, path="slurm-9.out"), DEFAULT_FAILURE_PATTERNS, 0)
+    assert out.status == "cancelled", out.reason
+    own = data.draw(st.sampled_from(OWN_END))
+    at = data.draw(st.integers(0, len(recs)))
+    mixed = recs[:at] + [srun_exit(str(n), own)] + recs[at:]
+    out = classify(1, "failed", lines(*mixed, path="slurm-9.out"), DEFAULT_FAILURE_PATTERNS, 0)
+    assert out.status != "cancelled", out.reason
