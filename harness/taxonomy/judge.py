@@ -461,7 +461,8 @@ def classify(exit_code: int | None, launcher_state: str, lines: Iterable[tuple],
 def verdict(scan: _Scan, exit_code: int | None, launcher_state: str, rows: int) -> Outcome:
     """The outcome of a scan that has read all of a run's lines (steps 2-5 above)."""
     fatal = scan.finish()
-    limited = timeline.fallout_after_limit(h.event() for h in fatal)
+    limited = timeline.fallout_after_limit((h.event() for h in fatal),
+                                           timed_out=launcher_state == LauncherState.TIMEOUT)
     for hit in fatal:               # after the time limit: fallout by place
         if (hit.file_index, hit.line_no) in limited:
             hit.sig = dataclasses.replace(hit.sig, fallout=True)

@@ -48,6 +48,7 @@ HARDWARE_XID = frozenset({"hardware", "driver"})
 MAX_EVENTS = 4000           # records kept per cell (the cause comes first)
 # a rank's communication and teardown symptoms: fallout when they follow the time limit
 TEARDOWN_CLASSES = frozenset({Status.INFRA, Status.TIMEOUT})
+SCHEDULER_MESSAGES = "slurm-step-messages"     # signatures.yaml: slurmstepd's own lines
 
 
 @dataclass(frozen=True)
@@ -273,17 +274,24 @@ def after(first: Event, later: Event) -> bool:
     return first.ts is not None and later.ts is not None and later.ts > first.ts
 
 
-def fallout_after_limit(events: Iterable[Event]) -> set[tuple[int, int]]:
+def fallout_after_limit(events: Iterable[Event], timed_out: bool = False
+                        ) -> set[tuple[int, int]]:
     """The orders (Event.order) of the ranks' own communication and teardown signatures
-    (infra, timeout) that stand after the launcher's time-limit record (a timeout signature
-    no rank printed, e.g. slurmstepd's `DUE TO TIME LIMIT`): the limit killed the job, and
-    what its ranks print after it is fallout by place, whoever's pattern matched it."""
+    (infra, timeout) that are fallout of the scheduler's time limit: its record is a timeout
+    signature no rank printed, or Slurm's own step message wherever it was copied (e.g.
+    slurmstepd's `DUE TO TIME LIMIT` inside a rank's log). What ranks print after it is
+    fallout by place; when the launcher itself says `timeout` (`timed_out`), the scheduler
+    ended the job and every rank's teardown lines (InfiniBand flush errors, NCCL aborts) are
+    its fallout unless they stand provably before its record (same file, earlier line; or
+    earlier stamps): who ended it decides, not the unordered noise of the teardown."""
     events = list(events)
-    limits = [e for e in events if e.kind == "signature" and e.rank is None
-              and e.cls == Status.TIMEOUT and not e.fallout]
+    limits = [e for e in events if e.kind == "signature" and e.cls == Status.TIMEOUT
+              and not e.fallout and (e.rank is None or e.rule == SCHEDULER_MESSAGES)]
+    marks = {e.order() for e in limits}
     return {e.order() for e in events if e.kind == "signature" and e.rank is not None
-            and e.cls in TEARDOWN_CLASSES and not e.fallout
-            and any(after(limit, e) for limit in limits)}
+            and e.cls in TEARDOWN_CLASSES and not e.fallout and e.order() not in marks
+            and limits and (any(after(limit, e) for limit in limits) or (
+                timed_out and not any(after(e, limit) for limit in limits)))}
 
 
 def cut_first(events: Iterable[Event], cuts: Iterable[Event]) -> Event | None:

@@ -381,3 +381,37 @@ def test_an_outside_signal_on_every_task_is_cancelled_never_crash(n, end, merged
     mixed = recs[:at] + [srun_exit(str(n), own)] + recs[at:]
     out = classify(1, "failed", lines(*mixed, path="slurm-9.out"), DEFAULT_FAILURE_PATTERNS, 0)
     assert out.status != "cancelled", out.reason
+
+
+ROW = "[MOE_DROP_DEBUG][dispatch] iter={i} layer=0 rank={k} expected_recv=10 actual_valid_recv=10 budget=16"
+IB_FLUSH = ("node001:2201:2209 [0] transport/net_ib/p2p.cc:1000 NCCL WARN NET/IB: Got completion "
+            "from peer 10.0.0.2<43210> with status=5 opcode=0 len=0 vendor err 249 (Recv)")
+STEP_LIMIT = "slurmstepd-vm: error: *** STEP 12.0 ON vm CANCELLED AT 2026-12-05T17:00:40 DUE TO TIME LIMIT ***"
+
+
+@pytest.mark.parametrize("limit_file", ["rank0.log", "slurm-12.out"])
+def test_the_schedulers_time_limit_beats_teardown_noise(limit_file):
+    """Slurm's time limit (state timeout, slurmstepd's `DUE TO TIME LIMIT` copied into a rank
+    log or in the batch output) ends the job; the InfiniBand flush error a survivor prints in
+    its own file while torn down is fallout. Catches the flush error (non-fallout infra, no
+    stamps to order it) outranking the scheduler's own state: `infra`, retried as the
+    cluster's fault."""
+    logs = [("rank0.log", 1, ROW.format(i=3, k=0)), ("rank1.log", 1, ROW.format(i=3, k=1)),
+            ("rank1.log", 2, IB_FLUSH), (limit_file, 9, STEP_LIMIT)]
+    out = classify(None, "timeout", logs, DEFAULT_FAILURE_PATTERNS, 2)
+    assert out.status == "timeout", out.reason
+    # without the scheduler's record the flush error may be the hang's cause: infra stands
+    out = classify(None, "timeout", logs[:3], DEFAULT_FAILURE_PATTERNS, 2)
+    assert out.status == "infra", out.reason
+
+
+def test_an_unreachable_slurm_controller_is_infra():
+    """srun's `Unable to allocate resources: Unable to contact slurm controller (connect
+    failure)` (src/srun/allocate.c with slurm_errno.c's text): the scheduler was unreachable.
+    Catches it read as `crash` or `unclassified` (no signature) and charged to the cell."""
+    line = ("srun: error: Unable to allocate resources: Unable to contact slurm controller "
+            "(connect failure)")
+    for rows in (0, 2):
+        out = classify(1, "failed", lines(line, path="slurm-12.out"), DEFAULT_FAILURE_PATTERNS,
+                       rows)
+        assert out.status == "infra", out.reason
