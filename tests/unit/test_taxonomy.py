@@ -415,3 +415,50 @@ def test_an_unreachable_slurm_controller_is_infra():
         out = classify(1, "failed", lines(line, path="slurm-12.out"), DEFAULT_FAILURE_PATTERNS,
                        rows)
         assert out.status == "infra", out.reason
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 15), st.sampled_from(["", " "]), st.sampled_from(["", "3: "]),
+       st.sampled_from(["ZeroDivisionError: division by zero", "KeyError: 3",
+                        "torch.OutOfMemoryError: CUDA out of memory."]))
+def test_an_exception_behind_the_rank_prefix_with_or_without_a_space(rank, gap, label, exc):
+    """The project's Slurm script tees `[rankN]:` with no space before the message. Catches
+    the exception family's format requiring `]: ` (the traceback's last line missed, the
+    cell left to `crash` by default with no deciding line)."""
+    out = classify(1, "failed", lines(f"{label}[rank{rank}]:{gap}{exc}"),
+                   DEFAULT_FAILURE_PATTERNS, 0)
+    assert out.line is not None and out.deciding["source"] in (
+        "python-top-level-exceptions", "pytorch-out-of-memory"), out.reason
+
+
+@pytest.mark.parametrize("line,status", [
+    ("python -m backends.reference: error: --experts (7) must be divisible by --ep (2)", "badflag"),
+    ("[rank0]:pretrain_gpt.py: error: --foo must be set", "badflag"),
+    ("srun: error: Unable to create step for job 12: Invalid generic resource", "crash"),
+    ("slurmstepd-vm: error: Exceeded job memory limit", "crash")])
+def test_a_programs_own_parser_error_is_badflag_not_a_slurm_tools(line, status):
+    """argparse's `%(prog)s: error: %(message)s` from a check after parsing (the reference
+    backend's options.py). Catches it read as `unclassified`/`crash`, and the rule widened to
+    any `X: error:` (srun's and slurmstepd's lines would become a flag error that stops the
+    campaign)."""
+    out = classify(2, "failed", lines(line), DEFAULT_FAILURE_PATTERNS, 0)
+    assert out.status == status, out.reason
+
+
+@pytest.mark.parametrize("op", ["recv", "send"])
+def test_a_gloo_timeout_is_a_communication_failure_not_unnamed(op):
+    """The CPU path runs on gloo: `Timed out waiting 30000ms for recv operation to complete`
+    (gloo/transport/tcp/unbound_buffer.cc) on the only rank that printed anything. Catches
+    it left without a signature (RuntimeError with an unknown message: `crash` with no
+    deciding line), and read as the rank's own failure that would outrank a peer's (it is
+    fallout)."""
+    line = ("[rank0]:RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer"
+            f".cc:81] Timed out waiting 30000ms for {op} operation to complete")
+    rows = [("rank0.log", 1, ROW.format(i=1, k=0)), ("rank1.log", 1, ROW.format(i=1, k=1))]
+    out = classify(1, "failed", rows + [("rank0.log", 2, line)], DEFAULT_FAILURE_PATTERNS, 2)
+    assert (out.status, out.deciding["source"]) == ("infra", "gloo-unbound-buffer-timeout")
+    assert out.deciding["fallout"] is True
+    crash = "[rank1]:ZeroDivisionError: division by zero"
+    out = classify(1, "failed", rows + [("rank0.log", 2, line), ("rank1.log", 2, crash)],
+                   DEFAULT_FAILURE_PATTERNS, 2)
+    assert (out.status, out.first_failed_rank) == ("crash", "1"), out.reason
