@@ -463,7 +463,8 @@ def verdict(scan: _Scan, exit_code: int | None, launcher_state: str, rows: int) 
     fatal = scan.finish()
     limited = timeline.fallout_after_limit((h.event() for h in fatal),
                                            timed_out=launcher_state == LauncherState.TIMEOUT)
-    for hit in fatal:               # after the time limit: fallout by place
+    limited |= timeline.fallout_of_a_faulted_peer((h.event() for h in fatal), scan.records)
+    for hit in fatal:               # after the time limit, or a faulted peer's: fallout
         if (hit.file_index, hit.line_no) in limited:
             hit.sig = dataclasses.replace(hit.sig, fallout=True)
     ranks = per_rank(fatal)

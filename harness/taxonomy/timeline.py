@@ -44,6 +44,9 @@ CRASH_SIGNALS = frozenset({"SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL"})
 # (scancel --signal, a preemption's warning signal, a user's ^C). SIGKILL is not among them:
 # launchers kill a failed job's survivors with it (srun --kill-on-bad-exit).
 OUTSIDE_SIGNALS = frozenset({"SIGTERM", "SIGUSR1", "SIGUSR2", "SIGINT", "SIGHUP"})
+# a kernel fault a process takes by itself; SIGABRT is not among them (std::terminate after
+# a peer's communication error aborts the survivor too)
+KERNEL_FAULTS = CRASH_SIGNALS - {"SIGABRT"}
 HARDWARE_XID = frozenset({"hardware", "driver"})
 MAX_EVENTS = 4000           # records kept per cell (the cause comes first)
 # a rank's communication and teardown symptoms: fallout when they follow the time limit
@@ -292,6 +295,24 @@ def fallout_after_limit(events: Iterable[Event], timed_out: bool = False
             and e.cls in TEARDOWN_CLASSES and not e.fallout and e.order() not in marks
             and limits and (any(after(limit, e) for limit in limits) or (
                 timed_out and not any(after(e, limit) for limit in limits)))}
+
+
+def fallout_of_a_faulted_peer(events: Iterable[Event], records: Iterable[Event]
+                              ) -> set[tuple[int, int]]:
+    """The orders of the ranks' communication signatures (infra: a connection reset, a
+    closed pair) that a peer's death explains: the launcher recorded another rank killed by
+    a kernel fault (KERNEL_FAULTS) and that rank shows no communication failure of its own.
+    A survivor's `Connection reset by peer` is then the consequence, not the cause: the
+    relation, not the pattern's place in a list, makes it fallout."""
+    events = list(events)
+    faulted = {e.rank for e in records if e.kind == "exit" and e.rank is not None
+               and e.facts.get("signal") in KERNEL_FAULTS}
+    own_comm = {e.rank for e in events if e.kind == "signature" and e.cls == Status.INFRA
+                and not e.fallout}
+    causes = faulted - own_comm
+    return {e.order() for e in events if e.kind == "signature" and e.rank is not None
+            and e.cls == Status.INFRA and not e.fallout and e.rank not in faulted
+            and causes - {e.rank}}
 
 
 def cut_first(events: Iterable[Event], cuts: Iterable[Event]) -> Event | None:

@@ -462,3 +462,30 @@ def test_a_gloo_timeout_is_a_communication_failure_not_unnamed(op):
     out = classify(1, "failed", rows + [("rank0.log", 2, line), ("rank1.log", 2, crash)],
                    DEFAULT_FAILURE_PATTERNS, 2)
     assert (out.status, out.first_failed_rank) == ("crash", "1"), out.reason
+
+
+RESET = ("[rank{k}]:RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Read "
+         "error [127.0.0.1]:29500: Connection reset by peer")
+FAULT_RECORDS = {"local": "epcap local launcher: task {k} (pid 5{k}) ended (exitcode: -{n})",
+                 "srun": "srun: error: vm: task {k}: {name}"}
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(2, 4), st.data(), st.sampled_from(sorted(FAULT_RECORDS)),
+       st.sampled_from([(11, "Segmentation fault"), (7, "Bus error"),
+                        (8, "Floating point exception")]))
+def test_a_survivors_connection_reset_is_fallout_of_the_faulted_peer(n, data, launcher, sig):
+    """One rank dies of a kernel fault (its launcher record), the survivors print gloo's
+    `Connection reset by peer` (an infra pattern). Catches the survivor's reset taken as
+    `the only rank with a failure of its own`: the cell `infra` (retried as the cluster's
+    fault) on the wrong rank instead of `crash` on the faulted one."""
+    dead = data.draw(st.integers(0, n - 1))
+    logs = [(f"rank{k}.log", 1, ROW.format(i=1, k=k)) for k in range(n)]
+    logs += [(f"rank{k}.log", 2, RESET.format(k=k)) for k in range(n) if k != dead]
+    record = FAULT_RECORDS[launcher].format(k=dead, n=sig[0], name=sig[1])
+    logs.append(("launcher.log" if launcher == "local" else "slurm-7.out", 1, record))
+    out = classify(1, "failed", logs, DEFAULT_FAILURE_PATTERNS, 2)
+    assert (out.status, out.first_failed_rank) == ("crash", str(dead)), out.reason
+    # without the faulted peer, the reset is that rank's own failure: infra stands
+    out = classify(1, "failed", logs[:-1], DEFAULT_FAILURE_PATTERNS, 2)
+    assert out.status == "infra", out.reason
