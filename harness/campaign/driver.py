@@ -53,6 +53,7 @@ from harness.results.retries import RetryBudget
 from harness.results.rows import ATTEMPT_COLUMNS
 from harness.results.tables import append_row
 from harness.runbook.model import Runbook
+from harness.taxonomy.judge import CONFIG_FAILURE
 from harness.timing import verdicts
 from harness.vocab import BUG_CLASSES, CANARY_OK, Purpose, Stage, StageMode, Status
 
@@ -473,12 +474,15 @@ class Campaign:
                 self.advance(act.pipe, out, waiting)
 
     def check_bug(self, out: Outcome) -> None:
-        """assert / badflag stop the campaign (exit 3) naming the cell, log and line."""
+        """assert / badflag stop the campaign (exit 3) naming the cell, log and line (and, for
+        a configuration failure such as the scheduler's memory limit, the runbook field)."""
         if out.status not in BUG_CLASSES:
             return
         fail = out.failure or {}
+        reason = str(fail.get("reason") or "")
+        why = f"; {reason}" if reason.startswith(CONFIG_FAILURE) else ""   # names the field
         self.stop(out, f"campaign stopped: {out.status} in cell {out.cell.name}; log "
-                       f"{fail.get('path')}:{fail.get('line_no')}: {fail.get('line')}",
+                       f"{fail.get('path')}:{fail.get('line_no')}: {fail.get('line')}{why}",
                   "bug-class failure")
 
     def check_unclassified(self, out: Outcome) -> None:

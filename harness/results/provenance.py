@@ -211,15 +211,30 @@ def _torch_facts() -> dict[str, str]:
         import torch  # optional: absent on CPU machines
     except ImportError:
         return {"torch": "not-installed", "cuda": "not-installed", "nccl": "not-installed"}
-    cuda = torch.version.cuda or "not-installed"     # None on a CPU build of torch
+    except Exception as exc:  # noqa: BLE001 -- a broken torch raises anything on import
+        raise _broken_torch(exc) from exc
+    try:
+        cuda = torch.version.cuda or "not-installed"     # None on a CPU build of torch
+        version_text = str(torch.__version__)
+    except Exception as exc:  # noqa: BLE001 -- a torch without its version module
+        raise _broken_torch(exc, torch) from exc
     nccl = "not-installed"
-    if torch.version.cuda:
+    if cuda != "not-installed":
         try:
             version = torch.cuda.nccl.version()
             nccl = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
         except Exception:  # noqa: BLE001 -- torch raises RuntimeError/AttributeError variously
             nccl = "not-installed"
-    return {"torch": torch.__version__, "cuda": cuda, "nccl": nccl}
+    return {"torch": version_text, "cuda": cuda, "nccl": nccl}
+
+
+def _broken_torch(exc: Exception, module: object = None) -> BadInput:
+    """A clear error (exit 2) for a `torch` that imports but is not torch (a stray package
+    first on PYTHONPATH, a half-installed wheel), naming where it was found."""
+    where = getattr(module, "__file__", None) or "torch"
+    return BadInput(f"the torch found here is broken ({type(exc).__name__}: {exc}); remove "
+                    f"it from PYTHONPATH or reinstall torch, then rerun", path=str(where),
+                    field="PYTHONPATH")
 
 
 def _torch_facts_unimported() -> dict[str, str] | None:

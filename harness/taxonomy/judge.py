@@ -66,7 +66,14 @@ RUN_ORDER = (OVERFLOW, Status.BADFLAG, Status.ASSERT, Status.DOES_NOT_FIT, Statu
 CLASS_ORDER = RUN_ORDER
 STATUSES = FAILURE_CLASSES
 LAUNCHER_STATES = LauncherState.values()
-STATE_CLASSES = {LauncherState.OOM: Status.DOES_NOT_FIT, LauncherState.NODE_FAIL: Status.INFRA}
+STATE_CLASSES = {LauncherState.NODE_FAIL: Status.INFRA}
+# The scheduler's memory enforcement (launcher state `oom`: sacct OUT_OF_MEMORY, slurmstepd's
+# "exceeded memory limit", a cgroup OOM kill in the job) killed the job at the limit the
+# runbook asked for: a configuration failure (class badflag: it stops the campaign), never
+# a memory finding. The reason starts with CONFIG_FAILURE; the driver quotes it.
+CONFIG_FAILURE = "configuration failure:"
+MEMORY_LIMIT_FIELD = "slurm.mem_per_task"
+MEMORY_KILL_SOURCE = "slurm-step-messages"    # signatures.yaml: its badflag members
 UNCLASSIFIED = Status.UNCLASSIFIED
 MAX_PENDING = 2000          # fatal candidates kept per file (the cause comes first)
 MAX_WARNINGS = 50           # survived signatures kept (the count is always exact)
@@ -454,8 +461,10 @@ def classify(exit_code: int | None, launcher_state: str, lines: Iterable[tuple],
 def verdict(scan: _Scan, exit_code: int | None, launcher_state: str, rows: int) -> Outcome:
     """The outcome of a scan that has read all of a run's lines (steps 2-5 above)."""
     fatal = scan.finish()
-    limited = timeline.fallout_after_limit(h.event() for h in fatal)
-    for hit in fatal:               # after the time limit: fallout by place
+    limited = timeline.fallout_after_limit((h.event() for h in fatal),
+                                           timed_out=launcher_state == LauncherState.TIMEOUT)
+    limited |= timeline.fallout_of_a_faulted_peer((h.event() for h in fatal), scan.records)
+    for hit in fatal:               # after the time limit, or a faulted peer's: fallout
         if (hit.file_index, hit.line_no) in limited:
             hit.sig = dataclasses.replace(hit.sig, fallout=True)
     ranks = per_rank(fatal)
@@ -464,6 +473,8 @@ def verdict(scan: _Scan, exit_code: int | None, launcher_state: str, rows: int) 
               "warnings_total": scan.warnings_total, "stated_demand": demand,
               "ranks": {k: v.to_dict() for k, v in ranks.items()}}
     said = f"exit {exit_code}, state {launcher_state}"
+    if launcher_state == LauncherState.OOM or any(_memory_kill(h) for h in fatal):
+        return _memory_limit(ranks, exit_code, launcher_state, common)
     if launcher_state in STATE_CLASSES:
         return Outcome(STATE_CLASSES[launcher_state],
                        reason=f"launcher state {launcher_state} (exit {exit_code})", **common)
@@ -482,6 +493,19 @@ def verdict(scan: _Scan, exit_code: int | None, launcher_state: str, rows: int) 
                                   f"{demand}", first_failed_rank=hit.rank, **common)
         return Outcome(None, reason=f"clean exit with {rows} telemetry rows", **common)
     cancelled = launcher_state == LauncherState.CANCELLED
+    outside = timeline.outside_signal(scan.records) if not any(
+        h.rank is not None and not h.sig.fallout for h in fatal) else None
+    if outside is not None and launcher_state in (LauncherState.FAILED,
+                                                  LauncherState.CANCELLED):
+        common["explain"] = tuple(timeline.explain(
+            [h.event() for h in fatal] + scan.records, outside))
+        return Outcome(Status.CANCELLED, outside.path, outside.line_no, outside.text,
+                       deciding=_record_dict(outside, timeline.First(None, outside, "")),
+                       reason=f"ended by a signal from outside the job "
+                              f"({outside.facts.get('signal')} on every task that ended, "
+                              f"{outside.rule} at {outside.where()}; a scancel --signal or "
+                              f"a preemption) and no rank shows a failure of its own; "
+                              f"{said}; not retried", **common)
     deciding, first = decide(ranks, allow_fallout=launcher_state not in (
         LauncherState.TIMEOUT, LauncherState.CANCELLED))
     hung = launcher_state == LauncherState.TIMEOUT
@@ -551,6 +575,27 @@ def verdict(scan: _Scan, exit_code: int | None, launcher_state: str, rows: int) 
                        quoted=quoted, **common)
     return Outcome(Status.CRASH, reason="exited cleanly but wrote no dispatch telemetry rows "
                                    "(setup_metadata rows alone are not telemetry)", **common)
+
+
+def _memory_kill(hit: Hit) -> bool:
+    """A line of the scheduler's memory enforcement (slurm-step-messages, class badflag)."""
+    return hit.sig.cls == Status.BADFLAG and hit.sig.source == MEMORY_KILL_SOURCE
+
+
+def _memory_limit(ranks: dict[str, Hit], exit_code: int | None, state: str,
+                  common: dict) -> Outcome:
+    """The scheduler's memory enforcement killed the job: a configuration failure naming the
+    runbook field, before any rank's string (the kill decides, not what the ranks printed
+    while dying), deciding on the enforcement's own line when a log shows it."""
+    hit = min((h for h in ranks.values() if _memory_kill(h)), key=Hit.key, default=None)
+    where = f" ({hit.path}:{hit.line_no}: {hit.text})" if hit is not None else ""
+    reason = (f"{CONFIG_FAILURE} the scheduler's memory limit killed the job (launcher state "
+              f"{state}, exit {exit_code}){where}; the limit is the runbook's, not the backend's "
+              f"memory: raise {MEMORY_LIMIT_FIELD} (or slurm.mem_per_gpu) and rerun")
+    if hit is None:
+        return Outcome(Status.BADFLAG, reason=reason, **common)
+    return Outcome(Status.BADFLAG, hit.path, hit.line_no, hit.text, deciding=hit.to_dict(),
+                   first_failed_rank=hit.rank, reason=reason, **common)
 
 
 def _record_dict(ev: timeline.Event, ff: timeline.First) -> dict:

@@ -33,15 +33,25 @@ NODE_FILE = re.compile(r"^(node|health|rank)[_-]?(\d+)\.")
 SHELL_SIGNAL_BASE = 128   # a shell reports a child ended by signal n as exit 128 + n
 SIGNALS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
            "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL",
-           "Killed": "SIGKILL", "Terminated": "SIGTERM"}
+           "Killed": "SIGKILL", "Terminated": "SIGTERM", "User defined signal 1": "SIGUSR1",
+           "User defined signal 2": "SIGUSR2", "Interrupt": "SIGINT", "Hangup": "SIGHUP"}
 SIGNAL_NUMBERS = {11: "SIGSEGV", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE", 4: "SIGILL",
-                  9: "SIGKILL", 15: "SIGTERM"}
+                  9: "SIGKILL", 15: "SIGTERM", 10: "SIGUSR1", 12: "SIGUSR2", 2: "SIGINT",
+                  1: "SIGHUP"}
 # a program that dies of one of these crashed by itself (a kernel fault, an abort)
 CRASH_SIGNALS = frozenset({"SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL"})
+# signals a program never sends itself: a task ended by one of these was stopped from outside
+# (scancel --signal, a preemption's warning signal, a user's ^C). SIGKILL is not among them:
+# launchers kill a failed job's survivors with it (srun --kill-on-bad-exit).
+OUTSIDE_SIGNALS = frozenset({"SIGTERM", "SIGUSR1", "SIGUSR2", "SIGINT", "SIGHUP"})
+# a kernel fault a process takes by itself; SIGABRT is not among them (std::terminate after
+# a peer's communication error aborts the survivor too)
+KERNEL_FAULTS = CRASH_SIGNALS - {"SIGABRT"}
 HARDWARE_XID = frozenset({"hardware", "driver"})
 MAX_EVENTS = 4000           # records kept per cell (the cause comes first)
 # a rank's communication and teardown symptoms: fallout when they follow the time limit
 TEARDOWN_CLASSES = frozenset({Status.INFRA, Status.TIMEOUT})
+SCHEDULER_MESSAGES = "slurm-step-messages"     # signatures.yaml: slurmstepd's own lines
 
 
 @dataclass(frozen=True)
@@ -247,6 +257,18 @@ def decide(first: First, own: Event | None, records: Iterable[Event], *, layout:
                                              f"why rank {first.rank} failed", quoted)
 
 
+def outside_signal(records: Iterable[Event]) -> Event | None:
+    """The first exit record when every task that ended abnormally was ended by an outside
+    signal (OUTSIDE_SIGNALS): no task exited with a code of its own or crashed, so the job
+    was stopped from outside (a scancel --signal, a preemption), not by a failure. None
+    when no record shows such a signal or any abnormal end has another cause."""
+    ended = [e for e in records if e.kind == "exit"
+             and (e.facts.get("signal") or e.facts.get("code") not in (0, None))]
+    if not ended or any(e.facts.get("signal") not in OUTSIDE_SIGNALS for e in ended):
+        return None
+    return min(ended, key=Event.order)
+
+
 def after(first: Event, later: Event) -> bool:
     """Whether `later` stands after `first` in the timeline: by line order within one file,
     else by both stamps (a tie is not after); False where nothing orders them."""
@@ -255,17 +277,42 @@ def after(first: Event, later: Event) -> bool:
     return first.ts is not None and later.ts is not None and later.ts > first.ts
 
 
-def fallout_after_limit(events: Iterable[Event]) -> set[tuple[int, int]]:
+def fallout_after_limit(events: Iterable[Event], timed_out: bool = False
+                        ) -> set[tuple[int, int]]:
     """The orders (Event.order) of the ranks' own communication and teardown signatures
-    (infra, timeout) that stand after the launcher's time-limit record (a timeout signature
-    no rank printed, e.g. slurmstepd's `DUE TO TIME LIMIT`): the limit killed the job, and
-    what its ranks print after it is fallout by place, whoever's pattern matched it."""
+    (infra, timeout) that are fallout of the scheduler's time limit: its record is a timeout
+    signature no rank printed, or Slurm's own step message wherever it was copied (e.g.
+    slurmstepd's `DUE TO TIME LIMIT` inside a rank's log). What ranks print after it is
+    fallout by place; when the launcher itself says `timeout` (`timed_out`), the scheduler
+    ended the job and every rank's teardown lines (InfiniBand flush errors, NCCL aborts) are
+    its fallout unless they stand provably before its record (same file, earlier line; or
+    earlier stamps): who ended it decides, not the unordered noise of the teardown."""
     events = list(events)
-    limits = [e for e in events if e.kind == "signature" and e.rank is None
-              and e.cls == Status.TIMEOUT and not e.fallout]
+    limits = [e for e in events if e.kind == "signature" and e.cls == Status.TIMEOUT
+              and not e.fallout and (e.rank is None or e.rule == SCHEDULER_MESSAGES)]
+    marks = {e.order() for e in limits}
     return {e.order() for e in events if e.kind == "signature" and e.rank is not None
-            and e.cls in TEARDOWN_CLASSES and not e.fallout
-            and any(after(limit, e) for limit in limits)}
+            and e.cls in TEARDOWN_CLASSES and not e.fallout and e.order() not in marks
+            and limits and (any(after(limit, e) for limit in limits) or (
+                timed_out and not any(after(e, limit) for limit in limits)))}
+
+
+def fallout_of_a_faulted_peer(events: Iterable[Event], records: Iterable[Event]
+                              ) -> set[tuple[int, int]]:
+    """The orders of the ranks' communication signatures (infra: a connection reset, a
+    closed pair) that a peer's death explains: the launcher recorded another rank killed by
+    a kernel fault (KERNEL_FAULTS) and that rank shows no communication failure of its own.
+    A survivor's `Connection reset by peer` is then the consequence, not the cause: the
+    relation, not the pattern's place in a list, makes it fallout."""
+    events = list(events)
+    faulted = {e.rank for e in records if e.kind == "exit" and e.rank is not None
+               and e.facts.get("signal") in KERNEL_FAULTS}
+    own_comm = {e.rank for e in events if e.kind == "signature" and e.cls == Status.INFRA
+                and not e.fallout}
+    causes = faulted - own_comm
+    return {e.order() for e in events if e.kind == "signature" and e.rank is not None
+            and e.cls == Status.INFRA and not e.fallout and e.rank not in faulted
+            and causes - {e.rank}}
 
 
 def cut_first(events: Iterable[Event], cuts: Iterable[Event]) -> Event | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import json
 import os
 import signal
 import subprocess
@@ -269,7 +270,8 @@ def failure_jobs(slurm_up, tmp_path_factory):
     for key, launcher, code, ntasks, timeout_s in (
             ("exit3", plain, EXIT3, 2, 300), ("oom", small, HOG, 1, 300),
             ("slurm_timeout", short, SLEEP, 1, 300), ("no_progress", plain, SLEEP, 1, 4),
-            ("warned", short, ITERATING, 2, 300)):
+            ("warned", short, ITERATING, 2, 300),
+            ("term", plain, SLEEP, 2, 300), ("usr1", plain, SLEEP, 2, 300)):
         spec = LaunchSpec(argv=[PY, "-c", code], ntasks=ntasks)
         handles[key] = launcher.submit(key, spec, base / key, timeout_s)
         owners[key] = launcher
@@ -282,6 +284,9 @@ def failure_jobs(slurm_up, tmp_path_factory):
 def failures(failure_jobs):
     """Wait until every failing job ended."""
     handles, owners = failure_jobs
+    for key, sig in (("term", "TERM"), ("usr1", "USR1")):     # an outside signal, mid-run
+        wait_started(handles[key], 120)
+        S.run_cmd(["scancel", f"--signal={sig}", handles[key].job_id])
     results = {}
     for key in handles:
         results.update(wait_all(owners[key], {key: handles[key]}, 180))
@@ -298,11 +303,45 @@ def test_exit_3_is_a_crash_with_rank_logs(failures):
     assert "rank 0 of 2" in text and "rank 1 of 2" in text and f"master {host}" in text
 
 
-def test_slurm_memory_limit_is_does_not_fit(failures):
+def wait_started(handle, limit_s: float) -> None:
+    """Wait until every rank of a SLEEP job printed `started` (the job is running)."""
+    deadline = time.monotonic() + limit_s
+    ranks = [Path(handle.cell_dir) / f"rank{r}.log" for r in range(int(handle.extra["ntasks"]))]
+    while not all(p.is_file() and "started" in p.read_text(errors="replace") for p in ranks):
+        assert time.monotonic() < deadline, f"job {handle.job_id} never started"
+        time.sleep(0.3)
+
+
+def judged(res, cell_dir: Path):
+    """The campaign's verdict of a finished job: judge_run over the cell's logs as
+    pipeline.analysis reads them (rank logs and Slurm's slurm-<job>.out)."""
+    from harness.taxonomy.judge import cell_logs, judge_run
+    return judge_run(res.exit_code, res.state, cell_logs(cell_dir, res.log_paths),
+                     DEFAULT_FAILURE_PATTERNS)
+
+
+def test_slurm_memory_limit_is_a_configuration_failure(failures, failure_jobs):
+    """slurmstepd's memory-limit kill is the runbook's limit, never a memory finding:
+    catches the kill read as `does_not_fit` (data) instead of a configuration failure."""
     res = failures["oom"]
     assert res.state == "oom", res.detail
-    assert classify(res).status == "does_not_fit"
+    verdict = judged(res, Path(failure_jobs[0]["oom"].cell_dir))
+    assert verdict.status == "badflag", verdict.outcome.reason
+    assert "slurm.mem_per_task" in verdict.outcome.reason
+    assert "exceeded memory limit" in (verdict.outcome.line or "")
     assert "allocating" in log_text(res) and "memory limit" in log_text(res)
+
+
+@pytest.mark.parametrize("key,signame", [("term", "SIGTERM"), ("usr1", "SIGUSR1")])
+def test_scancel_signal_is_cancelled_not_crash(failures, failure_jobs, key, signame):
+    """`scancel --signal=TERM|USR1` on a running job (sacct FAILED 15:0 / 10:0, srun's
+    `tasks 0-1: Terminated`) was stopped from outside: catches it read as `crash` (or as
+    unclassified) because no rank printed a signature."""
+    res = failures[key]
+    assert res.state == "failed", res.detail
+    verdict = judged(res, Path(failure_jobs[0][key].cell_dir))
+    assert verdict.status == "cancelled", verdict.outcome.reason
+    assert signame in verdict.outcome.reason
 
 
 def test_slurm_time_limit_is_timeout(failures):
@@ -345,3 +384,29 @@ def test_a_cell_at_its_time_limit_is_warned_and_recorded_timeout_with_its_last_i
     # until the step ended runs at the kill, after the ranks' last line)
     assert warned_at <= (cell / "rank0.log").stat().st_mtime - 10
     assert classify(result).status == "timeout"
+
+
+def test_campaign_stops_on_the_memory_limit_naming_the_field(tmp_path):
+    """`epcap run` with slurm.mem_per_task too small for the process: Slurm kills the first
+    job at the limit and the campaign stops (exit 3) naming the runbook field, with no
+    `does_not_fit` row. Catches the kill published as a memory finding (campaign `done`,
+    rc 0, does_not_fit rows)."""
+    text = REDUCED.read_text()
+    text = text.replace("models_file: ../../../runbooks/models.yaml",
+                        f"models_file: {ROOT / 'runbooks' / 'models.yaml'}")
+    text = text.replace("repositories: {epcap: ../../..}", f"repositories: {{epcap: {ROOT}}}")
+    text = text.replace('time_limit: "00:05:00"}', 'time_limit: "00:05:00", mem_per_task: "40M"}')
+    assert 'mem_per_task: "40M"' in text and str(ROOT) in text
+    rb = tmp_path / "tight.yaml"
+    rb.write_text(text)
+    proc = run_epcap("slurm", tmp_path / "res", timeout=180, runbook=rb)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "slurm.mem_per_task" in proc.stderr and "exceeded memory limit" in proc.stderr
+    (stopped,) = (tmp_path / "res").rglob("STOPPED.txt")
+    assert "slurm.mem_per_task" in stopped.read_text()
+    statuses = [json.loads(p.read_text()).get("status")
+                for p in (tmp_path / "res").rglob("cells/*/cell.json")]
+    for table in (tmp_path / "res").rglob("*.tsv"):
+        with open(table, newline="") as handle:
+            statuses += [r.get("status") for r in csv.DictReader(handle, delimiter="\t")]
+    assert "badflag" in statuses and "does_not_fit" not in statuses, statuses

@@ -204,3 +204,22 @@ def test_capture_reuses_the_process_facts_after_the_first(repo):
         capture_provenance(["x"], {"run_scripts": repo})
     after = prov._static_facts.cache_info()
     assert (after.misses, after.hits) == (before.misses, before.hits + 5)
+
+
+@pytest.mark.parametrize("body", ["", "raise RuntimeError('half-installed')\n"])
+def test_a_broken_torch_first_on_pythonpath_is_a_clear_error_not_a_traceback(tmp_path, body):
+    """`epcap run` with a stray `torch` package first on PYTHONPATH (one without
+    `torch.version`, one that raises on import). Catches the run ending in a raw
+    AttributeError/RuntimeError traceback from provenance before any cell exists: it must
+    exit 2 naming the file and PYTHONPATH."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text(body)
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{root}")
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "run",
+                           str(root / "tests" / "fixtures" / "runbooks" / "reduced.yaml"),
+                           "--results", str(tmp_path / "res")], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and "PYTHONPATH" in proc.stderr, proc.stderr
+    assert str(tmp_path / "torch" / "__init__.py") in proc.stderr or "torch:" in proc.stderr

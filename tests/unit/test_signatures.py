@@ -172,10 +172,12 @@ NCCL_RULE = {"ncclSuccess": "none", "ncclInProgress": "none", "ncclSystemError":
 SLURM_STEP_RULE = (("DUE TO TIME LIMIT", "timeout"), ("DUE TO PREEMPTION", "infra"),
                    ("DUE TO NODE FAILURE", "infra"), ("DUE TO JOB REQUEUE", "infra"),
                    ("DUE to SIGNAL", "infra"), ("STEPD TERMINATED", "infra"),
-                   ("oom_kill event", "does_not_fit"), ("exceeded memory limit", "does_not_fit"),
-                   ("Out Of Memory", "does_not_fit"), ("Node failure on", "infra"))
+                   # the scheduler enforcing the runbook's memory limit: a configuration
+                   # failure (badflag, naming slurm.mem_per_task), never does_not_fit
+                   ("oom_kill event", "badflag"), ("exceeded memory limit", "badflag"),
+                   ("Out Of Memory", "badflag"), ("Node failure on", "infra"))
 SLURM_STATE_RULE = {"TIMEOUT": "timeout", "DEADLINE": "timeout", "NODE_FAIL": "infra",
-                    "BOOT_FAIL": "infra", "PREEMPTED": "infra", "OUT_OF_MEMORY": "does_not_fit",
+                    "BOOT_FAIL": "infra", "PREEMPTED": "infra", "OUT_OF_MEMORY": "badflag",
                     "CANCELLED": "cancelled", "REVOKED": "cancelled"}
 
 # Ends whose class the logs decide; every other `none` state is no end at all.

@@ -140,7 +140,10 @@ def test_launcher_state_and_the_fatal_signature():
                  "collective operation timeout: WorkNCCL(SeqNum=9) ran for 600000 ms")
     assert classify(None, "timeout", hang, pats, 5).status == "timeout"     # fallout only
     assert classify(None, "timeout", lines("fine"), pats, 5).status == "timeout"
-    assert classify(137, "oom", bug, pats, 0).status == "does_not_fit"
+    # the scheduler's memory limit: a configuration failure naming the field, whatever a
+    # rank printed (catches the kill read as does_not_fit, a memory finding)
+    oom = classify(137, "oom", bug, pats, 0)
+    assert oom.status == "badflag" and "slurm.mem_per_task" in oom.reason
     assert classify(None, "node_fail", bug, pats, 0).status == "infra"
     assert classify(None, "cancelled", bug, pats, 0).status == "assert"
     assert classify(None, "cancelled", lines("fine"), pats, 0).status == "cancelled"
@@ -350,3 +353,139 @@ def test_block_reader_and_line_reader_classify_alike(tmp_path_factory, spec, crl
 
 DIST_REMOTE_LINE = ("torch.distributed.DistBackendError: NCCL error in: a.cpp:1, remote process "
                     "exited or there was a network error, NCCL version 2.27.3")
+
+
+OUTSIDE = ("Terminated", "User defined signal 1", "User defined signal 2", "Interrupt", "Hangup")
+OWN_END = ("Segmentation fault", "Aborted", "Bus error", "Exited with exit code 3", "Killed")
+
+
+def srun_exit(tasks: str, end: str) -> str:
+    """srun's task-exit line (src/srun/launch.c _task_finish: "%s: %s %s: %s%s")."""
+    word = "task" if tasks.isdigit() else "tasks"
+    return f"srun: error: vm: {word} {tasks}: {end}"
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(2, 4), st.sampled_from(OUTSIDE), st.booleans(), st.data())
+def test_an_outside_signal_on_every_task_is_cancelled_never_crash(n, end, merged, data):
+    """scancel --signal=TERM|USR1 (sacct FAILED 15:0 / 10:0): srun reports every task ended by
+    a signal no program sends itself. Catches the stop read as `crash` (no signature) and,
+    with a task's own end (a crash signal, an exit code, a SIGKILL) anywhere among the
+    records, the survivors' SIGTERM read as the job's cancel."""
+    recs = [srun_exit(f"0-{n - 1}", end)] if merged else [srun_exit(str(k), end)
+                                                          for k in range(n)]
+    out = classify(15, "failed", lines(*recs, path="slurm-9.out"), DEFAULT_FAILURE_PATTERNS, 0)
+    assert out.status == "cancelled", out.reason
+    own = data.draw(st.sampled_from(OWN_END))
+    at = data.draw(st.integers(0, len(recs)))
+    mixed = recs[:at] + [srun_exit(str(n), own)] + recs[at:]
+    out = classify(1, "failed", lines(*mixed, path="slurm-9.out"), DEFAULT_FAILURE_PATTERNS, 0)
+    assert out.status != "cancelled", out.reason
+
+
+ROW = "[MOE_DROP_DEBUG][dispatch] iter={i} layer=0 rank={k} expected_recv=10 actual_valid_recv=10 budget=16"
+IB_FLUSH = ("node001:2201:2209 [0] transport/net_ib/p2p.cc:1000 NCCL WARN NET/IB: Got completion "
+            "from peer 10.0.0.2<43210> with status=5 opcode=0 len=0 vendor err 249 (Recv)")
+STEP_LIMIT = "slurmstepd-vm: error: *** STEP 12.0 ON vm CANCELLED AT 2026-12-05T17:00:40 DUE TO TIME LIMIT ***"
+
+
+@pytest.mark.parametrize("limit_file", ["rank0.log", "slurm-12.out"])
+def test_the_schedulers_time_limit_beats_teardown_noise(limit_file):
+    """Slurm's time limit (state timeout, slurmstepd's `DUE TO TIME LIMIT` copied into a rank
+    log or in the batch output) ends the job; the InfiniBand flush error a survivor prints in
+    its own file while torn down is fallout. Catches the flush error (non-fallout infra, no
+    stamps to order it) outranking the scheduler's own state: `infra`, retried as the
+    cluster's fault."""
+    logs = [("rank0.log", 1, ROW.format(i=3, k=0)), ("rank1.log", 1, ROW.format(i=3, k=1)),
+            ("rank1.log", 2, IB_FLUSH), (limit_file, 9, STEP_LIMIT)]
+    out = classify(None, "timeout", logs, DEFAULT_FAILURE_PATTERNS, 2)
+    assert out.status == "timeout", out.reason
+    # without the scheduler's record the flush error may be the hang's cause: infra stands
+    out = classify(None, "timeout", logs[:3], DEFAULT_FAILURE_PATTERNS, 2)
+    assert out.status == "infra", out.reason
+
+
+def test_an_unreachable_slurm_controller_is_infra():
+    """srun's `Unable to allocate resources: Unable to contact slurm controller (connect
+    failure)` (src/srun/allocate.c with slurm_errno.c's text): the scheduler was unreachable.
+    Catches it read as `crash` or `unclassified` (no signature) and charged to the cell."""
+    line = ("srun: error: Unable to allocate resources: Unable to contact slurm controller "
+            "(connect failure)")
+    for rows in (0, 2):
+        out = classify(1, "failed", lines(line, path="slurm-12.out"), DEFAULT_FAILURE_PATTERNS,
+                       rows)
+        assert out.status == "infra", out.reason
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 15), st.sampled_from(["", " "]), st.sampled_from(["", "3: "]),
+       st.sampled_from(["ZeroDivisionError: division by zero", "KeyError: 3",
+                        "torch.OutOfMemoryError: CUDA out of memory."]))
+def test_an_exception_behind_the_rank_prefix_with_or_without_a_space(rank, gap, label, exc):
+    """The project's Slurm script tees `[rankN]:` with no space before the message. Catches
+    the exception family's format requiring `]: ` (the traceback's last line missed, the
+    cell left to `crash` by default with no deciding line)."""
+    out = classify(1, "failed", lines(f"{label}[rank{rank}]:{gap}{exc}"),
+                   DEFAULT_FAILURE_PATTERNS, 0)
+    assert out.line is not None and out.deciding["source"] in (
+        "python-top-level-exceptions", "pytorch-out-of-memory"), out.reason
+
+
+@pytest.mark.parametrize("line,status", [
+    ("python -m backends.reference: error: --experts (7) must be divisible by --ep (2)", "badflag"),
+    ("[rank0]:pretrain_gpt.py: error: --foo must be set", "badflag"),
+    ("srun: error: Unable to create step for job 12: Invalid generic resource", "crash"),
+    ("slurmstepd-vm: error: Exceeded job memory limit", "crash")])
+def test_a_programs_own_parser_error_is_badflag_not_a_slurm_tools(line, status):
+    """argparse's `%(prog)s: error: %(message)s` from a check after parsing (the reference
+    backend's options.py). Catches it read as `unclassified`/`crash`, and the rule widened to
+    any `X: error:` (srun's and slurmstepd's lines would become a flag error that stops the
+    campaign)."""
+    out = classify(2, "failed", lines(line), DEFAULT_FAILURE_PATTERNS, 0)
+    assert out.status == status, out.reason
+
+
+@pytest.mark.parametrize("op", ["recv", "send"])
+def test_a_gloo_timeout_is_a_communication_failure_not_unnamed(op):
+    """The CPU path runs on gloo: `Timed out waiting 30000ms for recv operation to complete`
+    (gloo/transport/tcp/unbound_buffer.cc) on the only rank that printed anything. Catches
+    it left without a signature (RuntimeError with an unknown message: `crash` with no
+    deciding line), and read as the rank's own failure that would outrank a peer's (it is
+    fallout)."""
+    line = ("[rank0]:RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer"
+            f".cc:81] Timed out waiting 30000ms for {op} operation to complete")
+    rows = [("rank0.log", 1, ROW.format(i=1, k=0)), ("rank1.log", 1, ROW.format(i=1, k=1))]
+    out = classify(1, "failed", rows + [("rank0.log", 2, line)], DEFAULT_FAILURE_PATTERNS, 2)
+    assert (out.status, out.deciding["source"]) == ("infra", "gloo-unbound-buffer-timeout")
+    assert out.deciding["fallout"] is True
+    crash = "[rank1]:ZeroDivisionError: division by zero"
+    out = classify(1, "failed", rows + [("rank0.log", 2, line), ("rank1.log", 2, crash)],
+                   DEFAULT_FAILURE_PATTERNS, 2)
+    assert (out.status, out.first_failed_rank) == ("crash", "1"), out.reason
+
+
+RESET = ("[rank{k}]:RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Read "
+         "error [127.0.0.1]:29500: Connection reset by peer")
+FAULT_RECORDS = {"local": "epcap local launcher: task {k} (pid 5{k}) ended (exitcode: -{n})",
+                 "srun": "srun: error: vm: task {k}: {name}"}
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(2, 4), st.data(), st.sampled_from(sorted(FAULT_RECORDS)),
+       st.sampled_from([(11, "Segmentation fault"), (7, "Bus error"),
+                        (8, "Floating point exception")]))
+def test_a_survivors_connection_reset_is_fallout_of_the_faulted_peer(n, data, launcher, sig):
+    """One rank dies of a kernel fault (its launcher record), the survivors print gloo's
+    `Connection reset by peer` (an infra pattern). Catches the survivor's reset taken as
+    `the only rank with a failure of its own`: the cell `infra` (retried as the cluster's
+    fault) on the wrong rank instead of `crash` on the faulted one."""
+    dead = data.draw(st.integers(0, n - 1))
+    logs = [(f"rank{k}.log", 1, ROW.format(i=1, k=k)) for k in range(n)]
+    logs += [(f"rank{k}.log", 2, RESET.format(k=k)) for k in range(n) if k != dead]
+    record = FAULT_RECORDS[launcher].format(k=dead, n=sig[0], name=sig[1])
+    logs.append(("launcher.log" if launcher == "local" else "slurm-7.out", 1, record))
+    out = classify(1, "failed", logs, DEFAULT_FAILURE_PATTERNS, 2)
+    assert (out.status, out.first_failed_rank) == ("crash", str(dead)), out.reason
+    # without the faulted peer, the reset is that rank's own failure: infra stands
+    out = classify(1, "failed", logs[:-1], DEFAULT_FAILURE_PATTERNS, 2)
+    assert out.status == "infra", out.reason
