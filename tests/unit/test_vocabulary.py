@@ -26,6 +26,7 @@ ALLOWED = {
     ("harness/results/retries.py", "unclassified"): "the RetryBudget field of that name",
     ("harness/runbook/load.py", "unclassified"): "the runbook's `limits.unclassified` key",
     ("harness/io/boundary/events.py", "ok"): "the `ok` field of an event record (a flag)",
+    ("harness/io/boundary/tools.py", "timeout"): "why a tool's capture stopped (timeout | flood)",
 }
 
 
