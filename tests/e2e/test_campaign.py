@@ -220,7 +220,8 @@ def test_rerun_resumes_without_rerunning(reduced_run):
             "eta_s", "failures"} <= set(doc)
     rows = (camp / "timing_launches.tsv").read_text().splitlines()
     assert rows[0].split("\t") == ["campaign", "model", "backend", "launch", "phase",
-                                   "median_ms", "p10_ms", "p90_ms", "trials", "cell_dir"]
+                                   "median_ms", "p10_ms", "p90_ms", "trials", "cell_dir",
+                                   "backend_impl"]
     assert len(rows) > 1
 
 
