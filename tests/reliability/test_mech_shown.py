@@ -76,8 +76,10 @@ def test_audit_shows_a_cells_escape_sequences_escaped(tmp_path, valid_upload, pa
     table = up / "capacity_attempts.tsv"
     text = table.read_text()
     at = text.index("\tcells/") + len("\tcells/")
-    # tab/newline would split the row; the TSV reader decodes backslash escapes itself
-    planted = payload.replace("\t", "").replace("\n", "").replace("\\", "") or "\x1b[2J"
+    # tab/newline would split the row; the TSV reader decodes backslash escapes itself; a NUL
+    # makes the table binary, refused whole (every rule UNKNOWN), so nothing is quoted
+    planted = (payload.replace("\t", "").replace("\n", "").replace("\\", "").replace("\x00", "")
+               or "\x1b[2J")
     table.write_text(text[:at] + planted + text[at:])
     res = run_cli("audit", up, "--out", up / "audit.tsv")
     assert "missing-cell" in res.out
