@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from harness.io.boundary.logs import lines_from, text_lines
 from harness.results.layout import Cell
 from harness.runbook.model import BackendConfig, ModelSpec, PhaseConfig, Runbook, Shape, SlurmConfig
 from harness.vocab import (
@@ -231,6 +232,15 @@ class Backend(ABC):
         """The first `[EPCAP_TIMING] {...}` object in the log lines, else None (a backend with
         a native timing format overrides this)."""
         return first_timing_object(lines)
+
+    def timing_of(self, logs: Sequence[Path]) -> dict | None:
+        """`parse_timing` over the logs' lines in file order. The default reader looks for the
+        SPEC's tag first, so it is given the lines from the first that holds the tag (none
+        before can matter, and a few hundred MB of dispatch rows are not decoded); a backend
+        that overrides parse_timing (a native format) is given every line."""
+        if type(self).parse_timing is Backend.parse_timing:
+            return first_timing_object(lines_from(list(logs), TIMING_TAG.encode()))
+        return self.parse_timing(t for path in logs for _, t in text_lines(path))
 
     def modelled_peak_memory(self, req: RunRequest) -> int | None:
         """The peak memory (bytes per rank) this backend reports for the request when it has

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.audit import workers
 from harness.audit.catalogue import CATALOGUE
 from harness.audit.errata import Errata, GitClones, load_errata
 from harness.audit.load import load_upload
@@ -31,6 +32,7 @@ from harness.audit.model import (
 )
 from harness.audit.readers import find_uploads
 from harness.audit.rules import apply_row, expand
+from harness.audit.rules.rederive import start_deriving
 from harness.audit.rules.routing import SAMPLE_SEED_BITS, audit_seed, sampled_notes
 from harness.audit.rules.selection import held_out_notes
 from harness.audit.versions import judge_versions
@@ -204,7 +206,11 @@ def audit_upload(upload: Upload, errata: Errata, order: GitClones) -> UploadVerd
     (harness/audit/versions.py), fold: nothing to judge is UNKNOWN; else INVALID beats
     UNKNOWN beats VALID."""
     ctx = AuditContext(errata, order)
-    checks = merge_codes([apply_row(row, upload, ctx) for row in expand(RULES, errata)])
+    start_deriving(upload)                   # on forked workers, beside the rules before it
+    try:
+        checks = merge_codes([apply_row(row, upload, ctx) for row in expand(RULES, errata)])
+    finally:
+        workers.stop(upload)
     checks, version_notes = judge_versions(upload, checks, version_bound(RULES), order)
     checks = merge_codes(checks)
     empty = next((c for c in checks if c.code == NOTHING_TO_JUDGE),

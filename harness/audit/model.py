@@ -107,6 +107,8 @@ class Upload:
     facts_problem: str | None = None                     # why campaign.json was refused
     derived: dict = field(default_factory=dict)          # cell path -> what the harness derives
     pending_logs: dict = field(default_factory=dict)     # cell path -> its logs, to be read
+    pool: object = None                                  # audit.workers' forked pool, if any
+    deriving: list | None = None                         # rules.rederive's submitted derivations
     abandoned: set[str] | None = None                    # cells a resumed campaign abandoned
     events: tuple[list[dict] | None, str | None] | None = None  # events.jsonl (upload_events)
     replay: object = None                                # rules.pipeline.UploadReplay, once

@@ -19,7 +19,7 @@ from harness.grid import capacity as cap
 from harness.pipeline.decisions import Outcome
 from harness.results.layout import Cell
 from harness.results.rows import AttemptRow
-from harness.taxonomy.judge import cell_layout, cell_logs, iter_log_lines, judge_run
+from harness.taxonomy.judge import cell_layout, cell_logs, judge_run
 from harness.telemetry.steps import step_peaks
 from harness.telemetry.summary import LogSummary, summarize
 from harness.vocab import FAILURE_CLASSES, TIMED_OK, Purpose, Status
@@ -68,7 +68,7 @@ def analyse(req: RunRequest, backend: Backend, result: JobResult, cell_dir: Path
     status = verdict.status
     timing = None
     if cell.purpose == Purpose.TIME and status in TIMED_OK:
-        timing = backend.parse_timing(t for _, _, t in iter_log_lines(logs))
+        timing = backend.timing_of(logs)
         if timing is None:
             status = Status.CRASH
             failure.update(status=Status.CRASH, reason="no [EPCAP_TIMING] line in the logs")

@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from harness.errors import BadInput
-from harness.telemetry.summary import PathLike, rows_table
+from harness.telemetry.summary import FIELDS, PathLike, rows_array
 
 
 @dataclass(frozen=True)
@@ -87,13 +89,16 @@ def step_peaks(paths: PathLike | Iterable[PathLike], warmup: int = 0,
     """Per-step peaks of one run's logs (its well-formed dispatch rows, read as one stream)."""
     if warmup < 0:
         raise BadInput(f"must be >= 0, got {warmup}", field="warmup")
-    table = rows_table(paths, tags)
-    table = table[table["iter"] >= warmup]
-    if not len(table):
+    rows = rows_array(paths, tags)
+    iters, actual, budget = (rows[:, FIELDS.index(c)] for c in ("iter", "actual_valid_recv",
+                                                                 "budget"))
+    kept = iters >= warmup
+    if not kept.any():
         return StepPeaks((), (), ())
-    grouped = table.assign(sat=table["actual_valid_recv"] >= table["budget"]).groupby(
-        "iter", sort=True)
-    peaks = grouped["actual_valid_recv"].max()
-    sat = grouped["sat"].any()
-    return StepPeaks(tuple(int(i) for i in peaks.index), tuple(int(p) for p in peaks),
-                     tuple(bool(s) for s in sat))
+    steps, at = np.unique(iters[kept], return_inverse=True)
+    peaks = np.full(len(steps), np.iinfo(np.int64).min, np.int64)
+    np.maximum.at(peaks, at, actual[kept])
+    saturated = np.zeros(len(steps), bool)
+    np.logical_or.at(saturated, at, actual[kept] >= budget[kept])
+    return StepPeaks(tuple(int(i) for i in steps), tuple(int(p) for p in peaks),
+                     tuple(bool(s) for s in saturated))

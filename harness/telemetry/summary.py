@@ -286,10 +286,15 @@ def rows_table(paths: PathLike | Iterable[PathLike], tags: dict[str, str] | None
     """The well-formed dispatch rows as a pandas DataFrame with the FIELDS columns."""
     import pandas as pd  # lazy: slow import, only when used
 
+    return pd.DataFrame(rows_array(paths, tags), columns=list(FIELDS))
+
+
+def rows_array(paths: PathLike | Iterable[PathLike], tags: dict[str, str] | None = None
+               ) -> np.ndarray:
+    """The well-formed dispatch rows as an (n, 6) int64 array, columns in FIELDS order."""
     compiled = make_tags(tags)
     arrays = [b.rows for p in _as_paths(paths) for b in _scan(p, compiled)]
-    data = np.concatenate(arrays) if arrays else np.empty((0, 6), np.int64)
-    return pd.DataFrame(data, columns=list(FIELDS))
+    return np.concatenate(arrays) if arrays else np.empty((0, len(FIELDS)), np.int64)
 
 
 class _Accumulator:

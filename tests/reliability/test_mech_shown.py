@@ -77,15 +77,16 @@ def test_audit_shows_a_cells_escape_sequences_escaped(tmp_path, valid_upload, pa
     text = table.read_text()
     at = text.index("\tcells/") + len("\tcells/")
     # tab/newline would split the row; the TSV reader decodes backslash escapes itself; a NUL
-    # makes the table binary, refused whole (every rule UNKNOWN), so nothing is quoted
-    planted = (payload.replace("\t", "").replace("\n", "").replace("\\", "").replace("\x00", "")
-               or "\x1b[2J")
+    # makes the table binary, refused whole (every rule UNKNOWN), so nothing is quoted; a
+    # slash would make the payload a folder, and the row finds its cell by name after it
+    planted = "".join(c for c in payload if c not in "\t\n\\\x00/") or "\x1b[2J"
     table.write_text(text[:at] + planted + text[at:])
     res = run_cli("audit", up, "--out", up / "audit.tsv")
     assert "missing-cell" in res.out
     assert hidden_in(res.out) == [], res.out
     assert hidden_in((up / "audit.tsv").read_text().replace("\t", " ")) == []   # separators
     doc = json.loads(run_cli("audit", up, "--json").out)
+    assert "missing-cell" in doc["uploads"][0]["reasons"], doc["uploads"][0]
 
     def strings(o):
         if isinstance(o, str):

@@ -258,3 +258,32 @@ def test_the_always_sampled_groups_are_found_in_any_field_order(tmp_path):
     assert rank_tops([log]) == {0: 120, 1: 150}
     assert always_sampled([log], [200, 120]) == {(2, 3), (4, 0), (1, 1)}
     assert always_sampled([log], []) == {(2, 3), (4, 0), (1, 1)}
+
+
+def test_the_forked_workers_give_the_serial_checks(campaign, tmp_path, monkeypatch):
+    """routing-not-from-seed and not-rederived on the audit's forked workers (audit.workers,
+    forced here by a 0-byte threshold) give every check the serial audit gives, word for
+    word, on the campaign and on each kind of forgery; the workers did the cells' work.
+    Catches a worker's answer dropped or folded out of cell order (mutant tried by hand:
+    _cell_job returning no contradictions -> fails on the moved slots)."""
+    from harness.audit import audit_target, workers
+    from harness.audit.rules import rederive
+    rng = random.Random(6464)
+    uploads = [campaign]
+    for n, forge in enumerate((lambda r: move_slots(r, rng, "actual_valid_recv"),
+                               lambda r: edit_trace(r, rng), lambda r: set_seed(r, rng))):
+        uploads.append(corpus.link_copy(campaign, tmp_path / f"forged{n}"))
+        assert forge(uploads[-1]) is not None
+
+    def checks(root):
+        (u,) = audit_target(root, sample_seed=1234).uploads
+        return u.verdict, [(c.code, c.state, c.why) for c in u.checks], u.why, u.unknown
+    serial = [checks(root) for root in uploads]
+    jobs: list[str] = []
+    real_submit = workers.submit
+    monkeypatch.setattr(workers, "submit",
+                        lambda up, fn, *a: jobs.append(fn.__name__) or real_submit(up, fn, *a))
+    monkeypatch.setattr(rederive, "PARALLEL_BYTES", 0)
+    assert [checks(root) for root in uploads] == serial
+    assert {"_cell_job", "_derive_key"} <= set(jobs)
+    assert [s[0] for s in serial] == ["VALID", "INVALID", "INVALID", "INVALID"]

@@ -12,10 +12,7 @@ but holds no runbook fails `runbook-altered`.
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -23,6 +20,7 @@ from pathlib import Path
 from harness.api.backend import RunRequest
 from harness.api.launcher import JobResult
 from harness.api.registry import load_backend
+from harness.audit import workers
 from harness.audit.model import (
     NOT_APPLICABLE,
     UNKNOWN,
@@ -111,32 +109,37 @@ def expected_shape(upload: Upload, cell: Cell) -> dict[str, int] | None:
 
 
 PARALLEL_BYTES = 64 << 20          # logs this large are re-judged on several cores
-_FORKED: list[Upload] = []         # the upload a forked worker derives from
 
 
 def _derive_key(key: str) -> tuple[str, Derived]:
-    upload = _FORKED[0]
+    upload = workers.forked()
     return key, _derive(upload, upload.cells[key])
 
 
-def derive_all(upload: Upload) -> None:
-    """Derive every cell up front, on several cores (forked workers that inherit the loaded
-    upload) when the logs are large: the taxonomy's line scan is the audit's main cost."""
+def start_deriving(upload: Upload) -> None:
+    """Start deriving every cell on the audit's forked workers (audit.workers), when the logs
+    are large (the taxonomy's line scan is the audit's main cost): the derivations run while
+    the rules before not-rederived do; derive_all collects them."""
+    if upload.deriving is not None:
+        return
     todo = [k for k, c in sorted(upload.cells.items()) if c.where is not None
             and not c.problem and k not in upload.derived and parse_cell_name(c.name)]
-    workers = min(len(todo), os.cpu_count() or 1, 16)
     size = sum(p.stat().st_size for k in todo for p in upload.cells[k].where.glob(LOG_GLOB)
                if plain_file(upload.folder, p))
-    if workers < 2 or size < PARALLEL_BYTES or "fork" not in mp.get_all_start_methods():
+    if size < PARALLEL_BYTES or not workers.start(upload, len(todo)):
         return
     load_table()                 # the signature table, read once here, inherited by workers
-    _FORKED[:] = [upload]
-    try:
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
-            for key, got in pool.map(_derive_key, todo):
-                upload.derived[key] = got
-    finally:
-        _FORKED.clear()
+    upload.deriving = [workers.submit(upload, _derive_key, k) for k in todo]
+
+
+def derive_all(upload: Upload) -> None:
+    """Every cell derived up front: the workers' results (start_deriving), or nothing here
+    when the logs are small (each cell is then derived where a rule asks)."""
+    start_deriving(upload)
+    for future in upload.deriving or ():
+        key, got = future.result()
+        upload.derived[key] = got
+    upload.deriving = []
 
 
 ABANDONED = "abandoned"           # cell.json status of a run whose driver stopped (campaign.store)

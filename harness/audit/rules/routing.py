@@ -39,12 +39,14 @@ import json
 import random
 import re
 import secrets
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
 
 from harness.api.backend import Backend, ExpectedDispatch
 from harness.api.registry import load_backend
+from harness.audit import workers
 from harness.audit.evidence import TRACE_WITHHELD_SUFFIX
 from harness.audit.model import NOT_APPLICABLE, Cell, Check, Rule, Source, Table, Upload, verdict_of
 from harness.audit.readers import (
@@ -512,42 +514,73 @@ def backend_for(upload: Upload, cell: Cell, cache: dict[str, Backend | None]) ->
     return cache[named.backend]
 
 
+def regenerated_for(upload: Upload, cell: Cell, cache: dict, regenerated: dict
+                    ) -> tuple[ExpectedDispatch | None, Memo | None, str | None]:
+    """(the cell's regenerated routing, the memo of the cells with its argv, why it cannot
+    be regenerated): None routing where its backend regenerates none."""
+    backend = backend_for(upload, cell, cache)
+    argv = cell.cell_json.get("argv")
+    argv = [str(a) for a in argv] if isinstance(argv, list) else None
+    key = (id(backend), tuple(argv) if argv is not None else None)
+    try:
+        if key not in regenerated:
+            regenerated[key] = (backend.expected_dispatch(argv)
+                                if backend is not None else None), {}
+    except ValueError as exc:
+        return None, None, (f"{cell.path}/{CELL_JSON}: field argv: the routing cannot be "
+                            f"regenerated ({exc})")
+    return *regenerated[key], None
+
+
+_WORKER_CACHE: tuple[dict, dict] = ({}, {})     # a worker's backends and regenerations
+
+
+def _cell_job(key: str, seed: int) -> tuple:
+    """cell_problems of one cell on a forked worker (audit.workers)."""
+    upload = workers.forked()
+    cell = upload.cells[key]
+    ed, memo, _ = regenerated_for(upload, cell, *_WORKER_CACHE)
+    files, _ = log_files(upload.folder, cell.where)
+    return cell_problems(upload, cell, ed, files, memo, seed)
+
+
 def check_routing(table: Table, upload: Upload) -> Check:
     """Every regenerable cell's dispatch rows (and recorded trace) against the routing its
-    backend regenerates from the cell's argv (module docstring)."""
+    backend regenerates from the cell's argv (module docstring). Each cell's regeneration
+    runs on the audit's workers where it forked them (audit.workers), folded in cell order."""
     if not as_run(upload):
         return Check(ROUTING_NOT_FROM_SEED, NOT_APPLICABLE, [
             "no runbook as run (the earlier layout): no backend to regenerate routing with"])
     if upload.sample_seed is None:                 # no seed given: one no one could know
         upload.sample_seed = audit_seed()
     seed = upload.sample_seed
-    bad, unknown, cache, cells, fields, traces, absent = [], [], {}, 0, 0, 0, 0
-    checked = total = 0
+    cache: dict = {}
     regenerated: dict[tuple, tuple[ExpectedDispatch | None, Memo]] = {}
-    for _, cell in sorted(upload.cells.items()):
+    plan: list[tuple[Cell, object]] = []           # (cell, why it is unknown | its work)
+    for key, cell in sorted(upload.cells.items()):
         if cell.problem or cell.cell_json is None or cell.where is None:
             continue
-        backend = backend_for(upload, cell, cache)
-        argv = cell.cell_json.get("argv")
-        argv = [str(a) for a in argv] if isinstance(argv, list) else None
-        key = (id(backend), tuple(argv) if argv is not None else None)
-        try:
-            if key not in regenerated:
-                regenerated[key] = (backend.expected_dispatch(argv)
-                                    if backend is not None else None), {}
-        except ValueError as exc:
-            unknown.append(f"{cell.path}/{CELL_JSON}: field argv: the routing cannot be "
-                           f"regenerated ({exc})")
-            continue
-        ed, memo = regenerated[key]
-        if ed is None:
+        ed, memo, why = regenerated_for(upload, cell, cache, regenerated)
+        if why is not None or ed is None:
+            if why is not None:
+                plan.append((cell, why))
             continue
         files, problem = log_files(upload.folder, cell.where)
         if problem:
-            unknown.append(f"{cell.path}: {problem}")
+            plan.append((cell, f"{cell.path}: {problem}"))
+        elif upload.pool is not None:
+            plan.append((cell, workers.submit(upload, _cell_job, key, seed)))
+        else:
+            plan.append((cell, (ed, files, memo)))
+    bad, unknown, cells, fields, traces, absent = [], [], 0, 0, 0, 0
+    checked = total = 0
+    for cell, work in plan:
+        if isinstance(work, str):
+            unknown.append(work)
             continue
         cells += 1
-        b, u, n, read, got = cell_problems(upload, cell, ed, files, memo, seed)
+        b, u, n, read, got = (work.result() if isinstance(work, Future) else
+                              cell_problems(upload, cell, work[0], work[1], work[2], seed))
         bad, unknown, fields = bad + b, unknown + u, fields + n
         traces, absent = traces + (read == "read"), absent + (read == "absent")
         checked, total = checked + got.checked, total + got.total

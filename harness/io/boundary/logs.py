@@ -34,23 +34,78 @@ def lines(path: str | Path, max_line: int = LINE_MAX_BYTES) -> Iterator[tuple[in
     """(1-based line number, the line without its ending, at most `max_line` bytes) of a
     log, streamed; split on \\n only (like `wc -l`), a last line without newline included."""
     with open_log(path) as fh:
-        line_no = 0
-        while True:
-            raw = fh.readline(max_line + 1)
-            if not raw:
-                return
-            line_no += 1
-            if len(raw) > max_line and not raw.endswith(b"\n"):
-                raw = raw[:max_line]
-                while (rest := fh.readline(_CHUNK)) and not rest.endswith(b"\n"):
-                    pass                    # the over-long line's tail, never held
-            yield line_no, raw.rstrip(b"\n")
+        yield from _lines_of(fh, max_line)
+
+
+def _lines_of(fh: BinaryIO, max_line: int) -> Iterator[tuple[int, bytes]]:
+    line_no = 0
+    while True:
+        raw = fh.readline(max_line + 1)
+        if not raw:
+            return
+        line_no += 1
+        if len(raw) > max_line and not raw.endswith(b"\n"):
+            raw = raw[:max_line]
+            while (rest := fh.readline(_CHUNK)) and not rest.endswith(b"\n"):
+                pass                    # the over-long line's tail, never held
+        yield line_no, raw.rstrip(b"\n")
+
+
+def _read_lines(fh: BinaryIO, max_line: int) -> Iterator[tuple[int, str]]:
+    for line_no, raw in _lines_of(fh, max_line):
+        yield line_no, raw.decode("utf-8", "replace").rstrip("\r")
+
+
+def first_line_holding(path: str | Path, needle: bytes) -> int | None:
+    """The byte offset of the start of the first line of the log holding `needle`, else
+    None: a bytes search block by block (bounded memory), no line decoded."""
+    with open_log(path) as fh:
+        base, tail = 0, b""             # tail: the block's last len(needle) - 1 bytes
+        while data := fh.read(_CHUNK * 4):
+            block = tail + data
+            at = block.find(needle)
+            if at >= 0:
+                at += base - len(tail)
+                break
+            tail = block[-(len(needle) - 1):] if len(needle) > 1 else b""
+            base += len(data)
+        else:
+            return None
+        start = at
+        while start > 0:                # back to the start of its line, a chunk at a time
+            fh.seek(max(start - _CHUNK, 0))
+            chunk = fh.read(start - max(start - _CHUNK, 0))
+            nl = chunk.rfind(b"\n")
+            if nl >= 0:
+                return start - len(chunk) + nl + 1
+            start -= len(chunk)
+        return 0
+
+
+def lines_from(paths: list[Path], needle: bytes, max_line: int = LINE_MAX_BYTES
+               ) -> Iterator[str]:
+    """The logs' text lines (as `text_lines` yields them, in file order) from the first line
+    that holds `needle` on: a reader that looks for `needle` first gives the same answer over
+    these as over every line, without decoding the lines before (a few hundred MB of
+    dispatch rows). The first line is the one `lines` reads from its start, so a line cut
+    at `max_line` is cut the same way."""
+    it = iter(paths)
+    for path in it:
+        offset = first_line_holding(path, needle)
+        if offset is None:
+            continue
+        with open_log(path) as fh:
+            fh.seek(offset)
+            yield from (t for _, t in _read_lines(fh, max_line))
+        for rest in it:
+            yield from (t for _, t in text_lines(rest, max_line))
+        return
 
 
 def text_lines(path: str | Path, max_line: int = LINE_MAX_BYTES) -> Iterator[tuple[int, str]]:
     """`lines` decoded as UTF-8 (undecodable bytes replaced), a trailing \\r dropped."""
-    for line_no, raw in lines(path, max_line):
-        yield line_no, raw.decode("utf-8", "replace").rstrip("\r")
+    with open_log(path) as fh:
+        yield from _read_lines(fh, max_line)
 
 
 @dataclass(frozen=True)
