@@ -20,17 +20,29 @@ from harness.audit.model import (
     Upload,
     UploadRule,
     first,
+    norm,
     readable,
     unreadable,
 )
+from harness.results.layout import ATTEMPTS_TSV
 from harness.results.rows import ROW_TYPES
+from harness.vocab import Purpose, Status
+
+# the words a column holds (harness.vocab): another word is none epcap writes, so no rule
+# may judge the row as if it were one it knows (a status wrapped in terminal escapes, a
+# later version's new class): it is unreadable, the rules reading it UNKNOWN
+VOCABULARY: dict[tuple[str, str], tuple[str, ...]] = {
+    (ATTEMPTS_TSV, "status"): tuple(Status),
+    (ATTEMPTS_TSV, "purpose"): tuple(Purpose),
+}
 
 
 def blank_unreadable(upload: Upload) -> None:
     """One treatment of unreadable evidence, for every rule: an evidence cell whose value is
-    not of its row field's type (harness/results/rows.py) is taken out (read as not stated)
-    and recorded with file, line and field; a rule reading that table is then UNKNOWN
-    unless other evidence fails it. Done once per table."""
+    not of its row field's type (harness/results/rows.py), or not a word of its column's
+    VOCABULARY, is taken out (read as not stated) and recorded with file, line and field; a
+    rule reading that table is then UNKNOWN unless other evidence fails it. Done once per
+    table."""
     from harness.audit.evidence import evidence_columns
     for table in upload.tables.values():
         if table.blanked is not None:
@@ -43,9 +55,15 @@ def blank_unreadable(upload: Upload) -> None:
         columns = [c for c in evidence_columns(table.name) if c in table.columns]
         for row in table.rows:
             for column in columns:
-                if not readable(row.get(column), kinds.get(column, "")):
+                words = VOCABULARY.get((table.name, column))
+                value = row.get(column)
+                if not readable(value, kinds.get(column, "")):
                     table.blanked[(row.line, column)] = unreadable(table, row, column,
                                                                    kinds[column])
+                    row.values[column] = ""
+                elif words is not None and value and norm(value) not in words:
+                    table.blanked[(row.line, column)] = unreadable(
+                        table, row, column, f"a {column} epcap writes: {', '.join(words)}")
                     row.values[column] = ""
 
 
