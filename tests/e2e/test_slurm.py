@@ -23,25 +23,13 @@ from harness.launch import slurm as S
 from harness.launch import slurm_script as SS
 from harness.runbook.model import SlurmConfig
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.usefixtures("slurm_up")]
 
 ROOT = Path(__file__).resolve().parents[2]
 EPCAP = [sys.executable, "-m", "harness.cli"]
 REDUCED = ROOT / "tests" / "fixtures" / "runbooks" / "reduced.yaml"
 CORPUS_PY = ROOT / "tests" / "fixtures" / "uploads" / "corpus.py"
 PY = sys.executable
-
-
-@pytest.fixture(scope="module", autouse=True)
-def slurm_up():
-    """Skip (or fail, under EPCAP_REQUIRE_SLURM=1) when no Slurm answers."""
-    ok, why = S.slurm_available()
-    if ok:
-        return
-    if os.environ.get("EPCAP_REQUIRE_SLURM") == "1":
-        pytest.fail(f"EPCAP_REQUIRE_SLURM=1 but Slurm does not answer: {why}")
-    pytest.skip(f"no Slurm answers here ({why}); start one with "
-                "`sudo bash scripts/ci-slurm.sh start`")
 
 
 class Rb:

@@ -23,25 +23,13 @@ import pytest
 from harness.launch import slurm as S
 from harness.launch import slurm_script as SS
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.usefixtures("slurm_up")]
 
 ROOT = Path(__file__).resolve().parents[2]
 EPCAP = [sys.executable, "-m", "harness.cli"]
 CORPUS_PY = ROOT / "tests" / "fixtures" / "uploads" / "corpus.py"
 SLURM_LINE = 'slurm: {nodes: 1, gpus_per_node: 0, time_limit: "00:05:00"}'
 FAIL = "sbatch: error: Batch job submission failed: "
-
-
-@pytest.fixture(scope="module", autouse=True)
-def slurm_up():
-    """Skip (or fail, under EPCAP_REQUIRE_SLURM=1) when no Slurm answers."""
-    ok, why = S.slurm_available()
-    if ok:
-        return
-    if os.environ.get("EPCAP_REQUIRE_SLURM") == "1":
-        pytest.fail(f"EPCAP_REQUIRE_SLURM=1 but Slurm does not answer: {why}")
-    pytest.skip(f"no Slurm answers here ({why}); start one with "
-                "`sudo bash scripts/ci-slurm.sh start`")
 
 
 def runbook(where: Path, slurm: str = SLURM_LINE, extra: str = "") -> Path:

@@ -30,7 +30,7 @@ from harness.launch import slurm as S
 from harness.launch import slurm_script as SS
 from harness.runbook.model import SlurmConfig
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.usefixtures("slurm_up")]
 
 ROOT = Path(__file__).resolve().parents[2]
 EPCAP = [sys.executable, "-m", "harness.cli"]
@@ -39,18 +39,6 @@ SLURM_LINE = 'slurm: {nodes: 1, gpus_per_node: 0, time_limit: "00:05:00"}'
 LIMITS_LINE = "limits: {run_timeout_s: 60, infra_retries: 1}"
 HELD = 'slurm: {nodes: 1, gpus_per_node: 0, time_limit: "00:05:00", extra_sbatch: ["--hold"]}'
 MAX_PENDING_S = 10
-
-
-@pytest.fixture(scope="module", autouse=True)
-def slurm_up():
-    """Skip (or fail, under EPCAP_REQUIRE_SLURM=1) when no Slurm answers."""
-    ok, why = S.slurm_available()
-    if ok:
-        return
-    if os.environ.get("EPCAP_REQUIRE_SLURM") == "1":
-        pytest.fail(f"EPCAP_REQUIRE_SLURM=1 but Slurm does not answer: {why}")
-    pytest.skip(f"no Slurm answers here ({why}); start one with "
-                "`sudo bash scripts/ci-slurm.sh start`")
 
 
 def held_runbook(where: Path, max_pending_s: float) -> Path:
