@@ -26,14 +26,14 @@ from harness.audit.model import (
 )
 from harness.results.layout import ATTEMPTS_TSV
 from harness.results.rows import ROW_TYPES
-from harness.vocab import Purpose, Status
+from harness.vocab import Status
 
 # the words a column holds (harness.vocab): another word is none epcap writes, so no rule
 # may judge the row as if it were one it knows (a status wrapped in terminal escapes, a
-# later version's new class): it is unreadable, the rules reading it UNKNOWN
+# later version's new class): it is unreadable, the rules reading it UNKNOWN. `purpose` has
+# none: the earlier campaign's `natural` rows are what natural-selection must still read
 VOCABULARY: dict[tuple[str, str], tuple[str, ...]] = {
     (ATTEMPTS_TSV, "status"): tuple(Status),
-    (ATTEMPTS_TSV, "purpose"): tuple(Purpose),
 }
 
 
