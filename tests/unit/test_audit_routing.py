@@ -263,7 +263,7 @@ def test_the_always_sampled_groups_are_found_in_any_field_order(tmp_path):
 def test_the_forked_workers_give_the_serial_checks(campaign, tmp_path, monkeypatch):
     """routing-not-from-seed and not-rederived on the audit's forked workers (audit.workers,
     forced here by a 0-byte threshold) give every check the serial audit gives, word for
-    word, on the campaign and on each kind of forgery; the workers did the cells' work.
+    word, on the campaign, moved slots and an edited trace; the workers did the work.
     Catches a worker's answer dropped or folded out of cell order (mutant tried by hand:
     _cell_job returning no contradictions -> fails on the moved slots)."""
     from harness.audit import audit_target, workers
@@ -271,7 +271,7 @@ def test_the_forked_workers_give_the_serial_checks(campaign, tmp_path, monkeypat
     rng = random.Random(6464)
     uploads = [campaign]
     for n, forge in enumerate((lambda r: move_slots(r, rng, "actual_valid_recv"),
-                               lambda r: edit_trace(r, rng), lambda r: set_seed(r, rng))):
+                               lambda r: edit_trace(r, rng))):
         uploads.append(corpus.link_copy(campaign, tmp_path / f"forged{n}"))
         assert forge(uploads[-1]) is not None
 
@@ -286,4 +286,4 @@ def test_the_forked_workers_give_the_serial_checks(campaign, tmp_path, monkeypat
     monkeypatch.setattr(rederive, "PARALLEL_BYTES", 0)
     assert [checks(root) for root in uploads] == serial
     assert {"_cell_job", "_derive_key"} <= set(jobs)
-    assert [s[0] for s in serial] == ["VALID", "INVALID", "INVALID", "INVALID"]
+    assert [s[0] for s in serial] == ["VALID", "INVALID", "INVALID"]
