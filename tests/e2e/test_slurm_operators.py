@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -167,9 +168,12 @@ def test_a_cells_batch_script_rerun_by_hand_reproduces_it_elsewhere(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert telemetry(mine / "rank0.log") == telemetry(cell / "rank0.log") != []
     assert {p.name: p.read_bytes() for p in cell.iterdir()} == before
-    job = done.stdout.split()[-1]
-    name = S.run_cmd(["sacct", "-X", "-n", "-P", "-j", job, "-o", "JobName"]).stdout.strip()
-    assert name == SS.script_meta(cell / SS.SCRIPT_NAME)["job_name"] + SS.RERUN_SUFFIX
+    # sbatch's own line, wherever it is (the last word of stdout was once another line's)
+    job = re.search(r"Submitted batch job (\d+)", done.stdout + done.stderr)
+    assert job, done.stdout + done.stderr
+    name = S.run_cmd(["sacct", "-X", "-n", "-P", "-j", job[1], "-o", "JobName"]).stdout.strip()
+    assert name == SS.script_meta(cell / SS.SCRIPT_NAME)["job_name"] + SS.RERUN_SUFFIX, (
+        name, done.stdout)
 
 
 def test_a_bad_partition_stops_at_the_dry_run_before_any_job(tmp_path):
