@@ -56,30 +56,30 @@ def _read_lines(fh: BinaryIO, max_line: int) -> Iterator[tuple[int, str]]:
         yield line_no, raw.decode("utf-8", "replace").rstrip("\r")
 
 
-def first_line_holding(path: str | Path, needle: bytes) -> int | None:
-    """The byte offset of the start of the first line of the log holding `needle`, else
-    None: a bytes search block by block (bounded memory), no line decoded."""
-    with open_log(path) as fh:
-        base, tail = 0, b""             # tail: the block's last len(needle) - 1 bytes
-        while data := fh.read(_CHUNK * 4):
-            block = tail + data
-            at = block.find(needle)
-            if at >= 0:
-                at += base - len(tail)
-                break
-            tail = block[-(len(needle) - 1):] if len(needle) > 1 else b""
-            base += len(data)
-        else:
-            return None
-        start = at
-        while start > 0:                # back to the start of its line, a chunk at a time
-            fh.seek(max(start - _CHUNK, 0))
-            chunk = fh.read(start - max(start - _CHUNK, 0))
-            nl = chunk.rfind(b"\n")
-            if nl >= 0:
-                return start - len(chunk) + nl + 1
-            start -= len(chunk)
-        return 0
+def first_line_holding(fh: BinaryIO, needle: bytes) -> int | None:
+    """The byte offset of the start of the first line of an open log (read from its start)
+    holding `needle`, else None: a bytes search block by block (bounded memory), no line
+    decoded."""
+    base, tail = 0, b""                 # tail: the block's last len(needle) - 1 bytes
+    while data := fh.read(_CHUNK * 4):
+        block = tail + data
+        at = block.find(needle)
+        if at >= 0:
+            at += base - len(tail)
+            break
+        tail = block[-(len(needle) - 1):] if len(needle) > 1 else b""
+        base += len(data)
+    else:
+        return None
+    start = at
+    while start > 0:                    # back to the start of its line, a chunk at a time
+        fh.seek(max(start - _CHUNK, 0))
+        chunk = fh.read(start - max(start - _CHUNK, 0))
+        nl = chunk.rfind(b"\n")
+        if nl >= 0:
+            return start - len(chunk) + nl + 1
+        start -= len(chunk)
+    return 0
 
 
 def lines_from(paths: list[Path], needle: bytes, max_line: int = LINE_MAX_BYTES
@@ -91,10 +91,10 @@ def lines_from(paths: list[Path], needle: bytes, max_line: int = LINE_MAX_BYTES
     at `max_line` is cut the same way."""
     it = iter(paths)
     for path in it:
-        offset = first_line_holding(path, needle)
-        if offset is None:
-            continue
-        with open_log(path) as fh:
+        with open_log(path) as fh:      # one open: searched, then read from the line on
+            offset = first_line_holding(fh, needle)
+            if offset is None:
+                continue
             fh.seek(offset)
             yield from (t for _, t in _read_lines(fh, max_line))
         for rest in it:
