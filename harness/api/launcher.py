@@ -47,6 +47,9 @@ class Launcher(ABC):
     # Whether a job outlives its driver and can be polled by a later one (Slurm: yes; the
     # local launcher's ranks are children of the driver that started them).
     adopts_orphans: bool = False
+    # Seconds the driver sleeps between polls: a run's end is seen this much late, on average
+    # half of it (a scheduler's launcher bounds its own queries: harness.launch.slurm).
+    poll_s: float = 0.05
 
     @abstractmethod
     def submit(self, cell_name: str, spec: LaunchSpec, cell_dir: Path,
@@ -60,6 +63,12 @@ class Launcher(ABC):
     @abstractmethod
     def cancel(self, handle: JobHandle) -> None:
         """Stop the job and all its processes."""
+
+    def warm(self, specs: list[LaunchSpec]) -> None:
+        """Start, without waiting, what these runs will be started from (the local launcher's
+        fork servers), so their imports overlap the first runs instead of queueing behind
+        them. Most launchers have nothing to start."""
+        return None
 
     def check_submission(self, cells: list[tuple[str, LaunchSpec, Path]]) -> list[str]:
         """Ask the scheduler whether it would accept these cells (name, launch, cell dir),

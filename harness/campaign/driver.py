@@ -57,7 +57,7 @@ from harness.taxonomy.judge import CONFIG_FAILURE
 from harness.timing import verdicts
 from harness.vocab import BUG_CLASSES, CANARY_OK, Purpose, Stage, StageMode, Status
 
-POLL_S = 0.05
+POLL_S = 0.05           # between polls, unless the launcher says otherwise (Launcher.poll_s)
 
 
 class Replay(Exception):
@@ -456,7 +456,7 @@ class Campaign:
         return next_standing(lambda: self.replayed(req), self.rb.limits)
 
     def poll_once(self, waiting: dict) -> None:
-        time.sleep(POLL_S)
+        time.sleep(getattr(self.launcher, "poll_s", POLL_S))
         for act in list(self.active):
             result = self.launcher.poll(act.handle)
             if result is None:
@@ -526,6 +526,8 @@ class Campaign:
         if mode == StageMode.STOP:
             return
         model = canary_model(self.rb)
+        if mode == StageMode.RUN:
+            self.warm_launcher(model)
         for b in self.rb.backends:
             req = Request(model, b.name, Purpose.CANARY, self.rb.capacity.measure)
             out, retries_left = self.replay_with_retries(req)
@@ -551,9 +553,26 @@ class Campaign:
                                f"({fail.get('reason', '')}); log "
                                f"{cell_dir(self.root, out.cell)}; nothing else was run")
 
+    def warm_launcher(self, model: str) -> None:
+        """Hand the launcher the commands of the canaries still to run (built, not written
+        or submitted), so what they start from starts at once, side by side."""
+        specs = []
+        for b in self.rb.backends:
+            req = Request(model, b.name, Purpose.CANARY, self.rb.capacity.measure)
+            if not self.ctx.selected(None, b.name) or self.replay_with_retries(req)[0]:
+                continue
+            cell = Cell(self.rb.campaign, model, b.name, Purpose.CANARY,
+                        cap.format_capacity(req.capacity), 1)
+            try:
+                specs.append(self.backend(b.name).command(
+                    RunRequest.for_cell(self.rb, cell, cell_dir(self.root, cell))))
+            except ValueError:
+                continue                    # launch() says why, naming the runbook
+        self.launcher.warm(specs)
+
     def wait(self, act: Active) -> Outcome:
         while True:
-            time.sleep(POLL_S)
+            time.sleep(getattr(self.launcher, "poll_s", POLL_S))
             result = self.launcher.poll(act.handle)
             if result is not None:
                 self.active.remove(act)

@@ -145,6 +145,7 @@ class LocalLauncher(Launcher):
     """Runs cells as local subprocess groups."""
 
     name = "local"
+    poll_s = 0.01           # a poll is a waitpid and a select: cheap; ~100 runs a campaign
 
     def __init__(self, runbook=None) -> None:
         """`runbook` is accepted like every launcher's; local runs need nothing from it."""
@@ -157,6 +158,14 @@ class LocalLauncher(Launcher):
         if key not in self._servers or self._servers[key].proc.poll() is not None:
             self._servers[key] = ForkServer(preload, str(HARNESS_ROOT), dict(os.environ))
         return self._servers[key]
+
+    def warm(self, specs: list[LaunchSpec]) -> None:
+        """Start the fork server of every run here that forks from one (its import begins
+        now, in its own process); a run without one needs nothing started."""
+        for spec in specs:
+            preload = uses_forkserver(spec.argv, {**os.environ, **spec.env})
+            if preload:
+                self._server(preload)
 
     def submit(self, cell_name: str, spec: LaunchSpec, cell_dir: Path,
                timeout_s: float) -> JobHandle:

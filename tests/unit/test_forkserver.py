@@ -71,3 +71,19 @@ def test_only_python_dash_m_runs_are_forked():
     assert forkserver.uses_forkserver(["torchrun", "-m", "x"], env) == []
     assert forkserver.uses_forkserver([sys.executable, "-m", "x"], {}) == []
     assert adapter.PREFORK_ENV == forkserver.PREFORK_ENV
+
+
+def test_warm_starts_each_server_once_and_the_run_forks_from_it(tmp_path):
+    launcher = LocalLauncher()
+    plain = LaunchSpec(argv=[sys.executable, "-c", "pass"], env={}, ntasks=1, nodes=1,
+                       gpus_per_node=0, cwd=str(tmp_path))
+    launcher.warm([plain])
+    assert launcher._servers == {}                        # nothing forks from a server
+    launcher.warm([spec("0"), spec("0", ntasks=2), spec("0", prefork="json,csv"), plain])
+    assert sorted(launcher._servers) == [("json",), ("json", "csv")]
+    warmed = launcher._servers[("json",)]
+    h = launcher.submit("ok", spec("0"), tmp_path / "ok", 30)
+    assert wait(launcher, h).exit_code == 0
+    assert launcher._servers[("json",)] is warmed         # the run used the warmed server
+    for server in launcher._servers.values():
+        server.close()
