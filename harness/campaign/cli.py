@@ -195,6 +195,8 @@ def run_campaign(rb: Runbook, root: Path, launch: Launcher, stages: tuple[str, .
                                 pid=os.getpid(), host=socket.gethostname(),
                                 eta_s=None if camp.first_eta is None
                                 else round(camp.first_eta, 3), runs_left=len(left),
+                                eta_report_s=None if eta is None else
+                                round(camp.report_eta(camp.done_runs + len(left)), 3),
                                 infra_retries=rb.limits.infra_retries,
                                 unclassified_retries=rb.limits.unclassified.retries))
         camp.reap_stale()

@@ -379,7 +379,19 @@ class Campaign:
                                           act.cell.attempt)
             if pred is not None:
                 eta += max(0.0, pred - (time.monotonic() - act.t0))
-        return eta
+        return eta + self.report_eta(self.done_runs + len(left) + len(self.active))
+
+    def report_eta(self, runs: int) -> float:
+        """Seconds the report will take after the runs (0 when this invocation writes none):
+        earlier reports of the same work at this invocation's drift, else the cost model's
+        prior scaled by how the runs measured against theirs, like a run never seen."""
+        if self.ctx.stage_mode(Stage.REPORT) != StageMode.RUN:
+            return 0.0
+        if self.past.report_s > 0:
+            return self.past.report_s * self.estimator.drift()
+        if self.cost is None:
+            return 0.0
+        return self.cost.report_prior(runs) * self.estimator.prior_scale(Purpose.TIME)
 
     def report_cell(self, out: Outcome, left: int, eta: float | None) -> None:
         extra = f"  {out.failure.get('line')}" if out.failure.get("line") else ""

@@ -36,6 +36,8 @@ class KindRate:
     measured: str           # where, when, under what load
     load_ref: float = 0.0   # 1-minute load average the rate was measured at (at its start)
     load_slope: float = 0.0     # duration grows by this fraction per unit of load above it
+    report_s: float = 0.0   # the report (audit, figures): fixed seconds ...
+    report_per_run_s: float = 0.0   # ... plus these per run of the campaign (cells audited)
 
 
 # Calibrated by least squares on the 64 runs (the first left out) of the default campaign
@@ -49,7 +51,7 @@ RATES: dict[str, KindRate] = {
     CPU_KIND: KindRate(kind=CPU_KIND, start_s=0.197, per_iter_s=0.0869, per_unit_s=0.0697,
                        server_s=1.9, band=(0.5, 2.0),
                        measured="default campaign on the 2-core build machine, 2026-12-02",
-                       load_ref=1.4, load_slope=0.11),
+                       load_ref=1.4, load_slope=0.11, report_s=4.24, report_per_run_s=0.068),
 }
 
 
@@ -130,6 +132,12 @@ class CostModel:
         iters = run_iterations(run_phase(self.rb, purpose), purpose)
         return self.load_factor * (r.start_s + r.per_iter_s * iters
                                    + r.per_unit_s * work_units(self.rb, model, purpose))
+
+    def report_prior(self, runs: int) -> float:
+        """Prior seconds of the report of a campaign of `runs` runs (0 without a rate)."""
+        if self.rate is None:
+            return 0.0
+        return self.load_factor * (self.rate.report_s + self.rate.report_per_run_s * runs)
 
     @property
     def startup_s(self) -> float:

@@ -41,6 +41,7 @@ from harness.results.events import (
     elapsed,
     parse_event,
     read_events,
+    report_seconds,
     reruns_on_resume,
 )
 from harness.results.facts import CampaignFacts
@@ -285,6 +286,7 @@ class History:
     campaigns: int = 0          # how many earlier campaigns taught it
     where: tuple[str, ...] = ()     # the results roots searched
     totals: tuple[float, ...] = ()  # summed run seconds of each complete earlier campaign
+    report_s: float = 0.0       # median seconds from the runs' end to the report written
 
     @property
     def band(self) -> tuple[float, float] | None:
@@ -326,6 +328,7 @@ def history(root: Path, rb: Runbook, roots: tuple[Path, ...] = ()) -> History:
     runs: list[tuple[str, str, str, int, float]] = []
     startup: list[float] = []
     paces: list[float] = []
+    reports: list[float] = []
     for path in found:
         try:
             events = read_events(path)
@@ -356,11 +359,13 @@ def history(root: Path, rb: Runbook, roots: tuple[Path, ...] = ()) -> History:
             elif e.get("runs_complete") and first is not None and spans > 0:
                 paces.append(elapsed(first, e) / spans)
         campaigns += len(runs) > before
+        if len(runs) > before:
+            reports += report_seconds(events)
         if any(e.get("runs_complete") for e in events) and len(runs) > before:
             totals.append(sum(r[4] for r in runs[before:]))
     return History(tuple(runs), _median(startup), min(2.0, max(1.0, _median(paces) or 1.0)),
                    campaigns, tuple(str(Path(r)) for r in (root.parent, *roots)),
-                   tuple(totals))
+                   tuple(totals), _median(reports))
 
 
 def _median(values: list[float]) -> float:

@@ -95,6 +95,7 @@ class RunStart(EventRecord):
     pid: int | None = None
     host: str = ""
     eta_s: float | None = None          # the estimate the banner printed for this invocation
+    eta_report_s: float | None = None   # its share for the report (set: eta_s covers it)
     runs_left: int | None = None        # the runs it planned (at least)
     infra_retries: int | None = None    # limits.infra_retries: which infra runs were retried
     unclassified_retries: int | None = None     # limits.unclassified.retries: the same
@@ -480,7 +481,30 @@ def _invocation(events: list[dict]) -> tuple[dict | None, list[dict], dict | Non
     start_i = next((i for i in range(end_i, -1, -1) if events[i]["ev"] == Event.RUN_START), None)
     window = events[(start_i or 0):end_i + 1]
     points = [e for e in window if e["ev"] == Event.CELL_FINISH and e.get("eta_s") is not None]
-    return (events[start_i] if start_i is not None else None), points, events[end_i]
+    start = events[start_i] if start_i is not None else None
+    if start is not None and start.get("eta_report_s") is not None:
+        # its estimates covered the report: the actual remaining time ends when it is written
+        report = next((e for e in events[end_i + 1:] if e["ev"] in (Event.REPORT, Event.RUN_START)),
+                      None)
+        if report is not None and report["ev"] == Event.REPORT:
+            return start, points, report
+    return start, points, events[end_i]
+
+
+def report_seconds(events: list[dict]) -> list[float]:
+    """Seconds each report took: from the event at which its invocation's runs completed to
+    the report event that follows it in the same invocation (the ETA's report history)."""
+    out: list[float] = []
+    done = None
+    for e in events:
+        if e.get("runs_complete"):
+            done = e
+        elif e["ev"] == Event.REPORT and done is not None:
+            out.append(elapsed(done, e))
+            done = None
+        elif e["ev"] == Event.RUN_START:
+            done = None
+    return out
 
 
 def eta_error(events: list[dict]) -> float | None:
