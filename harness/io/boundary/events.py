@@ -21,7 +21,7 @@ MAX_COUNT = 10**9                 # runs, attempts, line numbers, pids, retries
 # texts (a list of strings), mapping, flag (a boolean)
 FIELDS: dict[str, str] = {
     "t": "epoch", "mono": "seconds",
-    "eta_s": "seconds", "wall_s": "seconds", "span_s": "seconds",
+    "eta_s": "seconds", "eta_report_s": "seconds", "wall_s": "seconds", "span_s": "seconds",
     "runs_left": "count", "runs_done": "count", "attempt": "count", "pid": "count",
     "line_no": "count", "infra_retries": "count",
     "unclassified_retries": "count",
