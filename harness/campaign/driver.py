@@ -571,7 +571,12 @@ class Campaign:
         specs = []
         for b in self.rb.backends:
             req = Request(model, b.name, Purpose.CANARY, self.rb.capacity.measure)
-            if not self.ctx.selected(None, b.name) or self.replay_with_retries(req)[0]:
+            cursor = dict(self.cursor)          # a look ahead: the replay below is the real one
+            try:
+                standing = self.replay_with_retries(req)[0]
+            finally:
+                self.cursor = cursor
+            if not self.ctx.selected(None, b.name) or standing:
                 continue
             cell = Cell(self.rb.campaign, model, b.name, Purpose.CANARY,
                         cap.format_capacity(req.capacity), 1)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -245,9 +246,11 @@ def test_runbook_repository_absent_respelt_or_twice(lie, how):
 def test_decoy_telemetry_tags_in_the_runbook(lie):
     """Tags in the upload's runbook are never used; editing the runbook is caught anyway."""
     book = lie / "runbook.yaml"
-    corpus.replace_file(book, book.read_bytes().replace(
-        b"options: {launch: single}",
-        b"options: {launch: single, telemetry_tags: {dispatch: '[DECOY]'}}", 1))
+    text = book.read_bytes()
+    decoy = re.sub(rb"options: \{launch: (\w+)\}",
+                   rb"options: {launch: \1, telemetry_tags: {dispatch: '[DECOY]'}}", text, count=1)
+    assert decoy != text, "the runbook was not edited: the test would judge the original"
+    corpus.replace_file(book, decoy)
     v, codes = verdict(lie)
     assert v in ("INVALID", "UNKNOWN") and "runbook-altered" in codes
 

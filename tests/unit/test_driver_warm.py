@@ -58,6 +58,7 @@ def test_the_canaries_still_to_run_are_warmed(tmp_path_factory, done, statuses, 
     ctx = Context(RB, (), None) if only is None else Context(RB, (), None, backends=only)
     camp = Campaign(RB, root, launcher, ctx, ProgressView(), [])
     camp.warm_launcher(model)
+    assert camp.cursor == {}, "warming only looks: the replay is the canaries' own"
     (argvs,) = launcher.warmed
     expected = [n for n in NAMES if n not in stood and (only is None or n in only)]
     assert argvs == [command(camp, root, model, n) for n in expected]
@@ -83,5 +84,8 @@ def test_the_preflight_warms_before_its_first_canary(tmp_path):
                 "wall_s": 1.0, "span_s": 1.0} for n in NAMES]
     (tmp_path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     launcher = Recorder()
-    Campaign(RB, tmp_path, launcher, Context(RB, (), None), ProgressView(), []).run_canaries()
+    camp = Campaign(RB, tmp_path, launcher, Context(RB, (), None), ProgressView(), [])
+    camp.run_canaries()
     assert launcher.warmed == [[]]
+    assert not (tmp_path / "cells").exists(), "a standing canary was run again"
+    assert camp.cursor == {(model, n, "canary"): 1 for n in NAMES}   # each replayed once
