@@ -216,3 +216,22 @@ def test_live_recording_classifies_as_its_truth(tmp_path):
         got = classify_cell(tmp_path / name)
         assert (got["status"], got["first_failed_rank"]) == (
             want["class"], want["first_failed_rank"]), (name, got["reason"])
+
+
+def test_heldout_score_is_pinned():
+    """The held-out half, scored once at b1ef047 (class 18/19, class and rank 17/19): every
+    verdict stays as scored, except those a later fix moved, each argued in
+    after_scoring.json (scored verdict, new verdict, mechanism)."""
+    score = json.loads((REC / "heldout_score.json").read_text(encoding="utf-8"))
+    after = json.loads((REC / "after_scoring.json").read_text(encoding="utf-8"))["cases"]
+    assert sorted(score["cases"]) == HELD and set(after) <= set(HELD)
+    assert (score["heldout"]["class"], score["heldout"]["class_and_rank"]) == (18, 17)
+    for name in HELD:
+        got = classify_cell(REC / name)
+        verdict = [None if got["status"] is None else str(got["status"]),
+                   got["first_failed_rank"]]
+        if name in after:
+            assert after[name]["scored"] == score["cases"][name]["got"], name
+            assert verdict == after[name]["got"] and after[name]["mechanism"], name
+        else:
+            assert verdict == score["cases"][name]["got"], name
