@@ -44,6 +44,9 @@ CRASH_SIGNALS = frozenset({"SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL"})
 # (scancel --signal, a preemption's warning signal, a user's ^C). SIGKILL is not among them:
 # launchers kill a failed job's survivors with it (srun --kill-on-bad-exit).
 OUTSIDE_SIGNALS = frozenset({"SIGTERM", "SIGUSR1", "SIGUSR2", "SIGINT", "SIGHUP"})
+# a communication error that says the other end went away ("Connection reset by peer",
+# gloo's "Connection closed by peer"): the consequence of a peer's end, never a cause
+PEER_WENT_AWAY = re.compile(r"\b(?:reset|closed) by (?:remote )?peer\b", re.IGNORECASE)
 # a kernel fault a process takes by itself; SIGABRT is not among them (std::terminate after
 # a peer's communication error aborts the survivor too)
 KERNEL_FAULTS = CRASH_SIGNALS - {"SIGABRT"}
@@ -342,12 +345,19 @@ def fallout_of_a_faulted_peer(events: Iterable[Event], records: Iterable[Event]
     first = first_exit(records)
     if first is not None and first.facts.get("signal"):
         faulted.add(first.rank)
+    # a rank with a failure of its own that no peer explains (an allocation failure, an
+    # assert, a crash): a line that says its peer went away is that failure's consequence
+    caused = {e.rank for e in events if e.kind == "signature" and e.rank is not None
+              and not e.fallout and e.cls not in TEARDOWN_CLASSES}
+    by_peer = {e.order() for e in events if e.kind == "signature" and e.rank is not None
+               and e.cls == Status.INFRA and not e.fallout and caused - {e.rank}
+               and PEER_WENT_AWAY.search(e.text)}
     own_comm = {e.rank for e in events if e.kind == "signature" and e.cls == Status.INFRA
                 and not e.fallout}
     causes = faulted - own_comm
-    return {e.order() for e in events if e.kind == "signature" and e.rank is not None
-            and e.cls == Status.INFRA and not e.fallout and e.rank not in faulted
-            and causes - {e.rank}}
+    return by_peer | {e.order() for e in events if e.kind == "signature" and e.rank is not None
+                      and e.cls == Status.INFRA and not e.fallout and e.rank not in faulted
+                      and causes - {e.rank}}
 
 
 # a rank that waited for a peer in a collective and gave up: gloo's unbound buffer timeout,

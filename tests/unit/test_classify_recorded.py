@@ -235,3 +235,26 @@ def test_heldout_score_is_pinned():
             assert verdict == after[name]["got"] and after[name]["mechanism"], name
         else:
             assert verdict == score["cases"][name]["got"], name
+
+
+HOST_OOM = ("[rank{k}]: RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. "
+            "DefaultCPUAllocator: can't allocate memory: you tried to allocate 65536 bytes. "
+            "Error code 12 (Cannot allocate memory)")
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(2, 4), st.data())
+def test_a_peer_gone_line_is_fallout_of_a_rank_with_a_cause_of_its_own(n, data):
+    """One rank fails of its own (a host allocation failure) and ends LAST; its peers print
+    `Connection reset by peer` and are recorded first: the allocating rank is first and the
+    run does_not_fit (the peers' lines say their peer went away). Control: without the
+    allocation failure nothing makes the resets fallout (never does_not_fit)."""
+    cause = data.draw(st.integers(0, n - 1))
+    peers = data.draw(st.permutations([k for k in range(n) if k != cause]))
+    files = {f"rank{k}.log": [ROWS.format(i=0, k=k), (HOST_OOM if k == cause else RESET)
+                              .format(k=k)] for k in range(n)}
+    files["launcher.log"] = [exit_line(k, 1) for k in peers] + [exit_line(cause, 1)]
+    out = judged(files)
+    assert (out.status, out.first_failed_rank) == ("does_not_fit", str(cause)), out.reason
+    files[f"rank{cause}.log"] = [ROWS.format(i=0, k=cause)]
+    assert judged(files).status != "does_not_fit"
