@@ -403,12 +403,12 @@ def per_rank(fatal: list[Hit]) -> dict[str, Hit]:
     for hit in sorted(fatal, key=lambda h: (h.file_index, h.line_no)):
         who = hit.rank if hit.rank is not None else f"file:{hit.path}"
         best = out.get(who)
-        if best is None or _rank_key(hit) < _rank_key(best):
+        if best is None or rank_key(hit) < rank_key(best):
             out[who] = hit
     return out
 
 
-def _rank_key(hit: Hit) -> tuple:
+def rank_key(hit: Hit) -> tuple:
     return (RUN_ORDER.index(hit.sig.cls), hit.sig.fallout)
 
 
@@ -617,7 +617,7 @@ def _communication_hang(hang: timeline.Hang, shown: list[timeline.Event], said: 
                           f"reported ({silent}): every other rank timed out waiting for a peer")
     common["explain"] = tuple(timeline.explain(shown, ev))
     reported = sorted({e.rank for e in hang.timeouts if e.rank is not None},
-                      key=timeline._rank_key)
+                      key=timeline.rank_key)
     return Outcome(Status.INFRA, ev.path, ev.line_no, ev.text,
                    deciding={**_record_dict(ev, timeline.First(hang.silent[0], ev, "")),
                              "fallout": True},

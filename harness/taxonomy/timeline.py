@@ -374,7 +374,8 @@ class Hang:
     timeouts: tuple[Event, ...]
 
 
-def _rank_key(rank: str) -> tuple:
+def rank_key(rank: str) -> tuple:
+    """Sort key of a rank label: numeric ranks by number, others ("0:7") after them."""
     return (0, int(rank), "") if rank.isdigit() else (1, 0, rank)
 
 
@@ -391,7 +392,7 @@ def communication_hang(events: Iterable[Event], records: Iterable[Event],
     records = list(records)
     reported = {e.rank for e in sigs}
     known = {e.rank for e in records if e.kind == "exit" and e.rank is not None} | set(progress)
-    silent = sorted(known - reported, key=_rank_key)
+    silent = sorted(known - reported, key=rank_key)
     if not silent or {c.rank for c in cuts} & set(silent):
         return None
     ended = [e for e in records if e.rank is not None and _abnormal(e)]
