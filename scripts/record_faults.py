@@ -45,6 +45,13 @@ from harness.api.backend import LaunchSpec  # noqa: E402
 from harness.io.atomic import write_text_atomic  # noqa: E402
 from harness.launch import local as local_launch  # noqa: E402
 
+# Upstream facts used here:
+# - torchrun `--tee 3` (both streams, each line prefixed `[defaultN]:`): pytorch/pytorch
+#   torch/distributed/run.py, read in the installed 2.13.0+cpu (git cf30153c4c131c81).
+# - `prlimit --pid PID --as=BYTES` sets RLIMIT_AS of a running process: util-linux/util-linux
+#   sys-utils/prlimit.c @ fd777151bf71eb8e2238a24e20efa8ce132e74e9 (installed: 2.38.1).
+# - a tmpfs `-o size=` caps its bytes, writes past it fail ENOSPC: Linux
+#   torvalds/linux Documentation/filesystems/tmpfs.rst @ 253e5df8b8f0145adb090f57c6f4e6efa52d738e.
 OUT = ROOT / "tests" / "fixtures" / "classify" / "recorded"
 PY = sys.executable
 ROW = "[MOE_DROP_DEBUG][dispatch]"
