@@ -357,10 +357,7 @@ def campaign_stats(results_dir: str | Path) -> dict:
     starts = [e["t"] for e in events if e["ev"] in (Event.RUN_START, Event.CAMPAIGN_START)]
     ends = [e["t"] for e in events]
     busy = sum(float(e.get("wall_s") or 0.0) for e in finished)
-    failures: dict[str, int] = {}
-    for e in finished:
-        if e.get("status") in FAILURE_CLASSES:
-            failures[e["status"]] = failures.get(e["status"], 0) + 1
+    failures = standing_failures(events, standing)
     last_progress = next((e for e in reversed(events) if "runs_left" in e), {})
     done_ev = next((e for e in reversed(events) if e["ev"] == Event.CAMPAIGN_DONE
                     or e.get("runs_complete")), None)
@@ -380,6 +377,34 @@ def campaign_stats(results_dir: str | Path) -> dict:
         "stopped": next((e for e in reversed(events) if e["ev"] == Event.CAMPAIGN_STOPPED),
                         None),
     }
+
+
+def standing_failures(events: list[dict], standing: list[dict] | None = None
+                      ) -> dict[str, int]:
+    """Failures by class that still stand (the closing line, `epcap status`; issue 41): the
+    failing runs `standing_finishes` keeps, plus a run that reruns on resume (a bug, a failed
+    canary) until a later attempt of the same request and capacity replaced it. A failure a
+    later run retried (infra, unclassified, by the retry rule) or of a cell invalidated since
+    is not counted: it no longer stands."""
+    kept = {id(e) for e in (standing_finishes(events) if standing is None else standing)}
+    invalid = {c for e in events if e["ev"] == Event.CELLS_INVALIDATED
+               for c in e.get("cells") or ()}
+    finishes = [e for e in events if e["ev"] == Event.CELL_FINISH]
+
+    def same(e: dict) -> tuple:         # each attempt has its own cell name
+        return tuple(e.get(k) for k in ("model", "backend", "purpose", "capacity"))
+    out: dict[str, int] = {}
+    for n, e in enumerate(finishes):
+        status = e.get("status")
+        if status not in FAILURE_CLASSES:
+            continue
+        stands = id(e) in kept or (
+            reruns_on_resume(status, e.get("purpose")) and e.get("cell") not in invalid
+            and (None in same(e) or not any(same(later) == same(e)
+                                            for later in finishes[n + 1:])))
+        if stands:
+            out[status] = out.get(status, 0) + 1
+    return out
 
 
 def reruns_on_resume(status: str, purpose: str) -> bool:

@@ -403,12 +403,12 @@ def per_rank(fatal: list[Hit]) -> dict[str, Hit]:
     for hit in sorted(fatal, key=lambda h: (h.file_index, h.line_no)):
         who = hit.rank if hit.rank is not None else f"file:{hit.path}"
         best = out.get(who)
-        if best is None or _rank_key(hit) < _rank_key(best):
+        if best is None or rank_key(hit) < rank_key(best):
             out[who] = hit
     return out
 
 
-def _rank_key(hit: Hit) -> tuple:
+def rank_key(hit: Hit) -> tuple:
     return (RUN_ORDER.index(hit.sig.cls), hit.sig.fallout)
 
 
@@ -510,6 +510,10 @@ def verdict(scan: _Scan, exit_code: int | None, launcher_state: str, rows: int) 
         LauncherState.TIMEOUT, LauncherState.CANCELLED))
     hung = launcher_state == LauncherState.TIMEOUT
     events = [h.event() for h in fatal]
+    hang = timeline.communication_hang(events, scan.records, scan.seen, scan.cuts) if (
+        launcher_state == LauncherState.FAILED) else None
+    if hang is not None:
+        return _communication_hang(hang, [*events, *scan.records], said, common)
     ff = timeline.first_failure(events, scan.records, scan.seen, hung=hung)
     common["first_by"] = ff.evidence
     shown = events + scan.records + [w.event("survived") for w in scan.warnings]
@@ -521,7 +525,8 @@ def verdict(scan: _Scan, exit_code: int | None, launcher_state: str, rows: int) 
         own = ranks.get(ff.rank) if ff.rank is not None else None
         made = timeline.decide(ff, own.event() if own else None, scan.records,
                                layout=scan.layout, xid=scan.xid,
-                               node_failure=node_hit.event() if node_hit else None)
+                               node_failure=node_hit.event() if node_hit else None,
+                               hung=hung)
         if made.cls == timeline.UNCLASSIFIED and hung:
             made = timeline.Decision(None, None, made.rule)
         if made.cls is not None:
@@ -575,6 +580,53 @@ def verdict(scan: _Scan, exit_code: int | None, launcher_state: str, rows: int) 
                        quoted=quoted, **common)
     return Outcome(Status.CRASH, reason="exited cleanly but wrote no dispatch telemetry rows "
                                    "(setup_metadata rows alone are not telemetry)", **common)
+
+
+# a frame of torch.distributed's collective API in a traceback: the collective that waited
+# (pytorch/pytorch torch/distributed/distributed_c10d.py, e.g. `in all_to_all_single`)
+C10D_FRAME = re.compile(r'File "[^"]*distributed_c10d\.py", line \d+, in (\w+)')
+FRAME_LOOKBACK = 80         # lines before a timeout searched for the collective's frame
+
+
+def collective_of(ev: timeline.Event) -> str | None:
+    """The collective a timeout line names (NCCL's `OpType=`) or, for gloo, the c10d frame of
+    the traceback just before it in the same log (read back at most FRAME_LOOKBACK lines)."""
+    found = timeline.OP_TYPE.search(ev.text)
+    if found:
+        return found.group(1)
+    try:
+        recent: list[str] = []
+        for line_no, text in text_lines(ev.path):
+            if line_no >= ev.line_no:
+                break
+            recent = (recent + [text])[-FRAME_LOOKBACK:]
+    except (OSError, BadInput):
+        return None
+    frames = [m.group(1) for t in recent if (m := C10D_FRAME.search(t))]
+    return frames[-1] if frames else None
+
+
+def _communication_hang(hang: timeline.Hang, shown: list[timeline.Event], said: str,
+                        common: dict) -> Outcome:
+    """No rank has a cause of its own and some never reported: a communication hang (infra)
+    naming the collective the others timed out in and the ranks that never reported."""
+    ev = hang.timeouts[0]
+    op = next((c for c in map(collective_of, hang.timeouts) if c), None)
+    silent = ", ".join(hang.silent)
+    common["first_by"] = (f"the only rank{'s' if len(hang.silent) > 1 else ''} that never "
+                          f"reported ({silent}): every other rank timed out waiting for a peer")
+    common["explain"] = tuple(timeline.explain(shown, ev))
+    reported = sorted({e.rank for e in hang.timeouts if e.rank is not None},
+                      key=timeline.rank_key)
+    return Outcome(Status.INFRA, ev.path, ev.line_no, ev.text,
+                   deciding={**_record_dict(ev, timeline.First(hang.silent[0], ev, "")),
+                             "fallout": True},
+                   first_failed_rank=hang.silent[0],
+                   reason=f"communication hang: rank{'s' if len(reported) > 1 else ''} "
+                          f"{', '.join(reported)} timed out in "
+                          f"{op or 'a collective'} ({ev.rule} at {ev.where()}) and rank"
+                          f"{'s' if len(hang.silent) > 1 else ''} {silent} never reported; "
+                          f"no rank shows a cause of its own; {said}", **common)
 
 
 def _memory_kill(hit: Hit) -> bool:

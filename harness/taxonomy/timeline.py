@@ -44,6 +44,9 @@ CRASH_SIGNALS = frozenset({"SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL"})
 # (scancel --signal, a preemption's warning signal, a user's ^C). SIGKILL is not among them:
 # launchers kill a failed job's survivors with it (srun --kill-on-bad-exit).
 OUTSIDE_SIGNALS = frozenset({"SIGTERM", "SIGUSR1", "SIGUSR2", "SIGINT", "SIGHUP"})
+# a communication error that says the other end went away ("Connection reset by peer",
+# gloo's "Connection closed by peer"): the consequence of a peer's end, never a cause
+PEER_WENT_AWAY = re.compile(r"\b(?:reset|closed) by (?:remote )?peer\b", re.IGNORECASE)
 # a kernel fault a process takes by itself; SIGABRT is not among them (std::terminate after
 # a peer's communication error aborts the survivor too)
 KERNEL_FAULTS = CRASH_SIGNALS - {"SIGABRT"}
@@ -221,10 +224,11 @@ def _xid_on(first: First, records: list[Event], layout: Layout, xid: dict) -> Ev
 
 
 def decide(first: First, own: Event | None, records: Iterable[Event], *, layout: Layout,
-           xid: dict, node_failure: Event | None) -> Decision:
+           xid: dict, node_failure: Event | None, hung: bool = False) -> Decision:
     """The class of the run from its first failed rank (module docstring, step 2). `own`:
     that rank's fatal signature; `node_failure`: a launcher's or node's own fatal signature
-    (it decides instead: the failure was no rank's)."""
+    (it decides instead: the failure was no rank's); `hung`: the launcher ended the run at
+    its own timeout (its kills are then no outside signal)."""
     records = list(records)
     if first.rank is None:
         return Decision(None, None, "no first failed rank")
@@ -243,6 +247,12 @@ def decide(first: First, own: Event | None, records: Iterable[Event], *, layout:
     signal = ex.facts.get("signal") if ex else None
     if signal in CRASH_SIGNALS:
         return Decision(Status.CRASH, ex, f"signalled first: {signal} (launcher record)")
+    if signal in OUTSIDE_SIGNALS and not hung and ex is first_exit(records):
+        # the first rank the launcher saw end was stopped by a signal a program never sends
+        # itself, before any failure of its own: a stop from outside, never a crash
+        return Decision(Status.CANCELLED, ex, f"stopped from outside: {signal} ended rank "
+                                              f"{first.rank} first (launcher record), before "
+                                              f"any failure of its own")
     if signal == "SIGKILL":
         pid = ex.facts.get("pid")
         kills = [e for e in records if e.kind == "oom_kill"
@@ -297,22 +307,100 @@ def fallout_after_limit(events: Iterable[Event], timed_out: bool = False
                 timed_out and not any(after(e, limit) for limit in limits)))}
 
 
+def _abnormal(ev: Event) -> bool:
+    """Whether an exit record says the task ended abnormally (a signal or a non-zero code)."""
+    return ev.kind == "exit" and bool(ev.facts.get("signal") or
+                                      ev.facts.get("code") not in (0, None))
+
+
+# launchers whose exit records stand in the order the ends were seen: epcap's local launcher
+# (harness/launch/local.py record_exits) and torchrun's agent (it logs one record, the
+# failure with the smallest timestamp: pytorch/pytorch
+# torch/distributed/elastic/multiprocessing/api.py `_poll`, `first_failure = min(...,
+# key=lambda f: f.timestamp)`, read in the installed 2.13.0+cpu, git cf30153c4c131c81).
+# srun's task lines are a summary, grouped, in no time order: its first line is not the
+# first death.
+ORDERED_EXITS = frozenset({"local-launcher-exit", "elastic-agent-exit"})
+
+
+def first_exit(records: Iterable[Event]) -> Event | None:
+    """The first record of a rank that ended abnormally, from a launcher that records ends
+    in the order it saw them (ORDERED_EXITS): the first rank the launcher saw die."""
+    return min((e for e in records if e.rank is not None and _abnormal(e)
+                and e.rule in ORDERED_EXITS), key=Event.order, default=None)
+
+
 def fallout_of_a_faulted_peer(events: Iterable[Event], records: Iterable[Event]
                               ) -> set[tuple[int, int]]:
     """The orders of the ranks' communication signatures (infra: a connection reset, a
     closed pair) that a peer's death explains: the launcher recorded another rank killed by
-    a kernel fault (KERNEL_FAULTS) and that rank shows no communication failure of its own.
-    A survivor's `Connection reset by peer` is then the consequence, not the cause: the
-    relation, not the pattern's place in a list, makes it fallout."""
-    events = list(events)
+    a kernel fault (KERNEL_FAULTS), or the first rank it saw end died of a signal (any: a
+    SIGKILL or SIGTERM from outside, an abort), and that rank shows no communication
+    failure of its own. A survivor's `Connection reset by peer` is then the consequence, not
+    the cause: the relation (who the launcher saw die first, by what), not the pattern's
+    place in a list, makes it fallout."""
+    events, records = list(events), list(records)
     faulted = {e.rank for e in records if e.kind == "exit" and e.rank is not None
                and e.facts.get("signal") in KERNEL_FAULTS}
+    first = first_exit(records)
+    if first is not None and first.facts.get("signal"):
+        faulted.add(first.rank)
+    # a rank with a failure of its own that no peer explains (an allocation failure, an
+    # assert, a crash): a line that says its peer went away is that failure's consequence
+    caused = {e.rank for e in events if e.kind == "signature" and e.rank is not None
+              and not e.fallout and e.cls not in TEARDOWN_CLASSES}
+    by_peer = {e.order() for e in events if e.kind == "signature" and e.rank is not None
+               and e.cls == Status.INFRA and not e.fallout and caused - {e.rank}
+               and PEER_WENT_AWAY.search(e.text)}
     own_comm = {e.rank for e in events if e.kind == "signature" and e.cls == Status.INFRA
                 and not e.fallout}
     causes = faulted - own_comm
-    return {e.order() for e in events if e.kind == "signature" and e.rank is not None
-            and e.cls == Status.INFRA and not e.fallout and e.rank not in faulted
-            and causes - {e.rank}}
+    return by_peer | {e.order() for e in events if e.kind == "signature" and e.rank is not None
+                      and e.cls == Status.INFRA and not e.fallout and e.rank not in faulted
+                      and causes - {e.rank}}
+
+
+# a rank that waited for a peer in a collective and gave up: gloo's unbound buffer timeout,
+# NCCL's watchdog (signatures.yaml; both are fallout of whoever stopped first)
+HANG_SOURCES = frozenset({"gloo-unbound-buffer-timeout", "pytorch-processgroupnccl-watchdog"})
+OP_TYPE = re.compile(r"OpType=(\w+)")
+
+
+@dataclass(frozen=True)
+class Hang:
+    """A communication hang: the ranks that never reported, and the timeouts of the rest."""
+
+    silent: tuple[str, ...]
+    timeouts: tuple[Event, ...]
+
+
+def rank_key(rank: str) -> tuple:
+    """Sort key of a rank label: numeric ranks by number, others ("0:7") after them."""
+    return (0, int(rank), "") if rank.isdigit() else (1, 0, rank)
+
+
+def communication_hang(events: Iterable[Event], records: Iterable[Event],
+                       progress: dict[str, int], cuts: Iterable[Event] = ()) -> Hang | None:
+    """When every signature any rank printed is a collective timeout (HANG_SOURCES) and some
+    ranks the launcher ran printed none, no rank has a cause of its own: the ranks that never
+    reported hung the collective (first failed: the lowest of them). None otherwise, when a
+    silent rank ended abnormally before any reporting rank (its death, not a hang), or when
+    a silent rank's log ends in a cut line (it was saying something: `cut_first` decides)."""
+    sigs = [e for e in events if e.kind == "signature"]
+    if not sigs or any(e.rule not in HANG_SOURCES or e.rank is None for e in sigs):
+        return None
+    records = list(records)
+    reported = {e.rank for e in sigs}
+    known = {e.rank for e in records if e.kind == "exit" and e.rank is not None} | set(progress)
+    silent = sorted(known - reported, key=rank_key)
+    if not silent or {c.rank for c in cuts} & set(silent):
+        return None
+    ended = [e for e in records if e.rank is not None and _abnormal(e)]
+    first_reported = min((e.order() for e in ended if e.rank in reported), default=None)
+    for ev in ended:
+        if ev.rank in silent and (first_reported is None or ev.order() < first_reported):
+            return None
+    return Hang(tuple(silent), tuple(sorted(sigs, key=Event.order)))
 
 
 def cut_first(events: Iterable[Event], cuts: Iterable[Event]) -> Event | None:

@@ -7,9 +7,18 @@ from dataclasses import FrozenInstanceError, replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from harness.errors import BadInput
-from harness.results.events import EventLog, campaign_stats, eta_error_at, read_events, repair_tail
+from harness.results.events import (
+    EventLog,
+    campaign_stats,
+    eta_error_at,
+    read_events,
+    repair_tail,
+    standing_failures,
+)
 from harness.results.facts import CampaignFacts, read_facts, write_facts
 from harness.results.layout import CAMPAIGN_JSON
 from harness.results.rows import (
@@ -162,6 +171,54 @@ def test_torn_event_tail_is_cut(tmp_path):
 def finish(t, status="ok", eta=None, wall=1.0):
     return {"ev": "cell_finish", "t": t, "status": status, "eta_s": eta, "wall_s": wall,
             "runs_left": 0, "stage": "measure"}
+
+
+def run_of(t: float, status: str, capacity: str = "1.00", purpose: str = "measure") -> dict:
+    """A cell_finish of one (model, backend, purpose) at `capacity`, attempt t (each attempt
+    has its own cell name)."""
+    return {**finish(t, status), "cell": f"M_B_{purpose}_{capacity}_a{int(t)}", "model": "M",
+            "backend": "B", "purpose": purpose, "attempt": int(t), "campaign": "x",
+            "capacity": capacity}
+
+
+def test_a_retried_failure_no_longer_counts(tmp_path):
+    """The closing line and `epcap status` count failures that still stand (issue 41): an
+    unclassified run retried into an ok run is gone, as is an infra one; a crash stands until
+    its cell runs again. Catches every failure ever recorded counted ('unclassified 1' after
+    the retry passed)."""
+    events = [{"ev": "run_start", "t": 0.0, "infra_retries": 2, "unclassified_retries": 1},
+              run_of(1, "unclassified"), run_of(2, "ok"), run_of(3, "infra", "2.00"),
+              run_of(4, "ok", "2.00"), run_of(5, "crash", "3.00", "validate")]
+    (tmp_path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert campaign_stats(tmp_path)["failures_by_class"] == {"crash": 1}
+    assert standing_failures(events) == {"crash": 1}
+    assert standing_failures(events + [run_of(6, "badflag", "4.00")]) == {"crash": 1,
+                                                                           "badflag": 1}
+    assert standing_failures(events + [run_of(6, "badflag", "4.00"),
+                                       run_of(7, "ok", "4.00")]) == {"crash": 1}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(("ok", "infra", "unclassified", "crash", "does_not_fit")),
+                min_size=1, max_size=8))
+def test_only_the_last_run_of_a_cell_stands_under_unlimited_retries(statuses):
+    """One cell run again and again (no retry limit recorded: every retryable failure
+    followed by a run was retried; a crash or does_not_fit is a result and stands): the
+    retried classes count only as the last run. Without cells (each run its own), every
+    failure stands."""
+    events = [run_of(n, s) for n, s in enumerate(statuses)]
+    want: dict[str, int] = {}
+    for n, s in enumerate(statuses):
+        if s in ("crash", "does_not_fit") or (s in ("infra", "unclassified")
+                                              and n == len(statuses) - 1):
+            want[s] = want.get(s, 0) + 1
+    assert standing_failures(events) == want
+    alone = [finish(n, s) for n, s in enumerate(statuses)]
+    counts: dict[str, int] = {}
+    for s in statuses:
+        if s != "ok":
+            counts[s] = counts.get(s, 0) + 1
+    assert standing_failures(alone) == counts
 
 
 def test_campaign_stats(tmp_path):
