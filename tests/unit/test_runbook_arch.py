@@ -179,7 +179,8 @@ def test_each_fixture_names_its_public_source():
     assert sorted(p.stem for p in CONFIGS.glob("*.json")) == sorted(MODELS) == sorted(zoo)
     for model in MODELS:
         source = config(model)["_source"]
-        assert re.search(r"@[0-9a-f]{40}:|^https://huggingface\.co/", source), source
+        assert re.search(r"@[0-9a-f]{40}:|^https://huggingface\.co/[^/]+/[^/]+/blob/[0-9a-f]{40}/",
+                         source), source             # a commit or a Hub revision, pinned
         assert source.split(" ")[0] in zoo[model]["arch_source"]
         assert config(model)["_model"] == zoo[model]["hf_name"]
 
