@@ -91,6 +91,7 @@ def cell_wall_hours(doc: _Doc, data: dict) -> float | None:
 
 
 ARCH_KEYS = ("arch", "arch_source")   # a model's architecture keys, read here (not typed)
+FFN_FLAG = "--ffn-hidden-size"         # arch.ffn's flag: the dense layers' FFN size
 
 
 def _arch(doc: _Doc, value: object, where: tuple) -> dict[str, tuple[str, ...]]:
@@ -131,6 +132,21 @@ def arch_problem(name: str, arch: dict) -> str | None:
             "Megatron-LM flags as the model's public config.json implies them ([] states "
             "Megatron's default), and arch_source: the config they come from (URL at a "
             "revision, or repository@commit:path); see docs/runbook.md#architecture")
+
+
+def dense_ffn_problem(spec: ModelSpec) -> str | None:
+    """Why the model's `--ffn-hidden-size` (arch.ffn) is not its `dense_ffn` when it has
+    leading dense layers (both are the config's intermediate_size), or None."""
+    ffn = dict(spec.arch).get("ffn", ())
+    if not spec.first_dense_layers or FFN_FLAG not in ffn:
+        return None
+    i = ffn.index(FFN_FLAG)
+    given = ffn[i + 1] if i + 1 < len(ffn) else None
+    if given == str(spec.dense_ffn):
+        return None
+    return (f"{FFN_FLAG} {given} is not dense_ffn {spec.dense_ffn}, the FFN of its "
+            f"{spec.first_dense_layers} leading dense layer(s): both are the config's "
+            "intermediate_size")
 
 
 def _models(doc: _Doc, data: dict, base: Path, needs_arch: bool
@@ -185,6 +201,10 @@ def _models(doc: _Doc, data: dict, base: Path, needs_arch: bool
             raise zoo_doc.error(at, problem)
         fields["arch"] = tuple((a, arch[a]) for a in ARCH_FIELDS if a in arch)
         spec = ModelSpec(**fields)
+        why = dense_ffn_problem(spec) if needs_arch else None   # what the command will say
+        if why is not None:
+            raise (doc.error(where + ("arch", "ffn"), why) if "ffn" in run_arch
+                   else zoo_doc.error(at + ("arch", "ffn"), why))
         check_model(doc if overrides else zoo_doc, spec, where if overrides else at)
         if any(m.name == name for m in out):
             raise doc.error(where, f"model {name!r} listed twice")

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from harness.api.backend import RunRequest
@@ -315,3 +315,29 @@ def test_a_model_built_in_code_without_architecture_gets_no_command(tierb):
     req = replace(req, model=replace(req.model, arch=()))
     with pytest.raises(BadInput, match="model QWEN3_30B states no architecture flags"):
         load_backend(tierb.backend("echo")).command(req)
+
+
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(dense=st.integers(1, 65536), ffn=st.integers(1, 65536), leading=st.integers(0, 3))
+@example(dense=10944, ffn=10944, leading=1).via("DeepSeek-V2-Lite")
+@example(dense=10944, ffn=1408, leading=1).via("the expert size given as the dense one")
+def test_the_dense_ffn_is_one_number(tmp_path_factory, dense, ffn, leading):
+    """With leading dense layers, arch.ffn's --ffn-hidden-size and dense_ffn are the same
+    config number (intermediate_size): a model a cluster backend runs giving two is refused
+    at arch.ffn. A reference runbook (no command) may shrink dense_ffn alone (CPU sizes)."""
+    tmp = tmp_path_factory.mktemp("ffn")
+    arch = {**ZOO_ARCH, "ffn": ["--ffn-hidden-size", str(ffn)]}
+    rb = runbook_with(tmp, {**GPT_OSS, "first_dense_layers": leading, "dense_ffn": dense,
+                            "arch": arch})
+    if leading and dense != ffn:
+        with pytest.raises(BadInput, match=f"--ffn-hidden-size {ffn} is not dense_ffn {dense}"
+                           ) as err:
+            load_runbook(rb)
+        assert "models.NEW_MOE.arch.ffn" in str(err.value)
+    else:
+        assert load_runbook(rb).model("NEW_MOE").dense_ffn == dense
+    (tmp / "ref").mkdir()
+    ref = runbook_with(tmp / "ref", {**GPT_OSS, "first_dense_layers": leading,
+                                     "dense_ffn": dense, "arch": arch}, "reference")
+    assert load_runbook(ref).model("NEW_MOE").dense_ffn == dense
