@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.epcap-installed
 PYTEST := $(PY) -m pytest
 
-.PHONY: run test test-fast bench mutation lint clean venv cluster gpu-check
+.PHONY: run test test-fast count bench mutation lint clean venv cluster gpu-check
 
 venv: $(STAMP)
 
@@ -35,6 +35,12 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(PYTEST) -q -m "not slow and not slurm"
+
+# How many tests `make test` runs and how many of them `make test-fast` skips, as pytest
+# collects them now (the README writes no count: a written one goes stale with every test).
+count: $(STAMP)
+	@$(PYTEST) --collect-only -q | tail -n 1
+	@$(PYTEST) --collect-only -q -m "slow or slurm" | tail -n 1
 
 # Every benchmark runs even when an earlier one misses its target; the exit status says if any did.
 bench: $(STAMP)

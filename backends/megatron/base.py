@@ -68,10 +68,9 @@ def merge_patterns(*tables: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, 
 
 
 def model_args(model: ModelSpec) -> list[str]:
-    """Megatron model-architecture arguments for one zoo entry."""
-    dense_ffn = model.dense_ffn or model.expert_ffn
+    """Megatron arguments from one zoo entry's numbers (layers, sizes, heads, experts); its
+    architecture flags (the dense FFN size among them) are `arch_args`, the model's own."""
     args = ["--num-layers", str(model.layers), "--hidden-size", str(model.hidden),
-            "--ffn-hidden-size", str(dense_ffn),
             "--num-attention-heads", str(model.heads)]
     if 0 < model.kv_heads < model.heads:
         args += ["--group-query-attention", "--num-query-groups", str(model.kv_heads)]
@@ -86,11 +85,19 @@ def model_args(model: ModelSpec) -> list[str]:
     return args
 
 
+def arch_args(model: ModelSpec, backend: str) -> list[str]:
+    """The architecture flags the model states (zoo `arch:`, docs/runbook.md#architecture);
+    BadInput when it states none: no flag of another architecture stands in for them."""
+    if not model.arch:
+        raise BadInput(f"{backend}: model {model.name} states no architecture flags (zoo "
+                       "arch:, docs/runbook.md#architecture)", field=f"models.{model.name}")
+    return list(model.arch_flags)
+
+
 def common_args() -> list[str]:
-    """Architecture family and training settings shared by every zoo model."""
+    """Training settings the harness gives every model (no architecture flag: those are the
+    model's own, `arch_args`)."""
     return ["--transformer-impl", "transformer_engine",
-            "--position-embedding-type", "rope", "--normalization", "RMSNorm", "--swiglu",
-            "--untie-embeddings-and-output-weights", "--disable-bias-linear",
             "--attention-dropout", "0.0", "--hidden-dropout", "0.0",
             "--moe-grouped-gemm", "--moe-router-load-balancing-type", "aux_loss",
             "--moe-aux-loss-coeff", "1e-3",
@@ -419,7 +426,8 @@ class MegatronBackend(Backend):
         self.check(req)
         nodes, gpus = self.topology(req)
         argv = (self.launcher_args(req, nodes, gpus) + [self.script(req)]
-                + model_args(req.model) + common_args() + shape_args(req) + data_args(req)
+                + model_args(req.model) + arch_args(req.model, self.name) + common_args()
+                + shape_args(req) + data_args(req)
                 + self.dispatcher_args(req) + self.trace_args(req)
                 + [str(f) for f in req.model.flags]
                 + [str(f) for f in self.config.flags])
@@ -427,6 +435,14 @@ class MegatronBackend(Backend):
         check_no_conflicts(argv, field=f"backends.{self.name}.flags")
         return LaunchSpec(argv=argv, env=self.env(req), ntasks=nodes, nodes=nodes,
                           gpus_per_node=gpus, cwd=self.checkout(req))
+
+    def flag_origins(self, model: ModelSpec) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """The flags this backend adds to every command of `model` that are not the model's
+        own, by where they come from (the dry run prints them beside the model's)."""
+        return ((f"harness, from the zoo's numbers ({__name__}.model_args)",
+                 tuple(model_args(model))),
+                (f"harness default ({__name__}.common_args)", tuple(common_args())),
+                (f"runbook backends[{self.name}].flags", tuple(str(f) for f in self.config.flags)))
 
     def failure_patterns(self) -> dict[str, tuple[str, ...]]:
         """Defaults, Megatron's, the library's own, then runbook `options.failure_patterns`."""

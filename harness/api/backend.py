@@ -217,6 +217,11 @@ class Backend(ABC):
         for (label, launch) pairs; ("", []) when the backend has no such check."""
         return "", []
 
+    def flag_origins(self, model: ModelSpec) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """(where they come from, flags) of the flags this backend adds to `model`'s commands
+        beside the model's own architecture flags; () when it builds no model command."""
+        return ()
+
     def failure_patterns(self) -> dict[str, tuple[str, ...]]:
         """Regexes per taxonomy class; defaults plus the backend's own and runbook overrides."""
         pats = {k: tuple(v) for k, v in DEFAULT_FAILURE_PATTERNS.items()}

@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.api.backend import LaunchSpec, RunRequest
+from harness.api.backend import Backend, LaunchSpec, RunRequest
 from harness.api.registry import CLUSTER_KIND, load_backend
 from harness.campaign import store
 from harness.campaign.driver import Campaign, Replay
@@ -39,7 +39,7 @@ from harness.loadmodel.memory import estimate_memory_bytes, format_size
 from harness.pipeline.decisions import Context, model_pipeline
 from harness.pipeline.stages import plan_cells, stage_mode, timed_arms
 from harness.results.layout import EVENTS_JSONL, Cell, PlannedCell, cell_dir
-from harness.runbook.model import BackendConfig, Runbook
+from harness.runbook.model import ARCH_FIELDS, BackendConfig, Runbook
 from harness.vocab import CONTROL_SUFFIX, Purpose, StageMode
 
 DRY_RUN_SUFFIX = ".dry-run"
@@ -131,6 +131,38 @@ def memory_warnings(rb: Runbook, selection: PlanFilter) -> list[str]:
                            f"({model.layers} layers, capacity {rb.capacity.measure}; largest "
                            f"term {biggest} {format_size(est[biggest])}): expect does_not_fit "
                            f"-- reduce layers (models[].layers) or the device profile")
+    return out
+
+
+def flag_origin_lines(rb: Runbook, backends: dict[str, Backend], sel: PlanFilter
+                      ) -> list[str]:
+    """Per model (of the `--model` selection): each architecture aspect's flags and where
+    they were written (the zoo entry or the runbook), the public config the zoo copied them
+    from, the model's extra `flags`; then the flags each backend adds that are not the
+    model's (harness defaults, numbers from the zoo, the runbook's backend flags)."""
+    out = []
+    for model in rb.models:
+        if sel.models and model.name not in sel.models:
+            continue
+        origins = dict(rb.model_origins.get(model.name, ()))
+        arch = dict(model.arch)
+        out.append(f"model {model.name}: flags and where each comes from")
+        for aspect in ARCH_FIELDS:
+            flags = arch.get(aspect)
+            shown = ("(not stated)" if flags is None
+                     else shlex.join(flags) if flags else "(none: Megatron's default, stated)")
+            out.append(f"  arch.{aspect}: {shown}  [{origins.get(f'arch.{aspect}', 'nowhere')}]")
+        if "arch_source" in origins:
+            out.append(f"  arch copied from the model's config: {origins['arch_source']}")
+        if model.flags:
+            out.append(f"  flags: {shlex.join(model.flags)}  [{origins.get('flags', '?')}]")
+        added: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+        for b in rb.backends:
+            for what, flags in backends[b.name].flag_origins(model):
+                if flags:
+                    added.setdefault((what, flags), []).append(b.name)
+        for (what, flags), names in added.items():
+            out.append(f"  {', '.join(names)} add ({what}): {shlex.join(flags)}")
     return out
 
 
@@ -263,6 +295,8 @@ def print_dry_run(rb: Runbook, root: Path, launcher_name: str,
     if rb.container.enabled:
         print(f"container: {rb.container.engine} {rb.container.image}")
     backends = {b.name: load_backend(b) for b in rb.backends}
+    for line in flag_origin_lines(rb, backends, sel):
+        print(line)
     slurm = SlurmLauncher(rb) if launcher_name == "slurm" else None
     launches = {arm: i for i, arm in enumerate(timed_arms(rb)[1])}
     scripts: dict[str, dict[str, str]] = {}

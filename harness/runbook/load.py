@@ -38,6 +38,7 @@ from harness.runbook.checks import (
     held_out_field,
 )
 from harness.runbook.model import (
+    ARCH_FIELDS,
     CONTAINER_ENGINES,
     UNCLASSIFIED_ACTIONS,
     BackendConfig,
@@ -89,7 +90,70 @@ def cell_wall_hours(doc: _Doc, data: dict) -> float | None:
     return None if new is None else _check_type(doc, new, float, ("cell_wall_hours",))
 
 
-def _models(doc: _Doc, data: dict, base: Path) -> tuple[ModelSpec, ...]:
+ARCH_KEYS = ("arch", "arch_source")   # a model's architecture keys, read here (not typed)
+FFN_FLAG = "--ffn-hidden-size"         # arch.ffn's flag: the dense layers' FFN size
+
+
+def _arch(doc: _Doc, value: object, where: tuple) -> dict[str, tuple[str, ...]]:
+    """A model's `arch:` mapping: aspects of ARCH_FIELDS only, each a list of Megatron-LM
+    flags and their values that starts with a `--flag` ([] states Megatron's default)."""
+    raw = _mapping(doc, value, where, ARCH_FIELDS)
+    if value is None:
+        raise doc.error(where, f"is empty: give {', '.join(ARCH_FIELDS)}")
+    out = {}
+    for aspect, flags in raw.items():
+        items = _check_type(doc, flags, tuple[str, ...], where + (aspect,))
+        if items and not items[0].startswith("--"):
+            raise doc.error(where + (aspect,), f"must start with a --flag, got "
+                            f"{_shown(doc, items[0])}")
+        out[aspect] = items
+    return out
+
+
+def _arch_source(doc: _Doc, entry: dict, where: tuple) -> str | None:
+    """`arch_source`: the public config the architecture was copied from (a string)."""
+    value = entry.get("arch_source")
+    return None if value is None else _check_type(doc, value, str, where + ("arch_source",))
+
+
+def _at(doc: _Doc, where: tuple, label: str) -> str:
+    """`<label> <file>:<line>` of a written field, for the dry run's origins."""
+    return f"{label} {doc.path}:{doc.lines.get(where, '?')}"
+
+
+def arch_problem(name: str, arch: dict) -> str | None:
+    """Why a model's architecture is not stated in full (None when it is): the aspects to
+    give, each a list of Megatron-LM flags (docs/runbook.md#architecture)."""
+    missing = [a for a in ARCH_FIELDS if a not in arch]
+    if not missing:
+        return None
+    what = "states no architecture" if not arch else "leaves architecture fields out"
+    return (f"model {name} {what}: give arch: {{{', '.join(missing)}}}, each a list of "
+            "Megatron-LM flags as the model's public config.json implies them ([] states "
+            "Megatron's default), and arch_source: the config they come from (URL at a "
+            "revision, or repository@commit:path); see docs/runbook.md#architecture")
+
+
+def dense_ffn_problem(spec: ModelSpec) -> str | None:
+    """Why the model's `--ffn-hidden-size` (arch.ffn) is not its `dense_ffn` when it has
+    leading dense layers (both are the config's intermediate_size), or None."""
+    ffn = dict(spec.arch).get("ffn", ())
+    if not spec.first_dense_layers or FFN_FLAG not in ffn:
+        return None
+    i = ffn.index(FFN_FLAG)
+    given = ffn[i + 1] if i + 1 < len(ffn) else None
+    if given == str(spec.dense_ffn):
+        return None
+    return (f"{FFN_FLAG} {given} is not dense_ffn {spec.dense_ffn}, the FFN of its "
+            f"{spec.first_dense_layers} leading dense layer(s): both are the config's "
+            "intermediate_size")
+
+
+def _models(doc: _Doc, data: dict, base: Path, needs_arch: bool
+            ) -> tuple[tuple[ModelSpec, ...], dict[str, tuple[tuple[str, str], ...]]]:
+    """The runbook's models (zoo entries plus overrides) and where each one's flag groups
+    were written. With `needs_arch` (a backend builds the model's Megatron-LM command) a
+    model that does not state its whole architecture is refused at its zoo entry."""
     zoo_rel = data.get("models_file", "models.yaml")
     if not isinstance(zoo_rel, str):
         raise doc.error(("models_file",), f"must be a path string, got {zoo_rel!r}")
@@ -99,6 +163,7 @@ def _models(doc: _Doc, data: dict, base: Path) -> tuple[ModelSpec, ...]:
     if not isinstance(entries, list) or not entries:
         raise doc.error(("models",), "must be a non-empty list of model names or {name: ...}")
     out: list[ModelSpec] = []
+    origins: dict[str, tuple[tuple[str, str], ...]] = {}
     for i, entry in enumerate(entries):
         where = ("models", i)
         overrides: dict = {}
@@ -106,7 +171,7 @@ def _models(doc: _Doc, data: dict, base: Path) -> tuple[ModelSpec, ...]:
             if "name" not in entry:
                 raise doc.error(where, "missing required key 'name'")
             name = entry["name"]
-            overrides = _fields_from(doc, ModelSpec, entry, where)
+            overrides = _fields_from(doc, ModelSpec, _typed(entry), where, skip=("arch",))
             overrides.pop("name", None)
         else:
             name = entry
@@ -118,19 +183,66 @@ def _models(doc: _Doc, data: dict, base: Path) -> tuple[ModelSpec, ...]:
         if name not in zoo:
             raise doc.error(where, f"unknown model {name!r}; known: {', '.join(sorted(zoo))} "
                             f"(in {zoo_doc.path})")
-        base_fields = _fields_from(zoo_doc, ModelSpec, zoo[name], ("models", name),
-                                   skip=("name",))
+        at = ("models", name)
+        base_fields = _fields_from(zoo_doc, ModelSpec, _typed(zoo[name]), at,
+                                   skip=("name", "arch"))
         fields = {**base_fields, **overrides, "name": name}
         missing = [f.name for f in dataclasses.fields(ModelSpec)
                    if f.default is dataclasses.MISSING and f.name not in fields]
         if missing:
-            raise zoo_doc.error(("models", name), f"missing required fields {missing}")
+            raise zoo_doc.error(at, f"missing required fields {missing}")
+        own = entry if isinstance(entry, dict) else {}
+        zoo_arch = _arch(zoo_doc, zoo[name]["arch"], at + ("arch",)) \
+            if "arch" in zoo[name] else {}
+        run_arch = _arch(doc, own["arch"], where + ("arch",)) if "arch" in own else {}
+        arch = {**zoo_arch, **run_arch}
+        problem = arch_problem(name, arch)
+        if problem is not None and (needs_arch or arch):
+            raise zoo_doc.error(at, problem)
+        fields["arch"] = tuple((a, arch[a]) for a in ARCH_FIELDS if a in arch)
         spec = ModelSpec(**fields)
-        check_model(doc if overrides else zoo_doc, spec, where if overrides else ("models", name))
+        why = dense_ffn_problem(spec) if needs_arch else None   # what the command will say
+        if why is not None:
+            raise (doc.error(where + ("arch", "ffn"), why) if "ffn" in run_arch
+                   else zoo_doc.error(at + ("arch", "ffn"), why))
+        check_model(doc if overrides else zoo_doc, spec, where if overrides else at)
         if any(m.name == name for m in out):
             raise doc.error(where, f"model {name!r} listed twice")
         out.append(spec)
+        origins[name] = _origins(doc, zoo_doc, where, at, own, zoo[name])
+    return tuple(out), origins
+
+
+def _typed(entry: object) -> object:
+    """A model entry without its architecture keys (read by _arch, not typed as fields)."""
+    return {k: v for k, v in entry.items() if k not in ARCH_KEYS} \
+        if isinstance(entry, dict) else entry
+
+
+def _origins(doc: _Doc, zoo_doc: _Doc, where: tuple, at: tuple, own: dict, zoo_entry: dict
+             ) -> tuple[tuple[str, str], ...]:
+    """(flag group, where it was written) of one model: each `arch.<aspect>` and `flags`
+    from the runbook's entry when it gives them, else from the zoo's; then `arch_source`."""
+    out = []
+    for key in [f"arch.{a}" for a in ARCH_FIELDS] + ["flags"]:
+        path = tuple(key.split("."))
+        if _has(own, path):
+            out.append((key, _at(doc, where + path, "runbook")))
+        elif _has(zoo_entry, path):
+            out.append((key, _at(zoo_doc, at + path, "zoo")))
+    source = _arch_source(doc, own, where) or _arch_source(zoo_doc, zoo_entry, at)
+    if source is not None:
+        out.append(("arch_source", source))
     return tuple(out)
+
+
+def _has(entry: dict, path: tuple) -> bool:
+    """Whether a (nested) key is written in a mapping."""
+    for key in path:
+        if not isinstance(entry, dict) or key not in entry:
+            return False
+        entry = entry[key]
+    return True
 
 
 def _backends(doc: _Doc, data: dict, base: Path) -> tuple[BackendConfig, ...]:
@@ -299,7 +411,10 @@ def load_runbook(path: str | Path) -> Runbook:
     gph = cell_wall_hours(doc, data)
     slurm = _fields_from(doc, SlurmConfig, data.get("slurm"), ("slurm",))
     limits = _limits(doc, data.get("limits"))
-    models = _models(doc, data, base)
+    raw_backends = data.get("backends")
+    needs_arch = isinstance(raw_backends, list) and any(
+        isinstance(b, dict) and b.get("kind") == CLUSTER_KIND for b in raw_backends)
+    models, origins = _models(doc, data, base, needs_arch)
     if data.get("routing") is not None:                # campaign-wide default workload
         routing = _check_type(doc, data["routing"], dict, ("routing",))
         models = tuple(m if m.routing else dataclasses.replace(m, routing=routing)
@@ -316,7 +431,7 @@ def load_runbook(path: str | Path) -> Runbook:
         repositories=_paths_map(doc, data, "repositories", base, resolve=True),
         paths=_paths_map(doc, data, "paths", base, resolve=False),
         slurm=SlurmConfig(**slurm), container=_container(doc, data),
-        cell_wall_hours=gph,
+        cell_wall_hours=gph, model_origins=origins,
         max_parallel_cells=_check_type(doc, data.get("max_parallel_cells", 1), int,
                                        ("max_parallel_cells",)))
     raw_validate = data.get("validate")

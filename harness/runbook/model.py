@@ -13,6 +13,12 @@ from harness.grid.capacity import Grid
 from harness.grid.heldout import TARGET_PEAK, ValidateConfig, resolve_validate
 from harness.vocab import CONTROL_SUFFIX, DEFAULT_PAD_MULTIPLE
 
+# The architecture a model states (zoo `arch:`, docs/runbook.md#architecture), one group of
+# Megatron-LM flags per aspect, each required and each written out ([] = Megatron's default,
+# stated): a new architecture cannot inherit another model's by omission.
+ARCH_FIELDS = ("activation", "normalization", "position_embedding", "attention", "bias",
+               "embeddings", "ffn", "router")
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -36,10 +42,17 @@ class ModelSpec:
     routing_sigma: float = 1.0      # lognormal sigma of expert popularity (reference routing)
     routing: dict | None = None     # named routing workload of the reference emulation
     flags: tuple[str, ...] = ()     # extra per-model launch flags (cluster adapters)
+    # (aspect, its Megatron-LM flags) in ARCH_FIELDS order; () = the model states none
+    arch: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def moe_layers(self) -> int:
         return self.layers - self.first_dense_layers
+
+    @property
+    def arch_flags(self) -> tuple[str, ...]:
+        """Every architecture flag the model states, aspect by aspect (ARCH_FIELDS order)."""
+        return tuple(f for _, flags in self.arch for f in flags)
 
 
 @dataclass(frozen=True)
@@ -195,6 +208,10 @@ class Runbook:
     max_parallel_cells: int = 1     # cells in flight at once (independent models)
     models_path: Path | None = None  # the model zoo file it read (frozen next to the results)
     validate_config: ValidateConfig | None = None   # `validate:`; None = the defaults
+    # model name -> ((what, where it was written), ...): each of its flag groups (`arch.<aspect>`,
+    # `flags`) with the file:line it came from, and `arch_source` (the public config the zoo
+    # copied it from); printed by the dry run, changes no result
+    model_origins: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
 
     @property
     def validate(self) -> ValidateConfig:

@@ -1,5 +1,5 @@
 """The model zoo (runbooks/models.yaml): one top-level `models:` mapping model names to the
-fields of harness.runbook.model.ModelSpec. Read here, bounded, for the runbook loader (which
+fields of harness.runbook.model.ModelSpec plus `arch`/`arch_source` (docs/runbook.md#architecture). Read here, bounded, for the runbook loader (which
 types and checks an entry) and for `epcap forecast --model` (experts, top-k, hidden size).
 """
 

@@ -180,9 +180,10 @@ def _edit(rb, field, draw):
     value = getattr(rb, field)
     if field == "models":
         i = draw(st.integers(0, len(value) - 1))
-        sub = draw(st.sampled_from(["layers", "hidden", "routing_sigma", "expert_ffn"]))
+        sub = draw(st.sampled_from(["layers", "hidden", "routing_sigma", "expert_ffn", "arch"]))
         m = value[i]
-        bump = getattr(m, sub) + draw(st.integers(1, 5))
+        bump = (*m.arch, ("router", ("--x",))) if sub == "arch" \
+            else getattr(m, sub) + draw(st.integers(1, 5))
         new = value[:i] + (dataclasses.replace(m, **{sub: bump}),) + value[i + 1:]
         return dataclasses.replace(rb, models=new), [f"model:{m.name}"]
     if field == "backends":
@@ -210,6 +211,8 @@ def _edit(rb, field, draw):
               "repositories": lambda v: {"epcap": Path("/x")},
               "campaign": lambda v: v + "x", "path": lambda v: Path("/other.yaml"),
               "models_path": lambda v: Path("/z.yaml"),
+              # where each model's flags were written (a comment above them moves the lines)
+              "model_origins": lambda v: {k: (("arch.ffn", "zoo x.yaml:1"),) for k in v},
               "container": lambda v: dataclasses.replace(v, engine="pyxis",
                                                          image="nvcr.io/x/y:1")}
     part = {"seed": "seed", "device_memory_bytes": "device_memory", "shape": "shape",

@@ -17,7 +17,7 @@ from harness.results.tables import write_table_atomic
 
 
 def _cell(root: Path, name: str, seed: int = 1) -> Path:
-    """A measure cell with a recorded routing trace (as tests/unit/test_forecast_report.py)."""
+    """A measure cell with a recorded routing trace (as tests/unit/test_report_forecast.py)."""
     cell = root / "cells" / name
     cell.mkdir(parents=True)
     recs = [(it, 1, r, route(seed, "M", 1, it, r, 32, 16, 4, 1.5).ids.tolist(), None)

@@ -42,7 +42,11 @@ BACKENDS = [
 IDS = [f"{kind}:{module}" for kind, module in BACKENDS]
 
 MODEL = ModelSpec(name="TINY", hf_name="x/tiny", layers=3, hidden=64, experts=16, topk=4,
-                  expert_ffn=32, first_dense_layers=1, heads=4, kv_heads=4, vocab=1024)
+                  expert_ffn=32, first_dense_layers=1, heads=4, kv_heads=4, vocab=1024,
+                  arch=(("activation", ("--swiglu",)), ("normalization", ()),
+                        ("position_embedding", ()), ("attention", ()), ("bias", ()),
+                        ("embeddings", ()), ("ffn", ("--ffn-hidden-size", "128")),
+                        ("router", ())))
 # A stage the harness does not have: a backend must build its run all the same.
 NEW_PURPOSE = "newstage"
 
