@@ -60,6 +60,17 @@ from harness.vocab import BUG_CLASSES, CANARY_OK, Purpose, Stage, StageMode, Sta
 POLL_S = 0.05
 
 
+# Stages whose cells interleave within one model (a backend's measure, then its validation
+# steps, then the next backend's): one allocation group (slurm.allocation: per-stage).
+CAPACITY_GROUP = "capacity"
+INTERLEAVED = frozenset({Stage.MEASURE, Stage.SELECT, Stage.VALIDATE})
+
+
+def group_name(stage: str, model: str) -> str:
+    """`<stage>.<model>`, the interleaved capacity stages as one (CAPACITY_GROUP)."""
+    return f"{CAPACITY_GROUP if stage in INTERLEAVED else stage}.{model}"
+
+
 class Replay(Exception):
     """A stage that may not run (--stage) lacks the results it needs."""
 
@@ -305,12 +316,14 @@ class Campaign:
     # -- allocations (slurm.allocation: per-stage) ----------------------------------------
     @staticmethod
     def group_of(req: Request) -> str:
-        """The allocation group of a request: its stage and model (`measure.QWEN3_30B`)."""
-        return f"{STAGE_OF_PURPOSE[req.purpose]}.{req.model}"
+        """The allocation group of a request: its stage and model (`time.QWEN3_30B`); the
+        measure, select and validate stages interleave per backend (a pair's measure, then
+        its validation), so they are one group, `capacity`."""
+        return group_name(STAGE_OF_PURPOSE[req.purpose], req.model)
 
     def planned_in(self, group: str) -> int:
         """Cells the plan gives `group` (its allocation's time limit is that many cells')."""
-        return sum(1 for p in plan_cells(self.rb) if f"{p.stage}.{p.model}" == group)
+        return sum(1 for p in plan_cells(self.rb) if group_name(p.stage, p.model) == group)
 
     def launch_order(self, waiting: dict) -> list:
         """The waiting requests in the order to launch them: with allocations, those of a

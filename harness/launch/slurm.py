@@ -68,7 +68,7 @@ from harness.launch.slurm_script import (
     step_script,
     submit_options,
 )
-from harness.launch.slurm_time import elapsed_seconds
+from harness.launch.slurm_time import elapsed_seconds, time_minutes
 from harness.runbook.model import ContainerConfig, SlurmConfig
 from harness.telemetry.summary import iter_rows
 from harness.vocab import LauncherState
@@ -440,13 +440,28 @@ class Allocation:
         """The number the next dropped step gets (those already in the spool, plus one)."""
         return len(list(self.spool.glob("step-*.sh"))) + 1
 
-    def open(self) -> bool:
-        """Whether the runner still takes steps: not told done, not ended idle, and its job
-        queued or running."""
+    def open(self, need_s: float = 0.0) -> bool:
+        """Whether the runner still takes a step that may run `need_s` seconds: not told
+        done, not ended idle, its job queued or running with that much of its time limit
+        left (scontrol's TimeLimit - RunTime)."""
         if (self.spool / DONE_FILE).exists() or (self.spool / CLOSED_FILE).exists():
             return False
-        reading = query_state(self.job_id)
-        return reading is not None and map_state(reading) is None
+        out = _try(["scontrol", "show", "job", self.job_id, "-o"]) or ""
+        reading = parse_scontrol(out)
+        if reading is None or map_state(reading) is not None:
+            return False
+        return time_left_s(out) >= need_s
+
+
+def time_left_s(scontrol_out: str) -> float:
+    """Seconds a job has left: TimeLimit - RunTime of `scontrol show job -o` (inf for
+    UNLIMITED or when it does not say)."""
+    fields = dict(tok.split("=", 1) for tok in scontrol_out.split() if "=" in tok)
+    try:
+        limit = time_minutes(fields.get("TimeLimit", "UNLIMITED")) * 60
+    except ValueError:
+        return float("inf")
+    return limit - (elapsed_seconds(fields.get("RunTime", "")) or 0.0)
 
 
 def poll_key(handle: JobHandle) -> str:
@@ -574,7 +589,8 @@ class SlurmLauncher(Launcher):
             + sorted(hidden_values(spec))).encode()).hexdigest()[:8]
         key = f"{group}.{shape}"
         alloc = self.allocs.get(key) or self._found_allocation(root, key)
-        if alloc is None or not alloc.open():
+        need_s = time_minutes(self.slurm.time_limit) * 60
+        if alloc is None or not alloc.open(need_s):
             alloc = self._open_allocation(root, key, group, planned, cell_name, spec, cell_dir)
         self.allocs[key] = alloc
         n = alloc.next_step()
@@ -610,7 +626,8 @@ class SlurmLauncher(Launcher):
         spool = root / f"{key}.{index}"
         spool.mkdir(parents=True, exist_ok=True)
         name = job_name(self.campaign, f"alloc.{key}.{index}", spool)
-        minutes = allocation_minutes(self.slurm.time_limit, planned)
+        minutes = allocation_minutes(self.slurm.time_limit, planned,
+                                     self.slurm.allocation_time_limit, self.where)
         opts = allocation_options(sbatch_options(self.slurm, spec, name, cell_dir, self.where),
                                   name, minutes)
         meta = {"group": group, "job_name": name, "planned_cells": planned,

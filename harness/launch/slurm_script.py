@@ -436,7 +436,8 @@ def script_meta(script: Path) -> dict:
 # each cell's step there as `step-<n>.sh` (n = 1, 2, ... in order, written atomically), the
 # runner runs it (the cell's own slurm.sbatch, run by bash inside the allocation, so its srun
 # steps, capture and warning trap are the per-cell ones), marks it `step-<n>.started`, and
-# writes `step-<n>.rc` ("<exit> <start> <end>", epoch seconds) when it ends. `step-<n>.cancel`
+# writes `step-<n>.rc` ("<exit> <start> <end>", epoch seconds, GNU date's %N fraction) when
+# it ends. `step-<n>.cancel`
 # from the driver ends that step (TERM to its process group, KILL 10 s later) or skips it.
 # The runner ends when the driver wrote DONE_FILE and no step waits, or after
 # slurm.allocation_idle_s with no step (a dead driver never holds the GPUs longer), leaving
@@ -446,26 +447,41 @@ ALLOC_FILE = "allocation.json"
 DONE_FILE = "done"
 CLOSED_FILE = "closed"
 STEP_POLL_S = 1                 # the runner looks at its spool once a second
+# Seconds an allocation waits between one step's end and the next one's start: the driver
+# reads the result, classifies and writes it, decides the next cell and drops it, and the
+# runner sees it within STEP_POLL_S. Measured on the CI Slurm (see docs/slurm.md).
+STEP_GAP_S = 3.0
 STEP_KILL_AFTER_S = 10          # a cancelled step still alive after TERM gets KILL
 CANCELLED_RC = 143              # what a skipped (cancelled before it started) step records
+MAX_STEPS = 999_999             # six digits: the names list in step order
 
 
 def step_name(n: int) -> str:
     """`step-<n>`, zero-padded so the spool lists in order."""
-    if int(n) < 1:
-        raise ValueError(f"steps count from 1, not {n}")
+    if not 1 <= int(n) <= MAX_STEPS:
+        raise ValueError(f"steps count from 1 to {MAX_STEPS}, not {n}")
     return f"step-{int(n):06d}"
 
 
-def allocation_minutes(time_limit: str, planned_cells: int) -> int:
+def allocation_minutes(time_limit: str, planned_cells: int, cap: str | None = None,
+                       where: str | None = None) -> int:
     """The allocation's time limit in minutes: the per-cell `slurm.time_limit` times the
-    cells the plan gives its stage for this model (each cell may use its whole limit; a
-    cell past the plan, a retry or a step-up, that finds the allocation gone gets a new
-    one). A limit of UNLIMITED stays unlimited (0 here)."""
+    cells the plan gives its stage for this model (each cell may use its whole limit), at
+    most `slurm.allocation_time_limit` (`cap`, e.g. the partition's MaxTime). A cell that
+    finds less than its own limit left in the allocation, or the allocation gone (a retry,
+    a step-up past the plan), gets a new one. UNLIMITED stays unlimited (0 here)."""
     minutes = time_minutes(time_limit)
-    if minutes == float("inf"):
-        return 0
-    return int(-(-minutes * max(1, int(planned_cells)) // 1))
+    total = float("inf") if minutes == float("inf") else minutes * max(1, int(planned_cells))
+    if cap is not None:
+        if not TIME_RE.match(str(cap)):
+            raise BadInput(f"not a Slurm time ({cap!r}); use e.g. 04:00:00", path=where,
+                           field="slurm.allocation_time_limit")
+        if time_minutes(cap) < minutes:
+            raise BadInput(f"slurm.allocation_time_limit {cap} is shorter than one cell's "
+                           f"slurm.time_limit {time_limit}", path=where,
+                           field="slurm.allocation_time_limit")
+        total = min(total, time_minutes(cap))
+    return 0 if total == float("inf") else int(-(-total // 1))
 
 
 def allocation_options(cell_options: list[str], name: str, minutes: int) -> list[str]:
@@ -528,7 +544,7 @@ def runner_script(options: list[str], idle_s: int, meta: dict | None = None) -> 
         "  step=$(printf 'step-%06d' \"$n\")",
         '  if [ -f "$step.rc" ]; then n=$((n + 1)); continue; fi    # ran before a requeue',
         '  if [ -f "$step.sh" ]; then',
-        "    start=$(date +%s)",
+        "    start=$(date +%s.%N)",
         '    if [ -f "$step.cancel" ]; then',
         f'      put "$step.rc" "{CANCELLED_RC} $start $start"; '
         'echo "[EPCAP_SLURM] step $n cancelled before it started"',
@@ -548,7 +564,7 @@ def runner_script(options: list[str], idle_s: int, meta: dict | None = None) -> 
         f"      sleep {STEP_POLL_S} & wait $!",
         "    done",
         '    wait "$child"; rc=$?; child=""',
-        '    put "$step.rc" "$rc $start $(date +%s)"',
+        '    put "$step.rc" "$rc $start $(date +%s.%N)"',
         '    echo "[EPCAP_SLURM] step $n exit $rc"',
         "    n=$((n + 1)); last=$(date +%s); continue",
         "  fi",

@@ -155,6 +155,8 @@ class SlurmConfig:
     allocation: str = "per-cell"        # per-cell: one job per cell; per-stage: one job per
                                         # stage of a model, its cells as steps (docs/slurm.md)
     allocation_idle_s: int = 300        # per-stage: a step runner with no step this long ends
+    allocation_time_limit: str | None = None   # per-stage: at most this --time (the
+                                        # partition's MaxTime); None: time_limit x cells
 
 
 ALLOCATIONS = ("per-cell", "per-stage")
