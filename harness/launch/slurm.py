@@ -455,7 +455,9 @@ class Allocation:
 
 def time_left_s(scontrol_out: str) -> float:
     """Seconds a job has left: TimeLimit - RunTime of `scontrol show job -o` (inf for
-    UNLIMITED or when it does not say)."""
+    UNLIMITED, `Partition_Limit` or when it does not say). scontrol writes `RunTime=%s `
+    (0 while pending) and `TimeLimit=%s ` or `TimeLimit=Partition_Limit ` (SchedMD/slurm
+    src/api/job_info.c, slurm_sprint_job_info @01afe1f164f8a99dbc5fa72a4d19cfb093dbbda8)."""
     fields = dict(tok.split("=", 1) for tok in scontrol_out.split() if "=" in tok)
     try:
         limit = time_minutes(fields.get("TimeLimit", "UNLIMITED")) * 60

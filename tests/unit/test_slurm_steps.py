@@ -16,11 +16,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.api.launcher import JobHandle
+from harness.campaign.driver import INTERLEAVED, group_name
+from harness.campaign.dryrun import allocation_words
 from harness.errors import BadInput
 from harness.launch import slurm as S
 from harness.launch import slurm_script as SS
 from harness.launch.slurm_time import time_minutes
+from harness.pipeline.stages import plan_cells
+from harness.runbook.load import load_runbook
 from harness.runbook.model import SlurmConfig
+from harness.vocab import Stage
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def start_runner(spool: Path, idle_s: int = 30) -> subprocess.Popen:
@@ -262,3 +269,26 @@ def test_a_cell_needing_more_than_the_allocation_has_left_gets_a_new_one(limit_m
     finally:
         S._try = S_try
     assert S.time_left_s("JobId=5 JobState=PENDING TimeLimit=UNLIMITED") == float("inf")
+
+
+# ---- the driver's groups and the dry run's figures -------------------------------------------
+
+@given(st.sampled_from(list(Stage)), st.sampled_from(list(Stage)),
+       st.sampled_from(["A", "B"]), st.sampled_from(["A", "B"]))
+def test_interleaved_stages_share_a_group_others_do_not(s1, s2, m1, m2):
+    """measure/select/validate of one model are one allocation group; any other pair of
+    (stage, model) differs. Catches a group per stage (capacity cells interleave: one
+    allocation opened again and again)."""
+    same = m1 == m2 and (s1 == s2 or {s1, s2} <= INTERLEAVED)
+    assert (group_name(s1, m1) == group_name(s2, m2)) == same
+
+
+def test_the_dry_run_counts_jobs_both_ways_and_the_idle_gpu_hours():
+    rb = load_runbook(ROOT / "runbooks" / "tierb-b200-gbs8.yaml")
+    cells = plan_cells(rb)
+    lines = allocation_words(rb, cells, 8)
+    groups = {group_name(p.stage, p.model) for p in cells}
+    assert f"per-cell {len(cells)} (one per run); per-stage {len(groups)} " in lines[0]
+    idle = ((len(cells) - len(groups)) * SS.STEP_GAP_S + len(groups) * SS.STEP_POLL_S) * 8
+    assert f"per-stage {idle / 3600:.2f} = ({len(cells) - len(groups)} steps" in lines[1]
+    assert rb.slurm.allocation == "per-stage" and len(groups) == 1 + 2 * len(rb.models)
