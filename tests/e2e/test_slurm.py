@@ -331,11 +331,14 @@ def failure_jobs(slurm_up, tmp_path_factory):
     plain = S.SlurmLauncher(Rb("e2e-fail"))
     small = S.SlurmLauncher(Rb("e2e-fail", mem_per_task="150M"))
     short = S.SlurmLauncher(Rb("e2e-fail", time_limit="1"))        # 1 minute
+    # a one-minute allocation (one planned cell) whose step runs to its limit
+    staged = S.SlurmLauncher(Rb("e2e-fail", time_limit="1", allocation="per-stage"))
+    staged.use_group("time.M", 1, base)
     handles, owners = {}, {}
     for key, launcher, code, ntasks, timeout_s in (
             ("exit3", plain, EXIT3, 2, 300), ("oom", small, HOG, 1, 300),
             ("slurm_timeout", short, SLEEP, 1, 300), ("no_progress", plain, SLEEP, 1, 4),
-            ("warned", short, ITERATING, 2, 300),
+            ("warned", short, ITERATING, 2, 300), ("warned_step", staged, ITERATING, 1, 300),
             ("term", plain, SLEEP, 2, 300), ("usr1", plain, SLEEP, 2, 300)):
         spec = LaunchSpec(argv=[PY, "-c", code], ntasks=ntasks)
         handles[key] = launcher.submit(key, spec, base / key, timeout_s)
@@ -449,6 +452,25 @@ def test_a_cell_at_its_time_limit_is_warned_and_recorded_timeout_with_its_last_i
     # until the step ended runs at the kill, after the ranks' last line)
     assert warned_at <= (cell / "rank0.log").stat().st_mtime - 10
     assert classify(result).status == "timeout"
+
+
+def test_a_step_of_an_allocation_at_its_limit_is_warned_through_the_runner(failures,
+                                                                            failure_jobs):
+    """slurm.allocation: per-stage, one cell in a one-minute allocation: Slurm's
+    `--signal=B:USR1@30` reaches the step runner (the allocation's batch shell), which
+    passes it to the running step; the cell's own trap marks it, and the allocation's
+    TIMEOUT is the step's `timeout` with its last iteration. Catches a runner that does not
+    forward USR1 (no mark) and a step result read as completed or node_fail."""
+    result, handle = failures["warned_step"], failure_jobs[0]["warned_step"]
+    cell, spool = Path(handle.cell_dir), Path(handle.extra["spool"])
+    assert result.state == "timeout" and "TIMEOUT" in result.detail, result.detail
+    assert (cell / SS.WARNED_FILE).is_file(), sorted(p.name for p in cell.iterdir())
+    assert "warned (USR1) at " in result.detail and "last complete iteration" in result.detail
+    assert (spool / f"{handle.extra['step']}.started").is_file()
+    runner_log = (spool / f"slurm-{handle.job_id}.out").read_text()
+    assert "[EPCAP_SLURM] USR1 at " in runner_log and "passed to step 1" in runner_log
+    batch = (cell / f"slurm-{handle.job_id}.out").read_text()
+    assert "[EPCAP_SLURM] USR1 at " in batch and "slurm.signal_grace_s" in batch
 
 
 def test_campaign_stops_on_the_memory_limit_naming_the_field(tmp_path):
