@@ -52,6 +52,7 @@ from harness.launch.slurm_script import (
     CLOSED_FILE,
     DONE_FILE,
     SCRIPT_NAME,
+    SHELL_SIGNAL_BASE,
     WARNED_FILE,
     allocation_minutes,
     allocation_options,
@@ -480,7 +481,7 @@ def step_reading(text: str, cancelled: bool) -> SlurmState | None:
     if parsed is None:
         return None
     rc, start, end = parsed
-    code = f"0:{rc - 128}" if rc > 128 else f"{rc}:0"
+    code = f"0:{rc - SHELL_SIGNAL_BASE}" if rc > SHELL_SIGNAL_BASE else f"{rc}:0"
     word = "COMPLETED" if rc == 0 else ("CANCELLED" if cancelled else "FAILED")
     secs = max(0, int(end - start))
     return SlurmState(word, code, f"{secs // 3600:02d}:{secs % 3600 // 60:02d}:{secs % 60:02d}",

@@ -454,7 +454,8 @@ STEP_POLL_S = 1                 # the runner looks at its spool once a second
 # per-stage on the CI Slurm (reference backends, 14 runs, 5 allocations), 2026-12-06.
 STEP_GAP_S = 1.13
 STEP_KILL_AFTER_S = 10          # a cancelled step still alive after TERM gets KILL
-CANCELLED_RC = 143              # what a skipped (cancelled before it started) step records
+SHELL_SIGNAL_BASE = 128   # a shell reports a child ended by signal n as exit 128 + n
+CANCELLED_RC = SHELL_SIGNAL_BASE + 15   # a step skipped (cancelled before it started): TERM
 MAX_STEPS = 999_999             # six digits: the names list in step order
 
 
