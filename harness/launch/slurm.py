@@ -24,6 +24,7 @@ OverMemoryKill) but records the job as FAILED/CANCELLED, not OUT_OF_MEMORY; slur
 from __future__ import annotations
 
 import dataclasses
+import glob
 import hashlib
 import json
 import os
@@ -610,7 +611,8 @@ class SlurmLauncher(Launcher):
     @staticmethod
     def _found_allocation(root: Path, key: str) -> Allocation | None:
         """The newest allocation of `key` in the spool root (a restarted driver's), else None."""
-        spools = [p for p in root.glob(f"{key}.*") if (p / ALLOC_FILE).is_file()]
+        spools = [p for p in root.glob(f"{glob.escape(key)}.*") if (p / ALLOC_FILE).is_file()
+                  and p.name.rsplit(".", 1)[1].isdigit()]
         if not spools:
             return None
         spool = max(spools, key=lambda p: int(p.name.rsplit(".", 1)[1]))
@@ -624,7 +626,7 @@ class SlurmLauncher(Launcher):
                          cell_name: str, spec: LaunchSpec, cell_dir: Path) -> Allocation:
         """sbatch a new step runner for `key`, sized like this cell, its time limit
         slurm.time_limit x `planned` cells (slurm_script.allocation_minutes)."""
-        index = 1 + max((int(p.name.rsplit(".", 1)[1]) for p in root.glob(f"{key}.*")
+        index = 1 + max((int(p.name.rsplit(".", 1)[1]) for p in root.glob(f"{glob.escape(key)}.*")
                          if p.name.rsplit(".", 1)[1].isdigit()), default=0)
         spool = root / f"{key}.{index}"
         spool.mkdir(parents=True, exist_ok=True)

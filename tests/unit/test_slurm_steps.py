@@ -292,3 +292,21 @@ def test_the_dry_run_counts_jobs_both_ways_and_the_idle_gpu_hours():
     idle = ((len(cells) - len(groups)) * SS.STEP_GAP_S + len(groups) * SS.STEP_POLL_S) * 8
     assert f"per-stage {idle / 3600:.2f} = ({len(cells) - len(groups)} steps" in lines[1]
     assert rb.slurm.allocation == "per-stage" and len(groups) == 1 + 2 * len(rb.models)
+
+
+@given(st.text("AB3_.-[]*?!", min_size=1, max_size=12).filter(lambda t: t not in (".", "..")))
+@settings(max_examples=40, deadline=None)
+def test_a_restarted_driver_finds_its_groups_newest_allocation_whatever_the_model(
+        tmp_path_factory, model):
+    """Generated model names (glob characters `[`, `*`, `?` among them): the newest spool of
+    the group's key is found, another key's never. Catches a key used as a glob pattern."""
+    root = tmp_path_factory.mktemp("alloc")
+    key = f"time.{model}.0123abcd"
+    for k, job in ((1, "7"), (2, "8")):
+        (root / f"{key}.{k}").mkdir()
+        (root / f"{key}.{k}" / SS.ALLOC_FILE).write_text(json.dumps({"job_id": job,
+                                                                     "group": "g"}))
+    (root / f"{key}x.3").mkdir()
+    (root / f"{key}x.3" / SS.ALLOC_FILE).write_text(json.dumps({"job_id": "9"}))
+    found = S.SlurmLauncher._found_allocation(root, key)
+    assert (found.job_id, found.spool.name) == ("8", f"{key}.2")
