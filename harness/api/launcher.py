@@ -80,6 +80,20 @@ class Launcher(ABC):
         (running, finished, or a launcher without a queue)."""
         return None
 
+    # Whether cells of one group (a stage of one model) share an allocation, so that the
+    # driver should launch a group's cells one after another (Slurm's per-stage allocation).
+    holds_allocations: bool = False
+
+    def use_group(self, group: str, planned_cells: int, spool_root: Path) -> None:
+        """The cells submitted next belong to `group` (one model's stage; `planned_cells` of
+        it in the plan, `spool_root` a folder of the campaign for its allocation's files).
+        A launcher without allocations ignores it."""
+        return None
+
+    def close_group(self, group: str) -> None:
+        """No further cells of `group` come: its allocation may end once its last step ends."""
+        return None
+
     def find_existing(self, cell_name: str, cell_dir: Path) -> JobHandle | None:
         """A job already submitted for this cell by an earlier driver (Slurm), else None."""
         return None

@@ -216,6 +216,7 @@ def run_campaign(rb: Runbook, root: Path, launch: Launcher, stages: tuple[str, .
         view.stop()
         raise BadInput(str(exc), field="--stage") from exc
     finally:
+        camp.close_groups()     # per-stage allocations end after their running step
         view.stop()
 
 

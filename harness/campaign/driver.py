@@ -60,6 +60,17 @@ from harness.vocab import BUG_CLASSES, CANARY_OK, Purpose, Stage, StageMode, Sta
 POLL_S = 0.05           # between polls, unless the launcher says otherwise (Launcher.poll_s)
 
 
+# Stages whose cells interleave within one model (a backend's measure, then its validation
+# steps, then the next backend's): one allocation group (slurm.allocation: per-stage).
+CAPACITY_GROUP = "capacity"
+INTERLEAVED = frozenset({Stage.MEASURE, Stage.SELECT, Stage.VALIDATE})
+
+
+def group_name(stage: str, model: str) -> str:
+    """`<stage>.<model>`, the interleaved capacity stages as one (CAPACITY_GROUP)."""
+    return f"{CAPACITY_GROUP if stage in INTERLEAVED else stage}.{model}"
+
+
 class Replay(Exception):
     """A stage that may not run (--stage) lacks the results it needs."""
 
@@ -116,6 +127,7 @@ class Campaign:
         self.active: list[Active] = []
         self.invocation: dict[str, str] = {}     # provenance lines of a partial re-run
         self.orphans: dict[tuple[str, str, str], Orphan] = {}
+        self.open_groups: set[str] = set()      # groups (model stages) with cells launched
         past = store.history(root, runbook, history_roots)
         for backend, model, purpose, attempt, seconds in past.runs:   # older than our own
             self.estimator.add_history(backend, model, purpose, seconds, attempt)
@@ -268,6 +280,9 @@ class Campaign:
     def launch(self, pipe: Pipe | None, req: Request, retries_left: RetryBudget) -> Active:
         """Check, write cell.json + provenance, submit, record the pids (or adopt the job an
         earlier driver submitted for this request)."""
+        group = self.group_of(req)
+        self.open_groups.add(group)
+        self.launcher.use_group(group, self.planned_in(group), self.root)
         adopted = self.adopt(pipe, req, retries_left)
         if adopted is not None:
             return adopted
@@ -297,6 +312,38 @@ class Campaign:
         self.log.write(CellStart(**where, job_id=handle.job_id,
                                  job_extra=store.jsonable(handle.extra)))
         return Active(pipe, req, cell, handle, backend, spec, utc_now(), t0, retries_left)
+
+    # -- allocations (slurm.allocation: per-stage) ----------------------------------------
+    @staticmethod
+    def group_of(req: Request) -> str:
+        """The allocation group of a request: its stage and model (`time.QWEN3_30B`); the
+        measure, select and validate stages interleave per backend (a pair's measure, then
+        its validation), so they are one group, `capacity`."""
+        return group_name(STAGE_OF_PURPOSE[req.purpose], req.model)
+
+    def planned_in(self, group: str) -> int:
+        """Cells the plan gives `group` (its allocation's time limit is that many cells')."""
+        return sum(1 for p in plan_cells(self.rb) if group_name(p.stage, p.model) == group)
+
+    def launch_order(self, waiting: dict) -> list:
+        """The waiting requests in the order to launch them: with allocations, those of a
+        group already open first (a group's cells run one after another, so an allocation
+        does not wait while another model's cells run); else as they came."""
+        items = list(waiting.items())
+        if not self.launcher.holds_allocations:
+            return items
+        return sorted(items, key=lambda kv: self.group_of(kv[1][1]) not in self.open_groups)
+
+    def close_groups(self, waiting: dict | None = None) -> None:
+        """Close the open groups no waiting or running cell belongs to (all, with no
+        `waiting`): their allocations end once their last step did."""
+        keep = set()
+        if waiting is not None:
+            keep = {self.group_of(req) for _, req, _ in waiting.values()}
+            keep |= {self.group_of(act.request) for act in self.active}
+        for group in sorted(self.open_groups - keep):
+            self.launcher.close_group(group)
+            self.open_groups.discard(group)
 
     def write_cell_provenance(self, cdir: Path, cell: Cell, spec: LaunchSpec) -> None:
         fields = dict(self.provenance)
@@ -424,7 +471,7 @@ class Campaign:
         for pipe in pipes:
             self.advance(pipe, None, waiting, first=True)
         while waiting or self.active:
-            for pid, (pipe, req, retries_left) in list(waiting.items()):
+            for pid, (pipe, req, retries_left) in self.launch_order(waiting):
                 if len(self.active) >= self.rb.max_parallel_cells:
                     break
                 del waiting[pid]
@@ -432,6 +479,8 @@ class Campaign:
             if self.ctx.dirty:
                 self.write_derived()
             self.poll_once(waiting)
+            self.close_groups(waiting)
+        self.close_groups()
         if self.ctx.dirty:
             self.write_derived()
 
@@ -564,6 +613,7 @@ class Campaign:
                 raise Findings(f"preflight: canary {out.cell.name} ended {out.status} "
                                f"({fail.get('reason', '')}); log "
                                f"{cell_dir(self.root, out.cell)}; nothing else was run")
+        self.close_groups()
 
     def warm_launcher(self, model: str) -> None:
         """Hand the launcher the commands of the canaries still to run (built, not written

@@ -22,7 +22,7 @@ from pathlib import Path
 from harness.api.backend import Backend, LaunchSpec, RunRequest
 from harness.api.registry import CLUSTER_KIND, load_backend
 from harness.campaign import store
-from harness.campaign.driver import Campaign, Replay
+from harness.campaign.driver import Campaign, Replay, group_name
 from harness.campaign.estimate import band_text, ceiling_hours
 from harness.campaign.progress import ProgressView, fmt_s
 from harness.errors import BadInput
@@ -34,7 +34,15 @@ from harness.io.redact import REDACTED, is_secret_env
 from harness.launch.container import unmounted
 from harness.launch.outdir import OUT_VAR, cell_dirs, out_dir_lines, out_words
 from harness.launch.slurm import SlurmLauncher
-from harness.launch.slurm_script import HARNESS_ROOT, HIDDEN_ARG, SCRIPT_NAME, hidden_values
+from harness.launch.slurm_script import (
+    HARNESS_ROOT,
+    HIDDEN_ARG,
+    SCRIPT_NAME,
+    STEP_GAP_S,
+    STEP_POLL_S,
+    allocation_minutes,
+    hidden_values,
+)
 from harness.loadmodel.memory import estimate_memory_bytes, format_size
 from harness.pipeline.decisions import Context, model_pipeline
 from harness.pipeline.stages import plan_cells, stage_mode, timed_arms
@@ -421,6 +429,8 @@ def print_summary(rb: Runbook, camp: Campaign, cells: list[PlannedCell],
               f"{len(cells) * ceiling * gpus:.2f} GPU-hours")
     print(timing_cost(rb, [p for p in cells if p.purpose == Purpose.TIME]))
     if launcher_name == "slurm":
+        for line in allocation_words(rb, cells, gpus):
+            print(line)
         print(queue_wait_words(rb.limits.max_pending_s))
     warnings = memory_warnings(rb, sel)
     if launcher_name == "slurm" and rb.slurm.gpus_per_node and not probe_tools():
@@ -448,6 +458,33 @@ def login_only_paths(python: str, root: Path) -> list[str]:
                        "node runs the script only where the same path exists there too (a "
                        "shared file system, or the same install)")
     return out
+
+
+def allocation_words(rb: Runbook, cells: list[PlannedCell], gpus: int) -> list[str]:
+    """Slurm jobs per-cell and per-stage for these runs, and the GPU-hours a per-stage
+    allocation holds idle between its steps (estimate: STEP_GAP_S per step after the first,
+    STEP_POLL_S per allocation for its runner to see `done`)."""
+    groups = Counter(group_name(p.stage, p.model) for p in cells)
+    planned = Counter(group_name(p.stage, p.model) for p in plan_cells(rb))
+    gaps = len(cells) - len(groups)
+    idle_s = gaps * STEP_GAP_S + len(groups) * STEP_POLL_S
+    longest = max((allocation_minutes(rb.slurm.time_limit, planned[g],
+                                      rb.slurm.allocation_time_limit, str(rb.path))
+                   for g in groups),
+                  default=0)
+    chosen = rb.slurm.allocation
+    return [f"Slurm jobs (slurm.allocation {chosen}): per-cell {len(cells)} (one per run); "
+            f"per-stage {len(groups)} (one per stage of each model, measure/select/validate "
+            "as one; more when a re-measure or retry finds its allocation ended)",
+            f"GPU-hours held idle between steps (estimate): per-cell 0.00 (a job ends with "
+            f"its cell); per-stage {idle_s * gpus / 3600:.2f} = ({gaps} steps after another "
+            f"x {STEP_GAP_S:g} s + {len(groups)} allocations x {STEP_POLL_S:g} s) x {gpus} "
+            "GPUs; the queue wait and the container import are paid per job",
+            f"per-stage allocation time limit: slurm.time_limit {rb.slurm.time_limit} x the "
+            "cells planned for its stage, at most slurm.allocation_time_limit "
+            f"({rb.slurm.allocation_time_limit or 'not set'}); the longest "
+            f"{longest or 'UNLIMITED'} min (a cell that finds less than its own limit left "
+            "gets a new allocation)"]
 
 
 def queue_wait_words(limit_s: float) -> str:

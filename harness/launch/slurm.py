@@ -24,6 +24,8 @@ OverMemoryKill) but records the job as FAILED/CANCELLED, not OUT_OF_MEMORY; slur
 from __future__ import annotations
 
 import dataclasses
+import glob
+import hashlib
 import json
 import os
 import re
@@ -46,18 +48,29 @@ from harness.io.bounds import clip_line
 from harness.io.yamldoc import line_of
 from harness.launch.container import container_launch
 from harness.launch.slurm_script import (
+    ALLOC_FILE,
+    ALLOC_SCRIPT,
+    CLOSED_FILE,
+    DONE_FILE,
     SCRIPT_NAME,
+    SHELL_SIGNAL_BASE,
     WARNED_FILE,
+    allocation_minutes,
+    allocation_options,
     batch_script,
     campaign_prefix,
     hidden_values,
     job_name,
+    parse_step_rc,
     ranks_per_task,
+    runner_script,
     sbatch_options,
     script_meta,
+    step_name,
+    step_script,
     submit_options,
 )
-from harness.launch.slurm_time import elapsed_seconds
+from harness.launch.slurm_time import elapsed_seconds, time_minutes
 from harness.runbook.model import ContainerConfig, SlurmConfig
 from harness.telemetry.summary import iter_rows
 from harness.vocab import LauncherState
@@ -66,6 +79,7 @@ CMD_TIMEOUT_S = 30.0            # every Slurm client call
 UNKNOWN_GRACE_S = 120.0         # a job no Slurm command knows for this long -> node_fail
 MIN_POLL_S = 0.5                # at most two sacct queries per job per second (drivers poll fast)
 JOB_FILE = "slurm_job.json"
+ALLOC_DIR = "slurm-alloc"       # per-stage: <campaign results>/slurm-alloc/<group>.<shape>.<k>/
 
 RUNNING_STATES = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED",
                             "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SIGNALING",
@@ -353,6 +367,15 @@ def query_state(job_id: str) -> SlurmState | None:
                         or "")
 
 
+def _read_json(path: Path) -> dict:
+    """A small JSON object file, {} when missing or not one."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def _tail_matches(path: Path, pattern: re.Pattern, limit: int = 256 * 1024) -> str | None:
     """The first line in the last `limit` bytes of a file that matches, else None."""
     try:
@@ -406,6 +429,66 @@ class SlurmPoll:
     reason: str = ""                    # Slurm's reason at the last PENDING reading
 
 
+@dataclass
+class Allocation:
+    """One per-stage allocation: its spool folder and job (slurm_script's step runner)."""
+
+    group: str
+    spool: Path
+    job_id: str
+    job_name: str
+
+    def next_step(self) -> int:
+        """The number the next dropped step gets (those already in the spool, plus one)."""
+        return len(list(self.spool.glob("step-*.sh"))) + 1
+
+    def open(self, need_s: float = 0.0) -> bool:
+        """Whether the runner still takes a step that may run `need_s` seconds: not told
+        done, not ended idle, its job queued or running with that much of its time limit
+        left (scontrol's TimeLimit - RunTime)."""
+        if (self.spool / DONE_FILE).exists() or (self.spool / CLOSED_FILE).exists():
+            return False
+        out = _try(["scontrol", "show", "job", self.job_id, "-o"]) or ""
+        reading = parse_scontrol(out)
+        if reading is None or map_state(reading) is not None:
+            return False
+        return time_left_s(out) >= need_s
+
+
+def time_left_s(scontrol_out: str) -> float:
+    """Seconds a job has left: TimeLimit - RunTime of `scontrol show job -o` (inf for
+    UNLIMITED, `Partition_Limit` or when it does not say). scontrol writes `RunTime=%s `
+    (0 while pending) and `TimeLimit=%s ` or `TimeLimit=Partition_Limit ` (SchedMD/slurm
+    src/api/job_info.c, slurm_sprint_job_info @01afe1f164f8a99dbc5fa72a4d19cfb093dbbda8)."""
+    fields = dict(tok.split("=", 1) for tok in scontrol_out.split() if "=" in tok)
+    try:
+        limit = time_minutes(fields.get("TimeLimit", "UNLIMITED")) * 60
+    except ValueError:
+        return float("inf")
+    return limit - (elapsed_seconds(fields.get("RunTime", "")) or 0.0)
+
+
+def poll_key(handle: JobHandle) -> str:
+    """What a poll state is kept under: the job id, and the step in an allocation (its steps
+    share the job id)."""
+    step = handle.extra.get("step")
+    return f"{handle.job_id}.{step}" if step else str(handle.job_id)
+
+
+def step_reading(text: str, cancelled: bool) -> SlurmState | None:
+    """A step's rc file as a Slurm-like reading: COMPLETED on 0, CANCELLED when the driver
+    asked, else FAILED with the exit (bash's 128+N for a signal N reads as `0:N`)."""
+    parsed = parse_step_rc(text)
+    if parsed is None:
+        return None
+    rc, start, end = parsed
+    code = f"0:{rc - SHELL_SIGNAL_BASE}" if rc > SHELL_SIGNAL_BASE else f"{rc}:0"
+    word = "COMPLETED" if rc == 0 else ("CANCELLED" if cancelled else "FAILED")
+    secs = max(0, int(end - start))
+    return SlurmState(word, code, f"{secs // 3600:02d}:{secs % 3600 // 60:02d}:{secs % 60:02d}",
+                      "step runner")
+
+
 class SlurmLauncher(Launcher):
     """Submits each cell as one sbatch job; see the module docstring."""
 
@@ -425,10 +508,13 @@ class SlurmLauncher(Launcher):
         self.polls: dict[str, SlurmPoll] = {}
         self.say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
         self.sleep: Callable[[float], None] = time.sleep      # the submission backoff
+        self.holds_allocations = self.slurm.allocation == "per-stage"
+        self.group: tuple[str, int, Path] | None = None       # (group, planned, spool root)
+        self.allocs: dict[str, Allocation] = {}
 
     def poll_state(self, handle: JobHandle) -> SlurmPoll:
-        """The typed poll state of one job."""
-        return self.polls.setdefault(str(handle.job_id), SlurmPoll())
+        """The typed poll state of one job (of one step, in an allocation)."""
+        return self.polls.setdefault(poll_key(handle), SlurmPoll())
 
     # -- submit ----------------------------------------------------------------------------
     def write_script(self, cell_name: str, spec: LaunchSpec, cell_dir: Path,
@@ -459,6 +545,8 @@ class SlurmLauncher(Launcher):
         """sbatch the cell's batch script; returns at once with the job id."""
         cell_dir = Path(cell_dir).resolve()
         script = self.write_script(cell_name, spec, cell_dir, timeout_s)
+        if self.holds_allocations and self.group is not None:
+            return self._submit_step(cell_name, spec, cell_dir, timeout_s, script)
         name = job_name(self.campaign, cell_name, cell_dir)
         since = script.stat().st_mtime - 5
         out = sbatch_retrying(["sbatch", "--parsable", *submit_options(name, cell_dir),
@@ -473,6 +561,130 @@ class SlurmLauncher(Launcher):
         write_text_atomic(cell_dir / JOB_FILE, json.dumps({"job_id": job_id, "job_name": name}))
         ranks = spec.ntasks * ranks_per_task(spec, spec.gpus_per_node or self.slurm.gpus_per_node)
         return self._handle(cell_name, cell_dir, job_id, ranks, timeout_s)
+
+    # -- one allocation per stage (slurm.allocation: per-stage) ---------------------------------
+    def use_group(self, group: str, planned_cells: int, spool_root: Path) -> None:
+        """The cells submitted next are steps of `group`'s allocation (see Launcher)."""
+        self.group = (group, int(planned_cells), Path(spool_root).resolve() / ALLOC_DIR)
+
+    def close_group(self, group: str) -> None:
+        """Tell `group`'s runners (those this driver opened or found in the spool) that no
+        step follows: each ends once its running step ended."""
+        if self.group is None:
+            return
+        root = self.group[2]
+        for spool in sorted(root.glob("*")) if root.is_dir() else []:
+            meta = _read_json(spool / ALLOC_FILE)
+            if meta.get("group") == group and not (spool / DONE_FILE).exists():
+                write_text_atomic(spool / DONE_FILE, "stage done\n")
+                reading = query_state(str(meta.get("job_id", "")))
+                if reading is not None and reading.state.split()[0].upper() == "PENDING":
+                    run_cmd(["scancel", str(meta["job_id"])])   # never started: not needed
+        self.allocs = {k: a for k, a in self.allocs.items() if a.group != group}
+
+    def _submit_step(self, cell_name: str, spec: LaunchSpec, cell_dir: Path, timeout_s: float,
+                     script: Path) -> JobHandle:
+        """Drop the cell's step into its group's allocation (opened on first use, or when
+        the one found ended); returns a handle naming the allocation's job and the step."""
+        group, planned, root = self.group
+        shape = hashlib.sha256("\n".join(
+            [line for line in resource_shape(script.read_text())
+             if not line[8:].lstrip("'").startswith("--time=")]
+            + sorted(hidden_values(spec))).encode()).hexdigest()[:8]
+        key = f"{group}.{shape}"
+        alloc = self.allocs.get(key) or self._found_allocation(root, key)
+        need_s = time_minutes(self.slurm.time_limit) * 60
+        if alloc is None or not alloc.open(need_s):
+            alloc = self._open_allocation(root, key, group, planned, cell_name, spec, cell_dir)
+        self.allocs[key] = alloc
+        n = alloc.next_step()
+        step = step_name(n)
+        write_text_atomic(alloc.spool / f"{step}.sh", step_script(cell_name, cell_dir, n))
+        write_text_atomic(cell_dir / JOB_FILE, json.dumps(
+            {"job_id": alloc.job_id, "job_name": alloc.job_name, "spool": str(alloc.spool),
+             "step": step}))
+        ranks = spec.ntasks * ranks_per_task(spec, spec.gpus_per_node or self.slurm.gpus_per_node)
+        handle = self._handle(cell_name, cell_dir, alloc.job_id, ranks, timeout_s)
+        handle.extra.update(spool=str(alloc.spool), step=step)
+        return handle
+
+    @staticmethod
+    def _found_allocation(root: Path, key: str) -> Allocation | None:
+        """The newest allocation of `key` in the spool root (a restarted driver's), else None."""
+        spools = [p for p in root.glob(f"{glob.escape(key)}.*") if (p / ALLOC_FILE).is_file()
+                  and p.name.rsplit(".", 1)[1].isdigit()]
+        if not spools:
+            return None
+        spool = max(spools, key=lambda p: int(p.name.rsplit(".", 1)[1]))
+        meta = _read_json(spool / ALLOC_FILE)
+        if not str(meta.get("job_id", "")).isdigit():
+            return None
+        return Allocation(str(meta.get("group")), spool, str(meta["job_id"]),
+                          str(meta.get("job_name", "")))
+
+    def _open_allocation(self, root: Path, key: str, group: str, planned: int,
+                         cell_name: str, spec: LaunchSpec, cell_dir: Path) -> Allocation:
+        """sbatch a new step runner for `key`, sized like this cell, its time limit
+        slurm.time_limit x `planned` cells (slurm_script.allocation_minutes)."""
+        index = 1 + max((int(p.name.rsplit(".", 1)[1]) for p in root.glob(f"{glob.escape(key)}.*")
+                         if p.name.rsplit(".", 1)[1].isdigit()), default=0)
+        spool = root / f"{key}.{index}"
+        spool.mkdir(parents=True, exist_ok=True)
+        name = job_name(self.campaign, f"alloc.{key}.{index}", spool)
+        minutes = allocation_minutes(self.slurm.time_limit, planned,
+                                     self.slurm.allocation_time_limit, self.where)
+        opts = allocation_options(sbatch_options(self.slurm, spec, name, cell_dir, self.where),
+                                  name, minutes)
+        meta = {"group": group, "job_name": name, "planned_cells": planned,
+                "time_minutes": minutes, "first_cell": cell_name}
+        script = spool / ALLOC_SCRIPT
+        write_text_atomic(script, runner_script(opts, self.slurm.allocation_idle_s, meta))
+        since = script.stat().st_mtime - 5
+        out = sbatch_retrying(["sbatch", "--parsable", f"--job-name={name}",
+                               f"--output={spool / 'slurm-%j.out'}", str(script), str(spool)],
+                              cwd=spool, extra_env=hidden_values(spec), where=self.where,
+                              say=self.say, sleep=self.sleep, limit_wait_s=self.max_pending_s,
+                              submitted=lambda: max(self.job_ids_named(name, since=since),
+                                                    key=int, default=None)).stdout
+        job_id = out.strip().split(";")[0]
+        if not job_id.isdigit():
+            raise SlurmError(f"sbatch gave no job id for {script}: {clip_line(out)}")
+        write_text_atomic(spool / ALLOC_FILE, json.dumps({**meta, "job_id": job_id}))
+        self.say(f"slurm: allocation job {job_id} for {group} ({minutes or 'UNLIMITED'} min = "
+                 f"slurm.time_limit x {planned} planned cells), spool {spool}")
+        return Allocation(group, spool, job_id, name)
+
+    def _poll_step(self, handle: JobHandle) -> JobResult | None:
+        """A step of an allocation: its rc file once the runner wrote it; else the
+        allocation's state (queued: its reason; ended without the step's rc: how it ended,
+        or node_fail when the step never started, so it is retried elsewhere)."""
+        spool, step = Path(handle.extra["spool"]), str(handle.extra["step"])
+        rc_file = spool / f"{step}.rc"
+        if rc_file.is_file():
+            reading = step_reading(rc_file.read_text(), (spool / f"{step}.cancel").exists())
+            if reading is not None:
+                return self._result(handle, reading)
+        now, state = time.monotonic(), self.poll_state(handle)
+        if now - state.queried_at < MIN_POLL_S:
+            return None
+        state.queried_at = now
+        reading = query_state(handle.job_id)
+        if reading is None:
+            return self._unknown(handle)
+        state.unknown_since = None
+        self._note_queue(state, reading, now)
+        started = (spool / f"{step}.started").is_file()
+        if map_state(reading) is None:
+            return self._check_progress(handle, reading) if started else None
+        if rc_file.is_file():               # written just before the runner ended
+            return self._poll_step(handle)
+        if not started:
+            return JobResult(LauncherState.NODE_FAIL, None, self.log_paths(handle), None,
+                             f"allocation job {handle.job_id} ended ({reading.state}) before "
+                             f"its {step} started")
+        if reading.state.split()[0].upper() == "COMPLETED":
+            reading = dataclasses.replace(reading, state="FAILED")    # the runner died
+        return self._result(handle, reading)
 
     def _handle(self, cell_name: str, cell_dir: Path, job_id: str, ranks: int,
                 timeout_s: float | None) -> JobHandle:
@@ -523,6 +735,14 @@ class SlurmLauncher(Launcher):
         script = cell_dir / SCRIPT_NAME
         if not script.is_file():
             return None                     # nothing was ever submitted from this directory
+        recorded_job = _read_json(cell_dir / JOB_FILE)
+        if recorded_job.get("spool") and str(recorded_job.get("job_id", "")).isdigit():
+            meta = script_meta(script)      # a step of a per-stage allocation
+            handle = self._handle(cell_name, cell_dir, str(recorded_job["job_id"]),
+                                  int(meta.get("ranks") or meta.get("ntasks") or 1),
+                                  meta.get("timeout_s"))
+            handle.extra.update(spool=recorded_job["spool"], step=recorded_job["step"])
+            return handle
         name = job_name(self.campaign, cell_name, cell_dir)
         ids = set(self.job_ids_named(name, since=script.stat().st_mtime - 120))
         try:
@@ -552,6 +772,8 @@ class SlurmLauncher(Launcher):
     # -- poll --------------------------------------------------------------------------------
     def poll(self, handle: JobHandle) -> JobResult | None:
         """None while queued or running; else how the job ended (see TERMINAL_STATES)."""
+        if handle.extra.get("spool"):
+            return self._poll_step(handle)
         now, state = time.monotonic(), self.poll_state(handle)
         if now - state.queried_at < MIN_POLL_S:
             return None
@@ -578,7 +800,7 @@ class SlurmLauncher(Launcher):
     def queue_wait(self, handle: JobHandle) -> QueueWait | None:
         """Slurm's pending reason and how long this driver has seen the job pending, as of
         the last poll; None once it runs or ended."""
-        state = self.polls.get(str(handle.job_id))
+        state = self.polls.get(poll_key(handle))
         if state is None or state.pending_since is None:
             return None
         return QueueWait(state.reason, time.monotonic() - state.pending_since)
@@ -651,7 +873,13 @@ class SlurmLauncher(Launcher):
 
     # -- cancel ------------------------------------------------------------------------------
     def cancel(self, handle: JobHandle) -> None:
-        """scancel the job (by id; by name when the id is unknown). Finished jobs are fine."""
+        """scancel the job (by id; by name when the id is unknown). Finished jobs are fine.
+        A step of an allocation: its cancel file (the runner ends or skips the step; the
+        allocation goes on)."""
+        if handle.extra.get("spool"):
+            spool = Path(handle.extra["spool"])
+            write_text_atomic(spool / f"{handle.extra['step']}.cancel", "cancelled\n")
+            return
         if handle.job_id:
             argv = ["scancel", str(handle.job_id)]
         else:

@@ -429,3 +429,167 @@ def script_meta(script: Path) -> dict:
             except ValueError:
                 return {}
     return {}
+
+
+# ---- one allocation per stage (slurm.allocation: per-stage) ---------------------------------
+# The allocation's batch script is a step runner. It owns a spool folder; the driver drops
+# each cell's step there as `step-<n>.sh` (n = 1, 2, ... in order, written atomically), the
+# runner runs it (the cell's own slurm.sbatch, run by bash inside the allocation, so its srun
+# steps, capture and warning trap are the per-cell ones), marks it `step-<n>.started`, and
+# writes `step-<n>.rc` ("<exit> <start> <end>", epoch seconds, GNU date's %N fraction) when
+# it ends. `step-<n>.cancel`
+# from the driver ends that step (TERM to its process group, KILL 10 s later) or skips it.
+# The runner ends when the driver wrote DONE_FILE and no step waits, or after
+# slurm.allocation_idle_s with no step (a dead driver never holds the GPUs longer), leaving
+# CLOSED_FILE. USR1 (--signal=B:USR1@grace) reaches the runner, which passes it to the step.
+ALLOC_SCRIPT = "allocation.sbatch"
+ALLOC_FILE = "allocation.json"
+DONE_FILE = "done"
+CLOSED_FILE = "closed"
+STEP_POLL_S = 1                 # the runner looks at its spool once a second
+# Seconds an allocation waits between one step's end and the next one's start: the driver
+# reads the result, classifies and writes it, decides the next cell and drops it, and the
+# runner sees it within STEP_POLL_S. Measured: the mean of the 9 gaps (1.009-2.044 s,
+# median 1.014 s; .started - previous .rc end) of the short reduced runbook with
+# per-stage on the CI Slurm (reference backends, 14 runs, 5 allocations), 2026-12-06.
+STEP_GAP_S = 1.13
+STEP_KILL_AFTER_S = 10          # a cancelled step still alive after TERM gets KILL
+SHELL_SIGNAL_BASE = 128   # a shell reports a child ended by signal n as exit 128 + n
+CANCELLED_RC = SHELL_SIGNAL_BASE + 15   # a step skipped (cancelled before it started): TERM
+MAX_STEPS = 999_999             # six digits: the names list in step order
+
+
+def step_name(n: int) -> str:
+    """`step-<n>`, zero-padded so the spool lists in order."""
+    if not 1 <= int(n) <= MAX_STEPS:
+        raise ValueError(f"steps count from 1 to {MAX_STEPS}, not {n}")
+    return f"step-{int(n):06d}"
+
+
+def allocation_minutes(time_limit: str, planned_cells: int, cap: str | None = None,
+                       where: str | None = None) -> int:
+    """The allocation's time limit in minutes: the per-cell `slurm.time_limit` times the
+    cells the plan gives its stage for this model (each cell may use its whole limit), at
+    most `slurm.allocation_time_limit` (`cap`, e.g. the partition's MaxTime). A cell that
+    finds less than its own limit left in the allocation, or the allocation gone (a retry,
+    a step-up past the plan), gets a new one. UNLIMITED stays unlimited (0 here)."""
+    minutes = time_minutes(time_limit)
+    total = float("inf") if minutes == float("inf") else minutes * max(1, int(planned_cells))
+    if cap is not None:
+        if not TIME_RE.match(str(cap)):
+            raise BadInput(f"not a Slurm time ({cap!r}); use e.g. 04:00:00", path=where,
+                           field="slurm.allocation_time_limit")
+        if time_minutes(cap) < minutes:
+            raise BadInput(f"slurm.allocation_time_limit {cap} is shorter than one cell's "
+                           f"slurm.time_limit {time_limit}", path=where,
+                           field="slurm.allocation_time_limit")
+        total = min(total, time_minutes(cap))
+    return 0 if total == float("inf") else int(-(-total // 1))
+
+
+def allocation_options(cell_options: list[str], name: str, minutes: int) -> list[str]:
+    """The allocation's #SBATCH options: the first cell's resources (nodes, tasks, CPUs,
+    GPUs, memory, --signal, --export, extra_sbatch), its own job name and time limit
+    (`minutes`; 0: UNLIMITED)."""
+    keep = [o for o in cell_options if not o.startswith(("--job-name=", "--time="))]
+    when = str(int(minutes)) if minutes else "UNLIMITED"
+    return [f"--job-name={check_value(name, 'slurm', None)}", f"--time={when}", *keep]
+
+
+def step_script(cell_name: str, cell_dir: Path, n: int) -> str:
+    """What the driver drops into the spool for one cell: run the cell's own batch script
+    (its #SBATCH lines are comments to bash) on its cell directory inside the allocation,
+    its batch log as a per-cell job's, `slurm-<allocation job id>.out` in the cell."""
+    q = shlex.quote
+    cell = Path(cell_dir)
+    check_value(str(cell), "cell", None)
+    check_value(cell_name, "cell", None)
+    return "\n".join([
+        "#!/bin/bash",
+        f"# epcap step {int(n)}: cell {q(cell_name)}",
+        f"exec bash {q(str(cell / SCRIPT_NAME))} {q(str(cell))} "
+        f'> {q(str(cell))}/slurm-"$SLURM_JOB_ID".out 2>&1', ""])
+
+
+def runner_script(options: list[str], idle_s: int, meta: dict | None = None) -> str:
+    """The allocation's batch script: the step runner described above. Readable and
+    resubmittable as is: `sbatch allocation.sbatch SPOOL` runs the steps found in SPOOL."""
+    q = shlex.quote
+    idle = int(idle_s)
+    lines = ["#!/bin/bash",
+             "# epcap step runner: one allocation for a stage's cells (slurm.allocation: "
+             "per-stage; generated, every value shell-quoted)",
+             f"# usage: sbatch [--output=SPOOL/slurm-%j.out] {ALLOC_SCRIPT} SPOOL   (SPOOL: the "
+             "folder holding step-<n>.sh files; the runner runs them in order, writes "
+             "step-<n>.rc, and ends on SPOOL/done or after "
+             f"{idle} s without a step)"]
+    if meta:
+        lines.append(f"{META_TAG} {json.dumps(meta, sort_keys=True)}")
+    lines += [f"#SBATCH {q(opt)}" for opt in options]
+    lines += [
+        "set -u",
+        'spool="${1:?usage: sbatch ' + ALLOC_SCRIPT + ' SPOOL}"',
+        f'cd "$spool" 2>/dev/null || {{ echo "{SETUP_FATAL} spool $spool is missing on '
+        f'$(hostname)" >&2; exit {SETUP_FAIL_EXIT}; }}',
+        f"idle={idle}",
+        "set -m    # each step in its own process group: a cancel ends all of it",
+        'child=""; n=1; last=$(date +%s)',
+        'put() { printf \'%s\\n\' "$2" > "$1.tmp" && mv -f "$1.tmp" "$1"; }',
+        f"# Slurm's warning before the time limit ({WARN_SIGNAL}) goes on to the running step,",
+        "# whose own trap marks its cell",
+        "# shellcheck disable=SC2317  # called by the trap",
+        "epcap_forward() {",
+        f'  echo "[EPCAP_SLURM] {WARN_SIGNAL} at $(date -u +%FT%TZ): passed to step $n" >&2',
+        f'  if [ -n "$child" ]; then kill -{WARN_SIGNAL} "$child" 2>/dev/null; fi',
+        "}",
+        f"trap epcap_forward {WARN_SIGNAL}",
+        "while :; do",
+        "  step=$(printf 'step-%06d' \"$n\")",
+        '  if [ -f "$step.rc" ]; then n=$((n + 1)); continue; fi    # ran before a requeue',
+        '  if [ -f "$step.sh" ]; then',
+        "    start=$(date +%s.%N)",
+        '    if [ -f "$step.cancel" ]; then',
+        f'      put "$step.rc" "{CANCELLED_RC} $start $start"; '
+        'echo "[EPCAP_SLURM] step $n cancelled before it started"',
+        "      n=$((n + 1)); last=$(date +%s); continue",
+        "    fi",
+        '    put "$step.started" "$start"',
+        '    echo "[EPCAP_SLURM] step $n starts: $(sed -n 2p "$step.sh")"',
+        '    bash "$step.sh" &',
+        "    child=$!; stopped=0",
+        '    while kill -0 "$child" 2>/dev/null; do',
+        '      if [ -f "$step.cancel" ]; then',
+        "        now=$(date +%s)",
+        '        if (( stopped == 0 )); then kill -TERM -- "-$child" 2>/dev/null; stopped=$now',
+        f'        elif (( now - stopped >= {STEP_KILL_AFTER_S} )); then '
+        'kill -KILL -- "-$child" 2>/dev/null; fi',
+        "      fi",
+        f"      sleep {STEP_POLL_S} & wait $!",
+        "    done",
+        '    wait "$child"; rc=$?; child=""',
+        '    put "$step.rc" "$rc $start $(date +%s.%N)"',
+        '    echo "[EPCAP_SLURM] step $n exit $rc"',
+        "    n=$((n + 1)); last=$(date +%s); continue",
+        "  fi",
+        f'  if [ -f {DONE_FILE} ]; then echo "[EPCAP_SLURM] stage done after $((n - 1)) '
+        'step(s)"; exit 0; fi',
+        "  if (( $(date +%s) - last >= idle )); then",
+        f"    : > {CLOSED_FILE}",
+        f'    if [ -f "$step.sh" ]; then rm -f {CLOSED_FILE}; continue; fi   # dropped just now',
+        '    echo "[EPCAP_SLURM] no step for $idle s (slurm.allocation_idle_s): the allocation '
+        'ends"; exit 0',
+        "  fi",
+        f"  sleep {STEP_POLL_S} & wait $!",
+        "done", ""]
+    return "\n".join(lines)
+
+
+def parse_step_rc(text: str) -> tuple[int, float, float] | None:
+    """`<exit> <start> <end>` of a step-<n>.rc file; None when it is not that."""
+    parts = text.split()
+    if len(parts) != 3:
+        return None
+    try:
+        return int(parts[0]), float(parts[1]), float(parts[2])
+    except ValueError:
+        return None

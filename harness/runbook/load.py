@@ -38,6 +38,7 @@ from harness.runbook.checks import (
     held_out_field,
 )
 from harness.runbook.model import (
+    ALLOCATIONS,
     ARCH_FIELDS,
     CONTAINER_ENGINES,
     UNCLASSIFIED_ACTIONS,
@@ -440,6 +441,10 @@ def load_runbook(path: str | Path) -> Runbook:
         runbook = dataclasses.replace(runbook, validate_config=held_out_field(
             doc, ("validate",), resolve_validate, raw_validate, runbook.seed,
             runbook.measure.iters))
+    if runbook.slurm.allocation not in ALLOCATIONS:
+        raise doc.error(("slurm", "allocation"), f"must be one of {', '.join(ALLOCATIONS)}")
+    if runbook.slurm.allocation_idle_s < 10:
+        raise doc.error(("slurm", "allocation_idle_s"), "must be >= 10 (seconds)")
     if runbook.max_parallel_cells < 1:
         raise doc.error(("max_parallel_cells",), "must be >= 1")
     if runbook.limits.run_timeout_s <= 0:

@@ -165,8 +165,14 @@ class SlurmConfig:
     signal_grace_s: int | None = None   # --signal=B:USR1@N before the limit; 0 none; None:
                                         # 120 s, at most half of time_limit
     extra_sbatch: tuple[str, ...] = ()
+    allocation: str = "per-cell"        # per-cell: one job per cell; per-stage: one job per
+                                        # stage of a model, its cells as steps (docs/slurm.md)
+    allocation_idle_s: int = 300        # per-stage: a step runner with no step this long ends
+    allocation_time_limit: str | None = None   # per-stage: at most this --time (the
+                                        # partition's MaxTime); None: time_limit x cells
 
 
+ALLOCATIONS = ("per-cell", "per-stage")
 CONTAINER_ENGINES = ("none", "pyxis", "apptainer")
 
 

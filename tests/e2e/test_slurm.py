@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -191,23 +192,99 @@ def local_run(slurm_up, tmp_path_factory):
     return load_corpus().harness_campaign(tmp_path_factory.getbasetemp())
 
 
-def test_reduced_campaign_via_slurm_killed_resumed_same_selection_as_local(tmp_path, local_run):
-    """(a) same selection as --launcher local; (c) SIGKILL mid-campaign, resume: no cell
-    submitted twice and the campaign completes."""
-    rb = short_runbook(tmp_path)
+def per_stage_runbook(where: Path) -> Path:
+    """short_runbook with `slurm.allocation: per-stage` and an idle limit that outlasts the
+    driver's restart below."""
+    text = load_corpus().short_runbook_text()
+    line = 'slurm: {nodes: 1, gpus_per_node: 0, time_limit: "00:05:00"}'
+    assert line in text
+    path = where / "per-stage.yaml"
+    path.write_text(text.replace(line, line[:-1] + ", allocation: per-stage, "
+                                 "allocation_idle_s: 120}"))
+    return path
+
+
+def campaign_events(results: Path) -> list[dict]:
+    (path,) = results.glob("*/events.jsonl")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def allocation_jobs(results: Path) -> dict[str, list[str]]:
+    """Job ids sacct holds per allocation spool under `results` (by the runner's job name)."""
+    jobs = {}
+    for meta in results.rglob(f"{S.ALLOC_DIR}/*/{SS.ALLOC_FILE}"):
+        name = json.loads(meta.read_text())["job_name"]
+        out = S.run_cmd(["sacct", "-X", "-n", "-P", "--name", name, "-o", "JobID",
+                         "-S", "now-1days"]).stdout
+        jobs[meta.parent.name] = [x for x in out.split() if x.strip()]
+    return jobs
+
+
+def test_reduced_campaign_per_stage_killed_resumed_same_selection_as_local(tmp_path,
+                                                                            local_run):
+    """slurm.allocation: per-stage on the short reduced runbook (13 runs, 2 models): the
+    driver is SIGKILLed while a measure step runs inside its allocation; the resumed driver
+    adopts that allocation (the same job runs the rest of the stage), reruns no finished
+    cell, submits every cell once, and the selection is the local launcher's. Slurm jobs
+    (sacct, by the runners' names; one each, no per-cell job) <= stages x models. Seen red:
+    with one group per stage (measure and validate apart) 11 allocations opened and the
+    resumed driver ran no later cell in the adopted one."""
+    rb = per_stage_runbook(tmp_path)
     results = tmp_path / "res"
     proc = start_epcap("slurm", results, rb)
-    wait_running_job(proc, results, name_has="__measure__")
+    step = wait_running_step(proc, results, "__measure__")
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
-    assert jobs_under(results), "the killed driver's job should still be in Slurm"
+    killed_at = len(campaign_events(results))
+    assert jobs_under(results), "the killed driver's allocation should still be in Slurm"
     again = run_epcap("slurm", results, timeout=400, runbook=rb)
     assert again.returncode == 0, again.stdout + again.stderr
-    counts = submissions(results)
-    assert len(counts) >= 13 and all(n == 1 for n in counts.values()), counts
+    evs = campaign_events(results)
+    assert not [e for e in evs if e["ev"] == "cell_abandoned"]
+    submits = Counter(e["cell"] for e in evs if e["ev"] == "cell_submit")
+    finishes = Counter(e["cell"] for e in evs if e["ev"] == "cell_finish")
+    assert len(submits) >= 13 and set(submits.values()) == {1}, submits
+    assert set(finishes) == set(submits) and set(finishes.values()) == {1}, finishes
+    # the step in flight at the kill: its start is the killed driver's, its finish the
+    # resumed one's, in the allocation job that ran it before the kill
+    (started,) = [e for e in evs[:killed_at] if e["ev"] == "cell_start"
+                  and e.get("job_extra", {}).get("step") == step[1]
+                  and e["job_extra"].get("spool") == step[0]]
+    assert any(e["ev"] == "cell_finish" and e["cell"] == started["cell"]
+               for e in evs[killed_at:])
+    assert f"adopting job {started['job_id']}" in again.stdout
+    after = [e for e in evs[killed_at:] if e["ev"] == "cell_start"
+             and e.get("job_extra", {}).get("spool") == step[0]]
+    assert after, "the resumed driver ran none of the stage's later cells in the allocation"
+    jobs = allocation_jobs(results)
+    assert all(len(ids) == 1 for ids in jobs.values()), jobs
+    models, stages = 2, {e["stage"] for e in evs if e["ev"] == "cell_finish"}
+    assert len(jobs) <= len(stages) * models, (sorted(jobs), stages)
+    ran_in = {json.loads((d / S.JOB_FILE).read_text())["job_id"]
+              for d in results.rglob("cells/*") if (d / S.JOB_FILE).is_file()}
+    assert ran_in == {i for ids in jobs.values() for i in ids}     # no per-cell job
     expected = selection(local_run)
     assert expected and selection(results) == expected
+    deadline = time.monotonic() + 30
+    while jobs_under(results) and time.monotonic() < deadline:
+        time.sleep(0.5)
     assert not jobs_under(results)
+
+
+def wait_running_step(proc: subprocess.Popen, results: Path, name_has: str,
+                      limit_s: float = 180) -> tuple[str, str]:
+    """(spool, step) of the first step of the campaign whose cell name has `name_has` and
+    that the runner started but not finished."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.out_path.read_text()
+        for started in sorted(results.rglob(f"{S.ALLOC_DIR}/*/step-*.started")):
+            step = started.name[:-len(".started")]
+            text = (started.parent / f"{step}.sh").read_text()
+            if name_has in text and not (started.parent / f"{step}.rc").exists():
+                return str(started.parent), step
+        time.sleep(0.2)
+    raise AssertionError("no step of the campaign started running")
 
 
 def test_sigint_driver_cancels_its_jobs(tmp_path):
@@ -254,11 +331,14 @@ def failure_jobs(slurm_up, tmp_path_factory):
     plain = S.SlurmLauncher(Rb("e2e-fail"))
     small = S.SlurmLauncher(Rb("e2e-fail", mem_per_task="150M"))
     short = S.SlurmLauncher(Rb("e2e-fail", time_limit="1"))        # 1 minute
+    # a one-minute allocation (one planned cell) whose step runs to its limit
+    staged = S.SlurmLauncher(Rb("e2e-fail", time_limit="1", allocation="per-stage"))
+    staged.use_group("time.M", 1, base)
     handles, owners = {}, {}
     for key, launcher, code, ntasks, timeout_s in (
             ("exit3", plain, EXIT3, 2, 300), ("oom", small, HOG, 1, 300),
             ("slurm_timeout", short, SLEEP, 1, 300), ("no_progress", plain, SLEEP, 1, 4),
-            ("warned", short, ITERATING, 2, 300),
+            ("warned", short, ITERATING, 2, 300), ("warned_step", staged, ITERATING, 1, 300),
             ("term", plain, SLEEP, 2, 300), ("usr1", plain, SLEEP, 2, 300)):
         spec = LaunchSpec(argv=[PY, "-c", code], ntasks=ntasks)
         handles[key] = launcher.submit(key, spec, base / key, timeout_s)
@@ -372,6 +452,25 @@ def test_a_cell_at_its_time_limit_is_warned_and_recorded_timeout_with_its_last_i
     # until the step ended runs at the kill, after the ranks' last line)
     assert warned_at <= (cell / "rank0.log").stat().st_mtime - 10
     assert classify(result).status == "timeout"
+
+
+def test_a_step_of_an_allocation_at_its_limit_is_warned_through_the_runner(failures,
+                                                                            failure_jobs):
+    """slurm.allocation: per-stage, one cell in a one-minute allocation: Slurm's
+    `--signal=B:USR1@30` reaches the step runner (the allocation's batch shell), which
+    passes it to the running step; the cell's own trap marks it, and the allocation's
+    TIMEOUT is the step's `timeout` with its last iteration. Catches a runner that does not
+    forward USR1 (no mark) and a step result read as completed or node_fail."""
+    result, handle = failures["warned_step"], failure_jobs[0]["warned_step"]
+    cell, spool = Path(handle.cell_dir), Path(handle.extra["spool"])
+    assert result.state == "timeout" and "TIMEOUT" in result.detail, result.detail
+    assert (cell / SS.WARNED_FILE).is_file(), sorted(p.name for p in cell.iterdir())
+    assert "warned (USR1) at " in result.detail and "last complete iteration" in result.detail
+    assert (spool / f"{handle.extra['step']}.started").is_file()
+    runner_log = (spool / f"slurm-{handle.job_id}.out").read_text()
+    assert "[EPCAP_SLURM] USR1 at " in runner_log and "passed to step 1" in runner_log
+    batch = (cell / f"slurm-{handle.job_id}.out").read_text()
+    assert "[EPCAP_SLURM] USR1 at " in batch and "slurm.signal_grace_s" in batch
 
 
 def test_campaign_stops_on_the_memory_limit_naming_the_field(tmp_path):

@@ -172,6 +172,9 @@ LITERAL_128_ALLOWED = {
     ("harness/taxonomy/timeline.py",
      "SHELL_SIGNAL_BASE = 128   # a shell reports a child ended by signal n as exit 128 + n"):
         "the shell's exit status of a process ended by a signal (128 + signum)",
+    ("harness/launch/slurm_script.py",
+     "SHELL_SIGNAL_BASE = 128   # a shell reports a child ended by signal n as exit 128 + n"):
+        "the shell's exit status of a process ended by a signal (128 + signum): a step's rc",
     ("harness/campaign/cli.py", "return 128 + exc.signum"):
         "the shell's exit status of a process ended by a signal (128 + signum)",
     ("harness/timing/traffic.py",
