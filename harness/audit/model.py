@@ -116,15 +116,11 @@ class Upload:
     sampled: dict[str, str] = field(default_factory=dict)  # cell path -> what was sampled
 
     def cell_for(self, row: Row) -> Cell | None:
-        """The cell a row names: by its path in the upload, else by a unique directory name."""
+        """The cell a row names, by its path in the upload only: a row whose cell_dir is not
+        a cell's path (another folder before the right name, control characters included)
+        names no cell, so the rules that need it say so."""
         key = cell_key(row)
-        if not key:
-            return None
-        if key in self.cells:
-            return self.cells[key]
-        base = key.rsplit("/", 1)[-1]
-        same = [c for c in self.cells.values() if c.name == base]
-        return same[0] if len(same) == 1 else None
+        return self.cells.get(key) if key else None
 
 
 @dataclass

@@ -78,7 +78,7 @@ def test_audit_shows_a_cells_escape_sequences_escaped(tmp_path, valid_upload, pa
     at = text.index("\tcells/") + len("\tcells/")
     # tab/newline would split the row; the TSV reader decodes backslash escapes itself; a NUL
     # makes the table binary, refused whole (every rule UNKNOWN), so nothing is quoted; a
-    # slash would make the payload a folder, and the row finds its cell by name after it
+    # slash would make the payload a folder (tested below: that row names no cell either)
     planted = "".join(c for c in payload if c not in "\t\n\\\x00/") or "\x1b[2J"
     table.write_text(text[:at] + planted + text[at:])
     res = run_cli("audit", up, "--out", up / "audit.tsv")
@@ -121,3 +121,28 @@ def test_report_md_shows_a_cells_escape_sequences_escaped(tmp_path, payload):
     md = (res / "report" / "report.md").read_text()
     assert hidden_in(md) == []
     assert "boom" in md
+
+
+FOLDERS = st.lists(st.one_of(st.sampled_from(SEQUENCES), st.text(min_size=1, max_size=6),
+                             st.just("cells"), st.just("..")), min_size=1, max_size=3)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(folders=FOLDERS)
+@example(folders=["\x1b[31m"])
+@example(folders=["elsewhere", "cells"])
+def test_a_cell_dir_with_a_folder_before_its_name_names_no_cell(tmp_path, valid_upload, folders):
+    """A row's cell is found by its path in the upload only: generated folders (escape
+    sequences, look-alike `cells`, `..`) put before a real cell's name leave the row without
+    a cell (missing-cell, never VALID). Before, the row found its cell by the unique name
+    after the last slash and the upload audited VALID (round 4's open probe)."""
+    from harness.audit import audit_target
+    up = Path(tempfile.mkdtemp(dir=tmp_path)) / "u"
+    shutil.copytree(valid_upload, up)
+    table = up / "capacity_attempts.tsv"
+    text = table.read_text()
+    at = text.index("\tcells/") + 1
+    prefix = "/".join("".join(c for c in f if c not in "\t\n\\\x00/") or "x" for f in folders)
+    table.write_text(text[:at] + prefix + "/" + text[at:])
+    (u,) = audit_target(up).uploads
+    assert u.verdict != "VALID" and "missing-cell" in u.reasons, (u.verdict, u.reasons)
