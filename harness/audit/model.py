@@ -165,10 +165,12 @@ class Rule:
 @dataclass(frozen=True)
 class AuditContext:
     """What an `UploadRule` may read besides the upload: the errata registry
-    (harness.audit.errata.Errata) and the --git-repo clones (errata.GitClones)."""
+    (harness.audit.errata.Errata), the --git-repo clones (errata.GitClones) and the
+    --trusted-key file (a Path, or None)."""
 
     errata: Any = None
     clones: Any = None
+    trusted_key: Any = None
 
 
 @dataclass(frozen=True)
