@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import click
 
@@ -178,8 +179,12 @@ def main() -> None:
 @click.option("--history", "history", multiple=True, type=PathValue(file_okay=False),
               metavar="DIR", help="Also learn run times from the campaigns under this results "
                                   "root (repeatable); the ETA and the dry run's estimate.")
+@click.option("--publish", "publish", metavar="ORG/NAME",
+              help="Publish as the campaign goes: commit each finished stage to this "
+                   "HuggingFace dataset (with parent_commit; docs/publish.md). Default: the "
+                   "runbook's publish.repo when publish.live is true.")
 def run(runbook, results, launcher, dry_run, no_test_only, fresh, stages, until, models,
-        backends, retry, history) -> None:
+        backends, retry, history, publish) -> None:
     """Run a campaign: preflight, measure, select, validate, time, report.
 
     RUNBOOK defaults to runbooks/local-cpu.yaml. Running the same command again resumes;
@@ -199,7 +204,18 @@ def run(runbook, results, launcher, dry_run, no_test_only, fresh, stages, until,
     _call(checked_run, runbook=runbook, results=results, launcher=launcher,
           dry_run=dry_run, fresh=fresh, stages=tuple(stages), until=until,
           models=tuple(models), backends=tuple(backends), retry=retry,
-          test_only=not no_test_only, history=tuple(history))
+          test_only=not no_test_only, history=tuple(history), publish=publish,
+          live_publisher=live_hook)
+
+
+def live_hook(root: Path, repo: str, say: Callable[[str], None]) -> Callable[[str], object]:
+    """`epcap run --publish`'s hook: a LivePublisher for the campaign directory (the campaign
+    room does not import the publisher; this command joins them)."""
+    from harness.publish.live import LivePublisher  # lazy: only live publishing needs it
+    try:
+        return LivePublisher(root, repo, say).publish
+    except ValueError as exc:
+        raise BadInput(str(exc), field="--publish") from None
 
 
 @main.command()

@@ -23,6 +23,7 @@ from harness.audit.rules import (
     clocks,
     conservation,
     hardware,
+    history,
     launch,
     legacy,
     links,
@@ -46,6 +47,7 @@ from harness.audit.vocab import (
     FABRICATED,
     HARDWARE_MISMATCH,
     HELD_OUT_NOT_REDERIVED,
+    HISTORY_REWRITTEN,
     INCOMPLETE,
     INCONSISTENT,
     LAUNCH_NOT_RUNBOOK,
@@ -117,7 +119,7 @@ CATALOGUE: tuple[Row, ...] = (
     NOTHING, *basic.RULES, *cells.RULES, *selection.RULES, *rederive.RULES, *pipeline.RULES,
     *legacy.RULES, *conservation.RULES, *clocks.RULES, *timing_objects.RULES, *links.RULES,
     *launch.RULES, *hardware.RULES, *routing.RULES, *provenance.RULES, *VERSION_ROWS,
-    *present.RULES, *signature.RULES)
+    *present.RULES, *signature.RULES, *history.RULES)
 
 # Codes decided by a pass over the rows' checks rather than by a row: the version pass
 # (versions.judge_versions, after every row) re-judges the `version_bound` rows of an upload
@@ -151,6 +153,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "missing evidence": (LFS_POINTER, MISSING_LOGS),
     "versions": (VERSION_MISMATCH, OTHER_VERSION),
     "signature": (STATEMENT_UNVERIFIED,),
+    "history": (HISTORY_REWRITTEN,),
 }
 
 # Codes decided by more than one row, merged into one check (engine.merge_codes: fail, else

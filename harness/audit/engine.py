@@ -332,6 +332,13 @@ def materialise(snapshot: Path, local: Path, patterns: list[str]) -> None:
     tmp.rename(local)
 
 
+def hub_offline() -> bool:
+    """Whether huggingface_hub is told to stay offline (HF_HUB_OFFLINE=1): then the audit
+    reads the one commit from the cache and asks the hub for no history."""
+    from huggingface_hub import constants  # lazy: only hf:// targets need the hub
+    return bool(constants.HF_HUB_OFFLINE)
+
+
 def resolve_target(target: str | Path) -> Path:
     """The local directory to audit: TARGET itself, or an hf:// revision fetched to a cache."""
     hf = parse_hf_target(str(target))
@@ -364,6 +371,11 @@ def audit_target(target: str | Path, errata: Path | None = None,
     registry = load_errata(errata)
     order = GitClones(git_repos)
     root = resolve_target(target)
+    hf = parse_hf_target(str(target))
+    repo_history = None
+    if hf and not hub_offline():    # the repository's history: the commit fetched, and before
+        from harness.audit.history import RepoHistory
+        repo_history = RepoHistory(hf[0], root.name, cache_root() / HF_HUB_DIR)
     started = time.perf_counter()
     folders = find_uploads(root, UPLOAD_MARKERS)
     if not folders:
@@ -373,5 +385,7 @@ def audit_target(target: str | Path, errata: Path | None = None,
     for folder in folders:
         upload = load_upload(root, folder, pad_multiple)
         upload.sample_seed = sample_seed
+        if repo_history is not None:
+            upload.history = repo_history.under("" if upload.path == "." else upload.path + "/")
         uploads.append(audit_upload(upload, registry, order, trusted_key))
     return AuditResult(str(target), uploads, time.perf_counter() - started, sample_seed)

@@ -114,6 +114,7 @@ class Upload:
     replay: object = None                                # rules.pipeline.UploadReplay, once
     sample_seed: int | None = None                       # the audit's sample seed (routing)
     sampled: dict[str, str] = field(default_factory=dict)  # cell path -> what was sampled
+    history: object = None                               # audit.history.History (hf:// only)
 
     def cell_for(self, row: Row) -> Cell | None:
         """The cell a row names: by its path in the upload, else by a unique directory name."""
