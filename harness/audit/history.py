@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.io.safeio import read_bytes as safe_bytes
 from harness.results.layout import ATTEMPTS_TSV, EVENTS_JSONL, TIMING_LAUNCHES_TSV
 
 MAX_COMMITS = 256
@@ -81,8 +82,7 @@ class RepoHistory:
                 try:
                     local = hf_hub_download(self.repo, prefix + rel, repo_type="dataset",
                                             revision=commit, cache_dir=self.cache)
-                    with open(local, "rb") as handle:
-                        out.texts[(index, rel)] = handle.read(MAX_TEXT_BYTES)
+                    out.texts[(index, rel)] = safe_bytes(local, max_bytes=MAX_TEXT_BYTES)
                 except Exception as exc:  # noqa: BLE001 -- say which, judge nothing
                     out.problem = (f"{rel} at {commit[:12]} not fetched: "
                                    f"{type(exc).__name__}")

@@ -14,15 +14,17 @@ commit, what each path was published as) is `.epcap-live.json` in the campaign d
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
+from harness.audit.rules.signature import file_sha256
+from harness.errors import BadInput
 from harness.io.atomic import write_text_atomic
 from harness.io.redact import redact_text
+from harness.io.safeio import read_json as safe_json
 from harness.results.layout import CELL_JSON
 
 STATE_FILE = ".epcap-live.json"
@@ -37,19 +39,10 @@ def cell_finished(root: Path, rel: str) -> bool:
         return True
     cell = root.joinpath(*parts[:parts.index("cells") + 2])
     try:
-        doc = json.loads((cell / CELL_JSON).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        doc = safe_json(cell / CELL_JSON)
+    except BadInput:
         return False
     return isinstance(doc, dict) and doc.get("status") not in (None, RUNNING)
-
-
-def sha256_of(path: Path) -> str:
-    """sha256 of a file (blocks of 1 MiB)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda h=handle: h.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class LivePublisher:
@@ -77,8 +70,8 @@ class LivePublisher:
 
     def load(self) -> dict:
         try:
-            doc = json.loads((self.root / STATE_FILE).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            doc = safe_json(self.root / STATE_FILE)
+        except BadInput:
             return {}
         return doc if isinstance(doc, dict) else {}
 
@@ -99,7 +92,7 @@ class LivePublisher:
         files, _ = local_files(self.root)
         published = self.state["published"]
         return [rel for rel in files if cell_finished(self.root, rel)
-                and published.get(rel) != sha256_of(self.root / rel)]
+                and published.get(rel) != file_sha256(self.root / rel)]
 
     def publish(self, why: str) -> str | None:
         """One commit of what changed, with the last commit as its parent; the new commit's
@@ -140,7 +133,7 @@ class LivePublisher:
             return None
         oid = str(getattr(info, "oid", "") or "")
         self.state["parent"] = oid or None
-        self.state["published"].update({rel: sha256_of(self.root / rel) for rel in files})
+        self.state["published"].update({rel: file_sha256(self.root / rel) for rel in files})
         self.save()
         self.say(f"published {len(files)} files ({why}) to hf://datasets/{self.repo}/"
                  f"{self.prefix} at {oid[:12]}")

@@ -12,12 +12,14 @@ import json
 from pathlib import Path
 
 from harness.audit.rules.signature import (
+    MAX_KEY_BYTES,
     PAYLOAD_TYPE,
     key_id,
     pae,
     statement,
 )
 from harness.errors import BadInput
+from harness.io.safeio import read_bytes as safe_bytes
 
 
 def load_private_key(path: Path):
@@ -30,10 +32,7 @@ def load_private_key(path: Path):
     except ImportError:
         raise BadInput("signing needs the `cryptography` package (pip install 'epcap[dev]')",
                        field="--sign-key") from None
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise BadInput(f"cannot read the key file ({exc.strerror})", path=str(path)) from None
+    data = safe_bytes(path, max_bytes=MAX_KEY_BYTES, field="--sign-key")
     loader = (serialization.load_ssh_private_key if b"OPENSSH PRIVATE KEY" in data
               else serialization.load_pem_private_key)
     try:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import json
 from pathlib import Path
 
 from harness.audit.model import (
@@ -40,12 +39,17 @@ from harness.audit.model import (
     first,
 )
 from harness.audit.vocab import STATEMENT_UNVERIFIED
+from harness.errors import BadInput
+from harness.io.bounds import json_loads
+from harness.io.safeio import read_bytes as safe_bytes
+from harness.io.safeio import read_json as safe_json
 
 ENVELOPE = "attestation.dsse.json"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://epcap.invalid/evidence-statement/v1"
 MAX_ENVELOPE_BYTES = 64 << 20          # a statement of 10**5 files is far under this
+MAX_KEY_BYTES = 64 << 10               # a public or private key file
 NO_CRYPTOGRAPHY = ("the `cryptography` package is not installed (pip install 'epcap[dev]' "
                    "or cryptography): the signature cannot be checked")
 
@@ -95,7 +99,10 @@ def load_public_key(path: Path):
     raises ValueError naming the file (never its content) when it is neither."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-    data = path.read_bytes()
+    try:
+        data = safe_bytes(path, max_bytes=MAX_KEY_BYTES, field="--trusted-key")
+    except BadInput as exc:
+        raise ValueError(str(exc)) from None
     try:
         key = (serialization.load_ssh_public_key(data.strip()) if data.lstrip().startswith(b"ssh-")
                else serialization.load_pem_public_key(data))
@@ -130,8 +137,8 @@ def verify_envelope(envelope: dict, public) -> tuple[dict | None, str]:
                       f"(keyid {key_id(public)[:16]}): signed by another key, or the "
                       "statement was changed after signing")
     try:
-        stated = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        stated = json_loads(body.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None, "the signed payload is not JSON"
     if not isinstance(stated, dict) or stated.get("_type") != STATEMENT_TYPE \
             or stated.get("predicateType") != PREDICATE_TYPE \
@@ -191,9 +198,9 @@ def check_statement(upload: Upload, ctx: AuditContext) -> Check:
         return Check(STATEMENT_UNVERIFIED, UNKNOWN,
                      [f"{ENVELOPE} is over {MAX_ENVELOPE_BYTES} bytes: not read"])
     try:
-        envelope = json.loads(path.read_bytes())
-    except (ValueError, UnicodeDecodeError):
-        return Check(STATEMENT_UNVERIFIED, FAIL, [f"{ENVELOPE} is not JSON"])
+        envelope = safe_json(path, max_bytes=MAX_ENVELOPE_BYTES)
+    except BadInput as exc:
+        return Check(STATEMENT_UNVERIFIED, FAIL, [f"{ENVELOPE} unreadable: {exc}"])
     stated, why = verify_envelope(envelope, public)
     if stated is None:
         return Check(STATEMENT_UNVERIFIED, FAIL, [f"{ENVELOPE}: {why}"])
