@@ -103,9 +103,19 @@ class LivePublisher:
 
         from harness.audit.evidence import TRACE_WITHHELD_SUFFIX
         from harness.audit.rules.routing import TRACE_CAP_BYTES
-        from harness.publish import files_with_secrets, moved_on, repo_head, withheld_traces
+        from harness.publish import (
+            files_with_secrets,
+            hub_reachable,
+            moved_on,
+            repo_head,
+            withheld_traces,
+        )
         files = self.changed()
         if not files:
+            return None
+        unreachable = hub_reachable()       # stop now, not after the client's retries
+        if unreachable:
+            self.stop(f"the hub cannot be reached ({redact_text(unreachable)})")
             return None
         leaks = files_with_secrets(self.root, files)
         if leaks:

@@ -206,3 +206,23 @@ def test_live_published_campaign_valid_then_a_launch_rerun_is_invalid(local_hub,
     assert upload.verdict == "INVALID" and HISTORY_REWRITTEN in upload.reasons
     assert f"{rel}: first published in {first[:12]}, replaced in {replaced[:12]}" \
         in check.why[0], check.why
+
+
+def test_an_unreachable_hub_stops_live_publishing_at_once(monkeypatch, tmp_path):
+    """A hub that refuses connections: live publishing stops with the host named, before
+    the client's retries, and the campaign is told it continues (fails without the
+    reachability check: the client's own error after its retries, another message)."""
+    import socket
+
+    from huggingface_hub import constants
+
+    from harness.publish.live import LivePublisher
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{port}")
+    root = tmp_path / "camp"
+    finished_cell(root, "m__b__measure__cap2p00__a1", b"one\n")
+    said: list[str] = []
+    assert LivePublisher(root, "org/live", said.append).publish("stage measure") is None
+    assert "cannot be reached" in said[-1] and "continues locally" in said[-1]
