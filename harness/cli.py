@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import click
 
@@ -178,8 +179,12 @@ def main() -> None:
 @click.option("--history", "history", multiple=True, type=PathValue(file_okay=False),
               metavar="DIR", help="Also learn run times from the campaigns under this results "
                                   "root (repeatable); the ETA and the dry run's estimate.")
+@click.option("--publish", "publish", metavar="ORG/NAME",
+              help="Publish as the campaign goes: commit each finished stage to this "
+                   "HuggingFace dataset (with parent_commit; docs/publish.md). Default: the "
+                   "runbook's publish.repo when publish.live is true.")
 def run(runbook, results, launcher, dry_run, no_test_only, fresh, stages, until, models,
-        backends, retry, history) -> None:
+        backends, retry, history, publish) -> None:
     """Run a campaign: preflight, measure, select, validate, time, report.
 
     RUNBOOK defaults to runbooks/local-cpu.yaml. Running the same command again resumes;
@@ -199,7 +204,18 @@ def run(runbook, results, launcher, dry_run, no_test_only, fresh, stages, until,
     _call(checked_run, runbook=runbook, results=results, launcher=launcher,
           dry_run=dry_run, fresh=fresh, stages=tuple(stages), until=until,
           models=tuple(models), backends=tuple(backends), retry=retry,
-          test_only=not no_test_only, history=tuple(history))
+          test_only=not no_test_only, history=tuple(history), publish=publish,
+          live_publisher=live_hook)
+
+
+def live_hook(root: Path, repo: str, say: Callable[[str], None]) -> Callable[[str], object]:
+    """`epcap run --publish`'s hook: a LivePublisher for the campaign directory (the campaign
+    room does not import the publisher; this command joins them)."""
+    from harness.publish.live import LivePublisher  # lazy: only live publishing needs it
+    try:
+        return LivePublisher(root, repo, say).publish
+    except ValueError as exc:
+        raise BadInput(str(exc), field="--publish") from None
 
 
 @main.command()
@@ -278,7 +294,11 @@ def parse(logs, warmup, as_json) -> None:
                    "layer) groups of a bigger cell). Default: drawn at audit time, so no "
                    "upload can be prepared for it; the seed is printed with every verdict "
                    "that sampled, and passing it reproduces that verdict exactly.")
-def audit(target, errata, git_repos, out, as_json, strict, pad_multiple, sample_seed) -> None:
+@click.option("--trusted-key", "trusted_key", type=PathValue(dir_okay=False), metavar="PUBKEY",
+              help="An ed25519 public key (OpenSSH or PEM) the upload's signed statement "
+                   "(attestation.dsse.json) must verify with (statement-unverified).")
+def audit(target, errata, git_repos, out, as_json, strict, pad_multiple, sample_seed,
+          trusted_key) -> None:
     """Sort uploaded results into VALID, INVALID (with reasons) and UNKNOWN.
 
     \b
@@ -291,7 +311,7 @@ def audit(target, errata, git_repos, out, as_json, strict, pad_multiple, sample_
 
     _call(cli_audit, target=target, errata=errata, git_repos=tuple(git_repos),
           out=out, as_json=as_json, strict=strict, pad_multiple=pad_multiple,
-          sample_seed=sample_seed)
+          sample_seed=sample_seed, trusted_key=trusted_key)
 
 
 @main.command()
@@ -318,7 +338,11 @@ def report(results_dir, out) -> None:
 @click.option("--parent-commit", "parent_commit", metavar="SHA",
               help="Commit only if the repository's head is still SHA (default: the head "
                    "read before uploading).")
-def publish(results_dir, repo, dry_run, allow_empty, parent_commit) -> None:
+@click.option("--sign-key", "sign_key", type=PathValue(dir_okay=False), metavar="PATH",
+              help="An ed25519 private key (OpenSSH or PEM, no passphrase): upload a signed "
+                   "in-toto statement of the evidence list beside it (attestation.dsse.json; "
+                   "`epcap audit --trusted-key` verifies it). The key is never printed.")
+def publish(results_dir, repo, dry_run, allow_empty, parent_commit, sign_key) -> None:
     """Audit, then upload a VALID campaign to a HuggingFace dataset under a new path.
 
     \b
@@ -328,7 +352,7 @@ def publish(results_dir, repo, dry_run, allow_empty, parent_commit) -> None:
     from harness.publish import cli_publish  # lazy: each command imports only its own room
 
     _call(cli_publish, results_dir=results_dir, repo=repo, dry_run=dry_run,
-          allow_empty=allow_empty, parent_commit=parent_commit)
+          allow_empty=allow_empty, parent_commit=parent_commit, sign_key=sign_key)
 
 
 @main.command()

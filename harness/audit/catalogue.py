@@ -23,6 +23,7 @@ from harness.audit.rules import (
     clocks,
     conservation,
     hardware,
+    history,
     launch,
     legacy,
     links,
@@ -32,6 +33,7 @@ from harness.audit.rules import (
     rederive,
     routing,
     selection,
+    signature,
     timing_objects,
 )
 from harness.audit.vocab import (
@@ -45,6 +47,7 @@ from harness.audit.vocab import (
     FABRICATED,
     HARDWARE_MISMATCH,
     HELD_OUT_NOT_REDERIVED,
+    HISTORY_REWRITTEN,
     INCOMPLETE,
     INCONSISTENT,
     LAUNCH_NOT_RUNBOOK,
@@ -63,6 +66,7 @@ from harness.audit.vocab import (
     ROUTING_NOT_FROM_SEED,
     RUNBOOK_ALTERED,
     SELECTION_NOT_REDERIVED,
+    STATEMENT_UNVERIFIED,
     TIMING_CELL,
     TIMING_IMPLAUSIBLE,
     TIMING_INCOMPLETE,
@@ -115,7 +119,7 @@ CATALOGUE: tuple[Row, ...] = (
     NOTHING, *basic.RULES, *cells.RULES, *selection.RULES, *rederive.RULES, *pipeline.RULES,
     *legacy.RULES, *conservation.RULES, *clocks.RULES, *timing_objects.RULES, *links.RULES,
     *launch.RULES, *hardware.RULES, *routing.RULES, *provenance.RULES, *VERSION_ROWS,
-    *present.RULES)
+    *present.RULES, *signature.RULES, *history.RULES)
 
 # Codes decided by a pass over the rows' checks rather than by a row: the version pass
 # (versions.judge_versions, after every row) re-judges the `version_bound` rows of an upload
@@ -148,6 +152,8 @@ FAMILIES: dict[str, tuple[str, ...]] = {
                    COMMIT_IMPOSSIBLE),
     "missing evidence": (LFS_POINTER, MISSING_LOGS),
     "versions": (VERSION_MISMATCH, OTHER_VERSION),
+    "signature": (STATEMENT_UNVERIFIED,),
+    "history": (HISTORY_REWRITTEN,),
 }
 
 # Codes decided by more than one row, merged into one check (engine.merge_codes: fail, else

@@ -86,11 +86,13 @@ def grounds(u: UploadVerdict) -> str:
 
 def cli_audit(target: str, errata: str | None = None, git_repos: tuple[str, ...] = (),
               out: str | None = None, as_json: bool = False, strict: bool = False,
-              pad_multiple: int = DEFAULT_PAD_MULTIPLE, sample_seed: int | None = None) -> int:
+              pad_multiple: int = DEFAULT_PAD_MULTIPLE, sample_seed: int | None = None,
+              trusted_key: str | None = None) -> int:
     """`epcap audit`: 0, or 1 under --strict when anything is INVALID or UNKNOWN."""
     bounded_int(pad_multiple, "--pad-multiple", "pad_multiple")   # 10**23: refused, not looped on
     result = audit_target(target, Path(errata) if errata else None, parse_git_repos(git_repos),
-                          pad_multiple=pad_multiple, sample_seed=sample_seed)
+                          pad_multiple=pad_multiple, sample_seed=sample_seed,
+                          trusted_key=Path(trusted_key) if trusted_key else None)
     if out:
         out_path = Path(out)            # written through its folder's fd; neither is a link
         with OutDir.open(out_path.parent, "--out", create=False) as folder:

@@ -200,12 +200,13 @@ def version_bound(rows: tuple[Rule | UploadRule, ...]) -> set[str]:
     return {r.code for r in rows if r.version_bound}
 
 
-def audit_upload(upload: Upload, errata: Errata, order: GitClones) -> UploadVerdict:
+def audit_upload(upload: Upload, errata: Errata, order: GitClones,
+                 trusted_key: Path | None = None) -> UploadVerdict:
     """Apply every row of the catalogue (harness/audit/catalogue.py), merge the checks of one
     code, judge the version-bound ones for the version that made the upload
     (harness/audit/versions.py), fold: nothing to judge is UNKNOWN; else INVALID beats
     UNKNOWN beats VALID."""
-    ctx = AuditContext(errata, order)
+    ctx = AuditContext(errata, order, trusted_key)
     start_deriving(upload)                   # on forked workers, beside the rules before it
     try:
         checks = merge_codes([apply_row(row, upload, ctx) for row in expand(RULES, errata)])
@@ -331,6 +332,13 @@ def materialise(snapshot: Path, local: Path, patterns: list[str]) -> None:
     tmp.rename(local)
 
 
+def hub_offline() -> bool:
+    """Whether huggingface_hub is told to stay offline (HF_HUB_OFFLINE=1): then the audit
+    reads the one commit from the cache and asks the hub for no history."""
+    from huggingface_hub import constants  # lazy: only hf:// targets need the hub
+    return bool(constants.HF_HUB_OFFLINE)
+
+
 def resolve_target(target: str | Path) -> Path:
     """The local directory to audit: TARGET itself, or an hf:// revision fetched to a cache."""
     hf = parse_hf_target(str(target))
@@ -343,11 +351,13 @@ def resolve_target(target: str | Path) -> Path:
 def audit_target(target: str | Path, errata: Path | None = None,
                  git_repos: dict[str, Path] | None = None,
                  pad_multiple: int = DEFAULT_PAD_MULTIPLE,
-                 sample_seed: int | None = None) -> AuditResult:
+                 sample_seed: int | None = None,
+                 trusted_key: Path | None = None) -> AuditResult:
     """Audit every upload under a local directory or hf://datasets/ORG/NAME[@REVISION].
     `sample_seed` seeds the samples of the rules that sample (routing-not-from-seed): None
     draws one now (secrets), which an upload's author cannot know; the seed used is stated
-    in the result and with every verdict that sampled, so that passing it reproduces them."""
+    in the result and with every verdict that sampled, so that passing it reproduces them.
+    `trusted_key` (an ed25519 public key file) checks each upload's signed statement."""
     if isinstance(pad_multiple, bool) or not isinstance(pad_multiple, int) or pad_multiple <= 0:
         raise BadInput(f"must be a positive integer, got {pad_multiple!r}", field="--pad-multiple")
     if sample_seed is None:
@@ -356,9 +366,16 @@ def audit_target(target: str | Path, errata: Path | None = None,
             or not 0 <= sample_seed < 2 ** SAMPLE_SEED_BITS:
         raise BadInput(f"must be an integer from 0 to 2**{SAMPLE_SEED_BITS} - 1, got "
                        f"{sample_seed!r}", field="--sample-seed")
+    if trusted_key is not None and not Path(trusted_key).is_file():
+        raise BadInput("not a file", path=str(trusted_key))
     registry = load_errata(errata)
     order = GitClones(git_repos)
     root = resolve_target(target)
+    hf = parse_hf_target(str(target))
+    repo_history = None
+    if hf and not hub_offline():    # the repository's history: the commit fetched, and before
+        from harness.audit.history import RepoHistory
+        repo_history = RepoHistory(hf[0], root.name, cache_root() / HF_HUB_DIR)
     started = time.perf_counter()
     folders = find_uploads(root, UPLOAD_MARKERS)
     if not folders:
@@ -368,5 +385,7 @@ def audit_target(target: str | Path, errata: Path | None = None,
     for folder in folders:
         upload = load_upload(root, folder, pad_multiple)
         upload.sample_seed = sample_seed
-        uploads.append(audit_upload(upload, registry, order))
+        if repo_history is not None:
+            upload.history = repo_history.under("" if upload.path == "." else upload.path + "/")
+        uploads.append(audit_upload(upload, registry, order, trusted_key))
     return AuditResult(str(target), uploads, time.perf_counter() - started, sample_seed)

@@ -388,6 +388,8 @@ HUB_EXTRA_FILES: dict[str, str] = {
     f"*{ROUTING_TRACE}": "a measure cell's recorded routing (routing-not-from-seed)",
     f"*{ROUTING_TRACE}{TRACE_WITHHELD_SUFFIX}": "the sha256 of a trace too large to publish: "
                                                "its comparison is UNKNOWN",
+    "*attestation.dsse.json": "the signed in-toto statement of the evidence list "
+                              "(`epcap publish --sign-key`; statement-unverified)",
 }
 
 

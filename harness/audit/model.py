@@ -114,6 +114,7 @@ class Upload:
     replay: object = None                                # rules.pipeline.UploadReplay, once
     sample_seed: int | None = None                       # the audit's sample seed (routing)
     sampled: dict[str, str] = field(default_factory=dict)  # cell path -> what was sampled
+    history: object = None                               # audit.history.History (hf:// only)
 
     def cell_for(self, row: Row) -> Cell | None:
         """The cell a row names, by its path in the upload only: a row whose cell_dir is not
@@ -161,10 +162,12 @@ class Rule:
 @dataclass(frozen=True)
 class AuditContext:
     """What an `UploadRule` may read besides the upload: the errata registry
-    (harness.audit.errata.Errata) and the --git-repo clones (errata.GitClones)."""
+    (harness.audit.errata.Errata), the --git-repo clones (errata.GitClones) and the
+    --trusted-key file (a Path, or None)."""
 
     errata: Any = None
     clones: Any = None
+    trusted_key: Any = None
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.api.launcher import Launcher
@@ -106,20 +107,28 @@ def health_gate(view: ProgressView, log: EventLog) -> None:
     view.line(f"preflight: health {report.status}")
 
 
+LiveFactory = Callable[[Path, str, Callable[[str], None]], Callable[[str], None]]
+
+
 def cli_run(runbook: str | None = None, results: str | None = None,
             launcher: str | None = None, dry_run: bool = False, fresh: bool = False,
             stages: tuple[str, ...] = (), until: str | None = None,
             models: tuple[str, ...] = (), backends: tuple[str, ...] = (),
             retry: str | None = None, test_only: bool = True,
-            history: tuple[str, ...] = ()) -> int:
+            history: tuple[str, ...] = (), publish: str | None = None,
+            live_publisher: LiveFactory | None = None) -> int:
     """`epcap run`: load and check the runbook, then run or resume the campaign
-    (`test_only=False`: a dry run does not ask Slurm whether it accepts the jobs)."""
+    (`test_only=False`: a dry run does not ask Slurm whether it accepts the jobs). With
+    `publish` (else the runbook's `publish.repo` under `publish.live: true`) each finished
+    stage is committed as it completes through `live_publisher(root, repo, say)` (made by
+    harness.cli: the campaign does not import the publisher), which returns the hook."""
     roots = tuple(Path(h) for h in history)
     for h in roots:
         if not h.is_dir():
             raise BadInput("not a directory (a results root, or a campaign directory)",
                            path=str(h), field="--history")
     rb = load_runbook(runbook or default_runbook())
+    live_repo = publish or (rb.publish.repo if rb.publish.live else None)
     select = Selectors(tuple(models), tuple(backends), parse_retry(retry))
     check_selection(rb, select)
     check_planned_capacities(rb)
@@ -155,21 +164,26 @@ def cli_run(runbook: str | None = None, results: str | None = None,
         command_line = ["epcap", *sys.argv[1:]]
         old = _install_signals()
         try:
-            return run_campaign(rb, root, launch, stages, until, command_line, select, roots)
+            return run_campaign(rb, root, launch, stages, until, command_line, select, roots,
+                                live_repo, live_publisher)
         finally:
             _restore_signals(old)
 
 
 def run_campaign(rb: Runbook, root: Path, launch: Launcher, stages: tuple[str, ...],
                  until: str | None, command_line: list[str],
-                 select: Selectors | None = None, history: tuple[Path, ...] = ()) -> int:
-    """Create or resume `root` and drive the pipelines to the end (or the stop stage)."""
+                 select: Selectors | None = None, history: tuple[Path, ...] = (),
+                 live_repo: str | None = None, live_publisher: LiveFactory | None = None) -> int:
+    """Create or resume `root` and drive the pipelines to the end (or the stop stage); with
+    `live_repo` each finished stage is published as it completes (`live_publisher`)."""
     select = select or Selectors()
     view = ProgressView()
     view.fallback = root / DRIVER_LOG       # where lines go if stdout's reader leaves
     new = not (root / EVENTS_JSONL).exists()
     ctx = Context(rb, stages, until, select.models, select.backends)
     camp = Campaign(rb, root, launch, ctx, view, command_line, history)
+    if live_repo and live_publisher is not None:
+        camp.on_publish = live_publisher(root, live_repo, view.line)
     rev = None if new else store.revision(root, rb)     # BadInput before anything is written
     if not new and finished_already(camp, root, rev, select, view):
         return exit_status(root, view)
@@ -352,6 +366,8 @@ def drive(camp: Campaign, rb: Runbook, root: Path, view: ProgressView, new: bool
         build_report(root, view, camp.log)
     if finished:
         camp.log.write(CampaignDone(runs_done=camp.done_runs, runs_left=0, stage="done"))
+    if camp.on_publish is not None:
+        camp.on_publish("campaign done" if finished else f"stopped after {last}")
     view.stop()
     stopped = None
     if camp.ctx.deferred:

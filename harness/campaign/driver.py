@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.api.backend import Backend, LaunchSpec, RunRequest
@@ -110,6 +111,8 @@ class Campaign:
                  history_roots: tuple[Path, ...] = (), writable: bool = True) -> None:
         self.rb = runbook
         self.root = root
+        self.on_publish: Callable[[str], None] | None = None   # live publishing's hook
+        self.published_stages: set[str] = set()
         self.launcher = launcher
         self.ctx = ctx
         self.view = view
@@ -450,6 +453,10 @@ class Campaign:
         stage_done = min(len(stage_all), sum(self.standing(self.finished.get(k, [])) for k in keys))
         self.view.update(self.done_runs, self.done_runs + left, stage, stage_done,
                          len(stage_all), eta, out.cell.name)
+        if self.on_publish is not None and stage_done >= len(stage_all) \
+                and stage not in self.published_stages:
+            self.published_stages.add(stage)            # live publishing: the stage as it is
+            self.on_publish(f"stage {stage} finished")
 
     # -- tables --------------------------------------------------------------------------
     def write_tables(self, derived: bool = True) -> None:

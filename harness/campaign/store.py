@@ -147,7 +147,7 @@ TIMING_PART = "timing"                # warmup, iterations, trials: the time cel
 # rounds run.
 NON_RESULT_FIELDS = frozenset({"path", "campaign", "limits", "launcher", "repositories",
                                "paths", "slurm", "cell_wall_hours", "max_parallel_cells",
-                               "models_path", "model_origins"})
+                               "models_path", "model_origins", "publish"})
 # (the runbook's `measure:` section is named after its purpose, hence the vocabulary word)
 RESULT_FIELDS = frozenset({"models", "shape", "backends", "capacity", Purpose.MEASURE.value,
                            "timing", "container",

@@ -20,10 +20,12 @@ from urllib.parse import urlsplit
 
 from harness.audit import AuditResult, audit_target
 from harness.audit.rules.routing import TRACE_CAP_BYTES
+from harness.audit.rules.signature import ENVELOPE
 from harness.errors import BadInput
 from harness.io.redact import find_secrets, redact_text
 from harness.loadmodel.trace_io import ROUTING_TRACE
 from harness.publish.card import CARD_PATH, card_text
+from harness.publish.sign import load_private_key, signed_envelope
 from harness.results.layout import (
     ATTEMPTS_TSV,
     CELL_JSON,
@@ -193,11 +195,12 @@ def existing_paths(repo: str) -> tuple[list[str] | None, str]:
 
 
 def upload(root: Path, repo: str, prefix: str, files: list[str], withheld: dict[str, str],
-           card: str, parent_commit: str | None = None) -> str:
+           card: str, parent_commit: str | None = None,
+           generated: dict[str, bytes] | None = None) -> str:
     """One commit: exactly `files` under prefix (a withheld trace as its `.sha256` stand-in,
-    `sha256sum` format) and the card at the repository's root; with `parent_commit` the hub
-    refuses it unless that commit is still the head (two publishers never interleave).
-    Returns the commit URL."""
+    `sha256sum` format), `generated` files (the signed statement) under prefix, and the card
+    at the repository's root; with `parent_commit` the hub refuses it unless that commit is
+    still the head (two publishers never interleave). Returns the commit URL."""
     from huggingface_hub import CommitOperationAdd, HfApi  # lazy: only publishing needs it
 
     from harness.audit.evidence import TRACE_WITHHELD_SUFFIX
@@ -206,6 +209,8 @@ def upload(root: Path, repo: str, prefix: str, files: list[str], withheld: dict[
     ops += [CommitOperationAdd(path_in_repo=prefix + rel + TRACE_WITHHELD_SUFFIX,
                                path_or_fileobj=f"{digest}  {PurePosixPath(rel).name}\n".encode())
             for rel, digest in sorted(withheld.items())]
+    ops += [CommitOperationAdd(path_in_repo=prefix + rel, path_or_fileobj=data)
+            for rel, data in sorted((generated or {}).items())]
     ops.append(CommitOperationAdd(path_in_repo=CARD_PATH, path_or_fileobj=card.encode()))
     info = HfApi().create_commit(repo_id=repo, repo_type="dataset", operations=ops,
                                  commit_message=f"epcap publish {prefix.rstrip('/')}",
@@ -243,12 +248,32 @@ def summary_lines(root: Path, result: AuditResult, files: list[str],
             f"{len(skipped)} other paths not uploaded), {size} bytes"]
 
 
+def statement_predicate(root: Path, result: AuditResult, prefix: str) -> dict:
+    """The signed statement's predicate: campaign, runbook sha256, the epcap commit
+    provenance records, where it was published and the audit's verdict with its rules."""
+    from harness.audit.rules.signature import file_sha256
+    from harness.results.provenance import read_provenance
+    upload_ = result.uploads[0]
+    runbook = root / RUNBOOK_YAML
+    try:
+        commit = read_provenance(root / PROVENANCE_TXT).get("harness.commit", "")
+    except (OSError, ValueError):
+        commit = ""
+    return {"campaign": campaign_name(root), "path_in_repo": prefix,
+            "runbook_sha256": file_sha256(runbook) if runbook.is_file() else None,
+            "epcap_commit": commit,
+            "audit": {"verdict": upload_.verdict, "rules_ran": upload_.rules_ran,
+                      "not_applicable": upload_.rules_not_applicable}}
+
+
 def cli_publish(results_dir: str, repo: str, dry_run: bool = False,
                 allow_empty: bool = False, parent_commit: str | None = None,
-                trace_cap: int = TRACE_CAP_BYTES) -> int:
+                trace_cap: int = TRACE_CAP_BYTES, sign_key: str | None = None) -> int:
     """`epcap publish`: 0 uploaded (or dry run listed), 1 refused or failed. The commit's
     parent is `parent_commit`, else the head read before the existing paths were listed:
-    the hub refuses it when another commit came in between (two publishes never interleave)."""
+    the hub refuses it when another commit came in between (two publishes never interleave).
+    With `sign_key` (an ed25519 private key file) the commit carries the signed in-toto
+    statement of the evidence list (`<prefix>attestation.dsse.json`)."""
     root = Path(results_dir)
     if redact_text(repo or "") != (repo or ""):   # a token pasted as the id: never echoed
         raise BadInput("looks like a secret (a token shape or a secret value), not ORG/NAME: "
@@ -261,6 +286,7 @@ def cli_publish(results_dir: str, repo: str, dry_run: bool = False,
     if parent_commit is not None and not re.fullmatch(r"[0-9a-f]{40}", parent_commit):
         raise BadInput(f"expected a commit of 40 hex digits, got {parent_commit!r}",
                        field="--parent-commit")
+    key = load_private_key(Path(sign_key)) if sign_key else None   # refused before any work
     result = audit_target(root)
     why = refusal(result) or ([] if allow_empty else empty_refusal(result))
     files, skipped = local_files(root)
@@ -287,8 +313,13 @@ def cli_publish(results_dir: str, repo: str, dry_run: bool = False,
         print_plan(root, repo, prefix, files, skipped, problem, withheld)
         return 0
     card = card_text(root, result, repo, prefix, files, withheld)
+    generated = {}
+    if key is not None:
+        from harness.audit.evidence import evidence_manifest
+        generated[ENVELOPE] = signed_envelope(root, evidence_manifest(root),
+                                              statement_predicate(root, result, prefix), key)
     try:
-        url = upload(root, repo, prefix, files, withheld, card, parent)
+        url = upload(root, repo, prefix, files, withheld, card, parent, generated)
     except Exception as exc:  # noqa: BLE001 -- report the hub's error in one line
         if parent and moved_on(exc):
             return say_refused([f"parent commit mismatch: hf://datasets/{repo} is no longer at "
@@ -297,8 +328,9 @@ def cli_publish(results_dir: str, repo: str, dry_run: bool = False,
         print(f"epcap publish: upload failed: {type(exc).__name__}: {redact_text(str(exc))}",
               file=sys.stderr)
         return 1
-    print(f"uploaded {len(files)} files to hf://datasets/{repo}/{prefix} and the dataset "
-          f"card {CARD_PATH} {url}")
+    signed = f", the signed statement {ENVELOPE}" if generated else ""
+    print(f"uploaded {len(files)} files to hf://datasets/{repo}/{prefix}{signed} and the "
+          f"dataset card {CARD_PATH} {url}")
     return 0
 
 

@@ -48,6 +48,7 @@ from harness.runbook.model import (
     Limits,
     ModelSpec,
     PhaseConfig,
+    PublishConfig,
     Runbook,
     Shape,
     SlurmConfig,
@@ -65,7 +66,7 @@ TOP_KEYS = ("campaign", "models_file", "models", "shape", "backends", "capacity"
             "validate", "timing", "limits", "launcher", "device_memory_gb", "seed",
             "repositories", "paths", "slurm", "cell_wall_hours", "gpu_hours_per_cell",
             "max_parallel_cells",
-            "routing", "container")
+            "routing", "container", "publish")
 # `paths` keys some code reads (backends/megatron/base.py: megatron, data, tokenizer); any
 # other key is an error, so a path nothing reads cannot look configured.
 PATH_KEYS = ("megatron", "data", "tokenizer")
@@ -434,7 +435,11 @@ def load_runbook(path: str | Path) -> Runbook:
         slurm=SlurmConfig(**slurm), container=_container(doc, data),
         cell_wall_hours=gph, model_origins=origins,
         max_parallel_cells=_check_type(doc, data.get("max_parallel_cells", 1), int,
-                                       ("max_parallel_cells",)))
+                                       ("max_parallel_cells",)),
+        publish=PublishConfig(**_fields_from(doc, PublishConfig, data.get("publish") or {},
+                                             ("publish",))))
+    if runbook.publish.live and not runbook.publish.repo:
+        raise doc.error(("publish", "repo"), "live: true needs the dataset repository ORG/NAME")
     raw_validate = data.get("validate")
     if raw_validate is not None:
         _mapping(doc, raw_validate, ("validate",), ("seed", "iters"))

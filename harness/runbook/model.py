@@ -150,6 +150,14 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class PublishConfig:
+    """`publish:`: live publishing (harness/publish/live.py): with `live: true` each finished
+    stage is committed to the dataset repository `repo` (ORG/NAME) as the campaign goes."""
+    live: bool = False
+    repo: str | None = None
+
+
+@dataclass(frozen=True)
 class SlurmConfig:
     partition: str | None = None
     account: str | None = None
@@ -212,6 +220,7 @@ class Runbook:
     container: ContainerConfig = field(default_factory=ContainerConfig)
     cell_wall_hours: float | None = None    # wall hours one cell holds (uncalibrated kinds)
     max_parallel_cells: int = 1     # cells in flight at once (independent models)
+    publish: PublishConfig = field(default_factory=PublishConfig)   # live publishing; no result
     models_path: Path | None = None  # the model zoo file it read (frozen next to the results)
     validate_config: ValidateConfig | None = None   # `validate:`; None = the defaults
     # model name -> ((what, where it was written), ...): each of its flag groups (`arch.<aspect>`,

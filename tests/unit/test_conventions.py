@@ -255,6 +255,9 @@ READERS_ALLOWED = {
         "(run through boundary.tools: decoded, size-capped)",
     ("harness/audit/evidence.py", "open"):
         "hashes the files evidence_manifest listed (regular files inside the results directory)",
+    ("harness/audit/rules/signature.py", "open"):
+        "hashes the files evidence_manifest (or publish's local_files) listed: regular files "
+        "inside the upload, in blocks",
     ("harness/launch/container.py", "subprocess.run"):
         "`srun --help`, the pyxis probe (a Slurm client: to move onto io.boundary.tools with "
         "slurm.py's)",

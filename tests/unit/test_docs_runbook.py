@@ -20,6 +20,7 @@ from harness.runbook.model import (
     CapacityConfig,
     ContainerConfig,
     Limits,
+    PublishConfig,
     SlurmConfig,
     TimingConfig,
 )
@@ -67,7 +68,8 @@ def defaults(tmp_path: Path) -> dict[str, str]:
         out[f"timing.{f.name}"] = shown(getattr(rb.timing, f.name))
     assert rb.baseline == be.name                        # null = the first timed backend
     for prefix, cls, value in (("limits", Limits, rb.limits), ("slurm", SlurmConfig, rb.slurm),
-                               ("container", ContainerConfig, rb.container)):
+                               ("container", ContainerConfig, rb.container),
+                               ("publish", PublishConfig, rb.publish)):
         for f in dataclasses.fields(cls):
             inner = getattr(value, f.name)
             if dataclasses.is_dataclass(inner):         # limits.unclassified: {retries, then}
