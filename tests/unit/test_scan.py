@@ -228,3 +228,51 @@ def test_the_compiled_scanner_is_built():
     """Fails where the build is required (CI) and the extension is missing or not used."""
     assert tm._compiled is not None, "harness.telemetry._scan is not built: run setup.py build_ext"
     assert tm._use_compiled(tm.make_tags())
+
+
+GROUP_ROWS = st.lists(st.tuples(st.integers(0, 6), st.integers(1, 3), st.integers(0, 3),
+                                st.sampled_from([1, 5, 2**40 - 1, 2**40, 2**59]),
+                                st.sampled_from([0, 4, 5, 6, 2**40, 2**62]),
+                                st.sampled_from([1, 5, 2**62]), st.booleans()), max_size=60)
+
+
+def reference_groups(rows):
+    """(key, rows, sum act, sum exp, saturated) per (iter, layer) by key, in Python ints
+    wrapped to int64 as numpy sums them (the pure path's _reduce_groups)."""
+    out: dict[int, list[int]] = {}
+    for it, layer, _rank, exp, act, bud, _ in rows:
+        g = out.setdefault(it << 16 | layer, [0, 0, 0, 0])
+        for i, add in enumerate((1, min(act, tm.SUM_CLIP), min(exp, tm.SUM_CLIP), act >= bud)):
+            g[i] += add
+    wrap = lambda x: (x + 2**63) % 2**64 - 2**63  # noqa: E731
+    return [(k, *map(wrap, v)) for k, v in sorted(out.items())]
+
+
+@PROPS
+@given(rows=GROUP_ROWS, ranks=st.sampled_from([0, 1, 2, 3, 2**70]))
+def test_folder_groups_and_invariants_match_the_python_fold(rows, ranks):
+    """Groups folded in C (runs merged whenever groups() or invariants() is asked, here at
+    generated points in the stream) equal the Python fold's; Folder.invariants equals
+    _Accumulator._invariants over those groups, issues worded alike."""
+    folder = tm._compiled.Folder(0)
+    for *values, ask in rows:
+        folder.add_row(*values)
+        if ask:                          # merges the runs mid-stream
+            folder.groups()
+    groups = reference_groups(rows)
+    over = sum(act > bud for _, _, _, _, act, bud, _ in rows)
+    assert folder.groups() == (over, groups)
+    acc = tm._Accumulator(0)
+    acc.s.expected_ranks, acc.over_budget = ranks, over
+    acc._invariants(groups)
+    compiled = tm._CompiledAccumulator(0)
+    compiled.folder = folder
+    compiled.s.expected_ranks = ranks
+    compiled._check_groups()
+    assert compiled.s == acc.s
+    if ranks < 2**63:
+        o, n, dropped, partial, unconserved, flagged = folder.invariants(ranks, 2)
+        assert (o, n, dropped, partial, unconserved) == (
+            over, len(groups), acc.s.dropped_slots, acc.s.partial_groups,
+            acc.s.unconserved_groups)
+        assert tm.issue_words(flagged, ranks) == acc.s.invariant_issues[:2]
