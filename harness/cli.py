@@ -6,11 +6,11 @@ harness errors (`EpcapError`) become a one-line message on stderr and their exit
 
 from __future__ import annotations
 
-import importlib.abc
 import importlib.util
 import os
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
@@ -28,6 +28,9 @@ from harness.io.boundary.streams import (
 from harness.io.bounds import MAX_DECIMALS
 from harness.io.redact import looks_secret, redact_text
 from harness.vocab import DEFAULT_PAD_MULTIPLE, LauncherState, Stage
+
+if TYPE_CHECKING:
+    from importlib.abc import Loader  # only for hints: importlib.abc costs ~10 ms to import
 
 STAGES = Stage.values()
 PIPE_EXIT = 141                 # what a shell reports for a command killed by SIGPIPE (13)
@@ -99,10 +102,11 @@ def _on_broken_pipe(self) -> None:
     raise BrokenPipeError
 
 
-class _RichPolicyLoader(importlib.abc.Loader):
-    """rich.console's own loader, then the pipe policy on the module it made."""
+class _RichPolicyLoader:
+    """rich.console's own loader, then the pipe policy on the module it made (a loader by
+    protocol: create_module and exec_module)."""
 
-    def __init__(self, loader: importlib.abc.Loader) -> None:
+    def __init__(self, loader: Loader) -> None:
         self.loader = loader
 
     def create_module(self, spec):  # noqa: ANN001, ANN201 - importlib's signature
@@ -113,9 +117,10 @@ class _RichPolicyLoader(importlib.abc.Loader):
         module.Console.on_broken_pipe = _on_broken_pipe
 
 
-class _RichPolicyFinder(importlib.abc.MetaPathFinder):
+class _RichPolicyFinder:
     """Finds nothing but rich.console, whose import it hands to the usual finders, then
-    applies the pipe policy as the module loads (once: it leaves sys.meta_path)."""
+    applies the pipe policy as the module loads (once: it leaves sys.meta_path). A meta-path
+    finder by protocol (find_spec)."""
 
     def find_spec(self, name, path=None, target=None):  # noqa: ANN001, ANN201 - importlib's
         if name != "rich.console":
