@@ -325,12 +325,13 @@ static int defer(sink_t *s, char kind, int64_t line, int64_t start, int64_t end)
 }
 
 static int field_of(const char *k, Py_ssize_t n) {
-    switch (n) {
-    case 4: return !memcmp(k, "iter", 4) ? F_ITER : !memcmp(k, "rank", 4) ? F_RANK : -1;
-    case 5: return !memcmp(k, "layer", 5) ? F_LAYER : -1;
-    case 6: return !memcmp(k, "budget", 6) ? F_BUD : -1;
-    case 13: return !memcmp(k, "expected_recv", 13) ? F_EXP : -1;
-    case 17: return !memcmp(k, "actual_valid_recv", 17) ? F_ACT : -1;
+    switch (n) {     /* the first byte first: most tokens of a row's tail are no field */
+    case 4: return k[0] == 'i' && !memcmp(k, "iter", 4) ? F_ITER
+                 : k[0] == 'r' && !memcmp(k, "rank", 4) ? F_RANK : -1;
+    case 5: return k[0] == 'l' && !memcmp(k, "layer", 5) ? F_LAYER : -1;
+    case 6: return k[0] == 'b' && !memcmp(k, "budget", 6) ? F_BUD : -1;
+    case 13: return k[0] == 'e' && !memcmp(k, "expected_recv", 13) ? F_EXP : -1;
+    case 17: return k[0] == 'a' && !memcmp(k, "actual_valid_recv", 17) ? F_ACT : -1;
     default: return -1;
     }
 }
@@ -421,18 +422,26 @@ static int has_field(const char *p, const char *e) {
 /* The usual row: " iter=I layer=L rank=R expected_recv=E actual_valid_recv=A budget=B"
  * then white space or the end, and no field repeated after it. */
 static int canonical(const char *p, const char *e, int64_t *v) {
-    static const char *keys[NFIELDS] = {" iter=", " layer=", " rank=", " expected_recv=",
-                                        " actual_valid_recv=", " budget="};
-    static const Py_ssize_t lens[NFIELDS] = {6, 7, 6, 15, 19, 8};
-    for (int i = 0; i < NFIELDS; i++) {
-        if (e - p < lens[i] || memcmp(p, keys[i], lens[i])) return 0;
-        p += lens[i];
-        const char *d = p;
-        uint64_t x = 0;          /* unsigned: a long run of digits wraps, then is refused */
-        while (p < e && (unsigned)(*p - '0') <= 9) x = 10 * x + (uint64_t)(*p++ - '0');
-        if (p == d || p - d > 18) return 0;
-        v[i] = (int64_t)x;
-    }
+/* the literal key (a constant: the compiler compares it inline, no memcmp call per key),
+ * then 1-18 digits; unsigned: a long run of digits wraps, then is refused */
+#define KEY_VALUE(key, field)                                                     \
+    do {                                                                          \
+        if (e - p < (Py_ssize_t)sizeof(key) - 1 || memcmp(p, key, sizeof(key) - 1)) \
+            return 0;                                                             \
+        p += sizeof(key) - 1;                                                     \
+        const char *d = p;                                                        \
+        uint64_t x = 0;                                                           \
+        while (p < e && (unsigned)(*p - '0') <= 9) x = 10 * x + (uint64_t)(*p++ - '0'); \
+        if (p == d || p - d > 18) return 0;                                       \
+        v[field] = (int64_t)x;                                                    \
+    } while (0)
+    KEY_VALUE(" iter=", F_ITER);
+    KEY_VALUE(" layer=", F_LAYER);
+    KEY_VALUE(" rank=", F_RANK);
+    KEY_VALUE(" expected_recv=", F_EXP);
+    KEY_VALUE(" actual_valid_recv=", F_ACT);
+    KEY_VALUE(" budget=", F_BUD);
+#undef KEY_VALUE
     return (p == e || SPACE[(unsigned char)*p]) && v[F_EXP] != 0 && !has_field(p, e);
 }
 
