@@ -243,6 +243,7 @@ typedef struct {
      * no Python object); sorted and merged into one entry per key only when they arrive out
      * of order, or pile up (group_compact) */
     groups_t groups;
+    group_t *cur;       /* the run of last_group (set whenever a run starts) */
     int64_t last_group, over_budget;
 } fold_t;
 
@@ -250,9 +251,9 @@ static int group_row(fold_t *f, const int64_t *r, int sat) {
     int64_t key = r[F_ITER] << 16 | r[F_LAYER];
     if (key != f->last_group) {
         if (group_run(&f->groups, key)) return -1;
-        f->last_group = key;
+        f->last_group = key, f->cur = &f->groups.v[f->groups.n - 1];
     }
-    group_t *g = &f->groups.v[f->groups.n - 1];
+    group_t *g = f->cur;
     g->rows += 1;
     g->act += (uint64_t)(r[F_ACT] < SUM_CLIP ? r[F_ACT] : SUM_CLIP);
     g->exp += (uint64_t)(r[F_EXP] < SUM_CLIP ? r[F_EXP] : SUM_CLIP);
@@ -407,14 +408,17 @@ static Py_ssize_t next_hit(const char *b, Py_ssize_t n, Py_ssize_t pos, const ta
     return cache[*which];
 }
 
-/* Whether [p, e) holds a token whose key is one of the six fields (a repeat). */
+/* Whether [p, e) holds a token whose key (its text before its first '=') is one of the six
+ * fields (a repeat). Only the '=' bytes are visited (memchr), the text before each read
+ * backwards to white space: no loop over every byte of a row's tail. That text holds a '='
+ * when this is not its token's first one, and a key has no '=': field_of refuses it, as it
+ * refuses the 18 bytes a walk stopped at (no key is longer than 17). *p is white space
+ * (canonical() checks it first), so a walk never passes p. */
 static int has_field(const char *p, const char *e) {
-    while (p < e) {
-        while (p < e && SPACE[(unsigned char)*p]) p++;
-        const char *token = p, *eq = NULL;
-        for (; p < e && !SPACE[(unsigned char)*p]; p++)
-            if (*p == '=' && !eq) eq = p;
-        if (eq && field_of(token, eq - token) >= 0) return 1;
+    for (const char *q = p; q < e && (q = memchr(q, '=', (size_t)(e - q))) != NULL; q++) {
+        const char *k = q;
+        while (k > p && q - k <= 17 && !SPACE[(unsigned char)k[-1]]) k--;
+        if (field_of(k, q - k) >= 0) return 1;
     }
     return 0;
 }

@@ -139,17 +139,19 @@ def test_every_odd_value_and_separator_in_every_position_agrees(tmp_path, monkey
 def test_a_field_repeated_after_a_canonical_row_makes_it_malformed(tmp_path, monkeypatch):
     """Each of the six keys repeated in a canonical row's tail (the compiled scanner's
     has_field/field_of) makes the row malformed, as row_fields does; look-alike keys of
-    every length the six have (iterx, ranks, expected_recvs, observed_loss...) do not."""
+    every length the six have (iterx, ranks, expected_recvs, observed_loss...) and a key
+    after a token's first '=' (x=iter=9) do not."""
     row = "iter=1 layer=2 rank=3 expected_recv=4 actual_valid_recv=5 budget=6"
     tails = [f"{k}=9" for k in KEYS] + ["iterx=9", "ranks=9", "Iter=9", "layer_=9",
                                          "budgets=9", "observed_loss=9", "expected_recx=9",
-                                         "actual_valid_recx=9", "xank=9", "bayer=9"]
+                                         "actual_valid_recx=9", "xank=9", "bayer=9",
+                                         "x=iter=9", "=rank=9", "a\u00e9=layer=9"]
     text = "".join(f"[r]:[MOE_DROP_DEBUG][dispatch] {row} {tail}\n" for tail in tails)
     path = tmp_path / "x.log"
     path.write_text(text)
     compiled, pure = both(lambda: results([path]), monkeypatch)
     assert compiled == pure
-    assert (compiled[0]["rows"], compiled[0]["malformed_rows"]) == (10, 6)
+    assert (compiled[0]["rows"], compiled[0]["malformed_rows"]) == (13, 6)
 
 
 @pytest.mark.parametrize("tags", [
