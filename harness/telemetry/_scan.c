@@ -1169,15 +1169,25 @@ static PyObject *Folder_seen(FolderObject *self, PyObject *unused) {
     if (!ready(self)) return NULL;
     for (int c = 0; c < 3; c++) bad |= table_init(&col[c], 16, 0);
     int64_t last[3] = {EMPTY, EMPTY, EMPTY};
-    if (!bad && keys_compact(&f->keys)) bad = 1;
+    /* layers and ranks of packed keys are < 2^16: a bit per value says it is in the table
+     * already (a rank changes at nearly every key: no hash lookup for each) */
+    uint64_t *had = calloc(2 * 1024, sizeof *had);
+    if (!had || keys_compact(&f->keys)) bad = 1;
     for (size_t i = 0; !bad && i < f->keys.n; i++) {
         int64_t k = f->keys.v[i], col_of[3] = {k >> 32, k >> 16 & 0xFFFF, k & 0xFFFF};
-        for (int c = 0; c < 3; c++)
-            if (col_of[c] != last[c]) {
+        if (col_of[0] != last[0]) {
+            bad |= table_add(&col[0], col_of[0], &slot) < 0;
+            last[0] = col_of[0];
+        }
+        for (int c = 1; c < 3; c++) {
+            uint64_t *word = &had[(c - 1) * 1024 + (col_of[c] >> 6)], bit = 1ULL << (col_of[c] & 63);
+            if (!(*word & bit)) {
+                *word |= bit;
                 bad |= table_add(&col[c], col_of[c], &slot) < 0;
-                last[c] = col_of[c];
             }
+        }
     }
+    free(had);
     for (size_t i = 0; !bad && i < f->wide.cap; i++) {
         if (f->wide.k[3 * i] == EMPTY) continue;
         for (int c = 0; c < 3; c++) bad |= table_add(&col[c], f->wide.k[3 * i + c], &slot) < 0;

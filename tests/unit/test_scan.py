@@ -294,3 +294,17 @@ def test_folder_groups_and_invariants_match_the_python_fold(rows, ranks):
             over, len(groups), acc.s.dropped_slots, acc.s.partial_groups,
             acc.s.unconserved_groups)
         assert tm.issue_words(flagged, ranks) == acc.s.invariant_issues[:2]
+
+
+@PROPS
+@given(keys=st.lists(st.tuples(st.integers(0, 2**32), st.sampled_from([0, 1, 31, 32, 33, 63, 64, 65,
+                                                                        2**16 - 1, 2**16]),
+                               st.integers(0, 2**16)), max_size=40))
+def test_folder_seen_is_each_column_distinct_values(keys):
+    """Folder.seen: the distinct (iter, layer, rank) keys and each column's sorted distinct
+    values, packed keys (a bitmap per layer and rank value) and wide ones alike."""
+    folder = tm._compiled.Folder(0)
+    for it, layer, rank in keys:
+        folder.add_row(it, layer, rank, 1, 1, 1)
+    columns = [sorted({k[c] for k in keys}) for c in range(3)]
+    assert folder.seen() == (len(set(keys)), columns)
