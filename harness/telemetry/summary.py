@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
-from fractions import Fraction
 from pathlib import Path
 
 from harness.errors import BadInput
@@ -393,9 +392,9 @@ class _Accumulator:
         s.expected_recv_values = sorted(self.peaks)
         s.budget = s.budget_values[-1] if s.budget_values else None
         if self.peaks:
-            ratio, expected = max((Fraction(p, e), e) for e, p in self.peaks.items())
+            expected = highest_ratio(self.peaks)
             s.expected_recv, s.peak_actual_valid_recv = expected, self.peaks[expected]
-            s.required_capacity = float(ratio)
+            s.required_capacity = self.peaks[expected] / expected   # int / int: correctly rounded
             s.lower_bound = s.saturated_used_rows > 0
         self._completeness(ranks, layers, iters)
         self._check_groups()
@@ -438,6 +437,17 @@ class _Accumulator:
         s.missing_rows = max(grid - distinct, 0)
         s.complete = (s.rows > 0 and distinct == grid and s.ranks == s.expected_ranks
                       and s.layers == s.expected_layers and s.iterations == s.expected_iterations)
+
+
+def highest_ratio(peaks: dict[int, int]) -> int:
+    """The expected_recv whose peak / expected_recv is highest, compared exactly (cross
+    products of ints, no float); on a tie the larger expected_recv. Exact without importing
+    fractions (~3 ms of `epcap parse` start-up)."""
+    best = 0
+    for exp, peak in peaks.items():
+        if not best or (peak * best, exp) > (peaks[best] * exp, best):
+            best = exp
+    return best
 
 
 def issue_words(flagged: list[tuple[int, ...]], ranks: int) -> list[str]:

@@ -167,7 +167,7 @@ def test_console_script_prints_only_json(tmp_path):
 
 def test_parse_json_start_up_imports_no_table_library(tmp_path):
     """`epcap parse --json` never imports rich (its tables cost ~17 ms of start-up, which
-    counts in parse's wall time against `grep -c`), numpy or importlib.abc (~10 ms, once
+    counts in parse's wall time against `grep -c`), numpy, fractions (~3 ms) or importlib.abc (~10 ms, once
     pulled in by the hook below); the rich pipe policy still waits for
     rich.console's first import (test_mech_cli_words covers it on a closed pipe)."""
     import os
@@ -180,7 +180,7 @@ def test_parse_json_start_up_imports_no_table_library(tmp_path):
     code = ("import sys; from harness.cli import main\n"
             "try:\n main(['parse', sys.argv[1], '--json'])\n"
             "except SystemExit as exc:\n"
-            " print(exc.code, sorted(m for m in ('rich', 'rich.console', 'numpy', "
+            " print(exc.code, sorted(m for m in ('rich', 'rich.console', 'numpy', 'fractions', "
             "'importlib.abc') "
             "if m in sys.modules), file=sys.stderr)")
     root = Path(__file__).resolve().parents[2]

@@ -769,3 +769,17 @@ def test_group_invariants_and_their_words(tmp_path_factory, cells):
     assert s.dropped_slots == sum(max(e - a, 0) for _, a, e, _ in groups.values())
     assert s.over_budget_rows == sum(act > bud for _, _, _, act, _, bud in cells)
     assert s.invariant_issues == words[:10]
+
+
+@FAST
+@given(peaks=st.dictionaries(st.integers(1, 8), st.integers(0, 16), min_size=1, max_size=8))
+def test_the_requirement_is_the_highest_exact_ratio_larger_expected_on_a_tie(peaks):
+    """highest_ratio: the highest peak / expected_recv compared exactly (as Fractions
+    would), the larger expected_recv on a tie; required_capacity is that ratio as the
+    correctly rounded float."""
+    from fractions import Fraction
+
+    expected = tm.highest_ratio(peaks)
+    assert (Fraction(peaks[expected], expected), expected) == max(
+        (Fraction(p, e), e) for e, p in peaks.items())
+    assert peaks[expected] / expected == float(Fraction(peaks[expected], expected))
