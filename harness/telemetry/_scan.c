@@ -389,8 +389,11 @@ static Py_ssize_t next_hit(const char *b, Py_ssize_t n, Py_ssize_t pos, const ta
             const char *p = memchr(b + pos + t->pivot, key, n - pos - t->pivot);
             if (!p) return n;
             pos = p - b - t->pivot;
+            /* the byte after the tags' common prefix rules one out without a memcmp */
             for (int i = 0; i < 2; i++)
-                if (n - pos >= t->len[i] && !memcmp(b + pos, t->tag[i], t->len[i])) {
+                if (n - pos >= t->len[i]
+                    && (t->len[i] <= t->lcp || b[pos + t->lcp] == t->tag[i][t->lcp])
+                    && !memcmp(b + pos, t->tag[i], t->len[i])) {
                     *which = i;
                     return pos;
                 }
