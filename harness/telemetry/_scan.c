@@ -419,6 +419,8 @@ static Py_ssize_t next_hit(const char *b, Py_ssize_t n, Py_ssize_t pos, const ta
  * (canonical() checks it first), so a walk never passes p. */
 static int has_field(const char *p, const char *e) {
     for (const char *q = p; q < e && (q = memchr(q, '=', (size_t)(e - q))) != NULL; q++) {
+        /* the six keys end in r, k, v or t: any other byte before '=' ends no key */
+        if (q == p || (q[-1] != 'r' && q[-1] != 'k' && q[-1] != 'v' && q[-1] != 't')) continue;
         const char *k = q;
         while (k > p && q - k <= 17 && !SPACE[(unsigned char)k[-1]]) k--;
         if (field_of(k, q - k) >= 0) return 1;
