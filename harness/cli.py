@@ -102,6 +102,12 @@ def _on_broken_pipe(self) -> None:
     raise BrokenPipeError
 
 
+# Upstream facts used here: rich 15.0.0 (the venv's site-packages/rich/console.py, read
+# there; github.com/Textualize/rich rich/console.py): Console.on_broken_pipe is the hook
+# called on BrokenPipeError (default: dup2 /dev/null, SystemExit(1)). Python 3.11
+# import protocol (docs.python.org/3.11/reference/import.html, "Finders and loaders"): a
+# sys.meta_path entry needs only find_spec(name, path, target); a loader create_module(spec)
+# and exec_module(module).
 class _RichPolicyLoader:
     """rich.console's own loader, then the pipe policy on the module it made (a loader by
     protocol: create_module and exec_module)."""
