@@ -185,8 +185,8 @@ static int keys_add(keys_t *k, int64_t key) {
 /* One group's sums (values clipped at SUM_CLIP before summing; unsigned: an overflow wraps
  * as numpy's int64 sums of the pure path do, read back as int64). */
 typedef struct { int64_t key; uint64_t rows, act, exp, sat; } group_t;
-typedef struct { group_t *v; size_t n, cap, merged; int dirty; } groups_t;  /* dirty: v[] not
-                                                       strictly increasing by key (merge due) */
+typedef struct { group_t *v; size_t n, cap, merged, runs; int dirty; } groups_t;  /* dirty: v[]
+            not strictly increasing by key (merge due); runs: GROUP_RUNS, or a test's value */
 
 #define SUM_CLIP ((int64_t)1 << 40)
 #define GROUP_RUNS (1u << 20)     /* appended runs between merges, at least */
@@ -214,7 +214,7 @@ static void group_compact(groups_t *g) {
 /* A new run for key (the previous run holds another key). */
 static int group_run(groups_t *g, int64_t key) {
     if (g->n == g->cap) {
-        if (g->dirty && g->n > 2 * g->merged + GROUP_RUNS) group_compact(g);
+        if (g->dirty && g->n > 2 * g->merged + g->runs) group_compact(g);
         if (g->n == g->cap) {
             size_t cap = g->cap ? 2 * g->cap : 1024;
             group_t *v = realloc(g->v, cap * sizeof *v);
@@ -942,11 +942,17 @@ typedef struct { PyObject_HEAD fold_t fold; int ready; } FolderObject;
 
 static int Folder_init(FolderObject *self, PyObject *args, PyObject *kw) {
     long long warmup = 0;
-    static char *names[] = {"warmup", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|L", names, &warmup)) return -1;
+    Py_ssize_t group_runs = GROUP_RUNS;
+    static char *names[] = {"warmup", "group_runs", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Ln", names, &warmup, &group_runs)) return -1;
+    if (group_runs < 0) {
+        PyErr_SetString(PyExc_ValueError, "group_runs must be >= 0");
+        return -1;
+    }
     if (self->ready) fold_free(&self->fold);
     self->ready = 0;
     if (fold_init(&self->fold, warmup)) { fold_free(&self->fold); PyErr_NoMemory(); return -1; }
+    self->fold.groups.runs = (size_t)group_runs;
     self->ready = 1;
     return 0;
 }
@@ -1239,7 +1245,9 @@ static PyTypeObject FolderType = {
     .tp_basicsize = sizeof(FolderObject),
     .tp_dealloc = (destructor)Folder_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Folder(warmup=0): counts, peaks and distinct keys of dispatch rows.",
+    .tp_doc = "Folder(warmup=0, group_runs=2**20): counts, peaks and distinct keys of dispatch "
+              "rows; group_runs: out-of-order group runs appended between merges (tests "
+              "lower it to reach the merge).",
     .tp_methods = Folder_methods,
     .tp_init = (initproc)Folder_init,
     .tp_new = PyType_GenericNew,

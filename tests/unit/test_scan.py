@@ -308,3 +308,23 @@ def test_folder_seen_is_each_column_distinct_values(keys):
         folder.add_row(it, layer, rank, 1, 1, 1)
     columns = [sorted({k[c] for k in keys}) for c in range(3)]
     assert folder.seen() == (len(set(keys)), columns)
+
+
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**32), runs=st.sampled_from([0, 1, 7, 500]),
+       groups=st.integers(1, 200))
+def test_group_runs_merged_in_the_fold_loop_keep_the_sums(seed, runs, groups):
+    """Out-of-order group runs merged inside the fold loop (Folder(group_runs=...) lowers the
+    2^20 threshold so a few thousand rows reach it) sum as the Python fold does."""
+    import random
+
+    rnd = random.Random(seed)
+    rows = [(rnd.randrange(groups), rnd.randrange(1, 3), rnd.randrange(4), rnd.randrange(1, 9),
+             rnd.randrange(12), rnd.randrange(1, 12), False) for _ in range(3000)]
+    folder = tm._compiled.Folder(0, runs)
+    for *values, _ in rows:
+        folder.add_row(*values)
+    over = sum(act > bud for _, _, _, _, act, bud, _ in rows)
+    assert folder.groups() == (over, reference_groups(rows))
+    with pytest.raises(ValueError, match="group_runs"):
+        tm._compiled.Folder(0, -1)
