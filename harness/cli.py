@@ -6,10 +6,12 @@ harness errors (`EpcapError`) become a one-line message on stderr and their exit
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -27,6 +29,9 @@ from harness.io.boundary.streams import (
 from harness.io.bounds import MAX_DECIMALS
 from harness.io.redact import looks_secret, redact_text
 from harness.vocab import DEFAULT_PAD_MULTIPLE, LauncherState, Stage
+
+if TYPE_CHECKING:
+    from importlib.abc import Loader  # only for hints: importlib.abc costs ~10 ms to import
 
 STAGES = Stage.values()
 PIPE_EXIT = 141                 # what a shell reports for a command killed by SIGPIPE (13)
@@ -92,18 +97,59 @@ def _quiet_pipe() -> None:
         pass
 
 
+def _on_broken_pipe(self) -> None:
+    """rich's Console.on_broken_pipe, ours: say the pipe closed (BrokenPipeError)."""
+    self.quiet = True
+    raise BrokenPipeError
+
+
+# Upstream facts used here: rich 15.0.0 (the venv's site-packages/rich/console.py, read
+# there; github.com/Textualize/rich rich/console.py): Console.on_broken_pipe is the hook
+# called on BrokenPipeError (default: dup2 /dev/null, SystemExit(1)). Python 3.11
+# import protocol (docs.python.org/3.11/reference/import.html, "Finders and loaders"): a
+# sys.meta_path entry needs only find_spec(name, path, target); a loader create_module(spec)
+# and exec_module(module).
+class _RichPolicyLoader:
+    """rich.console's own loader, then the pipe policy on the module it made (a loader by
+    protocol: create_module and exec_module)."""
+
+    def __init__(self, loader: Loader) -> None:
+        self.loader = loader
+
+    def create_module(self, spec):  # noqa: ANN001, ANN201 - importlib's signature
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module) -> None:  # noqa: ANN001 - importlib's signature
+        self.loader.exec_module(module)
+        module.Console.on_broken_pipe = _on_broken_pipe
+
+
+class _RichPolicyFinder:
+    """Finds nothing but rich.console, whose import it hands to the usual finders, then
+    applies the pipe policy as the module loads (once: it leaves sys.meta_path). A meta-path
+    finder by protocol (find_spec)."""
+
+    def find_spec(self, name, path=None, target=None):  # noqa: ANN001, ANN201 - importlib's
+        if name != "rich.console":
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _RichPolicyLoader(spec.loader)
+        return spec
+
+
 def _rich_pipe_policy() -> None:
     """Make rich's tables report a closed pipe as BrokenPipeError (rich's documented hook,
-    `Console.on_broken_pipe`, exits 1 by default), so every command ends the same way."""
-    try:
-        from rich.console import Console  # lazy: rich is only needed by commands with tables
-    except ImportError:
-        return
-
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-        raise BrokenPipeError
-    Console.on_broken_pipe = on_broken_pipe
+    `Console.on_broken_pipe`, exits 1 by default), so every command ends the same way.
+    Applied when rich.console is first imported, not here: importing rich costs ~17 ms of
+    start-up that `epcap parse --json` (no table) never needs."""
+    console = sys.modules.get("rich.console")
+    if console is not None:
+        console.Console.on_broken_pipe = _on_broken_pipe
+    elif not any(isinstance(f, _RichPolicyFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _RichPolicyFinder())
 
 
 class EpcapGroup(click.Group):

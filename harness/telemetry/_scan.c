@@ -180,6 +180,54 @@ static int keys_add(keys_t *k, int64_t key) {
     return 0;
 }
 
+/* ---- per (iteration, layer) group sums --------------------------------------------- */
+
+/* One group's sums (values clipped at SUM_CLIP before summing; unsigned: an overflow wraps
+ * as numpy's int64 sums of the pure path do, read back as int64). */
+typedef struct { int64_t key; uint64_t rows, act, exp, sat; } group_t;
+typedef struct { group_t *v; size_t n, cap, merged, runs; int dirty; } groups_t;  /* dirty: v[]
+            not strictly increasing by key (merge due); runs: GROUP_RUNS, or a test's value */
+
+#define SUM_CLIP ((int64_t)1 << 40)
+#define GROUP_RUNS (1u << 20)     /* appended runs between merges, at least */
+
+static int group_cmp(const void *a, const void *b) {
+    int64_t x = ((const group_t *)a)->key, y = ((const group_t *)b)->key;
+    return (x > y) - (x < y);
+}
+
+/* Sort the runs by key and add up the runs of one key: v[] then strictly increasing. */
+static void group_compact(groups_t *g) {
+    size_t out = 0;
+    if (g->dirty) qsort(g->v, g->n, sizeof *g->v, group_cmp);
+    for (size_t i = 0; i < g->n; i++) {
+        if (out && g->v[out - 1].key == g->v[i].key) {
+            group_t *o = &g->v[out - 1], *r = &g->v[i];
+            o->rows += r->rows, o->act += r->act, o->exp += r->exp, o->sat += r->sat;
+        } else {
+            g->v[out++] = g->v[i];
+        }
+    }
+    g->n = g->merged = out, g->dirty = 0;
+}
+
+/* A new run for key (the previous run holds another key). */
+static int group_run(groups_t *g, int64_t key) {
+    if (g->n == g->cap) {
+        if (g->dirty && g->n > 2 * g->merged + g->runs) group_compact(g);
+        if (g->n == g->cap) {
+            size_t cap = g->cap ? 2 * g->cap : 1024;
+            group_t *v = realloc(g->v, cap * sizeof *v);
+            if (!v) return -1;
+            g->v = v, g->cap = cap;
+        }
+    }
+    if (g->n && key <= g->v[g->n - 1].key) g->dirty = 1;
+    group_t fresh = {key, 0, 0, 0, 0};
+    g->v[g->n++] = fresh;
+    return 0;
+}
+
 /* ---- the fold (what telemetry._Accumulator computes from rows) ----------------------- */
 
 typedef struct {
@@ -190,35 +238,26 @@ typedef struct {
     table_t peaks;      /* expected_recv -> max actual_valid_recv over used rows */
     int64_t last_budget, last_exp;
     size_t last_peak;   /* slot of last_exp in peaks */
-    /* per (iter, layer) group, iter < 2^31 and layer < 2^16 (as the pure path):
-     * key iter << 16 | layer -> index i into g[0..4] = key, rows, sum act, sum exp, saturated
-     * (values clipped at SUM_CLIP before summing) */
-    table_t groups;
-    vec_t g[5];
+    /* per (iter, layer) group, iter < 2^31 and layer < 2^16 (as the pure path): runs of
+     * consecutive rows with one key iter << 16 | layer, appended in the hot loop (no hashing,
+     * no Python object); sorted and merged into one entry per key only when they arrive out
+     * of order, or pile up (group_compact) */
+    groups_t groups;
+    group_t *cur;       /* the run of last_group (set whenever a run starts) */
     int64_t last_group, over_budget;
-    size_t last_gi;
 } fold_t;
-
-#define SUM_CLIP ((int64_t)1 << 40)
 
 static int group_row(fold_t *f, const int64_t *r, int sat) {
     int64_t key = r[F_ITER] << 16 | r[F_LAYER];
     if (key != f->last_group) {
-        size_t slot;
-        int fresh = table_add(&f->groups, key, &slot);
-        if (fresh < 0) return -1;
-        if (fresh) {
-            f->groups.v[slot] = (int64_t)f->g[0].n;
-            if (vec_push(&f->g[0], key)) return -1;
-            for (int c = 1; c < 5; c++) if (vec_push(&f->g[c], 0)) return -1;
-        }
-        f->last_group = key, f->last_gi = (size_t)f->groups.v[slot];
+        if (group_run(&f->groups, key)) return -1;
+        f->last_group = key, f->cur = &f->groups.v[f->groups.n - 1];
     }
-    size_t i = f->last_gi;
-    f->g[1].v[i] += 1;
-    f->g[2].v[i] += r[F_ACT] < SUM_CLIP ? r[F_ACT] : SUM_CLIP;
-    f->g[3].v[i] += r[F_EXP] < SUM_CLIP ? r[F_EXP] : SUM_CLIP;
-    f->g[4].v[i] += sat;
+    group_t *g = f->cur;
+    g->rows += 1;
+    g->act += (uint64_t)(r[F_ACT] < SUM_CLIP ? r[F_ACT] : SUM_CLIP);
+    g->exp += (uint64_t)(r[F_EXP] < SUM_CLIP ? r[F_EXP] : SUM_CLIP);
+    g->sat += (uint64_t)sat;
     return 0;
 }
 
@@ -226,16 +265,15 @@ static int fold_init(fold_t *f, int64_t warmup) {
     memset(f, 0, sizeof *f);
     f->warmup = warmup, f->last_budget = f->last_exp = f->last_group = EMPTY;
     if (wide_init(&f->wide, 16)
-        || table_init(&f->budgets, 16, 0) || table_init(&f->peaks, 16, 1)
-        || table_init(&f->groups, 16, 1))
+        || table_init(&f->budgets, 16, 0) || table_init(&f->peaks, 16, 1))
         return -1;
     return 0;
 }
 
 static void fold_free(fold_t *f) {
     free(f->keys.v); f->keys.v = NULL; free(f->wide.k); f->wide.k = NULL;
-    table_free(&f->budgets); table_free(&f->peaks); table_free(&f->groups);
-    for (int c = 0; c < 5; c++) { free(f->g[c].v); f->g[c].v = NULL; }
+    table_free(&f->budgets); table_free(&f->peaks);
+    free(f->groups.v); f->groups.v = NULL;
 }
 
 static int fold_row(fold_t *f, const int64_t *r) {
@@ -256,11 +294,9 @@ static int fold_row(fold_t *f, const int64_t *r) {
         }
         if (r[F_ACT] > f->peaks.v[f->last_peak]) f->peaks.v[f->last_peak] = r[F_ACT];
     }
-    if (r[F_ITER] < (1LL << 31) && r[F_LAYER] < (1 << 16) && r[F_RANK] < (1 << 16)
-        && group_row(f, r, sat))
-        return -1;
     if (r[F_ITER] < (1LL << 31) && r[F_LAYER] < (1 << 16) && r[F_RANK] < (1 << 16))
-        return keys_add(&f->keys, r[F_ITER] << 32 | r[F_LAYER] << 16 | r[F_RANK]);
+        return group_row(f, r, sat)
+            || keys_add(&f->keys, r[F_ITER] << 32 | r[F_LAYER] << 16 | r[F_RANK]);
     return wide_add(&f->wide, r);
 }
 
@@ -290,12 +326,13 @@ static int defer(sink_t *s, char kind, int64_t line, int64_t start, int64_t end)
 }
 
 static int field_of(const char *k, Py_ssize_t n) {
-    switch (n) {
-    case 4: return !memcmp(k, "iter", 4) ? F_ITER : !memcmp(k, "rank", 4) ? F_RANK : -1;
-    case 5: return !memcmp(k, "layer", 5) ? F_LAYER : -1;
-    case 6: return !memcmp(k, "budget", 6) ? F_BUD : -1;
-    case 13: return !memcmp(k, "expected_recv", 13) ? F_EXP : -1;
-    case 17: return !memcmp(k, "actual_valid_recv", 17) ? F_ACT : -1;
+    switch (n) {     /* the first byte first: most tokens of a row's tail are no field */
+    case 4: return k[0] == 'i' && !memcmp(k, "iter", 4) ? F_ITER
+                 : k[0] == 'r' && !memcmp(k, "rank", 4) ? F_RANK : -1;
+    case 5: return k[0] == 'l' && !memcmp(k, "layer", 5) ? F_LAYER : -1;
+    case 6: return k[0] == 'b' && !memcmp(k, "budget", 6) ? F_BUD : -1;
+    case 13: return k[0] == 'e' && !memcmp(k, "expected_recv", 13) ? F_EXP : -1;
+    case 17: return k[0] == 'a' && !memcmp(k, "actual_valid_recv", 17) ? F_ACT : -1;
     default: return -1;
     }
 }
@@ -352,8 +389,11 @@ static Py_ssize_t next_hit(const char *b, Py_ssize_t n, Py_ssize_t pos, const ta
             const char *p = memchr(b + pos + t->pivot, key, n - pos - t->pivot);
             if (!p) return n;
             pos = p - b - t->pivot;
+            /* the byte after the tags' common prefix rules one out without a memcmp */
             for (int i = 0; i < 2; i++)
-                if (n - pos >= t->len[i] && !memcmp(b + pos, t->tag[i], t->len[i])) {
+                if (n - pos >= t->len[i]
+                    && (t->len[i] <= t->lcp || b[pos + t->lcp] == t->tag[i][t->lcp])
+                    && !memcmp(b + pos, t->tag[i], t->len[i])) {
                     *which = i;
                     return pos;
                 }
@@ -371,14 +411,19 @@ static Py_ssize_t next_hit(const char *b, Py_ssize_t n, Py_ssize_t pos, const ta
     return cache[*which];
 }
 
-/* Whether [p, e) holds a token whose key is one of the six fields (a repeat). */
+/* Whether [p, e) holds a token whose key (its text before its first '=') is one of the six
+ * fields (a repeat). Only the '=' bytes are visited (memchr), the text before each read
+ * backwards to white space: no loop over every byte of a row's tail. That text holds a '='
+ * when this is not its token's first one, and a key has no '=': field_of refuses it, as it
+ * refuses the 18 bytes a walk stopped at (no key is longer than 17). *p is white space
+ * (canonical() checks it first), so a walk never passes p. */
 static int has_field(const char *p, const char *e) {
-    while (p < e) {
-        while (p < e && SPACE[(unsigned char)*p]) p++;
-        const char *token = p, *eq = NULL;
-        for (; p < e && !SPACE[(unsigned char)*p]; p++)
-            if (*p == '=' && !eq) eq = p;
-        if (eq && field_of(token, eq - token) >= 0) return 1;
+    for (const char *q = p; q < e && (q = memchr(q, '=', (size_t)(e - q))) != NULL; q++) {
+        /* the six keys end in r, k, v or t: any other byte before '=' ends no key */
+        if (q == p || (q[-1] != 'r' && q[-1] != 'k' && q[-1] != 'v' && q[-1] != 't')) continue;
+        const char *k = q;
+        while (k > p && q - k <= 17 && !SPACE[(unsigned char)k[-1]]) k--;
+        if (field_of(k, q - k) >= 0) return 1;
     }
     return 0;
 }
@@ -386,18 +431,26 @@ static int has_field(const char *p, const char *e) {
 /* The usual row: " iter=I layer=L rank=R expected_recv=E actual_valid_recv=A budget=B"
  * then white space or the end, and no field repeated after it. */
 static int canonical(const char *p, const char *e, int64_t *v) {
-    static const char *keys[NFIELDS] = {" iter=", " layer=", " rank=", " expected_recv=",
-                                        " actual_valid_recv=", " budget="};
-    static const Py_ssize_t lens[NFIELDS] = {6, 7, 6, 15, 19, 8};
-    for (int i = 0; i < NFIELDS; i++) {
-        if (e - p < lens[i] || memcmp(p, keys[i], lens[i])) return 0;
-        p += lens[i];
-        const char *d = p;
-        uint64_t x = 0;          /* unsigned: a long run of digits wraps, then is refused */
-        while (p < e && (unsigned)(*p - '0') <= 9) x = 10 * x + (uint64_t)(*p++ - '0');
-        if (p == d || p - d > 18) return 0;
-        v[i] = (int64_t)x;
-    }
+/* the literal key (a constant: the compiler compares it inline, no memcmp call per key),
+ * then 1-18 digits; unsigned: a long run of digits wraps, then is refused */
+#define KEY_VALUE(key, field)                                                     \
+    do {                                                                          \
+        if (e - p < (Py_ssize_t)sizeof(key) - 1 || memcmp(p, key, sizeof(key) - 1)) \
+            return 0;                                                             \
+        p += sizeof(key) - 1;                                                     \
+        const char *d = p;                                                        \
+        uint64_t x = 0;                                                           \
+        while (p < e && (unsigned)(*p - '0') <= 9) x = 10 * x + (uint64_t)(*p++ - '0'); \
+        if (p == d || p - d > 18) return 0;                                       \
+        v[field] = (int64_t)x;                                                    \
+    } while (0)
+    KEY_VALUE(" iter=", F_ITER);
+    KEY_VALUE(" layer=", F_LAYER);
+    KEY_VALUE(" rank=", F_RANK);
+    KEY_VALUE(" expected_recv=", F_EXP);
+    KEY_VALUE(" actual_valid_recv=", F_ACT);
+    KEY_VALUE(" budget=", F_BUD);
+#undef KEY_VALUE
     return (p == e || SPACE[(unsigned char)*p]) && v[F_EXP] != 0 && !has_field(p, e);
 }
 
@@ -889,11 +942,17 @@ typedef struct { PyObject_HEAD fold_t fold; int ready; } FolderObject;
 
 static int Folder_init(FolderObject *self, PyObject *args, PyObject *kw) {
     long long warmup = 0;
-    static char *names[] = {"warmup", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|L", names, &warmup)) return -1;
+    Py_ssize_t group_runs = GROUP_RUNS;
+    static char *names[] = {"warmup", "group_runs", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Ln", names, &warmup, &group_runs)) return -1;
+    if (group_runs < 0) {
+        PyErr_SetString(PyExc_ValueError, "group_runs must be >= 0");
+        return -1;
+    }
     if (self->ready) fold_free(&self->fold);
     self->ready = 0;
     if (fold_init(&self->fold, warmup)) { fold_free(&self->fold); PyErr_NoMemory(); return -1; }
+    self->fold.groups.runs = (size_t)group_runs;
     self->ready = 1;
     return 0;
 }
@@ -1023,20 +1082,70 @@ static PyObject *Folder_peaks(FolderObject *self, PyObject *unused) {
     return out;
 }
 
+/* One group as the pure path's tuple (key, rows, sum act, sum exp, saturated). */
+static PyObject *group_tuple(const group_t *g) {
+    return Py_BuildValue("(LLLLL)", (long long)g->key, (long long)g->rows, (long long)g->act,
+                         (long long)g->exp, (long long)g->sat);
+}
+
 static PyObject *Folder_groups(FolderObject *self, PyObject *unused) {
-    fold_t *f = &self->fold;
+    groups_t *g = &self->fold.groups;
     if (!ready(self)) return NULL;
-    PyObject *list = PyList_New((Py_ssize_t)f->g[0].n);
-    for (size_t i = 0; list && i < f->g[0].n; i++) {
-        PyObject *item = Py_BuildValue("(LLLLL)", (long long)f->g[0].v[i],
-                                       (long long)f->g[1].v[i], (long long)f->g[2].v[i],
-                                       (long long)f->g[3].v[i], (long long)f->g[4].v[i]);
+    group_compact(g);
+    self->fold.last_group = EMPTY;          /* the last run may have moved */
+    PyObject *list = PyList_New((Py_ssize_t)g->n);
+    for (size_t i = 0; list && i < g->n; i++) {
+        PyObject *item = group_tuple(&g->v[i]);
         if (!item) { Py_CLEAR(list); break; }
         PyList_SET_ITEM(list, (Py_ssize_t)i, item);
     }
     if (!list) return NULL;
-    PyObject *out = Py_BuildValue("(LN)", (long long)f->over_budget, list);
+    return Py_BuildValue("(LN)", (long long)self->fold.over_budget, list);
+}
+
+/* A non-negative __int128 as a Python int. */
+static PyObject *long_from_u128(unsigned __int128 x) {
+    if (x <= (unsigned __int128)INT64_MAX) return PyLong_FromLongLong((long long)x);
+    PyObject *hi = PyLong_FromUnsignedLongLong((unsigned long long)(x >> 64));
+    PyObject *lo = PyLong_FromUnsignedLongLong((unsigned long long)x);
+    PyObject *sixty_four = PyLong_FromLong(64), *shifted = NULL, *out = NULL;
+    if (hi && lo && sixty_four && (shifted = PyNumber_Lshift(hi, sixty_four)))
+        out = PyNumber_Add(shifted, lo);
+    Py_XDECREF(hi); Py_XDECREF(lo); Py_XDECREF(sixty_four); Py_XDECREF(shifted);
     return out;
+}
+
+/* _Accumulator._invariants over the groups, in C: no Python object per group. */
+static PyObject *Folder_invariants(FolderObject *self, PyObject *args) {
+    long long ranks;
+    Py_ssize_t max_issues;
+    groups_t *g = &self->fold.groups;
+    if (!ready(self)) return NULL;
+    if (!PyArg_ParseTuple(args, "Ln", &ranks, &max_issues)) return NULL;
+    group_compact(g);
+    self->fold.last_group = EMPTY;
+    unsigned __int128 dropped = 0;
+    long long partial = 0, unconserved = 0;
+    PyObject *flagged = PyList_New(0);
+    for (size_t i = 0; flagged && i < g->n; i++) {
+        /* the values as Python sees them: int64 */
+        int64_t n = (int64_t)g->v[i].rows, a = (int64_t)g->v[i].act, e = (int64_t)g->v[i].exp;
+        int64_t nsat = (int64_t)g->v[i].sat;
+        if ((__int128)e > (__int128)a) dropped += (unsigned __int128)((__int128)e - a);
+        int flag = 0;
+        if (n != ranks) partial++, flag = 1;
+        else if (a > e || (a != e && !nsat)) unconserved++, flag = 1;
+        if (flag && PyList_GET_SIZE(flagged) < max_issues) {
+            PyObject *item = group_tuple(&g->v[i]);
+            if (!item || PyList_Append(flagged, item)) Py_CLEAR(flagged);
+            Py_XDECREF(item);
+        }
+    }
+    if (!flagged) return NULL;
+    PyObject *drop = long_from_u128(dropped);
+    if (!drop) { Py_DECREF(flagged); return NULL; }
+    return Py_BuildValue("(LnNLLN)", (long long)self->fold.over_budget, (Py_ssize_t)g->n, drop,
+                         partial, unconserved, flagged);
 }
 
 static int cmp64(const void *a, const void *b) {
@@ -1071,15 +1180,25 @@ static PyObject *Folder_seen(FolderObject *self, PyObject *unused) {
     if (!ready(self)) return NULL;
     for (int c = 0; c < 3; c++) bad |= table_init(&col[c], 16, 0);
     int64_t last[3] = {EMPTY, EMPTY, EMPTY};
-    if (!bad && keys_compact(&f->keys)) bad = 1;
+    /* layers and ranks of packed keys are < 2^16: a bit per value says it is in the table
+     * already (a rank changes at nearly every key: no hash lookup for each) */
+    uint64_t *had = calloc(2 * 1024, sizeof *had);
+    if (!had || keys_compact(&f->keys)) bad = 1;
     for (size_t i = 0; !bad && i < f->keys.n; i++) {
         int64_t k = f->keys.v[i], col_of[3] = {k >> 32, k >> 16 & 0xFFFF, k & 0xFFFF};
-        for (int c = 0; c < 3; c++)
-            if (col_of[c] != last[c]) {
+        if (col_of[0] != last[0]) {
+            bad |= table_add(&col[0], col_of[0], &slot) < 0;
+            last[0] = col_of[0];
+        }
+        for (int c = 1; c < 3; c++) {
+            uint64_t *word = &had[(c - 1) * 1024 + (col_of[c] >> 6)], bit = 1ULL << (col_of[c] & 63);
+            if (!(*word & bit)) {
+                *word |= bit;
                 bad |= table_add(&col[c], col_of[c], &slot) < 0;
-                last[c] = col_of[c];
             }
+        }
     }
+    free(had);
     for (size_t i = 0; !bad && i < f->wide.cap; i++) {
         if (f->wide.k[3 * i] == EMPTY) continue;
         for (int c = 0; c < 3; c++) bad |= table_add(&col[c], f->wide.k[3 * i + c], &slot) < 0;
@@ -1110,7 +1229,11 @@ static PyMethodDef Folder_methods[] = {
      "{expected_recv: peak actual_valid_recv over used rows}"},
     {"groups", (PyCFunction)Folder_groups, METH_NOARGS,
      "(rows over budget, [(iter << 16 | layer, rows, sum actual_valid_recv, sum "
-     "expected_recv, saturated rows)] per group with iter < 2^31, layer < 2^16)"},
+     "expected_recv, saturated rows)] per group with iter < 2^31, layer < 2^16, by key)"},
+    {"invariants", (PyCFunction)Folder_invariants, METH_VARARGS,
+     "invariants(ranks, max_issues) -> (rows over budget, groups, dropped slots, partial "
+     "groups, unconserved groups, the first max_issues flagged groups by key as groups() "
+     "gives them): _Accumulator._invariants without a Python object per group."},
     {"seen", (PyCFunction)Folder_seen, METH_NOARGS,
      "(distinct (iter, layer, rank) keys, [sorted iters, layers, ranks])"},
     {NULL, NULL, 0, NULL},
@@ -1122,7 +1245,9 @@ static PyTypeObject FolderType = {
     .tp_basicsize = sizeof(FolderObject),
     .tp_dealloc = (destructor)Folder_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Folder(warmup=0): counts, peaks and distinct keys of dispatch rows.",
+    .tp_doc = "Folder(warmup=0, group_runs=2**20): counts, peaks and distinct keys of dispatch "
+              "rows; group_runs: out-of-order group runs appended between merges (tests "
+              "lower it to reach the merge).",
     .tp_methods = Folder_methods,
     .tp_init = (initproc)Folder_init,
     .tp_new = PyType_GenericNew,

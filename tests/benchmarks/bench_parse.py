@@ -9,7 +9,9 @@ Says whether the compiled scanner (harness.telemetry._scan) ran, and times the p
 (EPCAP_PURE_PYTHON_PARSE=1) for comparison; that figure is not a target. With
 EPCAP_BENCH_OLD=DIR (a checkout of another commit, e.g. `git worktree add /tmp/old 7e6eb72`,
 its scanner built there with `python setup.py build_ext --inplace`) it also times that
-checkout's `parse` on the same file and prints both ratios to grep side by side.
+checkout's `parse` on the same file and prints both ratios to grep side by side. Ours runs
+with PYTHONPATH set to the checkout this file is in, so a worktree's bench times that
+worktree's harness, not the one the virtual environment's editable install points at.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[2]   # the checkout whose `parse` is "ours"
 RANKS, LAYERS, TARGET_BYTES = 8, 94, 200 * 1024 * 1024
 N, BUDGET = 65536, 131072
 TRIALS = 3
@@ -74,7 +77,8 @@ def timed(argv: list[str], env: dict | None = None,
 def compiled_scanner() -> bool:
     """Whether harness.telemetry._scan imports in this interpreter (what `epcap` will use)."""
     probe = "import harness.telemetry._scan"
-    return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}).returncode == 0
 
 
 def main() -> int:
@@ -90,6 +94,7 @@ def main() -> int:
         grep = [timed(["grep", "-c", r"\[MOE_DROP_DEBUG\]\[dispatch\]", str(log)])
                 for _ in range(TRIALS)]
         env = {k: v for k, v in os.environ.items() if k != "EPCAP_PURE_PYTHON_PARSE"}
+        env["PYTHONPATH"] = str(ROOT)          # this checkout's harness (see the docstring)
         ours = [timed([epcap, "parse", str(log), "--json"], env) for _ in range(TRIALS)]
         pure = timed([epcap, "parse", str(log), "--json"], {**env, "EPCAP_PURE_PYTHON_PARSE": "1"})
         g_s, o_s = min(t for t, _, _ in grep), min(t for t, _, _ in ours)

@@ -163,3 +163,30 @@ def test_console_script_prints_only_json(tmp_path):
     bad = subprocess.run([str(exe), "capacity", *SHAPE, "--check", "1.02"], capture_output=True,
                          text=True)
     assert bad.returncode == 1 and "next executable: 1.02149" in bad.stdout
+
+
+def test_parse_json_start_up_imports_no_table_library(tmp_path):
+    """`epcap parse --json` never imports rich (its tables cost ~17 ms of start-up, which
+    counts in parse's wall time against `grep -c`), numpy, fractions (~3 ms) or importlib.abc (~10 ms, once
+    pulled in by the hook below); the rich pipe policy still waits for
+    rich.console's first import (test_mech_cli_words covers it on a closed pipe)."""
+    import os
+    import subprocess
+    import sys
+
+    log = tmp_path / "x.log"
+    log.write_text("[MOE_DROP_DEBUG][dispatch] iter=0 layer=1 rank=0 expected_recv=4 "
+                   "actual_valid_recv=3 budget=8\n")
+    code = ("import sys; from harness.cli import main\n"
+            "try:\n main(['parse', sys.argv[1], '--json'])\n"
+            "except SystemExit as exc:\n"
+            " print(exc.code, sorted(m for m in ('rich', 'rich.console', 'numpy', 'fractions', "
+            "'importlib.abc') "
+            "if m in sys.modules), file=sys.stderr)")
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    env.pop("EPCAP_PURE_PYTHON_PARSE", None)
+    res = subprocess.run([sys.executable, "-c", code, str(log)], cwd=root, env=env,
+                         capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(res.stdout)["logs"][0]["rows"] == 1
+    assert res.stderr.split("\n")[-2] == "0 []", res.stderr

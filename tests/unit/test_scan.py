@@ -136,6 +136,24 @@ def test_every_odd_value_and_separator_in_every_position_agrees(tmp_path, monkey
     assert (compiled[0]["rows"], compiled[0]["malformed_rows"]) == (108, 73)
 
 
+def test_a_field_repeated_after_a_canonical_row_makes_it_malformed(tmp_path, monkeypatch):
+    """Each of the six keys repeated in a canonical row's tail (the compiled scanner's
+    has_field/field_of) makes the row malformed, as row_fields does; look-alike keys of
+    every length the six have (iterx, ranks, expected_recvs, observed_loss...) and a key
+    after a token's first '=' (x=iter=9) do not."""
+    row = "iter=1 layer=2 rank=3 expected_recv=4 actual_valid_recv=5 budget=6"
+    tails = [f"{k}=9" for k in KEYS] + ["iterx=9", "ranks=9", "Iter=9", "layer_=9",
+                                         "budgets=9", "observed_loss=9", "expected_recx=9",
+                                         "actual_valid_recx=9", "xank=9", "bayer=9",
+                                         "x=iter=9", "=rank=9", "a\u00e9=layer=9"]
+    text = "".join(f"[r]:[MOE_DROP_DEBUG][dispatch] {row} {tail}\n" for tail in tails)
+    path = tmp_path / "x.log"
+    path.write_text(text)
+    compiled, pure = both(lambda: results([path]), monkeypatch)
+    assert compiled == pure
+    assert (compiled[0]["rows"], compiled[0]["malformed_rows"]) == (13, 6)
+
+
 @pytest.mark.parametrize("tags", [
     {"dispatch": "<moe>", "setup": "<moe>setup"}, {"dispatch": "<moe>d", "setup": "<moe>"},
     {"dispatch": "D:", "setup": "S:"}, {"dispatch": "x<m>", "setup": "<m>"},
@@ -228,3 +246,85 @@ def test_the_compiled_scanner_is_built():
     """Fails where the build is required (CI) and the extension is missing or not used."""
     assert tm._compiled is not None, "harness.telemetry._scan is not built: run setup.py build_ext"
     assert tm._use_compiled(tm.make_tags())
+
+
+GROUP_ROWS = st.lists(st.tuples(st.integers(0, 6), st.integers(1, 3), st.integers(0, 3),
+                                st.sampled_from([1, 5, 2**40 - 1, 2**40, 2**59]),
+                                st.sampled_from([0, 4, 5, 6, 2**40, 2**62]),
+                                st.sampled_from([1, 5, 2**62]), st.booleans()), max_size=60)
+
+
+def reference_groups(rows):
+    """(key, rows, sum act, sum exp, saturated) per (iter, layer) by key, in Python ints
+    wrapped to int64 as numpy sums them (the pure path's _reduce_groups)."""
+    out: dict[int, list[int]] = {}
+    for it, layer, _rank, exp, act, bud, _ in rows:
+        g = out.setdefault(it << 16 | layer, [0, 0, 0, 0])
+        for i, add in enumerate((1, min(act, tm.SUM_CLIP), min(exp, tm.SUM_CLIP), act >= bud)):
+            g[i] += add
+    wrap = lambda x: (x + 2**63) % 2**64 - 2**63  # noqa: E731
+    return [(k, *map(wrap, v)) for k, v in sorted(out.items())]
+
+
+@PROPS
+@given(rows=GROUP_ROWS, ranks=st.sampled_from([0, 1, 2, 3, 2**70]))
+def test_folder_groups_and_invariants_match_the_python_fold(rows, ranks):
+    """Groups folded in C (runs merged whenever groups() or invariants() is asked, here at
+    generated points in the stream) equal the Python fold's; Folder.invariants equals
+    _Accumulator._invariants over those groups, issues worded alike."""
+    folder = tm._compiled.Folder(0)
+    for *values, ask in rows:
+        folder.add_row(*values)
+        if ask:                          # merges the runs mid-stream
+            folder.groups()
+    groups = reference_groups(rows)
+    over = sum(act > bud for _, _, _, _, act, bud, _ in rows)
+    assert folder.groups() == (over, groups)
+    acc = tm._Accumulator(0)
+    acc.s.expected_ranks, acc.over_budget = ranks, over
+    acc._invariants(groups)
+    compiled = tm._CompiledAccumulator(0)
+    compiled.folder = folder
+    compiled.s.expected_ranks = ranks
+    compiled._check_groups()
+    assert compiled.s == acc.s
+    if ranks < 2**63:
+        o, n, dropped, partial, unconserved, flagged = folder.invariants(ranks, 2)
+        assert (o, n, dropped, partial, unconserved) == (
+            over, len(groups), acc.s.dropped_slots, acc.s.partial_groups,
+            acc.s.unconserved_groups)
+        assert tm.issue_words(flagged, ranks) == acc.s.invariant_issues[:2]
+
+
+@PROPS
+@given(keys=st.lists(st.tuples(st.integers(0, 2**32), st.sampled_from([0, 1, 31, 32, 33, 63, 64, 65,
+                                                                        2**16 - 1, 2**16]),
+                               st.integers(0, 2**16)), max_size=40))
+def test_folder_seen_is_each_column_distinct_values(keys):
+    """Folder.seen: the distinct (iter, layer, rank) keys and each column's sorted distinct
+    values, packed keys (a bitmap per layer and rank value) and wide ones alike."""
+    folder = tm._compiled.Folder(0)
+    for it, layer, rank in keys:
+        folder.add_row(it, layer, rank, 1, 1, 1)
+    columns = [sorted({k[c] for k in keys}) for c in range(3)]
+    assert folder.seen() == (len(set(keys)), columns)
+
+
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**32), runs=st.sampled_from([0, 1, 7, 500]),
+       groups=st.integers(1, 200))
+def test_group_runs_merged_in_the_fold_loop_keep_the_sums(seed, runs, groups):
+    """Out-of-order group runs merged inside the fold loop (Folder(group_runs=...) lowers the
+    2^20 threshold so a few thousand rows reach it) sum as the Python fold does."""
+    import random
+
+    rnd = random.Random(seed)
+    rows = [(rnd.randrange(groups), rnd.randrange(1, 3), rnd.randrange(4), rnd.randrange(1, 9),
+             rnd.randrange(12), rnd.randrange(1, 12), False) for _ in range(3000)]
+    folder = tm._compiled.Folder(0, runs)
+    for *values, _ in rows:
+        folder.add_row(*values)
+    over = sum(act > bud for _, _, _, _, act, bud, _ in rows)
+    assert folder.groups() == (over, reference_groups(rows))
+    with pytest.raises(ValueError, match="group_runs"):
+        tm._compiled.Folder(0, -1)

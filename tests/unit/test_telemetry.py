@@ -737,3 +737,49 @@ def test_dropped_slots_are_the_demand_the_budget_clipped(tmp_path_factory, deman
     s = summarize(write(tmp_path_factory.mktemp("drops"), "".join(rows)))
     assert s.dropped_slots == sum(max(d - budget, 0) for d in demands)
     assert (s.dropped_slots > 0) == (s.saturated_rows > 0 and any(d > budget for d in demands))
+
+
+@FAST
+@given(cells=st.lists(st.tuples(st.integers(0, 9), st.integers(1, 2), st.integers(0, 2),
+                                st.integers(0, 9), st.integers(1, 9), st.integers(1, 9)),
+                      min_size=1, max_size=40))
+def test_group_invariants_and_their_words(tmp_path_factory, cells):
+    """Per (iteration, layer): rows vs ranks (partial), sum actual vs sum expected
+    (unconserved unless equal, or lower with a saturated row), dropped slots, rows over
+    budget, and the first ten flagged groups worded in key order; checked against a fold
+    written here, on rows in generated order (groups out of order and repeated ranks)."""
+    rows = [row(i, ly, r, act, budget=bud, expected=exp) for i, ly, r, act, exp, bud in cells]
+    s = summarize(write(tmp_path_factory.mktemp("groups"), "".join(rows)))
+    ranks = max(r for _, _, r, *_ in cells) - min(r for _, _, r, *_ in cells) + 1
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, ly, _r, act, exp, bud in cells:
+        g = groups.setdefault((i, ly), [0, 0, 0, 0])
+        g[0], g[1], g[2], g[3] = g[0] + 1, g[1] + act, g[2] + exp, g[3] + (act >= bud)
+    words = []
+    for (i, ly), (n, a, e, sat) in sorted(groups.items()):
+        if n != ranks:
+            words.append(f"iter={i} layer={ly}: {n} rows for {ranks} ranks")
+        elif a > e or (a != e and not sat):
+            words.append(f"iter={i} layer={ly}: sum actual_valid_recv {a} "
+                         f"{'>' if a > e else '!='} sum expected_recv {e} over {n} rows, "
+                         f"{sat} saturated")
+    partial = sum(n != ranks for n, *_ in groups.values())
+    assert (s.dispatch_groups, s.partial_groups) == (len(groups), partial)
+    assert s.unconserved_groups == len(words) - partial
+    assert s.dropped_slots == sum(max(e - a, 0) for _, a, e, _ in groups.values())
+    assert s.over_budget_rows == sum(act > bud for _, _, _, act, _, bud in cells)
+    assert s.invariant_issues == words[:10]
+
+
+@FAST
+@given(peaks=st.dictionaries(st.integers(1, 8), st.integers(0, 16), min_size=1, max_size=8))
+def test_the_requirement_is_the_highest_exact_ratio_larger_expected_on_a_tie(peaks):
+    """highest_ratio: the highest peak / expected_recv compared exactly (as Fractions
+    would), the larger expected_recv on a tie; required_capacity is that ratio as the
+    correctly rounded float."""
+    from fractions import Fraction
+
+    expected = tm.highest_ratio(peaks)
+    assert (Fraction(peaks[expected], expected), expected) == max(
+        (Fraction(p, e), e) for e, p in peaks.items())
+    assert peaks[expected] / expected == float(Fraction(peaks[expected], expected))
