@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from harness.results.layout import (
     ATTEMPTS_TSV,
     COMPARISON_TSV,
+    FRONTIER_TSV,
     SELECTION_TSV,
     TIMING_LAUNCHES_TSV,
     TIMING_TRIALS_TSV,
@@ -228,15 +229,52 @@ class TimingTrialRow(Row):
     backend_impl: str | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class FrontierRow(Row):
+    """frontier.tsv: one row per (model, selected backend, rung) of the capacity frontier
+    (docs/frontier.md): the rung's budget and slack, its timed launch (status, dropped
+    slots, times, the timer's resolution, peak memory) and its held-out drop risk."""
+
+    campaign: str
+    model: str
+    backend: str
+    rung: int                                # 0: the validated selection; -k .. +k around it
+    capacity: str
+    budget_tokens: int | None = None
+    selected: bool | None = None             # rung 0: capacity_selection's selected_capacity
+    over_provision: float | None = None      # budget / the measured peak (1.10: wastes 10%)
+    status: str | None = None                # the rung's timed launch: ok | drops | ...
+    dropped_slots: int | None = None
+    dispatch_ms_median: float | None = None
+    dispatch_ms_p10: float | None = None
+    dispatch_ms_p90: float | None = None
+    combine_ms_median: float | None = None
+    combine_ms_p10: float | None = None
+    combine_ms_p90: float | None = None
+    trials: int | None = None
+    noise_floor_pct: float | None = None     # the launch's trial-to-trial spread (resolution)
+    timer: str | None = None
+    peak_mem_bytes: int | None = None
+    peak_mem_source: str | None = None       # modelled (harness/loadmodel/memory.py) | measured
+    heldout_steps: int | None = None
+    heldout_dropped_steps: int | None = None  # held-out steps whose peak exceeds the budget
+    drop_risk_95: str | None = None
+    predicted_drop_risk: str | None = None
+    predicted_drop_risk_hi: str | None = None
+    cell_dir: str | None = None
+    backend_impl: str | None = None
+
+
 ATTEMPT_COLUMNS = AttemptRow.columns()
 SELECTION_COLUMNS = SelectionRow.columns()
 TIMING_COLUMNS = TimingRow.columns()
 COMPARISON_COLUMNS = ComparisonRow.columns()
 TIMING_LAUNCH_COLUMNS = TimingLaunchRow.columns()
 TIMING_TRIAL_COLUMNS = TimingTrialRow.columns()
+FRONTIER_COLUMNS = FrontierRow.columns()
 
 # each results table's file name (harness/results/layout.py) and the row type it holds
 ROW_TYPES: dict[str, type[Row]] = {
     ATTEMPTS_TSV: AttemptRow, SELECTION_TSV: SelectionRow, TIMING_TSV: TimingRow,
     COMPARISON_TSV: ComparisonRow, TIMING_LAUNCHES_TSV: TimingLaunchRow,
-    TIMING_TRIALS_TSV: TimingTrialRow}
+    TIMING_TRIALS_TSV: TimingTrialRow, FRONTIER_TSV: FrontierRow}

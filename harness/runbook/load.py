@@ -64,7 +64,10 @@ TOP_KEYS = ("campaign", "models_file", "models", "shape", "backends", "capacity"
             "validate", "timing", "limits", "launcher", "device_memory_gb", "seed",
             "repositories", "paths", "slurm", "cell_wall_hours", "gpu_hours_per_cell",
             "max_parallel_cells",
-            "routing", "container")
+            "routing", "container", "frontier")
+# `frontier: {rungs: k}` (docs/frontier.md): k executable rungs each side of a selection;
+# each rung is one more timed launch per pair, so k stays small
+DEFAULT_FRONTIER_RUNGS, MAX_FRONTIER_RUNGS = 2, 8
 # `paths` keys some code reads (backends/megatron/base.py: megatron, data, tokenizer); any
 # other key is an error, so a path nothing reads cannot look configured.
 PATH_KEYS = ("megatron", "data", "tokenizer")
@@ -440,6 +443,14 @@ def load_runbook(path: str | Path) -> Runbook:
         runbook = dataclasses.replace(runbook, validate_config=held_out_field(
             doc, ("validate",), resolve_validate, raw_validate, runbook.seed,
             runbook.measure.iters))
+    raw_frontier = data.get("frontier")
+    if raw_frontier is not None:
+        _mapping(doc, raw_frontier, ("frontier",), ("rungs",))
+        rungs = _check_type(doc, raw_frontier.get("rungs", DEFAULT_FRONTIER_RUNGS), int,
+                            ("frontier", "rungs"))
+        if not 1 <= rungs <= MAX_FRONTIER_RUNGS:
+            raise doc.error(("frontier", "rungs"), f"must be 1..{MAX_FRONTIER_RUNGS}, got {rungs}")
+        runbook = dataclasses.replace(runbook, frontier_rungs=rungs)
     if runbook.max_parallel_cells < 1:
         raise doc.error(("max_parallel_cells",), "must be >= 1")
     if runbook.limits.run_timeout_s <= 0:

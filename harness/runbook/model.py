@@ -208,6 +208,9 @@ class Runbook:
     max_parallel_cells: int = 1     # cells in flight at once (independent models)
     models_path: Path | None = None  # the model zoo file it read (frozen next to the results)
     validate_config: ValidateConfig | None = None   # `validate:`; None = the defaults
+    # `frontier: {rungs: k}`: time each selected pair at its validated rung and k executable
+    # rungs below and above it (docs/frontier.md); 0 (no `frontier:`) = no frontier runs
+    frontier_rungs: int = 0
     # model name -> ((what, where it was written), ...): each of its flag groups (`arch.<aspect>`,
     # `flags`) with the file:line it came from, and `arch_source` (the public config the zoo
     # copied it from); printed by the dry run, changes no result
