@@ -231,7 +231,7 @@ def validate_step(ctx: Context, model: str, backend: str, state: dict
             **risk_columns(budget, rb.validate.seed, held_out, state["outcome"].steps,
                            out.steps, accepted))
         ctx.set_selection(model, backend, row)
-        state.update(validate=out, accepted=accepted)
+        state.update(validate_outcome=out, accepted=accepted)
         if not selection.steps_up(out.status, accepted, step, rb.capacity.max_validate_steps):
             break
         capacity = cap.step_up(capacity, n, pad, rb.capacity.decimals)
@@ -254,7 +254,7 @@ def frontier_step(ctx: Context, model: str, backend: str, state: dict
     n, pad = ctx.n_of(model), rb.capacity.pad_multiple
     selected = ctx.selection[(model, backend)]
     measure_steps = state["outcome"].steps
-    validated = state.get("validate")
+    validated = state.get("validate_outcome")
     rows = []
     for offset, capacity in cap.rungs_around(selected.selected_capacity, rb.frontier_rungs, n,
                                              pad, rb.capacity.decimals):
