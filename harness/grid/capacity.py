@@ -229,3 +229,8 @@ def rungs_around(capacity: str, k: int, uniform_tokens: int,
         up = step_up(up, uniform_tokens, pad_multiple, decimals)
         above.append((offset, up))
     return [*reversed(below), (0, capacity), *above]
+
+
+def rung_text(offset: int) -> str:
+    """A frontier rung's offset as frontier.tsv writes it: "-2", "-1", "0", "+1", "+2"."""
+    return f"{offset:+d}" if offset else "0"

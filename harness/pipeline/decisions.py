@@ -278,7 +278,8 @@ def frontier_row(ctx: Context, out: Outcome, *, offset: int, peak: int | None,
     figures = verdicts.launch_figures([(out.status, out.timing)])
     summary = out.summary
     return FrontierRow(
-        campaign=cell.campaign, model=cell.model, backend=cell.backend, rung=offset,
+        campaign=cell.campaign, model=cell.model, backend=cell.backend,
+        rung=cap.rung_text(offset),
         capacity=cell.capacity, budget_tokens=budget, selected=offset == 0,
         over_provision=cap.over_provision(budget, peak) if peak else None,
         status=out.status,

@@ -238,7 +238,8 @@ class FrontierRow(Row):
     campaign: str
     model: str
     backend: str
-    rung: int                                # 0: the validated selection; -k .. +k around it
+    rung: str                                # 0: the validated selection; -k .. +k around it
+                                             # (signed text: "-1", "0", "+1"; grid.capacity.rung_text)
     capacity: str
     budget_tokens: int | None = None
     selected: bool | None = None             # rung 0: capacity_selection's selected_capacity
