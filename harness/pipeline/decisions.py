@@ -1,4 +1,4 @@
-"""Per-model decisions: measure, select, validate, time (docs/spec.md: pipeline).
+"""Per-model decisions: measure, select, validate, frontier, time (docs/spec.md: pipeline).
 
 Pure: a model's pipeline is a generator that yields the runs (`Request`) it needs and
 receives their `Outcome`s; the driver runs them or replays them from the events, so the

@@ -1,4 +1,4 @@
-"""The stage table: preflight, measure, select, validate, time, report (docs/spec.md: pipeline).
+"""The stage table: preflight, measure, select, validate, frontier, time, report (docs/spec.md: pipeline).
 
 One table says, for every stage, which runs it makes (purpose), for which backends (all,
 the select ones, the timed ones) and at which scope (once per campaign, per (model,
