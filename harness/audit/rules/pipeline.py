@@ -20,10 +20,12 @@ code of the table it concerns:
   that answers a request at another capacity than the pipeline asks;
 - `held-out-not-rederived`: its validate-step and drop-risk columns; a validate cell at
   another capacity than the step-up asks, or one the pipeline never asks for;
-- `timing-not-rederived`: timing.tsv, comparison.tsv and timing_trials.tsv; a time cell at another capacity
-  than its model's timing capacity, or one the pipeline never asks for;
-- `timing-incomplete`: a timing or comparison row, or a time launch, the pipeline makes
-  that the upload lacks.
+- `timing-not-rederived`: timing.tsv, comparison.tsv, timing_trials.tsv and frontier.tsv
+  (the frontier step's rows, keyed by model, backend and capacity); a time cell at another
+  capacity than its model's timing capacity, or a time or frontier cell the pipeline never
+  asks for;
+- `timing-incomplete`: a timing, comparison or frontier row, or a time launch, the pipeline
+  makes that the upload lacks.
 
 A request no cell answers is missing evidence: the model's pipeline stops there, its rows
 are not compared (they cannot be derived), and the missing cell is named -- INVALID when
