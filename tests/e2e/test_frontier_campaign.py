@@ -139,3 +139,14 @@ def test_the_report_draws_the_frontier(campaign: Path):
     text = (campaign / "report" / "report.md").read_text()
     assert "## Capacity frontier" in text
     assert (campaign / "report" / "fig6_frontier_QWEN3_30B.png").stat().st_size > 10_000
+
+
+def test_a_frontier_run_the_pipeline_never_asks_for_is_named(campaign: Path, tmp_path):
+    """A frontier cell beyond the rungs (a copy of the last one as a further attempt) is a
+    run no replayed request answers: the audit names it under timing-not-rederived."""
+    extra = tmp_path / "extra"
+    shutil.copytree(campaign, extra)
+    last = sorted((extra / "cells").glob("QWEN3_30B__echo__frontier__*"))[-1]
+    shutil.copytree(last, last.with_name(re.sub(r"__a\d+$", "__a9", last.name)))
+    bad = epcap("audit", str(extra))
+    assert "a frontier run the pipeline never asks for" in bad.stdout, bad.stdout[-3000:]
