@@ -266,6 +266,36 @@ class FrontierRow(Row):
     backend_impl: str | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class LadderRow(Row):
+    """ladder.tsv: one row per (ladder step, model, timed arm) of the imbalance ladder
+    (docs/ladder.md), gathered from that step's own campaign: its imbalance, the arm's
+    required capacity, timing.tsv figures and comparison.tsv dispatch verdict."""
+
+    campaign: str                            # the runbook that asked for the ladder
+    step: int                                # 1, 2, ...: the ladder's order
+    routing_sigma: float
+    step_campaign: str                       # the step's campaign (its own results directory)
+    model: str
+    backend: str
+    raw_imbalance: float | None = None       # max:mean of the raw (pre-balance) demand
+    required_capacity: str | None = None     # max over the arm's clean time launches
+    selected_capacity: str | None = None     # the step's capacity_selection.tsv (select arms)
+    drop_risk_95: str | None = None          # the same row's held-out bound
+    timing_capacity: str | None = None
+    status: str | None = None
+    dropped_slots: int | None = None
+    dispatch_ms_median: float | None = None
+    dispatch_ms_p10: float | None = None
+    dispatch_ms_p90: float | None = None
+    baseline: str | None = None
+    ratio_median: float | None = None        # dispatch, against the baseline
+    ci_low: float | None = None
+    ci_high: float | None = None
+    verdict: str | None = None
+    backend_impl: str | None = None
+
+
 ATTEMPT_COLUMNS = AttemptRow.columns()
 SELECTION_COLUMNS = SelectionRow.columns()
 TIMING_COLUMNS = TimingRow.columns()
@@ -273,6 +303,7 @@ COMPARISON_COLUMNS = ComparisonRow.columns()
 TIMING_LAUNCH_COLUMNS = TimingLaunchRow.columns()
 TIMING_TRIAL_COLUMNS = TimingTrialRow.columns()
 FRONTIER_COLUMNS = FrontierRow.columns()
+LADDER_COLUMNS = LadderRow.columns()
 
 # each results table's file name (harness/results/layout.py) and the row type it holds
 ROW_TYPES: dict[str, type[Row]] = {

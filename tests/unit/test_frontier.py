@@ -132,3 +132,58 @@ def test_a_bad_frontier_key_is_refused(tmp_path: Path, text: str):
     (tmp_path / "r.yaml").write_text(MINIMAL + text)
     with pytest.raises(BadInput, match="frontier"):
         load_runbook(tmp_path / "r.yaml")
+
+
+LADDER_BOOK = MINIMAL.replace(
+    "models: [{name: QWEN3_30B, layers: 2, hidden: 32, expert_ffn: 16}]",
+    "models:\n  - {name: QWEN3_30B, layers: 2, hidden: 32, expert_ffn: 16, routing_sigma: 0.2}\n"
+    "  - {name: DEEPSEEK_V2_LITE, layers: 2, first_dense_layers: 1, hidden: 32, expert_ffn: 22,"
+    " shared_ffn: 44, dense_ffn: 64}") + "frontier: {rungs: 1}\n"
+
+
+@settings(max_examples=25, deadline=None)
+@given(sigmas=st.lists(st.floats(0.01, 3.0, allow_nan=False).map(lambda x: round(x, 3)),
+                       min_size=1, max_size=4, unique=True), only=st.booleans())
+def test_a_ladder_step_is_the_runbook_at_another_sigma(tmp_path_factory, sigmas, only):
+    """Each step's runbook loads, names its own campaign, keeps every setting but the models'
+    routing_sigma (set to the step's) and the models `ladder.models` leaves out, and asks for
+    no ladder or frontier of its own."""
+    import dataclasses
+
+    import yaml
+
+    from harness.campaign.ladder import step_campaign, step_runbook
+    from harness.runbook.load import load_runbook
+    tmp = tmp_path_factory.mktemp("ladder")
+    (tmp / "models.yaml").write_text(
+        (Path(__file__).resolve().parents[2] / "runbooks" / "models.yaml").read_text())
+    models = ", models: [DEEPSEEK_V2_LITE]" if only else ""
+    (tmp / "r.yaml").write_text(LADDER_BOOK + f"ladder: {{routing_sigma: {sigmas}{models}}}\n")
+    rb = load_runbook(tmp / "r.yaml")
+    assert rb.ladder_sigmas == tuple(sigmas)
+    for i, sigma in enumerate(sigmas):
+        (tmp / f"s{i}").mkdir()
+        path = tmp / f"s{i}" / "step.yaml"            # elsewhere: its paths must hold there
+        path.write_text(yaml.safe_dump(step_runbook(rb, sigma)))
+        step = load_runbook(path)
+        assert step.campaign == step_campaign(rb.campaign, sigma) != rb.campaign
+        assert not step.ladder_sigmas and not step.frontier_rungs
+        kept = [m for m in rb.models if not only or m.name == "DEEPSEEK_V2_LITE"]
+        assert [m.name for m in step.models] == [m.name for m in kept]
+        assert [dataclasses.replace(m, routing_sigma=sigma) for m in kept] == list(step.models)
+        assert (step.seed, step.shape, step.backends, step.timing, step.capacity) == \
+            (rb.seed, rb.shape, rb.backends, rb.timing, rb.capacity)
+
+
+@pytest.mark.parametrize("text", ["ladder: {routing_sigma: []}\n",
+                                  "ladder: {routing_sigma: [0.2, 0.2]}\n",
+                                  "ladder: {routing_sigma: [-0.1]}\n",
+                                  "ladder: {routing_sigma: [0.2], models: [NOPE]}\n",
+                                  "ladder: {sigma: [0.2]}\n"])
+def test_a_bad_ladder_key_is_refused(tmp_path: Path, text: str):
+    from harness.runbook.load import load_runbook
+    (tmp_path / "models.yaml").write_text(
+        (Path(__file__).resolve().parents[2] / "runbooks" / "models.yaml").read_text())
+    (tmp_path / "r.yaml").write_text(MINIMAL + text)
+    with pytest.raises(BadInput, match="ladder"):
+        load_runbook(tmp_path / "r.yaml")

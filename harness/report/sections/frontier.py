@@ -17,6 +17,7 @@ from harness.io.outdir import OutFile
 from harness.loadmodel.memory import format_size
 from harness.report.inputs import Context, md_table
 from harness.results.layout import FRONTIER_TSV
+from harness.vocab import Status
 
 HEADERS = ["backend", "rung", "capacity", "budget", "slack", "launch", "dispatch ms",
            "combine ms", "noise floor", "memory", "held-out drops", "drop risk ≤ (95%)",
@@ -128,7 +129,7 @@ def plot_frontier(model: str, rows: list[dict], path: Path | OutFile) -> None:
                                 marker="o", capsize=3, label=backend, color=color)
             for x, m, _, _, r in timed:
                 top.annotate(slack_words(r.get("over_provision")) +
-                             (" (drops)" if r.get("status") == "drops" else ""),
+                             (f" ({Status.DROPS})" if r.get("status") == Status.DROPS else ""),
                              (x, m), fontsize=6, textcoords="offset points", xytext=(3, 4),
                              color=color)
         bound = [(x, b) for x, r in zip(xs, mine, strict=True)
