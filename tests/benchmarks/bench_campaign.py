@@ -37,7 +37,10 @@ def main(argv: list[str]) -> int:
             print(proc.stdout + proc.stderr)
             print(f"campaign failed with exit {proc.returncode}")
             return 1
-        camp = next(p for p in Path(tmp).iterdir() if (p / "events.jsonl").is_file())
+        # the runbook's own campaign: a ladder's step campaigns (docs/ladder.md) lie beside
+        # it under longer names; their runs count in the whole command's time only
+        camp = min((p for p in Path(tmp).iterdir() if (p / "events.jsonl").is_file()),
+                   key=lambda p: (len(p.name), p.name))
         stats = campaign_stats(camp)
         events = read_events(camp)
     runs = [e for e in events if e["ev"] == "cell_finish"]
