@@ -231,7 +231,8 @@ def main() -> None:
                    "runbook's publish.repo when publish.live is true.")
 def run(runbook, results, launcher, dry_run, no_test_only, fresh, stages, until, models,
         backends, retry, history, publish) -> None:
-    """Run a campaign: preflight, measure, select, validate, time, report.
+    """Run a campaign: preflight, measure, select, validate, frontier (when the runbook asks),
+    time, report.
 
     RUNBOOK defaults to runbooks/local-cpu.yaml. Running the same command again resumes;
     an edit of the runbook that changes no result (a comment, a limit) resumes too, and a

@@ -85,6 +85,7 @@ class Purpose(StrEnum):
     MEASURE = "measure"
     VALIDATE = "validate"
     TIME = "time"
+    FRONTIER = "frontier"           # timed runs at the rungs around a selection
 
 
 class Stage(StrEnum):
@@ -94,6 +95,7 @@ class Stage(StrEnum):
     MEASURE = "measure"
     SELECT = "select"
     VALIDATE = "validate"
+    FRONTIER = "frontier"
     TIME = "time"
     REPORT = "report"
 
@@ -150,7 +152,13 @@ class Impl(StrEnum):
 
 # Purposes whose durations the ETA pools: measure and validate runs make the same iterations.
 DURATION_CLASS: dict[str, str] = {Purpose.CANARY: "canary", Purpose.MEASURE: "select",
-                                  Purpose.VALIDATE: "select", Purpose.TIME: "time"}
+                                  Purpose.VALIDATE: "select", Purpose.TIME: "time",
+                                  Purpose.FRONTIER: "time"}
+
+
+# Purposes whose runs are timed with the runbook's `timing` phase: the time stage's launches
+# and the capacity frontier's one launch per rung (docs/frontier.md).
+TIMED_PURPOSES: frozenset[str] = frozenset({Purpose.TIME, Purpose.FRONTIER})
 
 
 def run_phase(runbook: Any, purpose: str) -> Any:
@@ -162,7 +170,7 @@ def run_phase(runbook: Any, purpose: str) -> Any:
     """
     if purpose == Purpose.CANARY:
         return dataclasses.replace(runbook.measure, warmup=0, iters=1, trials=1)
-    if purpose == Purpose.TIME:
+    if purpose in TIMED_PURPOSES:
         return runbook.timing
     if purpose == Purpose.VALIDATE:
         return dataclasses.replace(runbook.measure, iters=runbook.validate.iters)
@@ -176,8 +184,9 @@ def run_seed(runbook: Any, purpose: str) -> int:
 
 
 def run_timed(purpose: str) -> bool:
-    """Whether a run of `purpose` takes timing trials (time runs; docs/spec.md: telemetry)."""
-    return purpose == Purpose.TIME
+    """Whether a run of `purpose` takes timing trials (time and frontier runs; docs/spec.md:
+    telemetry)."""
+    return purpose in TIMED_PURPOSES
 
 
 def run_records_routing(purpose: str) -> bool:

@@ -49,6 +49,7 @@ from harness.results.layout import (
     CELL_JSON,
     COMPARISON_TSV,
     EVENTS_JSONL,
+    FRONTIER_TSV,
     PROVENANCE_TXT,
     RUNBOOK_YAML,
     SELECTION_TSV,
@@ -86,6 +87,7 @@ REPLAY = ("rules.pipeline: harness/pipeline's own steps replayed with the upload
           "as the source (the next standing cell per request, pipeline.replay.next_standing; "
           "each outcome by pipeline.analysis.analyse)")
 TIMED = REPLAY + ": the time step (timing.verdicts.arms/schedule, rotated launches)"
+FRONTIER = REPLAY + ": the frontier step (pipeline.decisions.frontier_step, one launch per rung)"
 AGG = (TIMED + "; timing.verdicts.aggregate of the launches' [EPCAP_TIMING] objects (medians "
        "and quantiles of the trial medians timing_trials.tsv lists)")
 COMPARE = (TIMED + "; timing.verdicts.comparison_rows (the paired bootstrap, timing.stats "
@@ -242,6 +244,24 @@ EVIDENCE: dict[str, dict[str, Evidence]] = {
                       TIMING_NOT_REDERIVED)
            for column in ("ms", "cell_dir", "backend_impl")},
     },
+    FRONTIER_TSV: {
+        "campaign": _e(CONTEXT, "the campaign name"),
+        **{column: _e(REDERIVED, FRONTIER + ": the row's key, one per rung the replayed "
+                      "frontier step asks for (grid.capacity.rungs_around)", TIMING_NOT_REDERIVED)
+           for column in ("model", "backend", "rung", "capacity", "budget_tokens", "selected",
+                          "over_provision")},
+        **{column: _e(REDERIVED, FRONTIER + ": that launch's status and [EPCAP_TIMING] object "
+                      "(timing.verdicts.launch_figures of the one launch), its cell",
+                      TIMING_NOT_REDERIVED)
+           for column in ("status", "dropped_slots", "dispatch_ms_median", "dispatch_ms_p10",
+                          "dispatch_ms_p90", "combine_ms_median", "combine_ms_p10",
+                          "combine_ms_p90", "trials", "noise_floor_pct", "timer",
+                          "peak_mem_bytes", "peak_mem_source", "cell_dir", "backend_impl")},
+        **{column: _e(REDERIVED, FRONTIER + ": grid.heldout.rung_risk of the pair's measure "
+                      "and accepted validate steps at the rung's budget", TIMING_NOT_REDERIVED)
+           for column in ("heldout_steps", "heldout_dropped_steps", "drop_risk_95",
+                          "predicted_drop_risk", "predicted_drop_risk_hi")},
+    },
     TIMING_LAUNCHES_TSV: {
         "campaign": _e(CONTEXT, "the campaign name"),
         **{column: _e(REDERIVED, "the row's key: a time cell of the model/arm (attempt order, "
@@ -355,7 +375,7 @@ def markdown() -> str:
 EVIDENCE_FILES: dict[str, str] = {
     **{f"*{name}": "a results table (audit.load, read by every rule)"
        for name in (ATTEMPTS_TSV, SELECTION_TSV, TIMING_TSV, COMPARISON_TSV,
-                    TIMING_LAUNCHES_TSV, TIMING_TRIALS_TSV)},
+                    TIMING_LAUNCHES_TSV, TIMING_TRIALS_TSV, FRONTIER_TSV)},
     f"*{PROVENANCE_TXT}": "the campaign's and every cell's provenance (missing-provenance, "
                           "predates-fix, provenance-incomplete, runbook-altered)",
     f"*{RUNBOOK_YAML}": "the runbook as run: the re-derivation's runbook (runbook-altered)",

@@ -42,6 +42,7 @@ from harness.results.layout import (
     CAMPAIGN_JSON,
     COMPARISON_TSV,
     EVENTS_JSONL,
+    FRONTIER_TSV,
     SELECTION_TSV,
     TIMING_LAUNCHES_TSV,
     TIMING_TRIALS_TSV,
@@ -51,6 +52,7 @@ from harness.results.provenance import harness_facts
 from harness.results.rows import (
     ATTEMPT_COLUMNS,
     COMPARISON_COLUMNS,
+    FRONTIER_COLUMNS,
     SELECTION_COLUMNS,
     TIMING_COLUMNS,
     TIMING_LAUNCH_COLUMNS,
@@ -71,7 +73,8 @@ VERSION_FILE = "harness/pipeline/version.py"    # where a commit sets its ANALYS
 KNOWN_COLUMNS = {ATTEMPTS_TSV: set(ATTEMPT_COLUMNS), SELECTION_TSV: set(SELECTION_COLUMNS),
                  TIMING_TSV: set(TIMING_COLUMNS), COMPARISON_TSV: set(COMPARISON_COLUMNS),
                  TIMING_LAUNCHES_TSV: set(TIMING_LAUNCH_COLUMNS),
-                 TIMING_TRIALS_TSV: set(TIMING_TRIAL_COLUMNS)}
+                 TIMING_TRIALS_TSV: set(TIMING_TRIAL_COLUMNS),
+                 FRONTIER_TSV: set(FRONTIER_COLUMNS)}
 KNOWN_FILES = (*TABLES, EVENTS_JSONL, CAMPAIGN_JSON)
 KNOWN_KEYS = (PROVENANCE_KEY, "harness.commit_date", "harness.dirty", "gpu.source",
               "runbook.sha256")

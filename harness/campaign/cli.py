@@ -17,6 +17,7 @@ from harness.api.launcher import Launcher
 from harness.campaign import store
 from harness.campaign.driver import Campaign, Replay
 from harness.campaign.dryrun import PlanFilter, estimate_band, estimate_source, print_dry_run
+from harness.campaign.ladder import run_ladder
 from harness.campaign.preflight import (
     check_backend_commands,
     check_container_mounts,
@@ -164,10 +165,19 @@ def cli_run(runbook: str | None = None, results: str | None = None,
         command_line = ["epcap", *sys.argv[1:]]
         old = _install_signals()
         try:
-            return run_campaign(rb, root, launch, stages, until, command_line, select, roots,
+            code = run_campaign(rb, root, launch, stages, until, command_line, select, roots,
                                 live_repo, live_publisher)
         finally:
             _restore_signals(old)
+    if code != 0 or not rb.ladder_sigmas:
+        return code
+    if stages or until or select.models or select.backends:
+        print("ladder: not run (a --stage/--until/--model/--backend run; run the whole "
+              "campaign for it)")
+        return code
+    return run_ladder(rb, root_dir, lambda path: cli_run(
+        runbook=str(path), results=str(root_dir), launcher=launcher, fresh=fresh,
+        test_only=test_only), lambda results, name: store.choose_dir(results, name, False))
 
 
 def run_campaign(rb: Runbook, root: Path, launch: Launcher, stages: tuple[str, ...],

@@ -468,7 +468,7 @@ class Campaign:
 
     def write_derived(self) -> None:
         store.write_derived(self.root, self.rb, self.ctx.selection, self.ctx.timing,
-                            self.ctx.comparison, self.ctx.trials)
+                            self.ctx.comparison, self.ctx.trials, self.ctx.frontier)
         self.ctx.dirty = False
 
     # -- the loop ------------------------------------------------------------------------

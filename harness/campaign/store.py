@@ -50,6 +50,7 @@ from harness.results.layout import (
     CELL_JSON,
     COMPARISON_TSV,
     EVENTS_JSONL,
+    FRONTIER_TSV,
     PROVENANCE_TXT,
     RUNBOOK_YAML,
     SELECTION_TSV,
@@ -68,12 +69,14 @@ from harness.results.provenance import (
 from harness.results.rows import (
     ATTEMPT_COLUMNS,
     COMPARISON_COLUMNS,
+    FRONTIER_COLUMNS,
     SELECTION_COLUMNS,
     TIMING_COLUMNS,
     TIMING_LAUNCH_COLUMNS,
     TIMING_TRIAL_COLUMNS,
     AttemptRow,
     ComparisonRow,
+    FrontierRow,
     SelectionRow,
     TimingLaunchRow,
     TimingRow,
@@ -515,9 +518,11 @@ def write_timing_launches(root: Path) -> None:
 def write_derived(root: Path, rb: Runbook, selection: dict[tuple[str, str], SelectionRow],
                   timing: dict[tuple[str, str], TimingRow],
                   comparison: dict[str, list[ComparisonRow]] | None = None,
-                  trials: dict[str, list[TimingTrialRow]] | None = None) -> None:
-    """capacity_selection.tsv, timing.tsv, comparison.tsv and timing_trials.tsv, rows in
-    runbook (model, backend) order, the A/A control arm after the backends."""
+                  trials: dict[str, list[TimingTrialRow]] | None = None,
+                  frontier: dict[tuple[str, str], list[FrontierRow]] | None = None) -> None:
+    """capacity_selection.tsv, timing.tsv, comparison.tsv, timing_trials.tsv and (when the
+    runbook asks for a capacity frontier) frontier.tsv, rows in runbook (model, backend)
+    order, the A/A control arm after the backends."""
     _, arms = timed_arms(rb)
     names = [b.name for b in rb.backends] + [a for a in arms if a not in
                                                {b.name for b in rb.backends}]
@@ -535,6 +540,9 @@ def write_derived(root: Path, rb: Runbook, selection: dict[tuple[str, str], Sele
     if trials is not None:
         trial_rows = [r for m in rb.models for r in trials.get(m.name, [])]
         write_table_atomic(root / TIMING_TRIALS_TSV, TIMING_TRIAL_COLUMNS, trial_rows)
+    if frontier is not None and rb.frontier_rungs:
+        write_table_atomic(root / FRONTIER_TSV, FRONTIER_COLUMNS,
+                           [r for rows in ordered(frontier) for r in rows])
 
 
 def rerun_on_resume(fin: CellFinish) -> bool:

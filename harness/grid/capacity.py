@@ -197,3 +197,40 @@ def over_provision(budget: int, peak_tokens: int) -> float:
     if peak_tokens <= 0:
         raise BadInput(f"must be positive, got {peak_tokens}", field="peak_tokens")
     return budget / peak_tokens
+
+
+def step_down(capacity: Capacity, uniform_tokens: int, pad_multiple: int = DEFAULT_PAD_MULTIPLE,
+              decimals: int | None = None) -> str | None:
+    """One rung down: the largest grid capacity whose budget is below this one's (None when
+    no positive budget is left); the inverse of `step_up` on the grid."""
+    budget = budget_tokens(capacity, uniform_tokens)
+    for below in range(budget - pad_multiple, 0, -pad_multiple):
+        candidate = round_up_to_grid(below, uniform_tokens, pad_multiple, decimals)
+        if budget_tokens(candidate, uniform_tokens) < budget:
+            return candidate
+    return None
+
+
+def rungs_around(capacity: str, k: int, uniform_tokens: int,
+                 pad_multiple: int = DEFAULT_PAD_MULTIPLE,
+                 decimals: int | None = None) -> list[tuple[int, str]]:
+    """(offset, capacity) of the executable rungs from k below to k above `capacity` (offset
+    0, kept as written), ascending; fewer below when no positive budget is left
+    (docs/frontier.md)."""
+    below: list[tuple[int, str]] = []
+    current: str | None = capacity
+    for offset in range(1, k + 1):
+        current = step_down(current, uniform_tokens, pad_multiple, decimals)
+        if current is None:
+            break
+        below.append((-offset, current))
+    above, up = [], capacity
+    for offset in range(1, k + 1):
+        up = step_up(up, uniform_tokens, pad_multiple, decimals)
+        above.append((offset, up))
+    return [*reversed(below), (0, capacity), *above]
+
+
+def rung_text(offset: int) -> str:
+    """A frontier rung's offset as frontier.tsv writes it: "-2", "-1", "0", "+1", "+2"."""
+    return f"{offset:+d}" if offset else "0"

@@ -142,3 +142,33 @@ def probability_text(p: float) -> str:
     """A probability with 6 significant digits: small risks keep their value (2.1e-07)
     instead of rounding to 0 at the TSV's 6 decimals."""
     return f"{p:.6g}"
+
+
+def rung_risk(budget: int, held_out: bool, measure_steps: StepPeaks | None,
+              validate_steps: StepPeaks | None, accepted: bool) -> dict[str, Any]:
+    """The drop-risk figures of one frontier rung (docs/frontier.md): how many of the accepted
+    validate run's held-out steps had a peak above `budget` (their demand does not depend on
+    the budget: an accepted run dropped nothing, so every peak is exact), the 95% upper
+    bound on that drop probability (`drop_risk_upper`; at the validated budget it is the
+    selection's drop_risk_95), and the fit of `risk_columns` read at `budget`. Empty (None)
+    where `risk_columns` states nothing: no accepted held-out validation, no fit."""
+    from harness.grid.risk import drop_risk_upper, fit_risk
+
+    cols: dict[str, Any] = {"heldout_steps": None, "heldout_dropped_steps": None,
+                            "drop_risk_95": None, "predicted_drop_risk": None,
+                            "predicted_drop_risk_hi": None}
+    if not accepted or validate_steps is None or validate_steps.drops or not validate_steps.steps:
+        return cols
+    if held_out:
+        dropped = sum(1 for p in validate_steps.peaks if p > budget)
+        cols.update(heldout_steps=validate_steps.steps, heldout_dropped_steps=dropped,
+                    drop_risk_95=probability_text(drop_risk_upper(dropped, validate_steps.steps)))
+    pool = list(measure_steps.exact_peaks()) if measure_steps is not None else []
+    if held_out:
+        pool += validate_steps.exact_peaks()
+    model = fit_risk(pool)
+    if not isinstance(model, str):
+        est = model.at(budget)
+        cols.update(predicted_drop_risk=probability_text(est.value),
+                    predicted_drop_risk_hi=probability_text(est.high))
+    return cols

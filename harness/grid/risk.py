@@ -42,6 +42,20 @@ def drop_risk_95(steps: int) -> float | None:
     return 1.0 - ALPHA ** (1.0 / steps)
 
 
+def drop_risk_upper(dropped: int, steps: int) -> float | None:
+    """Exact one-sided 95% upper bound on the per-step drop probability after `dropped` of
+    `steps` held-out steps dropped (Clopper-Pearson); with none dropped it is
+    `drop_risk_95(steps)`, the bound the selection states (docs/frontier.md)."""
+    if steps <= 0 or not 0 <= dropped <= steps:
+        return None
+    if dropped == 0:
+        return drop_risk_95(steps)
+    if dropped == steps:
+        return 1.0
+    from scipy.stats import beta
+    return float(beta.ppf(1.0 - ALPHA, dropped + 1, steps - dropped))
+
+
 def _lmoment_gev(sorted_x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """GEV (c, loc, scale) in scipy's convention for each row of an ascending-sorted array.
 

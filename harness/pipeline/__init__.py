@@ -2,7 +2,7 @@
 
   stages.py    the stage table: the one order of stages, purposes and backends from which
                the dry-run plan, progress, ETA, --stage/--until and the pipeline are derived
-  decisions.py per-model decisions (measure, select, validate, time) as generators that
+  decisions.py per-model decisions (measure, select, validate, frontier, time) as generators that
                yield requests and receive outcomes
   analysis.py  one finished run's evidence -> its outcome (status, summary, timing, row)
   replay.py    drive the model pipelines with an answering source, synchronously

@@ -22,7 +22,7 @@ from harness.results.rows import AttemptRow
 from harness.taxonomy.judge import cell_layout, cell_logs, judge_run
 from harness.telemetry.steps import step_peaks
 from harness.telemetry.summary import LogSummary, summarize
-from harness.vocab import FAILURE_CLASSES, TIMED_OK, Purpose, Status
+from harness.vocab import FAILURE_CLASSES, TIMED_OK, Purpose, Status, run_timed
 
 STEP_PURPOSES = (Purpose.MEASURE, Purpose.VALIDATE)   # runs whose per-step peaks are kept
 
@@ -67,7 +67,7 @@ def analyse(req: RunRequest, backend: Backend, result: JobResult, cell_dir: Path
     failure = verdict.outcome.to_dict()
     status = verdict.status
     timing = None
-    if cell.purpose == Purpose.TIME and status in TIMED_OK:
+    if run_timed(cell.purpose) and status in TIMED_OK:
         timing = backend.timing_of(logs)
         if timing is None:
             status = Status.CRASH

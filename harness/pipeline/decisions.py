@@ -1,4 +1,4 @@
-"""Per-model decisions: measure, select, validate, time (docs/spec.md: pipeline).
+"""Per-model decisions: measure, select, validate, frontier, time (docs/spec.md: pipeline).
 
 Pure: a model's pipeline is a generator that yields the runs (`Request`) it needs and
 receives their `Outcome`s; the driver runs them or replays them from the events, so the
@@ -15,7 +15,7 @@ from typing import Any
 from harness.errors import BadInput
 from harness.grid import capacity as cap
 from harness.grid import selection
-from harness.grid.heldout import TARGET_PEAK, risk_columns, select_budget
+from harness.grid.heldout import TARGET_PEAK, risk_columns, rung_risk, select_budget
 from harness.pipeline.stages import (
     PAIR,
     SPEC_OF,
@@ -28,6 +28,7 @@ from harness.results.layout import Cell
 from harness.results.rows import (
     AttemptRow,
     ComparisonRow,
+    FrontierRow,
     SelectionRow,
     TimingRow,
     TimingTrialRow,
@@ -108,6 +109,7 @@ class Context:
         self.timing: dict[tuple[str, str], TimingRow] = {}
         self.comparison: dict[str, list[ComparisonRow]] = {}      # by model
         self.trials: dict[str, list[TimingTrialRow]] = {}         # by model
+        self.frontier: dict[tuple[str, str], list[FrontierRow]] = {}   # by pair, rungs ascending
         self.skipped: set[tuple[str, str, str]] = set()
         self.pairs_ended: set[tuple[str, str]] = set()   # pairs whose pair stages all ran
         self.stops: dict[tuple[str, str], Stop] = {}     # pairs a step ended, and why
@@ -229,10 +231,65 @@ def validate_step(ctx: Context, model: str, backend: str, state: dict
             **risk_columns(budget, rb.validate.seed, held_out, state["outcome"].steps,
                            out.steps, accepted))
         ctx.set_selection(model, backend, row)
+        state.update(validate_outcome=out, accepted=accepted)
         if not selection.steps_up(out.status, accepted, step, rb.capacity.max_validate_steps):
             break
         capacity = cap.step_up(capacity, n, pad, rb.capacity.decimals)
     return True
+
+
+def frontier_step(ctx: Context, model: str, backend: str, state: dict
+                  ) -> Generator[Request, Outcome, bool]:
+    """The capacity frontier of a selected, timed pair (runbook `frontier: {rungs: k}`,
+    docs/frontier.md): one timed launch at the validated rung and at k executable rungs
+    below and above it, each row with its budget, slack over the measured peak, the launch's
+    status, dropped slots, times and memory, and the held-out drop risk at that budget
+    (heldout.rung_risk). Nothing when the runbook asks for no frontier or the pair is not
+    timed; it never ends the pair."""
+    rb = ctx.runbook
+    row: SelectionRow | None = state.get("row")
+    if not rb.frontier_rungs or row is None or not rb.backend(backend).time:
+        ctx.skipped.add((model, backend, Purpose.FRONTIER))
+        return True
+    n, pad = ctx.n_of(model), rb.capacity.pad_multiple
+    selected = ctx.selection[(model, backend)]
+    measure_steps = state["outcome"].steps
+    validated = state.get("validate_outcome")
+    rows = []
+    for offset, capacity in cap.rungs_around(selected.selected_capacity, rb.frontier_rungs, n,
+                                             pad, rb.capacity.decimals):
+        out = yield Request(model, backend, Purpose.FRONTIER, capacity)
+        rows.append(frontier_row(ctx, out, offset=offset, peak=selected.peak_actual_valid_recv,
+                                 risk=rung_risk(
+                                     cap.budget_tokens(capacity, n), rb.held_out_routing(backend),
+                                     measure_steps, validated.steps if validated else None,
+                                     bool(state.get("accepted")))))
+        ctx.frontier[(model, backend)] = list(rows)
+        ctx.dirty = True
+    return True
+
+
+def frontier_row(ctx: Context, out: Outcome, *, offset: int, peak: int | None,
+                 risk: dict) -> FrontierRow:
+    """One frontier.tsv row: a rung's timed launch (figures as timing.tsv's, verdicts.
+    launch_figures of that one launch) beside its drop risk (`risk`: heldout.rung_risk)."""
+    cell, n = out.cell, ctx.n_of(out.cell.model)
+    budget = cap.budget_tokens(cell.capacity, n)
+    figures = verdicts.launch_figures([(out.status, out.timing)])
+    summary = out.summary
+    return FrontierRow(
+        campaign=cell.campaign, model=cell.model, backend=cell.backend,
+        rung=cap.rung_text(offset),
+        capacity=cell.capacity, budget_tokens=budget, selected=offset == 0,
+        over_provision=cap.over_provision(budget, peak) if peak else None,
+        status=out.status,
+        dropped_slots=summary.dropped_slots if getattr(summary, "rows", 0) else None,
+        **{k: figures.get(k) for k in (
+            "dispatch_ms_median", "dispatch_ms_p10", "dispatch_ms_p90", "combine_ms_median",
+            "combine_ms_p10", "combine_ms_p90", "trials", "noise_floor_pct", "timer",
+            "peak_mem_bytes", "peak_mem_source")},
+        **risk, cell_dir=out.row.cell_dir,
+        backend_impl=figures.get("backend_impl") or out.row.backend_impl)
 
 
 def time_step(ctx: Context, model: str) -> Pipe:
@@ -313,7 +370,8 @@ def timing_row(n: int, outs: list[Outcome]) -> TimingRow:
 
 
 PAIR_STEPS: dict[str, PairStep] = {Stage.MEASURE: measure_step, Stage.SELECT: select_step,
-                                   Stage.VALIDATE: validate_step}
+                                   Stage.VALIDATE: validate_step,
+                                   Stage.FRONTIER: frontier_step}
 MODEL_STEPS: dict[str, Callable[[Context, str], Pipe]] = {Stage.TIME: time_step}
 
 

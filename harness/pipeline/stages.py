@@ -1,4 +1,4 @@
-"""The stage table: preflight, measure, select, validate, time, report (docs/spec.md: pipeline).
+"""The stage table: preflight, measure, select, validate, frontier, time, report (docs/spec.md: pipeline).
 
 One table says, for every stage, which runs it makes (purpose), for which backends (all,
 the select ones, the timed ones) and at which scope (once per campaign, per (model,
@@ -40,6 +40,7 @@ TABLE: tuple[StageSpec, ...] = (
     StageSpec(Stage.MEASURE, Purpose.MEASURE, SELECT, PAIR),
     StageSpec(Stage.SELECT, None, SELECT, PAIR),
     StageSpec(Stage.VALIDATE, Purpose.VALIDATE, SELECT, PAIR),
+    StageSpec(Stage.FRONTIER, Purpose.FRONTIER, SELECT, PAIR),
     StageSpec(Stage.TIME, Purpose.TIME, TIMED, MODEL),
     StageSpec(Stage.REPORT, None, ALL, CAMPAIGN),
 )
@@ -96,6 +97,14 @@ def initial_capacity(runbook: Runbook, spec: StageSpec) -> str | None:
     return None                      # validate/time: set by the selections
 
 
+def runs_per_pair(runbook: Runbook, spec: StageSpec, backend: BackendConfig) -> int:
+    """The fewest runs a pair stage makes for one backend: one, except the frontier's one
+    launch per rung (2k + 1 for a timed backend under `frontier: {rungs: k}`, else none)."""
+    if spec.stage == Stage.FRONTIER:
+        return 2 * runbook.frontier_rungs + 1 if runbook.frontier_rungs and backend.time else 0
+    return 1
+
+
 def plan_cells(runbook: Runbook) -> list[PlannedCell]:
     """The minimum ordered plan: campaign-scope runs, then per model its pipeline's runs."""
     cells = []
@@ -111,7 +120,8 @@ def plan_cells(runbook: Runbook) -> list[PlannedCell]:
                 for b in backends_of(runbook, specs[0]):
                     cells += [PlannedCell(model.name, b.name, s.purpose,
                                           initial_capacity(runbook, s), s.stage)
-                              for s in specs if s.purpose is not None]
+                              for s in specs if s.purpose is not None
+                              for _ in range(runs_per_pair(runbook, s, b))]
             else:
                 for s in (s for s in specs if s.purpose is not None):
                     names = ([arm for _, arm in time_schedule(runbook)]

@@ -20,6 +20,7 @@ from harness.report.inputs import (
     COMPARISON,
     NEED_ATTEMPTS,
     NEED_COMPARISON,
+    NEED_FRONTIER,
     NEED_SELECTION,
     NEED_TIMING,
     SELECTION,
@@ -41,6 +42,7 @@ from harness.report.sections import (
     dnf,
     failures,
     forecast,
+    frontier,
     header,
     overview,
     provenance,
@@ -51,12 +53,12 @@ from harness.report.sections import (
     unavailable,
 )
 from harness.results.facts import read_facts
-from harness.results.layout import EVENTS_JSONL, PROVENANCE_TXT
+from harness.results.layout import EVENTS_JSONL, FRONTIER_TSV, PROVENANCE_TXT
 
 # The sections of report.md, in order; each is a module with render(ctx) -> lines.
 # `unavailable` lists what the others could not build, so it stays last.
-SECTIONS = (header, answers, summary, overview, selection, balance, risk, demand, forecast, timing, dnf,
-            failures, audit, provenance, campaign, unavailable)
+SECTIONS = (header, answers, summary, overview, selection, balance, risk, frontier, demand, forecast,
+            timing, dnf, failures, audit, provenance, campaign, unavailable)
 
 
 # Sections rendered in a forked child while the parent draws the figures and the other
@@ -137,7 +139,8 @@ def load_context(results_dir: Path, out: Path) -> Context:
     return Context(results_dir, out, attempts, selection, timing, pairs,
                    not_fitting(attempts, timing), read_pad_multiple(results_dir),
                    read_baseline(results_dir, timing), comparison,
-                   float(max_cv) if isinstance(max_cv, (int, float)) else None)
+                   float(max_cv) if isinstance(max_cv, (int, float)) else None,
+                   frontier=read_tsv(results_dir / FRONTIER_TSV, NEED_FRONTIER))
 
 
 def render_report(results_dir: Path | str, out: Path | str | None = None) -> Context:

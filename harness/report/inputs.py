@@ -34,6 +34,8 @@ NEED_TIMING = ("model", "backend", "timing_capacity", "budget_tokens", "status",
 NEED_COMPARISON = ("model", "backend", "baseline", "phase", "launches", "ratio_median",
                    "ci_low", "ci_high", "cv_backend", "cv_baseline", "verdict")
 COMPARISON = COMPARISON_TSV
+NEED_FRONTIER = ("model", "backend", "rung", "capacity", "budget_tokens", "selected",
+                 "over_provision", "status")
 
 
 # --------------------------------------------------------------------------- inputs
@@ -187,6 +189,7 @@ class Context:
     baseline: str | None = None
     comparison: Table | None = None
     max_cv: float | None = None
+    frontier: Table | None = None   # frontier.tsv, only when the runbook asked for it
     demand_note: str = ""
     demand_figures: list[tuple[str, str]] = field(default_factory=list)  # (model, file)
     figures: list[str] = field(default_factory=list)

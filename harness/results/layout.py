@@ -22,6 +22,8 @@ TIMING_TSV = "timing.tsv"
 COMPARISON_TSV = "comparison.tsv"
 TIMING_LAUNCHES_TSV = "timing_launches.tsv"
 TIMING_TRIALS_TSV = "timing_trials.tsv"
+FRONTIER_TSV = "frontier.tsv"            # the capacity frontier (docs/frontier.md)
+LADDER_TSV = "ladder.tsv"                # the imbalance ladder (docs/ladder.md)
 CAMPAIGN_JSON = "campaign.json"      # the grid, shapes and backends of a campaign, as data
 PROVENANCE_TXT = "provenance.txt"    # the campaign's, and each cell's
 EVENTS_JSONL = "events.jsonl"
@@ -44,7 +46,7 @@ class Cell:
     campaign: str
     model: str
     backend: str
-    purpose: str                    # canary | measure | validate | time
+    purpose: str                    # canary | measure | validate | frontier | time
     capacity: str                   # decimal string, e.g. "2.00", "1.03125"
     attempt: int = 1
 

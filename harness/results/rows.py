@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from harness.results.layout import (
     ATTEMPTS_TSV,
     COMPARISON_TSV,
+    FRONTIER_TSV,
     SELECTION_TSV,
     TIMING_LAUNCHES_TSV,
     TIMING_TRIALS_TSV,
@@ -228,15 +229,84 @@ class TimingTrialRow(Row):
     backend_impl: str | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class FrontierRow(Row):
+    """frontier.tsv: one row per (model, selected backend, rung) of the capacity frontier
+    (docs/frontier.md): the rung's budget and slack, its timed launch (status, dropped
+    slots, times, the timer's resolution, peak memory) and its held-out drop risk."""
+
+    campaign: str
+    model: str
+    backend: str
+    rung: str                                # 0: the validated selection; -k .. +k around it
+                                             # (signed text: "-1", "0", "+1"; grid.capacity.rung_text)
+    capacity: str
+    budget_tokens: int | None = None
+    selected: bool | None = None             # rung 0: capacity_selection's selected_capacity
+    over_provision: float | None = None      # budget / the measured peak (1.10: wastes 10%)
+    status: str | None = None                # the rung's timed launch: ok | drops | ...
+    dropped_slots: int | None = None
+    dispatch_ms_median: float | None = None
+    dispatch_ms_p10: float | None = None
+    dispatch_ms_p90: float | None = None
+    combine_ms_median: float | None = None
+    combine_ms_p10: float | None = None
+    combine_ms_p90: float | None = None
+    trials: int | None = None
+    noise_floor_pct: float | None = None     # the launch's trial-to-trial spread (resolution)
+    timer: str | None = None
+    peak_mem_bytes: int | None = None
+    peak_mem_source: str | None = None       # modelled (harness/loadmodel/memory.py) | measured
+    heldout_steps: int | None = None
+    heldout_dropped_steps: int | None = None  # held-out steps whose peak exceeds the budget
+    drop_risk_95: str | None = None
+    predicted_drop_risk: str | None = None
+    predicted_drop_risk_hi: str | None = None
+    cell_dir: str | None = None
+    backend_impl: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LadderRow(Row):
+    """ladder.tsv: one row per (ladder step, model, timed arm) of the imbalance ladder
+    (docs/ladder.md), gathered from that step's own campaign: its imbalance, the arm's
+    required capacity, timing.tsv figures and comparison.tsv dispatch verdict."""
+
+    campaign: str                            # the runbook that asked for the ladder
+    step: int                                # 1, 2, ...: the ladder's order
+    routing_sigma: float
+    step_campaign: str                       # the step's campaign (its own results directory)
+    model: str
+    backend: str
+    raw_imbalance: float | None = None       # max:mean of the raw (pre-balance) demand
+    required_capacity: str | None = None     # max over the arm's clean time launches
+    selected_capacity: str | None = None     # the step's capacity_selection.tsv (select arms)
+    drop_risk_95: str | None = None          # the same row's held-out bound
+    timing_capacity: str | None = None
+    status: str | None = None
+    dropped_slots: int | None = None
+    dispatch_ms_median: float | None = None
+    dispatch_ms_p10: float | None = None
+    dispatch_ms_p90: float | None = None
+    baseline: str | None = None
+    ratio_median: float | None = None        # dispatch, against the baseline
+    ci_low: float | None = None
+    ci_high: float | None = None
+    verdict: str | None = None
+    backend_impl: str | None = None
+
+
 ATTEMPT_COLUMNS = AttemptRow.columns()
 SELECTION_COLUMNS = SelectionRow.columns()
 TIMING_COLUMNS = TimingRow.columns()
 COMPARISON_COLUMNS = ComparisonRow.columns()
 TIMING_LAUNCH_COLUMNS = TimingLaunchRow.columns()
 TIMING_TRIAL_COLUMNS = TimingTrialRow.columns()
+FRONTIER_COLUMNS = FrontierRow.columns()
+LADDER_COLUMNS = LadderRow.columns()
 
 # each results table's file name (harness/results/layout.py) and the row type it holds
 ROW_TYPES: dict[str, type[Row]] = {
     ATTEMPTS_TSV: AttemptRow, SELECTION_TSV: SelectionRow, TIMING_TSV: TimingRow,
     COMPARISON_TSV: ComparisonRow, TIMING_LAUNCHES_TSV: TimingLaunchRow,
-    TIMING_TRIALS_TSV: TimingTrialRow}
+    TIMING_TRIALS_TSV: TimingTrialRow, FRONTIER_TSV: FrontierRow}

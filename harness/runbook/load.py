@@ -66,7 +66,12 @@ TOP_KEYS = ("campaign", "models_file", "models", "shape", "backends", "capacity"
             "validate", "timing", "limits", "launcher", "device_memory_gb", "seed",
             "repositories", "paths", "slurm", "cell_wall_hours", "gpu_hours_per_cell",
             "max_parallel_cells",
-            "routing", "container", "publish")
+            "routing", "container", "publish", "frontier", "ladder")
+# `frontier: {rungs: k}` (docs/frontier.md): k executable rungs each side of a selection;
+# each rung is one more timed launch per pair, so k stays small
+DEFAULT_FRONTIER_RUNGS, MAX_FRONTIER_RUNGS = 2, 8
+# `ladder: {routing_sigma: [...]}` (docs/ladder.md): each step is a whole campaign
+MAX_LADDER_STEPS = 8
 # `paths` keys some code reads (backends/megatron/base.py: megatron, data, tokenizer); any
 # other key is an error, so a path nothing reads cannot look configured.
 PATH_KEYS = ("megatron", "data", "tokenizer")
@@ -450,6 +455,32 @@ def load_runbook(path: str | Path) -> Runbook:
         raise doc.error(("slurm", "allocation"), f"must be one of {', '.join(ALLOCATIONS)}")
     if runbook.slurm.allocation_idle_s < 10:
         raise doc.error(("slurm", "allocation_idle_s"), "must be >= 10 (seconds)")
+    raw_frontier = data.get("frontier")
+    if raw_frontier is not None:
+        _mapping(doc, raw_frontier, ("frontier",), ("rungs",))
+        rungs = _check_type(doc, raw_frontier.get("rungs", DEFAULT_FRONTIER_RUNGS), int,
+                            ("frontier", "rungs"))
+        if not 1 <= rungs <= MAX_FRONTIER_RUNGS:
+            raise doc.error(("frontier", "rungs"), f"must be 1..{MAX_FRONTIER_RUNGS}, got {rungs}")
+        runbook = dataclasses.replace(runbook, frontier_rungs=rungs)
+    raw_ladder = data.get("ladder")
+    if raw_ladder is not None:
+        _mapping(doc, raw_ladder, ("ladder",), ("routing_sigma", "models"))
+        sigmas = _check_type(doc, raw_ladder.get("routing_sigma"), list, ("ladder", "routing_sigma"))
+        values = tuple(_check_type(doc, s, float, ("ladder", "routing_sigma", i))
+                       for i, s in enumerate(sigmas))
+        if not 1 <= len(values) <= MAX_LADDER_STEPS or any(v <= 0 for v in values) \
+                or len(set(values)) != len(values):
+            raise doc.error(("ladder", "routing_sigma"), f"must be 1..{MAX_LADDER_STEPS} distinct "
+                            f"positive sigmas, got {sigmas!r}")
+        names = tuple(_check_type(doc, m, str, ("ladder", "models", i)) for i, m in
+                      enumerate(_check_type(doc, raw_ladder.get("models", []), list,
+                                            ("ladder", "models"))))
+        unknown = [m for m in names if m not in {x.name for x in runbook.models}]
+        if unknown:
+            raise doc.error(("ladder", "models"), f"{unknown[0]!r} is not a model of this "
+                            "runbook")
+        runbook = dataclasses.replace(runbook, ladder_sigmas=values, ladder_models=names)
     if runbook.max_parallel_cells < 1:
         raise doc.error(("max_parallel_cells",), "must be >= 1")
     if runbook.limits.run_timeout_s <= 0:

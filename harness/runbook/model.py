@@ -223,6 +223,13 @@ class Runbook:
     publish: PublishConfig = field(default_factory=PublishConfig)   # live publishing; no result
     models_path: Path | None = None  # the model zoo file it read (frozen next to the results)
     validate_config: ValidateConfig | None = None   # `validate:`; None = the defaults
+    # `frontier: {rungs: k}`: time each selected pair at its validated rung and k executable
+    # rungs below and above it (docs/frontier.md); 0 (no `frontier:`) = no frontier runs
+    frontier_rungs: int = 0
+    # `ladder: {routing_sigma: [s, ...]}`: the same campaign again at each routing_sigma (every
+    # model's), one campaign per step, gathered into ladder.tsv (docs/ladder.md); () = none
+    ladder_sigmas: tuple[float, ...] = ()
+    ladder_models: tuple[str, ...] = ()      # `ladder.models`: the steps' models (() = all)
     # model name -> ((what, where it was written), ...): each of its flag groups (`arch.<aspect>`,
     # `flags`) with the file:line it came from, and `arch_source` (the public config the zoo
     # copied it from); printed by the dry run, changes no result

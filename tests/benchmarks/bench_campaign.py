@@ -45,7 +45,10 @@ def run_campaign(checkout: Path, runbook: str) -> dict | None:
             print(proc.stdout[-3000:] + proc.stderr[-3000:])
             print(f"campaign by {checkout} failed with exit {proc.returncode}")
             return None
-        camp = next(p for p in Path(tmp).iterdir() if (p / "events.jsonl").is_file())
+        # the runbook's own campaign: a ladder's step campaigns (docs/ladder.md) lie beside
+        # it under longer names; their runs count in the whole command's time only
+        camp = min((p for p in Path(tmp).iterdir() if (p / "events.jsonl").is_file()),
+                   key=lambda p: (len(p.name), p.name))
         stats = campaign_stats(camp)
         events = read_events(camp)
     return {"load": load, "total": total, "stats": stats, "events": events,

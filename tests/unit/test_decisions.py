@@ -276,9 +276,9 @@ def test_validate_without_a_measured_peak_states_no_over_provision():
 def test_later_pair_stages_follow_the_stage_table():
     """The pair stages after a stage: what a Stop leaves empty. Catches an off-by-one slice
     or a model-scope stage counted as a pair stage."""
-    assert later_pair_stages(Stage.MEASURE) == [Stage.SELECT, Stage.VALIDATE]
-    assert later_pair_stages(Stage.SELECT) == [Stage.VALIDATE]
-    assert later_pair_stages(Stage.VALIDATE) == []
+    assert later_pair_stages(Stage.MEASURE) == [Stage.SELECT, Stage.VALIDATE, Stage.FRONTIER]
+    assert later_pair_stages(Stage.SELECT) == [Stage.VALIDATE, Stage.FRONTIER]
+    assert later_pair_stages(Stage.VALIDATE) == [Stage.FRONTIER]
     assert later_pair_stages(Stage.TIME) == [] == later_pair_stages(Stage.PREFLIGHT)
 
 
@@ -288,7 +288,8 @@ def test_a_stop_at_measure_skips_validate_and_empties_the_later_columns():
     ctx = Context(RB, (), None)
     stop = ctx.stop(MODEL, "echo", Stage.MEASURE, "why", empty=("x", "required_capacity"))
     assert stop.empty == ("x", *SELECT_COLUMNS, *VALIDATE_COLUMNS)
-    assert ctx.skipped == {(MODEL, "echo", Purpose.VALIDATE)}   # select makes no run
+    assert ctx.skipped == {(MODEL, "echo", Purpose.VALIDATE),   # select makes no run
+                           (MODEL, "echo", Purpose.FRONTIER)}
     assert ctx.stops[(MODEL, "echo")] is stop and stop.why == "why"
 
 

@@ -15,7 +15,12 @@ from pathlib import Path
 import pytest
 
 from backends.reference.adapter import LAUNCH_MODES, ReferenceOptions
-from harness.runbook.load import DEPRECATED_HOURS_KEY, TOP_KEYS, load_runbook
+from harness.runbook.load import (
+    DEFAULT_FRONTIER_RUNGS,
+    DEPRECATED_HOURS_KEY,
+    TOP_KEYS,
+    load_runbook,
+)
 from harness.runbook.model import (
     CapacityConfig,
     ContainerConfig,
@@ -64,6 +69,12 @@ def defaults(tmp_path: Path) -> dict[str, str]:
     out["measure.warmup"], out["measure.iters"] = shown(rb.measure.warmup), shown(rb.measure.iters)
     assert rb.validate.seed == rb.seed + 1 and rb.validate.iters == rb.measure.iters
     out["validate.seed"], out["validate.iters"] = "seed + 1", "measure.iters"
+    assert rb.frontier_rungs == 0                        # no `frontier:`: no frontier runs
+    out["frontier"] = "null (no frontier)"
+    out["frontier.rungs"] = shown(DEFAULT_FRONTIER_RUNGS) + " (when frontier: is given)"
+    assert rb.ladder_sigmas == () and rb.ladder_models == ()
+    out["ladder"] = "null (no ladder)"
+    out["ladder.models"] = "every model"
     for f in dataclasses.fields(TimingConfig):
         out[f"timing.{f.name}"] = shown(getattr(rb.timing, f.name))
     assert rb.baseline == be.name                        # null = the first timed backend

@@ -287,3 +287,21 @@ def test_time_cells_are_launch_rounds_in_rotated_order():
     assert len(time_cells) == 4 * len(arms) * 3  # models x (6 backends + control) x launches
     first = [p.backend for p in time_cells if p.model == "QWEN3_30B"]
     assert first == arms + arms[1:] + arms[:1] + arms[2:] + arms[:2]
+
+
+def test_frontier_cells_are_planned_per_timed_select_pair_only_when_asked():
+    """`frontier: {rungs: k}`: 2k + 1 frontier runs per select-and-timed pair, after its
+    validate run and before the model's time runs; none without the key."""
+    from harness.pipeline.stages import plan_cells
+    from harness.runbook.load import load_runbook
+    root = Path(__file__).resolve().parents[2] / "runbooks"
+    assert not [p for p in plan_cells(load_runbook(root / "local-cpu.yaml"))
+                if p.purpose == "frontier"]
+    rb = load_runbook(root / "local-cpu-curves.yaml")
+    plan = plan_cells(rb)
+    cells = [p for p in plan if p.purpose == "frontier"]
+    assert rb.frontier_rungs == 1
+    assert len(cells) == 4 * 2 * 3                   # models x (echo, ultraep) x rungs
+    one = [(p.backend, p.purpose) for p in plan if p.model == "QWEN3_30B"]
+    assert one.index(("ultraep", "frontier")) > one.index(("ultraep", "validate"))
+    assert one.index(("echo", "time")) > max(i for i, c in enumerate(one) if c[1] == "frontier")

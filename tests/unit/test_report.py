@@ -317,6 +317,7 @@ SECTIONS_IN_ORDER = [
     ("selection", "## Capacity selection"),
     ("balance", None),                      # the sample's logs carry no pre_balance_recv
     ("risk", "## Held-out validation and drop risk"),
+    ("frontier", None),                     # the sample campaign asked for no frontier
     ("demand", "## Per-rank peak demand"),
     ("forecast", "## Forecast: other EP sizes from the recorded routing"),
     ("timing", "## Timing"),

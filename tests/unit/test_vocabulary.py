@@ -18,6 +18,8 @@ ALLOWED = {
     ("harness/runbook/load.py", "measure"): "the runbook's `measure:` section and capacity key",
     ("harness/runbook/checks.py", "measure"): "the runbook's `capacity.measure` key",
     ("harness/runbook/load.py", "validate"): "the runbook's `validate:` section (seed, iters)",
+    ("harness/runbook/load.py", "frontier"): "the runbook's `frontier:` section (rungs)",
+    ("harness/campaign/ladder.py", "frontier"): "the runbook key a ladder step leaves out",
     ("harness/grid/selection.py", "lower_bound"): "the LogSummary field of that name",
     ("harness/telemetry/cli.py", "lower_bound"): "a key of `epcap parse --json`",
     ("harness/report/build.py", "report"): "the default output folder, results/<c>/report",

@@ -20,10 +20,12 @@ code of the table it concerns:
   that answers a request at another capacity than the pipeline asks;
 - `held-out-not-rederived`: its validate-step and drop-risk columns; a validate cell at
   another capacity than the step-up asks, or one the pipeline never asks for;
-- `timing-not-rederived`: timing.tsv, comparison.tsv and timing_trials.tsv; a time cell at another capacity
-  than its model's timing capacity, or one the pipeline never asks for;
-- `timing-incomplete`: a timing or comparison row, or a time launch, the pipeline makes
-  that the upload lacks.
+- `timing-not-rederived`: timing.tsv, comparison.tsv, timing_trials.tsv and frontier.tsv
+  (the frontier step's rows, keyed by model, backend and capacity); a time cell at another
+  capacity than its model's timing capacity, or a time or frontier cell the pipeline never
+  asks for;
+- `timing-incomplete`: a timing, comparison or frontier row, or a time launch, the pipeline
+  makes that the upload lacks.
 
 A request no cell answers is missing evidence: the model's pipeline stops there, its rows
 are not compared (they cannot be derived), and the missing cell is named -- INVALID when
@@ -83,6 +85,7 @@ from harness.results.layout import (
     ATTEMPTS_TSV,
     COMPARISON_TSV,
     EVENTS_JSONL,
+    FRONTIER_TSV,
     SELECTION_TSV,
     TIMING_TRIALS_TSV,
     TIMING_TSV,
@@ -118,6 +121,7 @@ class UploadReplay:
     timing: dict[tuple[str, str], ResultRow] = field(default_factory=dict)
     comparison: dict[tuple[str, str, str], ResultRow] = field(default_factory=dict)
     trials: dict[tuple[str, ...], ResultRow] = field(default_factory=dict)
+    frontier: dict[tuple[str, ...], ResultRow] = field(default_factory=dict)
     stops: dict[str, Stop] = field(default_factory=dict)          # by normalised model
     pairs_ended: set[tuple[str, str]] = field(default_factory=set)  # the pipeline's own
     ended: dict[tuple[str, str], Ended] = field(default_factory=dict)  # pairs a step ended
@@ -232,6 +236,7 @@ def _replay(upload: Upload) -> UploadReplay:
     out.timing = {built_key(PAIR_KEY, row): row for row in ctx.timing.values()}
     out.comparison = {built_key(PHASE_KEY, r): r for rows in ctx.comparison.values() for r in rows}
     out.trials = {built_key(TRIAL_KEY, r): r for rows in ctx.trials.values() for r in rows}
+    out.frontier = {built_key(RUNG_KEY, r): r for rows in ctx.frontier.values() for r in rows}
     out.unused = source.unused()
     out.pairs_ended = {(norm(m), norm(b)) for m, b in ctx.pairs_ended}
     out.ended = {(norm(m), norm(b)): stop for (m, b), stop in ctx.stops.items()}
@@ -381,6 +386,7 @@ def ended_text(stop: Ended) -> str:
 PAIR_KEY = ("model", "backend")
 PHASE_KEY = ("model", "backend", "phase")
 TRIAL_KEY = ("model", "backend", "launch", "phase", "trial")
+RUNG_KEY = ("model", "backend", "capacity")
 NUMBER_KEYS = ("launch", "trial")
 
 
@@ -410,6 +416,10 @@ def phase_key(row: Row) -> tuple[str, ...]:
 
 def trial_key(row: Row) -> tuple[str, ...]:
     return key_of(TRIAL_KEY, row.get)
+
+
+def rung_key(row: Row) -> tuple[str, ...]:
+    return key_of(RUNG_KEY, row.get)
 
 
 def claimed_models(upload: Upload, *tables: str) -> set[str]:
@@ -483,23 +493,30 @@ def timing_tables_unreadable(upload: Upload) -> list[str]:
     return out
 
 
-TIMED_TABLES = (TIMING_TSV, COMPARISON_TSV, TIMING_TRIALS_TSV)
+TIMED_TABLES = (TIMING_TSV, COMPARISON_TSV, TIMING_TRIALS_TSV, FRONTIER_TSV)
 
 
 def check_timing_replayed(table: Table, upload: Upload) -> Check:
     """timing.tsv, comparison.tsv and timing_trials.tsv equal the rows the replayed time
-    step builds from the time cells; every time cell answers a request at its model's
-    timing capacity."""
+    step builds from the time cells, and frontier.tsv those the replayed frontier step
+    builds from the frontier cells; every time cell answers a request at its model's timing
+    capacity, every frontier cell one at a rung the step asks for."""
     rep = replayed(upload, TIMING_NOT_REDERIVED)
     if isinstance(rep, Check):
         return rep
     unknown = timing_tables_unreadable(upload)
     bad: list[str] = []
-    from harness.results.rows import COMPARISON_COLUMNS, TIMING_COLUMNS, TIMING_TRIAL_COLUMNS
+    from harness.results.rows import (
+        COMPARISON_COLUMNS,
+        FRONTIER_COLUMNS,
+        TIMING_COLUMNS,
+        TIMING_TRIAL_COLUMNS,
+    )
     for name, built, key_of, columns in (
             (TIMING_TSV, rep.timing, pair_key, TIMING_COLUMNS),
             (COMPARISON_TSV, rep.comparison, phase_key, COMPARISON_COLUMNS),
-            (TIMING_TRIALS_TSV, rep.trials, trial_key, TIMING_TRIAL_COLUMNS)):
+            (TIMING_TRIALS_TSV, rep.trials, trial_key, TIMING_TRIAL_COLUMNS),
+            (FRONTIER_TSV, rep.frontier, rung_key, FRONTIER_COLUMNS)):
         b, _ = compare_rows(upload.tables.get(name), built, key_of, rep,
                             [c for c in columns if c != "campaign"])
         bad += b
@@ -509,7 +526,8 @@ def check_timing_replayed(table: Table, upload: Upload) -> Check:
                  if s.kind == UNDECIDED and s.request.purpose == Purpose.TIME]
     return combine(TIMING_NOT_REDERIVED, [
         timing.check_timing_launches(table, upload),
-        verdict_of(bad + contradicted + unused_problems(rep, (Purpose.TIME,)), [],
+        verdict_of(bad + contradicted + unused_problems(rep, (Purpose.TIME, Purpose.FRONTIER)),
+                   [],
                    TIMING_NOT_REDERIVED, unknown + undecided)])
 
 
@@ -522,7 +540,8 @@ def check_timing_complete(table: Table, upload: Upload) -> Check:
     missing: list[str] = []
     for name, built, row_key in ((TIMING_TSV, rep.timing, pair_key),
                                  (COMPARISON_TSV, rep.comparison, phase_key),
-                                 (TIMING_TRIALS_TSV, rep.trials, trial_key)):
+                                 (TIMING_TRIALS_TSV, rep.trials, trial_key),
+                                 (FRONTIER_TSV, rep.frontier, rung_key)):
         t = upload.tables.get(name)
         if t is not None and t.unreadable:
             continue
