@@ -150,7 +150,10 @@ TIMING_PART = "timing"                # warmup, iterations, trials: the time cel
 # rounds run.
 NON_RESULT_FIELDS = frozenset({"path", "campaign", "limits", "launcher", "repositories",
                                "paths", "slurm", "cell_wall_hours", "max_parallel_cells",
-                               "models_path", "model_origins", "publish"})
+                               "models_path", "model_origins", "publish",
+                               # more frontier rungs add cells and keep the run ones (like
+                               # timing.launches); a ladder's steps are campaigns of their own
+                               "frontier_rungs", "ladder_sigmas", "ladder_models"})
 # (the runbook's `measure:` section is named after its purpose, hence the vocabulary word)
 RESULT_FIELDS = frozenset({"models", "shape", "backends", "capacity", Purpose.MEASURE.value,
                            "timing", "container",

@@ -214,7 +214,11 @@ def _edit(rb, field, draw):
               # where each model's flags were written (a comment above them moves the lines)
               "model_origins": lambda v: {k: (("arch.ffn", "zoo x.yaml:1"),) for k in v},
               "container": lambda v: dataclasses.replace(v, engine="pyxis",
-                                                         image="nvcr.io/x/y:1")}
+                                                         image="nvcr.io/x/y:1"),
+              # live publishing, the frontier's rungs and the ladder's steps change no cell
+              "publish": lambda v: dataclasses.replace(v, live=True, repo="org/x"),
+              "frontier_rungs": lambda v: v + 1, "ladder_sigmas": lambda v: (*v, 0.9),
+              "ladder_models": lambda v: ("QWEN3_30B",)}
     part = {"seed": "seed", "device_memory_bytes": "device_memory", "shape": "shape",
             "capacity": "capacity", "measure": "measure_phase",
             "validate_config": "validate_routing", "container": "container"}
