@@ -37,7 +37,8 @@ TIERB = ROOT / "runbooks" / "tierb-b200-gbs8.yaml"
 ZOO = ROOT / "runbooks" / "models.yaml"
 GOLDEN = ROOT / "tests" / "fixtures" / "golden"
 REGEN = os.environ.get("EPCAP_REGEN_GOLDEN") == "1"
-CAPACITY = {"canary": "2.00", "measure": "2.00", "validate": "1.25", "time": "1.25"}
+CAPACITY = {"canary": "2.00", "measure": "2.00", "validate": "1.25", "time": "1.25",
+            "frontier": "1.25"}   # a frontier rung: timed like a time cell, at its rung
 
 
 @pytest.fixture(scope="module")
