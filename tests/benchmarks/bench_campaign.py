@@ -113,7 +113,9 @@ def main(argv: list[str]) -> int:
           f"({r['total']:.1f} s)")
     old = os.environ.get("EPCAP_BENCH_OLD")
     if old:
-        o = run_campaign(Path(old), runbook)
+        mine = Path(runbook).resolve()      # the old checkout runs its own copy of it
+        theirs = Path(old) / mine.relative_to(ROOT) if mine.is_relative_to(ROOT) else mine
+        o = run_campaign(Path(old), str(theirs))
         if o is None:
             return 1
         old_over = describe(f"old {Path(old).name}", o)
