@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+from pathlib import Path
 
 import docrun
 import pytest
@@ -19,3 +21,22 @@ def readme_first_session(tmp_path_factory):
     example = docrun.first_session()
     box = docrun.sandbox(tmp_path_factory.mktemp("readme"))
     return example, docrun.run_shell(example[3], box), box
+
+
+_HUBSERVER = importlib.util.spec_from_file_location(
+    "hubserver", Path(__file__).resolve().parent / "fixtures" / "hubserver.py")
+hubserver = importlib.util.module_from_spec(_HUBSERVER)
+_HUBSERVER.loader.exec_module(hubserver)
+
+
+@pytest.fixture
+def local_hub(monkeypatch, tmp_path):
+    """tests/fixtures/hubserver.py on 127.0.0.1, the real huggingface_hub pointed at it."""
+    from huggingface_hub import constants
+    hub = hubserver.Hub()
+    monkeypatch.setattr(constants, "ENDPOINT", hub.endpoint)
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE",
+                        hub.endpoint + "/{repo_id}/resolve/{revision}/{filename}")
+    monkeypatch.setenv("EPCAP_CACHE", str(tmp_path / "epcap-cache"))
+    yield hub
+    hub.close()

@@ -319,46 +319,31 @@ def _rows(path: Path) -> list[tuple[list[str], list[str]]]:
 
 
 @pytest.mark.slow
-def test_default_campaign_published_reads_back_and_audits_valid(default_run, tmp_path,
-                                                                monkeypatch):
+def test_default_campaign_published_reads_back_and_audits_valid(default_run, local_hub,
+                                                                tmp_path):
     """Issue 45's Must show on the default campaign itself: `epcap publish` through a Hub on
     127.0.0.1 (tests/fixtures/hubserver.py, the real huggingface_hub client); the card read
     back by the real DatasetCard.load holds a `configs:` entry for every TSV of the commit, and
     `epcap audit hf://…@<commit>` is VALID with every recorded trace compared (none withheld,
     none missing): no rule passed without its evidence."""
-    import importlib.util
-
-    from huggingface_hub import DatasetCard, constants, hf_hub_download
+    from huggingface_hub import DatasetCard, hf_hub_download
 
     from harness import publish
-    from harness.audit import audit_target
     from harness.audit.vocab import ROUTING_NOT_FROM_SEED
-    spec = importlib.util.spec_from_file_location(
-        "hubserver_default", ROOT / "tests" / "fixtures" / "hubserver.py")
-    hubserver = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hubserver)
-    hub = hubserver.Hub()
-    try:
-        monkeypatch.setattr(constants, "ENDPOINT", hub.endpoint)
-        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE",
-                            hub.endpoint + "/{repo_id}/resolve/{revision}/{filename}")
-        monkeypatch.setenv("EPCAP_CACHE", str(tmp_path / "epcap-cache"))
-        assert publish.cli_publish(str(default_run), "org/default") == 0
-        head = hub.repos["org/default"].head()
-        card = DatasetCard.load(hf_hub_download("org/default", "README.md", repo_type="dataset",
-                                                revision=head["oid"], cache_dir=tmp_path / "hf"))
-        tsvs = sorted(p for p in head["files"] if p.endswith(".tsv"))
-        configs = card.data.to_dict()["configs"]
-        assert sorted(c["data_files"][0]["path"] for c in configs) == tsvs
-        assert {"capacity_selection.tsv", "timing.tsv", "comparison.tsv"} <= \
-            {p.rsplit("/", 1)[-1] for p in tsvs}
-        (upload,) = audit_target(f"hf://datasets/org/default@{head['oid']}").uploads
-        assert (upload.verdict, upload.why) == ("VALID", [])
-        (routing,) = [c for c in upload.checks if c.code == ROUTING_NOT_FROM_SEED]
-        traces = sum(p.endswith("/routing_trace.jsonl") for p in head["files"])
-        assert traces >= 4 and f"{traces} recorded traces agree" in routing.why[0], routing.why
-        for check in upload.checks:
-            said = " ".join(check.why)
-            assert "withheld" not in said and "not in the upload" not in said, (check.code, said)
-    finally:
-        hub.close()
+    assert publish.cli_publish(str(default_run), "org/default") == 0
+    head = local_hub.repos["org/default"].head()
+    card = DatasetCard.load(hf_hub_download("org/default", "README.md", repo_type="dataset",
+                                            revision=head["oid"], cache_dir=tmp_path / "hf"))
+    tsvs = sorted(p for p in head["files"] if p.endswith(".tsv"))
+    configs = card.data.to_dict()["configs"]
+    assert sorted(c["data_files"][0]["path"] for c in configs) == tsvs
+    assert {"capacity_selection.tsv", "timing.tsv", "comparison.tsv"} <= \
+        {p.rsplit("/", 1)[-1] for p in tsvs}
+    (upload,) = audit_target(f"hf://datasets/org/default@{head['oid']}").uploads
+    assert (upload.verdict, upload.why) == ("VALID", [])
+    (routing,) = [c for c in upload.checks if c.code == ROUTING_NOT_FROM_SEED]
+    traces = sum(p.endswith("/routing_trace.jsonl") for p in head["files"])
+    assert traces >= 4 and f"{traces} recorded traces agree" in routing.why[0], routing.why
+    for check in upload.checks:
+        said = " ".join(check.why)
+        assert "withheld" not in said and "not in the upload" not in said, (check.code, said)

@@ -131,23 +131,6 @@ def test_a_trace_missing_from_an_upload_is_said_not_compared(campaign, tmp_path)
 
 # ---------------------------------------------------------------- through a Hub on 127.0.0.1
 
-HUBSERVER_PY = Path(__file__).resolve().parents[1] / "fixtures" / "hubserver.py"
-_hspec = importlib.util.spec_from_file_location("hubserver", HUBSERVER_PY)
-hubserver = importlib.util.module_from_spec(_hspec)
-_hspec.loader.exec_module(hubserver)
-
-
-@pytest.fixture
-def local_hub(monkeypatch, tmp_path):
-    """tests/fixtures/hubserver.py on 127.0.0.1, the real huggingface_hub pointed at it."""
-    from huggingface_hub import constants
-    hub = hubserver.Hub()
-    monkeypatch.setattr(constants, "ENDPOINT", hub.endpoint)
-    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE",
-                        hub.endpoint + "/{repo_id}/resolve/{revision}/{filename}")
-    monkeypatch.setenv("EPCAP_CACHE", str(tmp_path / "epcap-cache"))
-    yield hub
-    hub.close()
 
 
 def test_published_through_a_local_hub_reads_back_and_audits_valid(campaign, local_hub,

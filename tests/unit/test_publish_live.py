@@ -33,7 +33,6 @@ def _load(path: Path, name: str):
 
 
 corpus = _load(FIXTURES / "uploads" / "corpus.py", "upload_corpus")
-hubserver = _load(FIXTURES / "hubserver.py", "hubserver")
 
 
 # ---------------------------------------------------------------- the judge, on generated histories
@@ -113,19 +112,6 @@ def test_a_local_target_has_no_history_and_a_truncated_one_is_unknown():
 
 
 # ---------------------------------------------------------------- through a Hub on 127.0.0.1
-
-@pytest.fixture
-def local_hub(monkeypatch, tmp_path):
-    """tests/fixtures/hubserver.py on 127.0.0.1, the real huggingface_hub pointed at it."""
-    from huggingface_hub import constants
-    hub = hubserver.Hub()
-    monkeypatch.setattr(constants, "ENDPOINT", hub.endpoint)
-    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE",
-                        hub.endpoint + "/{repo_id}/resolve/{revision}/{filename}")
-    monkeypatch.setenv("EPCAP_CACHE", str(tmp_path / "epcap-cache"))
-    yield hub
-    hub.close()
-
 
 def finished_cell(root: Path, name: str, log: bytes) -> None:
     cell = root / "cells" / name

@@ -165,25 +165,11 @@ def _load(path: Path, name: str):
 
 
 corpus = _load(FIXTURES / "uploads" / "corpus.py", "upload_corpus")
-hubserver = _load(FIXTURES / "hubserver.py", "hubserver")
 
 
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory) -> Path:
     return corpus.harness_campaign(tmp_path_factory.getbasetemp())
-
-
-@pytest.fixture
-def local_hub(monkeypatch, tmp_path):
-    """tests/fixtures/hubserver.py on 127.0.0.1, the real huggingface_hub pointed at it."""
-    from huggingface_hub import constants
-    hub = hubserver.Hub()
-    monkeypatch.setattr(constants, "ENDPOINT", hub.endpoint)
-    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE",
-                        hub.endpoint + "/{repo_id}/resolve/{revision}/{filename}")
-    monkeypatch.setenv("EPCAP_CACHE", str(tmp_path / "epcap-cache"))
-    yield hub
-    hub.close()
 
 
 def statement_check(result):
