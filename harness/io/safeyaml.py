@@ -17,6 +17,11 @@ from harness.errors import BadInput
 MAX_DEPTH = 64            # a runbook nests 4 levels; 64 leaves room for any honest document
 MAX_NODES = 200_000       # nodes after alias expansion (a 1 MiB runbook has far fewer)
 
+# libyaml's scanner and composer (PyYAML's CSafeLoader: the same tokens, nodes, tags and line
+# marks as the pure-Python SafeLoader, ~10x faster); the pure-Python one where PyYAML was
+# built without libyaml. Every runbook, models file and the signature table goes through here.
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 _OPEN = (yaml.BlockMappingStartToken, yaml.BlockSequenceStartToken,
          yaml.FlowMappingStartToken, yaml.FlowSequenceStartToken)
 _CLOSE = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)
@@ -28,8 +33,19 @@ def compose(text: str, path: str | Path, *, max_depth: int = MAX_DEPTH,
     quote=False: a syntax error's message keeps nothing quoted from the text."""
     where = str(path)
     try:
+        node = _compose(text, where, max_depth, LOADER)
+    except yaml.YAMLError:      # the pure-Python reading decides what is said, and where
+        node = _refused(text, where, max_depth, quote)
+    if node is not None:
+        _check_graph(node, where, max_depth, max_nodes)
+    return node
+
+
+def _compose(text: str, where: str, max_depth: int, loader) -> yaml.Node | None:
+    """Scan for depth (before any recursion), then compose, with `loader`."""
+    try:
         depth = 0
-        for token in yaml.scan(text, Loader=yaml.SafeLoader):
+        for token in yaml.scan(text, Loader=loader):
             if isinstance(token, _OPEN):
                 depth += 1
                 if depth > max_depth:
@@ -37,7 +53,17 @@ def compose(text: str, path: str | Path, *, max_depth: int = MAX_DEPTH,
                                    line=token.start_mark.line + 1)
             elif isinstance(token, _CLOSE):
                 depth -= 1
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        return yaml.compose(text, Loader=loader)
+    except RecursionError:
+        raise BadInput(f"YAML nested deeper than {max_depth} levels", path=where) from None
+
+
+def _refused(text: str, where: str, max_depth: int, quote: bool) -> yaml.Node | None:
+    """The pure-Python loader's reading of a document libyaml refused: its error at its line
+    (libyaml also refuses what the Python loader reads and our checks name by field, e.g. a
+    lone-surrogate escape, and stops at its own nesting limit while scanning ahead)."""
+    try:
+        return _compose(text, where, max_depth, yaml.SafeLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 1 if mark is not None else None
@@ -45,11 +71,6 @@ def compose(text: str, path: str | Path, *, max_depth: int = MAX_DEPTH,
         if not quote:
             problem = re.sub(r"'[^']*'|\"[^\"]*\"", "(...)", problem)
         raise BadInput(f"YAML syntax error: {problem}", path=where, line=line) from None
-    except RecursionError:
-        raise BadInput(f"YAML nested deeper than {max_depth} levels", path=where) from None
-    if node is not None:
-        _check_graph(node, where, max_depth, max_nodes)
-    return node
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:

@@ -34,6 +34,7 @@ class Doc:
         self.lines: dict[tuple, int] = {}
         node = compose(text, path, quote=quote)  # bounded: depth, aliases, recursion
         self.raw: dict[tuple, str] = {}
+        self._scalars = yaml.SafeLoader("")    # one constructor per document, not per scalar
         self.data = self._build(node, ()) if node is not None else None
 
     def _build(self, node, where: tuple):
@@ -66,7 +67,8 @@ class Doc:
     def _construct(self, node, where: tuple):
         """One scalar (or key) as a Python value; BadInput at its line when it has none."""
         try:
-            key = yaml.SafeLoader("").construct_object(node, deep=True)
+            key = self._scalars.construct_object(node, deep=True)
+            self._scalars.constructed_objects.clear()
             hash(key)
         except (ValueError, TypeError, yaml.YAMLError):  # a 4300+ digit integer, a !tag
             raise BadInput("YAML cannot construct this value (an unknown !tag, a number of "
