@@ -193,9 +193,12 @@ def local_run(slurm_up, tmp_path_factory):
 
 
 def per_stage_runbook(where: Path) -> Path:
-    """short_runbook with `slurm.allocation: per-stage` and an idle limit that outlasts the
-    driver's restart below."""
+    """short_runbook with `slurm.allocation: per-stage`, an idle limit that outlasts the
+    driver's restart below, and one model (QWEN3_30B: its measure, validate and timing
+    stages; the second model's runs doubled the test's time and added no allocation kind)."""
     text = load_corpus().short_runbook_text()
+    text = "\n".join(line for line in text.splitlines()
+                     if "name: DEEPSEEK_V2_LITE" not in line) + "\n"
     line = 'slurm: {nodes: 1, gpus_per_node: 0, time_limit: "00:05:00"}'
     assert line in text
     path = where / "per-stage.yaml"
@@ -222,7 +225,7 @@ def allocation_jobs(results: Path) -> dict[str, list[str]]:
 
 def test_reduced_campaign_per_stage_killed_resumed_same_selection_as_local(tmp_path,
                                                                             local_run):
-    """slurm.allocation: per-stage on the short reduced runbook (13 runs, 2 models): the
+    """slurm.allocation: per-stage on the short reduced runbook (one model): the
     driver is SIGKILLed while a measure step runs inside its allocation; the resumed driver
     adopts that allocation (the same job runs the rest of the stage), reruns no finished
     cell, submits every cell once, and the selection is the local launcher's. Slurm jobs
@@ -243,7 +246,7 @@ def test_reduced_campaign_per_stage_killed_resumed_same_selection_as_local(tmp_p
     assert not [e for e in evs if e["ev"] == "cell_abandoned"]
     submits = Counter(e["cell"] for e in evs if e["ev"] == "cell_submit")
     finishes = Counter(e["cell"] for e in evs if e["ev"] == "cell_finish")
-    assert len(submits) >= 13 and set(submits.values()) == {1}, submits
+    assert len(submits) >= 6 and set(submits.values()) == {1}, submits
     assert set(finishes) == set(submits) and set(finishes.values()) == {1}, finishes
     # the step in flight at the kill: its start is the killed driver's, its finish the
     # resumed one's, in the allocation job that ran it before the kill
@@ -258,12 +261,12 @@ def test_reduced_campaign_per_stage_killed_resumed_same_selection_as_local(tmp_p
     assert after, "the resumed driver ran none of the stage's later cells in the allocation"
     jobs = allocation_jobs(results)
     assert all(len(ids) == 1 for ids in jobs.values()), jobs
-    models, stages = 2, {e["stage"] for e in evs if e["ev"] == "cell_finish"}
+    models, stages = 1, {e["stage"] for e in evs if e["ev"] == "cell_finish"}
     assert len(jobs) <= len(stages) * models, (sorted(jobs), stages)
     ran_in = {json.loads((d / S.JOB_FILE).read_text())["job_id"]
               for d in results.rglob("cells/*") if (d / S.JOB_FILE).is_file()}
     assert ran_in == {i for ids in jobs.values() for i in ids}     # no per-cell job
-    expected = selection(local_run)
+    expected = [row for row in selection(local_run) if row["model"] == "QWEN3_30B"]
     assert expected and selection(results) == expected
     deadline = time.monotonic() + 30
     while jobs_under(results) and time.monotonic() < deadline:
