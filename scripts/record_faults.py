@@ -279,6 +279,10 @@ def rank_pids(marker_key: str, marker: str, rank: int) -> list[int]:
             continue
         if env.get(marker_key.encode()) != marker.encode() or b"backends.reference" not in cmd:
             continue
+        # the rank is a python process; `srun ... python -m backends.reference` carries the
+        # job's SLURM_JOB_ID and SLURM_PROCID=0 too (the batch step's) and is not rank 0
+        if not Path(cmd[0].decode(errors="replace")).name.startswith("python"):
+            continue
         if env.get(b"RANK", env.get(b"SLURM_PROCID")) == str(rank).encode() and \
                 b"torchrun" not in b" ".join(cmd):
             out.append(int(entry.name))
