@@ -15,7 +15,13 @@ shape `epcap classify` reads (launcher state and exit code as the launcher retur
 `truth.json`: the injected class, the first failed rank ("any" when the fault hit every rank
 alike), how it was injected and the documented reason for the class (docs/taxonomy.md).
 
-    .venv/bin/python scripts/record_faults.py [--out DIR] [--only NAME ...] [--no-slurm]
+    .venv/bin/python scripts/record_faults.py [--set recorded|recorded2] [--out DIR]
+        [--only NAME ...] [--no-slurm]
+
+`--set recorded2` records a second, disjoint case set (the same fault mechanisms in other
+shapes: the signals under srun on 2 and 4 ranks, torchrun on 4 ranks, SIGSTOP under torchrun
+and srun, prlimit under torchrun and srun, a port taken under torchrun, `scancel
+--signal=USR1`, Slurm's limits on 4 ranks, ...) into tests/fixtures/classify/recorded2/.
 
 Needs root for the tmpfs case (skipped otherwise) and a Slurm that answers for the srun cases
 (skipped otherwise). `split.json` (dev / heldout by sha256 of the name) is rewritten for the
@@ -53,6 +59,8 @@ from harness.launch import local as local_launch  # noqa: E402
 # - a tmpfs `-o size=` caps its bytes, writes past it fail ENOSPC: Linux
 #   torvalds/linux Documentation/filesystems/tmpfs.rst @ 253e5df8b8f0145adb090f57c6f4e6efa52d738e.
 OUT = ROOT / "tests" / "fixtures" / "classify" / "recorded"
+OUT2 = ROOT / "tests" / "fixtures" / "classify" / "recorded2"
+SIGNALS = ("SIGKILL", "SIGSEGV", "SIGTERM", "SIGABRT", "SIGBUS", "SIGSTOP", "prlimit")
 PY = sys.executable
 ROW = "[MOE_DROP_DEBUG][dispatch]"
 # a small reference cell that runs long enough to be hit mid-run (the fault ends it)
@@ -83,6 +91,7 @@ class Case:
     extra: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     slurm: dict = field(default_factory=dict)
+    timeout_s: float | None = None  # the launcher's limit; None: 8 s for SIGSTOP, else 60 s
 
 
 def _cases() -> list[Case]:
@@ -153,6 +162,102 @@ def _cases() -> list[Case]:
 
 CASES = {c.name: c for c in _cases()}
 
+# the truths' readings, shared by both sets (docs/taxonomy.md; the same `why` vocabulary)
+CRASH = "a kernel fault signal recorded by the launcher is `crash` (docs/taxonomy.md)"
+ABORT = CRASH
+KILL = ("SIGKILL with nothing saying by whom (no OOM killer record): `unclassified`, quoted "
+        "(docs/taxonomy.md, corpus33 bash_killed_137)")
+TERM = ("a SIGTERM from outside the job (no launcher kill, no rank error before it): a stop, "
+        "`cancelled` (issue 41: outside signals are never a `crash`)")
+HANG = ("one rank stopped (SIGSTOP) past the gloo timeout: its peers report the collective "
+        "timeout; no rank has a cause of its own: a communication hang (infra) whose first "
+        "failed rank is the one that never reported")
+HOST = ("host allocation failure (prlimit --as on the running rank): host memory is "
+        "`does_not_fit` as docs/taxonomy.md reads it for the reference backend")
+PORT = ("the rendezvous port is taken by another process: rank 0 cannot listen (the "
+        "environment, not the code): infra, rank 0")
+PORT_TR = ("the rendezvous port torchrun is given is taken by another process: its store "
+           "cannot listen, no rank starts (the environment, not the code): infra; every rank "
+           "fails alike")
+FULL = ("the tmpfs the routing trace is written to is full (ENOSPC, errno 28): storage errno "
+        "is infra (signatures.yaml storage-errno); rank 0 writes it")
+FLAG = "the worker's own argparse error (`prog: error:`, exit 2): `badflag`; every rank fails alike"
+BROKEN = ("a broken module first on PYTHONPATH: the import raises before iteration 0 on every "
+          "rank: an uncaught non-memory exception, `crash` (python-top-level-exceptions: every "
+          "other type -> crash)")
+SCANCEL = ("scancel --signal={sig} from outside: `cancelled` (issue 41: an outside signal is "
+           "never a `crash`); no rank failed of its own")
+TLIMIT = "Slurm's time limit ended the job: `timeout` beats the teardown noise"
+MLIMIT = ("slurmstepd's memory-limit kill is the runbook's limit: a configuration failure "
+          "naming slurm.mem_per_task (class badflag), never data")
+LONGER = ["--hidden", "512", "--seq", "4096", "--iters", "100000"]
+STOP = ["--pg-timeout-s", "4"]
+
+
+def _cases2() -> list[Case]:
+    """The second set (`recorded2`): none of the first set's names, the same mechanisms in
+    other shapes (launchers, rank counts, victims)."""
+    truths = {"SIGKILL": ("unclassified", KILL), "SIGSEGV": ("crash", CRASH),
+              "SIGABRT": ("crash", ABORT), "SIGBUS": ("crash", CRASH),
+              "SIGTERM": ("cancelled", TERM)}
+    out = []
+    shapes = {
+        "srun": [("SIGKILL", 2, 0), ("SIGKILL", 4, 2), ("SIGSEGV", 4, 3), ("SIGSEGV", 2, 0),
+                 ("SIGABRT", 2, 0), ("SIGABRT", 4, 1), ("SIGBUS", 2, 1), ("SIGBUS", 4, 3),
+                 ("SIGTERM", 2, 1), ("SIGTERM", 4, 0)],
+        "torchrun": [("SIGKILL", 4, 2), ("SIGSEGV", 4, 3), ("SIGABRT", 4, 0), ("SIGBUS", 4, 1),
+                     ("SIGTERM", 4, 1)],
+        "local": [("SIGABRT", 4, 2), ("SIGBUS", 4, 3), ("SIGTERM", 4, 1), ("SIGKILL", 4, 1)],
+    }
+    for launcher, rows in shapes.items():
+        for fault, ranks, victim in rows:
+            cls, why = truths[fault]
+            out.append(Case(f"{fault.lower()}_{launcher}_n{ranks}_r{victim}", launcher, ranks,
+                            fault, cls, str(victim), why, victim))
+    out += [Case("sigstop_torchrun_n2_r1", "torchrun", 2, "SIGSTOP", "infra", "1", HANG, 1,
+                 STOP, timeout_s=45.0),
+            Case("sigstop_torchrun_n4_r2", "torchrun", 4, "SIGSTOP", "infra", "2", HANG, 2,
+                 STOP, timeout_s=45.0),
+            Case("sigstop_srun_n2_r0", "srun", 2, "SIGSTOP", "infra", "0", HANG, 0, STOP,
+                 timeout_s=120.0),
+            Case("sigstop_srun_n4_r3", "srun", 4, "SIGSTOP", "infra", "3", HANG, 3, STOP,
+                 timeout_s=120.0),
+            Case("sigstop_local_n4_r2", "local", 4, "SIGSTOP", "infra", "2", HANG, 2, STOP)]
+    out += [Case("prlimit_as_local_n4_r3", "local", 4, "prlimit", "does_not_fit", "3", HOST, 3),
+            Case("prlimit_as_torchrun_n2_r0", "torchrun", 2, "prlimit", "does_not_fit", "0",
+                 HOST, 0),
+            Case("prlimit_as_torchrun_n4_r1", "torchrun", 4, "prlimit", "does_not_fit", "1",
+                 HOST, 1),
+            Case("prlimit_as_srun_n2_r1", "srun", 2, "prlimit", "does_not_fit", "1", HOST, 1),
+            Case("prlimit_as_srun_n4_r3", "srun", 4, "prlimit", "does_not_fit", "3", HOST, 3)]
+    out += [Case("port_taken_torchrun_n2", "torchrun", 2, "port", "infra", "any", PORT_TR),
+            Case("port_taken_torchrun_n4", "torchrun", 4, "port", "infra", "any", PORT_TR),
+            Case("enospc_tmpfs_local_n4", "local", 4, "enospc", "infra", "0", FULL)]
+    out += [Case("badflag_capacity_srun_n2", "srun", 2, "badflag", "badflag", "any", FLAG,
+                 extra=["--capacity", "-1"]),
+            Case("badflag_unknown_srun_n4", "srun", 4, "badflag", "badflag", "any", FLAG,
+                 extra=["--no-such-flag"]),
+            Case("badflag_capacity_torchrun_n4", "torchrun", 4, "badflag", "badflag", "any",
+                 FLAG, extra=["--capacity", "-1"]),
+            Case("broken_module_srun_n2", "srun", 2, "broken", "crash", "any", BROKEN),
+            Case("broken_module_local_n4", "local", 4, "broken", "crash", "any", BROKEN)]
+    out += [Case("scancel_usr1_srun_n2", "srun", 2, "scancel-USR1", "cancelled", None,
+                 SCANCEL.format(sig="USR1")),
+            Case("scancel_usr1_srun_n4", "srun", 4, "scancel-USR1", "cancelled", None,
+                 SCANCEL.format(sig="USR1")),
+            Case("scancel_term_srun_n4", "srun", 4, "scancel-TERM", "cancelled", None,
+                 SCANCEL.format(sig="TERM")),
+            Case("time_limit_srun_n4", "srun", 4, "time-limit", "timeout", None, TLIMIT,
+                 extra=LONGER, slurm={"time_limit": "1"}),
+            Case("mem_limit_srun_n4", "srun", 4, "mem-limit", "badflag", None, MLIMIT,
+                 slurm={"mem_per_task": "120M"})]
+    return out
+
+
+CASES2 = {c.name: c for c in _cases2()}
+SETS = {"recorded": (CASES, OUT), "recorded2": (CASES2, OUT2)}
+assert not set(CASES) & set(CASES2), "the second set repeats a case of the first"
+
 
 def half(name: str) -> str:
     """dev when the first byte of sha256(name) is even, else heldout (fixed, stated)."""
@@ -173,6 +278,10 @@ def rank_pids(marker_key: str, marker: str, rank: int) -> list[int]:
         except OSError:
             continue
         if env.get(marker_key.encode()) != marker.encode() or b"backends.reference" not in cmd:
+            continue
+        # the rank is a python process; `srun ... python -m backends.reference` carries the
+        # job's SLURM_JOB_ID and SLURM_PROCID=0 too (the batch step's) and is not rank 0
+        if not Path(cmd[0].decode(errors="replace")).name.startswith("python"):
             continue
         if env.get(b"RANK", env.get(b"SLURM_PROCID")) == str(rank).encode() and \
                 b"torchrun" not in b" ".join(cmd):
@@ -208,7 +317,8 @@ def run_local(case: Case, cell: Path, argv: list[str], env: dict[str, str],
     """The rank(s) under harness/launch/local.py; returns (state, exit code, how)."""
     launcher = local_launch.LocalLauncher()
     if case.launcher == "torchrun":
-        port = local_launch.free_port()
+        port = port_holder.getsockname()[1] if port_holder is not None else \
+            local_launch.free_port()
         argv = [str(Path(PY).parent / "torchrun"), "--nnodes", "1", "--nproc-per-node",
                 str(case.ranks), "--master-addr", "127.0.0.1", "--master-port", str(port),
                 "--tee", "3", "-m", "backends.reference", *argv[3:]]
@@ -216,17 +326,16 @@ def run_local(case: Case, cell: Path, argv: list[str], env: dict[str, str],
     else:
         spec = LaunchSpec(argv=argv, env=env, ntasks=case.ranks, cwd=str(ROOT))
     saved = local_launch.free_port
-    if port_holder is not None:         # the launcher's port is the one the recorder holds
+    if port_holder is not None and case.launcher == "local":   # the recorder holds it
         local_launch.free_port = lambda: port_holder.getsockname()[1]
     try:
         handle = launcher.submit(case.name, spec, cell, timeout_s)
     finally:
         local_launch.free_port = saved
     how = case.fault
-    if case.fault in ("SIGKILL", "SIGSEGV", "SIGTERM", "SIGABRT", "SIGBUS", "SIGSTOP",
-                      "prlimit"):
+    if case.fault in SIGNALS:
         log = cell / (f"rank{case.victim}.log" if case.launcher == "local" else "rank0.log")
-        wait_rows(log)
+        wait_rows(log, 60 if case.launcher == "local" else 180)
         pids = rank_pids(local_launch.MARKER_ENV, str(cell.resolve()), case.victim)
         if not pids:
             raise RuntimeError(f"{case.name}: rank {case.victim} not found")
@@ -259,21 +368,23 @@ def run_srun(case: Case, cell: Path, argv: list[str], env: dict[str, str],
     handle = launcher.submit(case.name, LaunchSpec(argv=argv, env=env, ntasks=case.ranks,
                                                    cwd=str(ROOT)), cell, timeout_s)
     how = case.fault
-    if case.fault in ("SIGSEGV", "scancel-TERM", "scancel"):
+    if case.fault in (*SIGNALS, "scancel-TERM", "scancel-USR1", "scancel"):
         wait_rows(cell / f"rank{case.victim}.log", 180)
-        if case.fault == "SIGSEGV":
+        if case.fault in SIGNALS:
             pids = rank_pids("SLURM_JOB_ID", handle.job_id, case.victim)
             if not pids:
                 raise RuntimeError(f"{case.name}: rank {case.victim} not found")
             how = hit(case, pids)
         else:
-            sig = ["--signal=TERM"] if case.fault == "scancel-TERM" else []
+            sig = [f"--signal={case.fault[8:]}"] if case.fault.startswith("scancel-") else []
             subprocess.run(["scancel", *sig, handle.job_id], check=True)
             how = f"scancel {' '.join(sig)} <job> mid-run".replace("  ", " ")
     elif case.fault == "time-limit":
         how = "Slurm time limit of 1 minute on a run that needs longer"
     elif case.fault == "mem-limit":
         how = "slurm.mem_per_task=120M, a rank allocating 480 MB"
+        if case.ranks != 2:
+            how = f"slurm.mem_per_task=120M, each of {case.ranks} ranks allocating 480 MB"
     deadline = time.monotonic() + 300
     while (res := launcher.poll(handle)) is None:
         if time.monotonic() > deadline:
@@ -321,7 +432,7 @@ def record(case: Case, out: Path) -> dict:
                     pass
             argv += ["--record-trace", str(mount / "routing.jsonl")]
         try:
-            timeout = 8.0 if case.fault == "SIGSTOP" else 60.0
+            timeout = case.timeout_s or (8.0 if case.fault == "SIGSTOP" else 60.0)
             if case.launcher == "srun":
                 state, code, how = run_srun(case, cell, argv, env, timeout)
             else:
@@ -358,14 +469,20 @@ def slurm_ok() -> bool:
 def main(argv: list[str] | None = None) -> int:
     """Record the chosen cases (all by default) and rewrite split.json."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=OUT)
-    ap.add_argument("--only", nargs="*", default=None, choices=sorted(CASES))
+    ap.add_argument("--set", dest="which", choices=sorted(SETS), default="recorded",
+                    help="the case set (default: the first, `recorded`)")
+    ap.add_argument("--out", type=Path, default=None, help="default: the set's fixture folder")
+    ap.add_argument("--only", nargs="*", default=None, choices=sorted({*CASES, *CASES2}))
     ap.add_argument("--no-slurm", action="store_true")
     a = ap.parse_args(argv)
+    cases, default_out = SETS[a.which]
+    a.out = a.out or default_out
+    if a.only and set(a.only) - set(cases):
+        ap.error(f"not in set {a.which}: {sorted(set(a.only) - set(cases))}")
     a.out.mkdir(parents=True, exist_ok=True)
     use_slurm = not a.no_slurm and slurm_ok()
-    for name in a.only or sorted(CASES):
-        case = CASES[name]
+    for name in a.only or sorted(cases):
+        case = cases[name]
         if case.launcher == "srun" and not use_slurm:
             print(f"skip {name}: no Slurm answers", flush=True)
             continue
@@ -373,7 +490,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"skip {name}: mounting a tmpfs needs root", flush=True)
             continue
         started = time.monotonic()
-        truth = record(case, a.out)
+        try:
+            truth = record(case, a.out)
+        except (RuntimeError, subprocess.CalledProcessError) as exc:   # not recorded: said
+            print(f"FAILED {name}: {exc}", flush=True)
+            shutil.rmtree(a.out / name, ignore_errors=True)
+            continue
         print(f"{name}: {truth['class']} rank {truth['first_failed_rank']} "
               f"({time.monotonic() - started:.1f} s)", flush=True)
     split = {p.name: half(p.name) for p in sorted(a.out.iterdir()) if (p / "truth.json").is_file()}

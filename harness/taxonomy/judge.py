@@ -499,8 +499,12 @@ def verdict(scan: _Scan, exit_code: int | None, launcher_state: str, rows: int) 
                                                   LauncherState.CANCELLED):
         common["explain"] = tuple(timeline.explain(
             [h.event() for h in fatal] + scan.records, outside))
+        # one task stopped from outside made srun kill the rest: that task is the first
+        # (the others' ends are srun's own); a stop of every task at once names none
+        stopped = outside.rank if outside in timeline.srun_trigger(scan.records) else None
         return Outcome(Status.CANCELLED, outside.path, outside.line_no, outside.text,
-                       deciding=_record_dict(outside, timeline.First(None, outside, "")),
+                       deciding=_record_dict(outside, timeline.First(stopped, outside, "")),
+                       first_failed_rank=stopped,
                        reason=f"ended by a signal from outside the job "
                               f"({outside.facts.get('signal')} on every task that ended, "
                               f"{outside.rule} at {outside.where()}; a scancel --signal or "

@@ -38,6 +38,9 @@ LINE_ORDER = (OVERFLOW, Status.DOES_NOT_FIT, Status.BADFLAG, Status.ASSERT, Stat
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 SRUN_LABEL = re.compile(r"^\s*(\d+):\s")
 TORCHRUN = re.compile(r"\[(rank|default)(\d+)\]:")
+# slurmstepd's log prefix (`slurmstepd-<node>: error: ...`, `slurmstepd: ...`): the
+# scheduler's step daemon printed the line, no rank did, whatever rank stream srun copied it to
+SLURMSTEPD = re.compile(r"\s*slurmstepd(?:-[\w.-]+)?: ")
 ROW_RANK = re.compile(r"\[MOE_DROP_DEBUG\]\[\w+\].*?\brank=(\d+)")
 FILE_RANK = re.compile(r"rank[_-]?(\d+)")
 FILE_INDEX = re.compile(r"^(rank|node)[_-]?(\d+)\.")
@@ -68,7 +71,7 @@ class RecordSpec:
     or a node (a launcher's exit record, the OOM killer, a driver Xid, a named rank)."""
 
     id: str
-    kind: str                       # exit | oom_kill | xid | names_rank
+    kind: str                       # exit | oom_kill | xid | names_rank | launcher_kill
     regex: re.Pattern
     source: dict                    # repo, file, commit
 
@@ -320,6 +323,8 @@ def attribute(text: str, path: str, layout: Layout = NO_LAYOUT) -> tuple[str | N
     telemetry row's `rank=`; else the launcher's map of the file (rank<R>.log, node<N>.log).
     A line only a node is known for (a launcher's own line) has no rank: None."""
     label = SRUN_LABEL.match(text)
+    if SLURMSTEPD.match(text, label.end() if label else 0):
+        return None, "slurmstepd's own line (the scheduler's, whichever stream it was copied into)"
     tr = TORCHRUN.search(text, 0, 64 + (label.end() if label else 0))
     if tr and tr.group(1) == "rank":
         return tr.group(2), "torchrun [rankN]: prefix (global rank)"

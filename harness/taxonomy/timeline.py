@@ -65,7 +65,7 @@ class Event:
     line_no: int
     file_index: int
     text: str
-    kind: str                   # signature | exit | oom_kill | xid | names_rank
+    kind: str                   # signature | exit | oom_kill | xid | names_rank | launcher_kill
     source: str                 # rank | node | launcher
     rank: str | None = None
     node: int | None = None
@@ -318,16 +318,43 @@ def _abnormal(ev: Event) -> bool:
 # failure with the smallest timestamp: pytorch/pytorch
 # torch/distributed/elastic/multiprocessing/api.py `_poll`, `first_failure = min(...,
 # key=lambda f: f.timestamp)`, read in the installed 2.13.0+cpu, git cf30153c4c131c81).
-# srun's task lines are a summary, grouped, in no time order: its first line is not the
-# first death.
+# srun's task lines are grouped (one line per exit message, tasks that ended alike), so
+# its first line alone is not the first death; but srun prints a message's line and then, on
+# the first abnormal exit, kills the step (`Terminating StepId=`, record srun-step-terminate;
+# SchedMD/slurm src/srun/launch.c _task_finish -> _step_signal, under one lock): the task
+# line right before that kill is the end that made srun act, and every end after it is
+# srun's own kill (SRUN_EXIT, srun_trigger).
 ORDERED_EXITS = frozenset({"local-launcher-exit", "elastic-agent-exit"})
+SRUN_EXIT = "srun-task-exit"
+LAUNCHER_KILL = "launcher_kill"
+
+
+def srun_trigger(records: Iterable[Event]) -> list[Event]:
+    """Per file, the srun task record right before srun's first kill of the step (its
+    `Terminating StepId=` line) when it is abnormal and names one task: the first rank srun
+    saw end abnormally (the lines after the kill are srun's own doing)."""
+    records = list(records)
+    out = []
+    for path in {e.path for e in records if e.kind == LAUNCHER_KILL}:
+        kill = min((e for e in records if e.kind == LAUNCHER_KILL and e.path == path),
+                   key=Event.order)
+        before = [e for e in records if e.rule == SRUN_EXIT and e.path == path
+                  and e.order() < kill.order()]
+        last = max(before, key=Event.order, default=None)
+        if last is not None and _abnormal(last) and last.rank is not None \
+                and "more" not in last.facts:
+            out.append(last)
+    return out
 
 
 def first_exit(records: Iterable[Event]) -> Event | None:
     """The first record of a rank that ended abnormally, from a launcher that records ends
-    in the order it saw them (ORDERED_EXITS): the first rank the launcher saw die."""
-    return min((e for e in records if e.rank is not None and _abnormal(e)
-                and e.rule in ORDERED_EXITS), key=Event.order, default=None)
+    in the order it saw them (ORDERED_EXITS), or srun's end that made it kill the step
+    (srun_trigger): the first rank the launcher saw die."""
+    records = list(records)
+    return min([*(e for e in records if e.rank is not None and _abnormal(e)
+                  and e.rule in ORDERED_EXITS), *srun_trigger(records)],
+               key=Event.order, default=None)
 
 
 def fallout_of_a_faulted_peer(events: Iterable[Event], records: Iterable[Event]

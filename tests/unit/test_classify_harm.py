@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CLASSIFY = ROOT / "tests" / "fixtures" / "classify"
 C33 = CLASSIFY / "corpus33"
 RECORDED = CLASSIFY / "recorded"     # real faults, injected truth (issue 41)
+RECORDED2 = CLASSIFY / "recorded2"   # a second, fresh recording (issue 41)
 CLUSTER = ROOT / "tests" / "fixtures" / "logs" / "cluster"
 HARM = {"does_not_fit": "data", "assert": "bug", "badflag": "bug", "crash": "bug",
         "infra": "infra", "timeout": "infra", "unclassified": "unknown", "ok": "none",
@@ -39,9 +40,10 @@ def pairs() -> list[tuple[str, str, str]]:
     for name in json.loads((C33 / "split.json").read_text(encoding="utf-8")):
         want = json.loads((C33 / name / "expected.yaml").read_text(encoding="utf-8"))["class"]
         out.append((f"corpus33/{name}", want, classify_cell(C33 / name)["status"]))
-    for name in json.loads((RECORDED / "split.json").read_text(encoding="utf-8")):
-        want = json.loads((RECORDED / name / "truth.json").read_text(encoding="utf-8"))["class"]
-        out.append((f"recorded/{name}", want, classify_cell(RECORDED / name)["status"]))
+    for corpus in (RECORDED, RECORDED2):
+        for name in json.loads((corpus / "split.json").read_text(encoding="utf-8")):
+            want = json.loads((corpus / name / "truth.json").read_text(encoding="utf-8"))["class"]
+            out.append((f"{corpus.name}/{name}", want, classify_cell(corpus / name)["status"]))
     for case in json.loads((CLUSTER / "cases.json").read_text(encoding="utf-8")):
         logs = [CLUSTER / p for p in case["logs"]]
         pats = load_backend(BackendConfig(case["backend"], "cluster",
@@ -70,7 +72,7 @@ def test_harm_matrix_has_no_false_does_not_fit(capsys):
     """Zero false does_not_fit over all corpora; the matrix is printed for the record."""
     rows = pairs()
     counts = matrix(rows)
-    assert sum(counts.values()) == len(rows) >= 205
+    assert sum(counts.values()) == len(rows) >= 247
     false_dnf = [r for r in rows if HARM[r[2]] == "data" and HARM[r[1]] != "data"]
     assert false_dnf == []
     bug_as_infra = [r for r in rows if HARM[r[1]] == "bug" and HARM[r[2]] == "infra"]
@@ -103,6 +105,8 @@ ARGUED = {
     **{f"recorded/sigkill_{tag}": KILLED for tag in (
         "local_n2_r0", "local_n2_r1", "local_n4_r2", "local_n4_r3", "torchrun_n2_r0",
         "torchrun_n2_r1")},
+    **{f"recorded2/sigkill_{tag}": KILLED for tag in (
+        "local_n4_r1", "srun_n2_r0", "srun_n4_r2", "torchrun_n4_r2")},
 }
 
 
