@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from recorded_corpus import check_heldout_pinned, half
+from recorded_corpus import right as _right
 
 from harness.api.backend import DEFAULT_FAILURE_PATTERNS
 from harness.taxonomy.cli import classify_cell
@@ -35,24 +37,17 @@ FAULTS = ("SIGKILL", "SIGSEGV", "SIGABRT", "SIGBUS", "SIGTERM", "SIGSTOP", "prli
           "enospc", "badflag", "broken", "time-limit", "mem-limit", "scancel", "scancel-TERM")
 
 
+def right(name: str, got: dict) -> tuple[bool, bool]:
+    return _right(REC, name, got)
+
+
 def truth(name: str) -> dict:
     """A case's truth.json."""
     return json.loads((REC / name / "truth.json").read_text(encoding="utf-8"))
 
 
-def half(name: str) -> str:
-    """The stated split: dev when sha256(name)'s first byte is even."""
-    return "dev" if hashlib.sha256(name.encode()).digest()[0] % 2 == 0 else "heldout"
 
 
-def right(name: str, got: dict) -> tuple[bool, bool]:
-    """(class right, class and first failed rank right) of one verdict against its truth;
-    a truth rank of "any" (the fault hit every rank alike) scores the class only."""
-    want = truth(name)
-    cls = got["status"] == want["class"]
-    rank = want["first_failed_rank"] == "any" or got["first_failed_rank"] == \
-        want["first_failed_rank"]
-    return cls, cls and rank
 
 
 def score(names: list[str]) -> tuple[int, int, dict]:
@@ -222,19 +217,7 @@ def test_heldout_score_is_pinned():
     """The held-out half, scored once at b1ef047 (class 18/19, class and rank 17/19): every
     verdict stays as scored, except those a later fix moved, each argued in
     after_scoring.json (scored verdict, new verdict, mechanism)."""
-    score = json.loads((REC / "heldout_score.json").read_text(encoding="utf-8"))
-    after = json.loads((REC / "after_scoring.json").read_text(encoding="utf-8"))["cases"]
-    assert sorted(score["cases"]) == HELD and set(after) <= set(HELD)
-    assert (score["heldout"]["class"], score["heldout"]["class_and_rank"]) == (18, 17)
-    for name in HELD:
-        got = classify_cell(REC / name)
-        verdict = [None if got["status"] is None else str(got["status"]),
-                   got["first_failed_rank"]]
-        if name in after:
-            assert after[name]["scored"] == score["cases"][name]["got"], name
-            assert verdict == after[name]["got"] and after[name]["mechanism"], name
-        else:
-            assert verdict == score["cases"][name]["got"], name
+    check_heldout_pinned(REC, HELD, (18, 17), scored_at=None)
 
 
 HOST_OOM = ("[rank{k}]: RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. "

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from recorded_corpus import check_heldout_pinned, half
+from recorded_corpus import right as _right
 
 from harness.api.backend import DEFAULT_FAILURE_PATTERNS
 from harness.taxonomy.cli import classify_cell
@@ -39,23 +41,17 @@ FAULTS = ("SIGKILL", "SIGSEGV", "SIGABRT", "SIGBUS", "SIGTERM", "SIGSTOP", "prli
           "scancel-TERM")
 
 
+def right(name: str, got: dict) -> tuple[bool, bool]:
+    return _right(REC2, name, got)
+
+
 def truth(name: str) -> dict:
     """A case's truth.json."""
     return json.loads((REC2 / name / "truth.json").read_text(encoding="utf-8"))
 
 
-def half(name: str) -> str:
-    """The stated split: dev when sha256(name)'s first byte is even."""
-    return "dev" if hashlib.sha256(name.encode()).digest()[0] % 2 == 0 else "heldout"
 
 
-def right(name: str, got: dict) -> tuple[bool, bool]:
-    """(class right, class and first failed rank right), as test_classify_recorded scores."""
-    want = truth(name)
-    cls = got["status"] == want["class"]
-    rank = want["first_failed_rank"] == "any" or got["first_failed_rank"] == \
-        want["first_failed_rank"]
-    return cls, cls and rank
 
 
 def test_every_fault_recorded_with_its_truth_and_none_repeated():
@@ -98,23 +94,7 @@ def test_heldout_score_is_pinned():
     verdict stays as scored, except those a later fix moved, each argued in
     after_scoring.json (none yet). Seen red: with timeline.srun_trigger returning [] a
     held-out verdict moves and this fails."""
-    score = json.loads((REC2 / "heldout_score.json").read_text(encoding="utf-8"))
-    after_path = REC2 / "after_scoring.json"
-    after = json.loads(after_path.read_text(encoding="utf-8"))["cases"] \
-        if after_path.is_file() else {}
-    assert sorted(score["cases"]) == HELD and set(after) <= set(HELD)
-    assert score["scored_at"] == "aa7c3df"
-    assert (score["heldout"]["class"], score["heldout"]["class_and_rank"]) == (13, 13)
-    for name in HELD:
-        got = classify_cell(REC2 / name)
-        verdict = [None if got["status"] is None else str(got["status"]),
-                   got["first_failed_rank"]]
-        if name in after:
-            assert after[name]["scored"] == score["cases"][name]["got"], name
-            assert verdict == after[name]["got"] and after[name]["mechanism"], name
-        else:
-            assert verdict == score["cases"][name]["got"], name
-            assert score["cases"][name]["class_and_rank_right"] == all(right(name, got))
+    check_heldout_pinned(REC2, HELD, (13, 13), scored_at="aa7c3df")
 
 
 # ----------------------------------------------------------------- generated cells
