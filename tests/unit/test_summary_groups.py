@@ -190,7 +190,8 @@ def test_an_observer_asking_for_the_sift_gets_each_blocks_sift(tmp_path, monkeyp
     whole lines, the sift of that block from the same pass as a 4th argument: equal to
     `sifter()` run on the block alone; the over-long and last lines come without one.
     Seen red: `sift_with` not read, `one_pass` inverted (`!= DEFAULT_TAGS`), the sift's
-    buffer or line number replaced by None, `sifted.append(None)`, the sift not passed."""
+    buffer or line number replaced by None, `sifted.append(None)`, the sift not passed,
+    the path passed as None."""
     if tm._compiled is None:
         pytest.skip("harness.telemetry._scan is not built")
     monkeypatch.setattr(tm, "BLOCK_BYTES", block)
@@ -198,6 +199,7 @@ def test_an_observer_asking_for_the_sift_gets_each_blocks_sift(tmp_path, monkeyp
     path, seen = observed_log(tmp_path, block)
     rec = Recorder(sift_with=(None, ()))
     summarize(path, observe=rec)
+    assert {c[0] for c in rec.calls} == {str(path)}
     assert b"".join(c[1] for c in rec.calls) == seen
     sift = tm.sifter()
     with_sift = [c for c in rec.calls if c[3] is not None]
