@@ -54,9 +54,9 @@ def grid_below(b: int, n: int, pad: int, decimals: int | None) -> tuple[int, str
 def test_step_down_on_the_exact_grid_is_the_largest_multiple_of_p_below(n, pad, b):
     """Exact grid: one rung down from any capacity (executable or not) is the shortest
     decimal whose budget is the largest multiple of P strictly below its budget; None when
-    that is not positive. Seen red: `range(..., 0, ...)` -> `range(..., 1, ...)` (the rung
-    of budget 1 lost). (Starting the search at `budget` or `budget + P` is equivalent: a
-    candidate there never has a smaller budget.)"""
+    that is not positive. Seen red: `round_up_to_grid(below, ...)` ->
+    `round_up_to_grid(below - pad_multiple, ...)` (a rung skipped). (Starting the search at
+    `budget` or `budget + P` is equivalent: a candidate there never has a smaller budget.)"""
     units = b * 10**6 // n + 1                      # a capacity with a budget near b
     text = cap.format_capacity(Decimal(units).scaleb(-6))
     got = cap.step_down(text, n, pad)
