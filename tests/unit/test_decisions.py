@@ -484,3 +484,114 @@ def test_time_writes_its_rows_for_this_model_and_stamps_only_select_backends():
     assert {(r.campaign, r.model) for r in ctx.trials[MODEL]} == {(RB.campaign, MODEL)}
     dirs = {o.row.cell_dir for o in outs}
     assert {r.cell_dir for r in ctx.trials[MODEL]} <= dirs and None not in dirs
+
+
+# --- what the rows carry from the runs: backend_impl, dropped slots, equal work -----------
+
+@pytest.mark.parametrize("status", [Status.OK, Status.DOES_NOT_FIT])
+def test_the_selection_row_names_the_measure_runs_backend_impl(status):
+    """capacity_selection.tsv's backend_impl is the last measure run's (selected or not).
+    Seen red: `backend_impl=out.row.backend_impl` -> None in either branch of select_step."""
+    ctx = Context(RB, (), None)
+    req = Request(MODEL, "echo", Purpose.MEASURE, "2.00")
+    out = outcome(req, status, summary(N + 5) if status == Status.OK else None)
+    out = dataclasses.replace(out, row=dataclasses.replace(out.row, backend_impl="impl-m"))
+    select_step(ctx, MODEL, "echo", {"outcome": out, "capacity": "2.00"})
+    assert ctx.selection[(MODEL, "echo")].backend_impl == "impl-m"
+
+
+@FAST
+@given(dropped=st.lists(st.one_of(st.none(), st.integers(0, 50)), min_size=1, max_size=4),
+       impls=st.lists(st.sampled_from([None, "", "timed-impl"]), min_size=4, max_size=4))
+def test_timing_row_sums_the_dropped_slots_of_runs_with_rows_and_names_the_impl(dropped,
+                                                                                impls):
+    """dropped_slots: the sum over the launches whose summary has dispatch rows (None
+    stands for a launch without telemetry, 0 rows), None when no launch has any;
+    backend_impl: the first usable timing line's, else the first run's attempt row's.
+    Seen red: `getattr(o.summary, "rows", 0)` -> "ROWS" (no launch counted), the sum -> None,
+    `if not figures.get("backend_impl")` -> `if figures.get(...)`."""
+    req = Request(MODEL, "echo", Purpose.TIME, "2.00")
+    timing = {"per_trial": [{"dispatch_ms_median": 1.0, "combine_ms_median": 2.0}] * 2,
+              "trials": 2, "iters": 3, "noise_floor_pct": 1.0, "timer": "perf_counter"}
+    outs = []
+    for i, d in enumerate(dropped):
+        summ = summary(N, rows=0) if d is None else dataclasses.replace(summary(N),
+                                                                        dropped_slots=d)
+        t = dict(timing, backend_impl=impls[i]) if impls[i] is not None else timing
+        out = outcome(req, Status.OK, summ, attempt=i + 1, timing=t)
+        outs.append(dataclasses.replace(out, row=dataclasses.replace(
+            out.row, backend_impl=f"attempt-{i}")))
+    row = timing_row(N, outs)
+    counted = [d for d in dropped if d is not None]
+    assert row.dropped_slots == (sum(counted) if counted else None)
+    assert row.backend_impl == (impls[0] or "attempt-0")
+
+
+def test_an_arm_that_dropped_slots_is_compared_as_unequal_work_with_its_figures():
+    """time_step hands comparison_rows each arm's timing.tsv status, dropped slots and
+    backend_impl: an arm whose launches dropped slots gets the verdict unequal_work and
+    its row states them; its trial rows name the arm's backend_impl. Seen red: `work`
+    -> None, its keys misspelt ("STATUS", "DROPPED_SLOTS", "BACKEND_IMPL"), the trial rows'
+    `backend_impl=impl.get(r["backend"])` -> None."""
+    from harness.vocab import Verdict
+    ctx = Context(RB, (), None)
+    for b in ("echo", "ultraep"):
+        ctx.selection[(MODEL, b)] = SelectionRow(campaign=RB.campaign, model=MODEL, backend=b,
+                                                 selected_capacity="1.5")
+
+    def answer(i, req):
+        timing = {"per_trial": [{"dispatch_ms_median": 1.0 + 0.01 * (i % 3),
+                                 "combine_ms_median": 2.0}] * 2,
+                  "trials": 2, "iters": 3, "noise_floor_pct": 1.0, "timer": "perf_counter",
+                  "backend_impl": f"impl-{req.backend}"}
+        drops = 4 if req.backend == "ultraep" else 0
+        return outcome(req, Status.OK, dataclasses.replace(summary(N), dropped_slots=drops),
+                       attempt=i + 1, timing=timing)
+    run_step(time_step(ctx, MODEL), answer)
+    rows = [r for r in ctx.comparison[MODEL] if r.backend == "ultraep"]
+    launches = RB.timing.launches
+    assert rows and {(r.status, r.dropped_slots, r.backend_impl, r.verdict) for r in rows} == {
+        (Status.OK, 4 * launches, "impl-ultraep", Verdict.UNEQUAL_WORK)}
+    others = [r for r in ctx.comparison[MODEL] if r.backend not in ("ultraep",)]
+    assert others and all(r.verdict != Verdict.UNEQUAL_WORK for r in others)
+    assert {r.baseline_dropped_slots for r in ctx.comparison[MODEL]} == {0}
+    assert {(r.backend, r.backend_impl) for r in ctx.trials[MODEL]} == {
+        (arm, f"impl-{arm}") for arm in dec.timed_arms(RB)[1]}
+
+
+def test_a_baseline_without_usable_launches_gives_every_arm_its_reason():
+    """An arm with usable launches against a baseline without any: no paired launch, and
+    the row's reason is the baseline's ("no usable launch (timing status crash)"), not one
+    invented for the arm that has launches. Seen red: `(model, arm) in ctx.timing and not
+    any(usable[arm])` -> `or`."""
+    ctx = Context(RB, (), None)
+    ctx.selection[(MODEL, "echo")] = SelectionRow(campaign=RB.campaign, model=MODEL,
+                                                  backend="echo", selected_capacity="1.5")
+    baseline = dec.timed_arms(RB)[0]
+    timing = {"per_trial": [{"dispatch_ms_median": 1.0, "combine_ms_median": 2.0}] * 2,
+              "trials": 2, "iters": 3, "noise_floor_pct": 1.0, "timer": "perf_counter"}
+
+    def answer(i, req):
+        if req.backend == baseline:
+            return outcome(req, Status.CRASH, None, attempt=i + 1)
+        return outcome(req, Status.OK, summary(N), attempt=i + 1, timing=timing)
+    run_step(time_step(ctx, MODEL), answer)
+    rows = ctx.comparison[MODEL]
+    assert rows and {r.reason for r in rows} == {"no usable launch (timing status crash)"}
+
+
+def test_validate_steps_up_on_the_runbooks_legacy_grid():
+    """On `decimals: 2` at N = 2048, P = 128 the executable 2-decimal capacities are 0.25
+    apart (512 slots); a validate run at 1.00 that drops steps up to 1.25, not to the exact
+    grid's 1.0625. Seen red: `cap.step_up(..., rb.capacity.decimals)` -> decimals None
+    (the survivor docs/development.md listed as UNKNOWN)."""
+    assert N == 2048 and PAD == 128
+    rb = runbook(decimals=2)
+    ctx = Context(rb, (), None)
+    row = SelectionRow(campaign=RB.campaign, model=MODEL, backend="echo", uniform_tokens=N,
+                       selected_capacity="1.00", peak_actual_valid_recv=N)
+    m_out = outcome(Request(MODEL, "echo", Purpose.MEASURE, "2.00"), Status.OK, summary(N))
+    kinds = ["drops", "drops", "accept"]
+    asked, _ = run_step(validate_step(ctx, MODEL, "echo", {"row": row, "outcome": m_out}),
+                        lambda i, req: validate_answer(kinds[i], req, N))
+    assert [r.capacity for r in asked] == ["1.00", "1.25", "1.50"]
