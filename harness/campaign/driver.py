@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -101,8 +102,10 @@ class Active:
 
 def harness_result(exc: BaseException, doing: str, wall_s: float | None = None) -> JobResult:
     """The JobResult of a cell the harness failed (`doing`: what it was doing), not its run."""
-    import traceback
     trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    detail = getattr(exc, "detail", "")     # e.g. the dead fork server's own stderr
+    if detail:
+        trace += f"\n{type(exc).__name__}.detail (its own output):\n{detail}"
     return JobResult(LauncherState.FAILED, None, [], wall_s, "harness failure",
                      harness=f"{doing}: {what_broke(exc)}", harness_trace=trace)
 

@@ -45,7 +45,12 @@ TRACE_BYTES = 8192              # a setup traceback's bound (the status pipe is 
 
 class ForkServerDied(RuntimeError):
     """The fork server process ended (killed, or its preload failed to import): its runs'
-    exits can no longer be known. A harness failure, never the run's."""
+    exits can no longer be known. A harness failure, never the run's. `detail`: the end of
+    the server's own stderr (its traceback), for the cell's harness.txt."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
 
 
 def _run_child(req: dict, fds: list[int], ready: int) -> None:
@@ -202,17 +207,18 @@ class ForkServer:
         self.harness: dict[int, str] = {}      # pid -> the traceback of its failed set-up
         self.pids: list[int] = []
         self.died: str | None = None           # why the server is gone, once it is
+        self.died_detail = ""                  # the end of its stderr then
 
     def _pump(self, timeout: float) -> None:
         if self.died is not None:
-            raise ForkServerDied(self.died)
+            raise ForkServerDied(self.died, self.died_detail)
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         if not ready:
             return
         chunk = os.read(self.proc.stdout.fileno(), 65536)
         if not chunk:
             self.died = self.death()
-            raise ForkServerDied(self.died)
+            raise ForkServerDied(self.died, self.died_detail)
         self.buf += chunk
         while b"\n" in self.buf:
             line, self.buf = self.buf.split(b"\n", 1)
@@ -233,9 +239,10 @@ class ForkServer:
             code = None
         try:
             with open(self.log_path, encoding="utf-8", errors="replace") as fh:
-                last = [ln.strip() for ln in fh.read()[-65536:].splitlines() if ln.strip()]
+                self.died_detail = fh.read()[-65536:]
         except OSError:
-            last = []
+            self.died_detail = ""
+        last = [ln.strip() for ln in self.died_detail.splitlines() if ln.strip()]
         said = f" ({last[-1][:300]})" if last else ""
         return f"the fork server exited with {code}{said}; its log: {self.log_path}"
 
@@ -247,7 +254,7 @@ class ForkServer:
             self.proc.stdin.flush()
         except BrokenPipeError:
             self.died = self.death()
-            raise ForkServerDied(self.died) from None
+            raise ForkServerDied(self.died, self.died_detail) from None
         deadline = time.monotonic() + START_DEADLINE_S
         while not self.pids:
             if time.monotonic() > deadline:

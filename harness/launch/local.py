@@ -40,11 +40,20 @@ CAPTURE_WAIT_S = 10.0       # after the ranks end, how long their captures may t
 MARKER_ENV = "EPCAP_CELL_DIR"
 EXIT_LOG = "launcher.log"   # the local launcher's own record of the tasks that failed
 EXIT_RECORD = "epcap local launcher: task {task} (pid {pid}) ended (exitcode: {code})"
-# Tests only (no runbook or user sets it): the first N forked tasks lose their log FIFO the
-# way a slow fork server once made one lose it (issue 41): their capture gives up waiting and
-# removes the FIFO before the server forks, so the rank's set-up fails (FileNotFoundError) --
-# a harness failure, made certain (tests/e2e/test_harness_failures.py).
+# Tests only (no runbook or user sets it): `N` makes the first N forked tasks of this
+# launcher, `@K` the K-th only, lose their log FIFO the way a slow fork server once made one
+# lose it (issue 41): the capture gives up waiting and removes the FIFO before the server
+# forks, so the rank's set-up fails (FileNotFoundError) -- a harness failure, made certain
+# (tests/e2e/test_harness_failures.py).
 LOSE_FIFO_ENV = "EPCAP_TEST_LOSE_FIFO"
+
+
+def fifos_to_lose(value: str | None) -> set[int]:
+    """The forked tasks (1-based, in start order) LOSE_FIFO_ENV's value names."""
+    value = (value or "").strip()
+    if value.startswith("@"):
+        return {int(value[1:])}
+    return set(range(1, int(value) + 1)) if value else set()
 
 
 def log_size(paths: list[Path]) -> int:
@@ -157,7 +166,8 @@ class LocalLauncher(Launcher):
         """`runbook` is accepted like every launcher's; local runs need nothing from it."""
         self._jobs: dict[str, _Job] = {}
         self._servers: dict[tuple[str, ...], ForkServer] = {}
-        self._fifos_to_lose = int(os.environ.get(LOSE_FIFO_ENV) or 0)
+        self._fifos_to_lose = fifos_to_lose(os.environ.get(LOSE_FIFO_ENV))
+        self._forked = 0                # forked tasks started (LOSE_FIFO_ENV counts them)
 
     def _server(self, preload: list[str]) -> ForkServer:
         """The fork server that pre-imported `preload` (started on first use)."""
@@ -226,8 +236,8 @@ class LocalLauncher(Launcher):
         if preload:
             fifo = Path(tempfile.mkdtemp(prefix="epcap-rank-")) / "out.fifo"
             os.mkfifo(fifo, 0o600)
-            lose = self._fifos_to_lose > 0
-            self._fifos_to_lose -= lose
+            self._forked += 1
+            lose = self._forked in self._fifos_to_lose
             # The capture waits for its rank as long as the server may take to fork it (its
             # first request waits on the preload's import) plus the run's timeout: a capture
             # that gave up first removed the FIFO under a rank not yet forked (issue 41).
