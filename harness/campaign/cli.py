@@ -240,8 +240,8 @@ def run_campaign(rb: Runbook, root: Path, launch: Launcher, stages: tuple[str, .
     except Replay as exc:
         view.stop()
         raise BadInput(str(exc), field="--stage") from exc
-    except EpcapError:
-        raise
+    except (EpcapError, OSError, UnicodeError, RecursionError, OverflowError, MemoryError):
+        raise                           # harness.cli maps these to one line (a full disk...)
     except Exception as exc:            # noqa: BLE001 - the driver's own failure: never a traceback
         view.stop()
         try:                            # nothing of a run in flight outlives the driver

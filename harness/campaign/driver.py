@@ -4,6 +4,7 @@ failures (bounded), stops on a bug, and replays finished runs from the events on
 from __future__ import annotations
 
 import dataclasses
+import errno
 import shlex
 import time
 import traceback
@@ -98,6 +99,14 @@ class Active:
     adopted: bool = False             # a job an earlier driver submitted (its span is not ours)
     queued: str | None = None         # the scheduler's pending reason last said, if queued
     result: JobResult | None = None   # known before any poll: the harness failed to start it
+
+
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)   # the user's to fix: named, not retried
+
+
+def disk_error(exc: BaseException) -> bool:
+    """A full or read-only disk: harness.cli names it (exit 2); retrying cannot help."""
+    return isinstance(exc, OSError) and exc.errno in DISK_ERRNOS
 
 
 def harness_result(exc: BaseException, doing: str, wall_s: float | None = None) -> JobResult:
@@ -331,6 +340,8 @@ class Campaign:
             store.mark_abandoned(cdir, reason)
             raise
         except Exception as exc:            # noqa: BLE001 - the harness failed (issue 41)
+            if disk_error(exc):
+                raise
             return Active(pipe, req, cell, JobHandle(cell.name, cdir, "", {}), backend, spec,
                           utc_now(), t0, retries_left,
                           result=harness_result(exc, f"{self.launcher.name} launcher, "
@@ -389,6 +400,8 @@ class Campaign:
         except EpcapError:
             raise
         except Exception as exc:            # noqa: BLE001 - the harness failed (issue 41)
+            if disk_error(exc):
+                raise
             try:
                 self.launcher.cancel(act.handle)
             except Exception:               # noqa: BLE001, S110 - the first failure is named
@@ -427,6 +440,8 @@ class Campaign:
             except EpcapError:
                 raise
             except Exception as exc:        # noqa: BLE001 - the harness failed (issue 41)
+                if disk_error(exc):
+                    raise
                 judged = harness_result(exc, "the driver, classifying the finished run")
                 result = dataclasses.replace(result, harness=judged.harness,
                                              harness_trace=judged.harness_trace)
