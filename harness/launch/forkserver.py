@@ -20,8 +20,9 @@ A child that fails while it sets the run up (its session, its log FIFO, cwd, env
 harness's part, before the run's module starts) writes the traceback to its status pipe
 instead of a terminal; the exit reply then carries {"harness": "<traceback>"}, and the launcher
 records the cell as a harness failure (docs/taxonomy.md#harness-failures), not the run's. The
-server's own stderr (a preload that fails to import) goes to a file (`ForkServer.log_path`)
-that the error naming its death quotes.
+server's own stderr (a preload that fails to import) goes to an unlinked temporary file the
+launcher keeps open (nothing is left behind), whose end the error naming its death quotes and
+carries (`ForkServerDied.detail`, written to the cell's harness.txt).
 """
 
 from __future__ import annotations
@@ -193,14 +194,12 @@ class ForkServer:
 
     def __init__(self, preload: list[str], cwd: str | None, env: dict) -> None:
         # the server's own stderr (a preload's import error): a file, never the terminal
-        fd, self.log_path = tempfile.mkstemp(prefix="epcap-forkserver-", suffix=".log")
-        try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "harness.launch.forkserver",
-                                          *preload], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=fd, cwd=cwd, env=env,
-                                         start_new_session=True)
-        finally:
-            os.close(fd)
+        self.log_fd, path = tempfile.mkstemp(prefix="epcap-forkserver-", suffix=".log")
+        os.unlink(path)                        # open here and in the server only
+        self.proc = subprocess.Popen([sys.executable, "-m", "harness.launch.forkserver",
+                                      *preload], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.log_fd, cwd=cwd,
+                                     env=env, start_new_session=True)
         os.set_blocking(self.proc.stdout.fileno(), False)
         self.buf = b""
         self.exits: dict[int, int] = {}
@@ -238,13 +237,14 @@ class ForkServer:
         except subprocess.TimeoutExpired:
             code = None
         try:
-            with open(self.log_path, encoding="utf-8", errors="replace") as fh:
-                self.died_detail = fh.read()[-65536:]
+            size = os.fstat(self.log_fd).st_size
+            tail = os.pread(self.log_fd, 65536, max(0, size - 65536))
+            self.died_detail = tail.decode("utf-8", "replace")
         except OSError:
             self.died_detail = ""
         last = [ln.strip() for ln in self.died_detail.splitlines() if ln.strip()]
         said = f" ({last[-1][:300]})" if last else ""
-        return f"the fork server exited with {code}{said}; its log: {self.log_path}"
+        return f"the fork server exited with {code}{said}"
 
     def start(self, argv: list[str], env: dict, cwd: str | None, log: str) -> ForkedProcess:
         """Fork one run; returns once the server names its pid."""
@@ -259,7 +259,7 @@ class ForkServer:
         while not self.pids:
             if time.monotonic() > deadline:
                 raise ForkServerDied(f"the fork server did not answer within "
-                                     f"{START_DEADLINE_S:g} s; its log: {self.log_path}")
+                                     f"{START_DEADLINE_S:g} s")
             self._pump(0.5)
         return ForkedProcess(self, self.pids.pop(0))
 
@@ -267,9 +267,8 @@ class ForkServer:
         if self.proc.poll() is None:
             self.proc.stdin.close()
             self.proc.wait(timeout=10)
-        try:                                   # an empty log says nothing: leave no file
-            if os.path.getsize(self.log_path) == 0:
-                os.unlink(self.log_path)
+        try:
+            os.close(self.log_fd)
         except OSError:
             pass
 

@@ -250,9 +250,6 @@ TOOL_CALLS = {"subprocess.run", "subprocess.check_output", "subprocess.Popen",
               "subprocess.check_call", "subprocess.call"}
 # (file, what): why that read needs no boundary. Everything else reads through harness/io.
 READERS_ALLOWED = {
-    ("harness/launch/forkserver.py", "open"):
-        "the fork server's own stderr file (a temporary file the launcher made for it): the "
-        "last 64 KiB, decoded with errors replaced, for the one line naming its death",
     ("harness/audit/versions.py", "json.loads"):
         "the JSON document an earlier epcap commit's own `epcap audit --json` printed "
         "(run through boundary.tools: decoded, size-capped)",
