@@ -17,7 +17,7 @@ import click
 
 from harness import __version__
 from harness.api.registry import LAUNCHER_NAMES
-from harness.errors import BadInput, EpcapError, boundary_message
+from harness.errors import BadInput, EpcapError, boundary_message, harness_failure
 from harness.io.boundary.streams import (
     STDOUT,
     check_stdout_open,
@@ -75,6 +75,10 @@ def _call(body: Callable[..., int | None], /, **kwargs) -> None:
     except (UnicodeError, RecursionError, OverflowError, MemoryError) as exc:
         click.echo(f"epcap: error: {redact_text(boundary_message(exc))}", err=True)
         sys.exit(2)
+    except Exception as exc:            # noqa: BLE001 - never a raw traceback (issue 41)
+        failure = harness_failure(exc, None, "")
+        click.echo(f"epcap: error: {redact_text(str(failure))}", err=True)
+        sys.exit(failure.exit_code)
     sys.exit(code or 0)
 
 
@@ -186,6 +190,10 @@ class EpcapGroup(click.Group):
                 _quiet_pipe()
                 sys.exit(PIPE_EXIT)
             raise
+        except Exception as exc:            # noqa: BLE001 - never a raw traceback (issue 41)
+            failure = harness_failure(exc, None, "")
+            click.echo(f"epcap: error: {redact_text(str(failure))}", err=True)
+            sys.exit(failure.exit_code)
         if not standalone_mode:
             return code
         sys.exit(code or 0)
@@ -242,9 +250,10 @@ def run(runbook, results, launcher, dry_run, no_test_only, fresh, stages, until,
     Example:
       epcap run runbooks/local-cpu.yaml --model QWEN3_30B --retry crash,timeout
     """
-    from harness.campaign.cli import cli_run  # lazy: each command imports only its own room
-
     def checked_run(**kwargs) -> int | None:
+        # lazy: each command imports only its own room; inside _call, so a broken package
+        # first on PYTHONPATH is one line, never a traceback (issue 41)
+        from harness.campaign.cli import cli_run
         refuse_secret_paths(results=kwargs["results"])
         return cli_run(**kwargs)
 

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import errno
+import os
+import tempfile
+import traceback
+from pathlib import Path
 
 
 class EpcapError(Exception):
@@ -75,3 +79,62 @@ class CampaignStopped(EpcapError):
     retries under `limits.unclassified.then: stop`): exit 3."""
 
     exit_code = 3
+
+
+class HarnessFailure(EpcapError):
+    """The harness itself failed (an exception of its own, not bad input and not a run's
+    failure): one line naming what broke and where, and the file that holds the full
+    traceback (exit 2; docs/taxonomy.md#harness-failures)."""
+
+    exit_code = 2
+
+
+def where_raised(exc: BaseException) -> str:
+    """`file.py:LINE in func` of the innermost frame that raised `exc` ('' without one)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    last = frames[-1]
+    return f"{Path(last.filename).name}:{last.lineno} in {last.name}"
+
+
+def what_broke(exc: BaseException) -> str:
+    """'AttributeError: module 'torch' has no attribute 'x' (provenance.py:211 in f)'."""
+    text = str(exc).strip().splitlines()
+    where = where_raised(exc)
+    found = getattr(getattr(exc, "obj", None), "__file__", None)   # AttributeError's module
+    if isinstance(exc, AttributeError) and isinstance(found, str):
+        where = f"{where}; that module was found at {found}" if where else found
+    return (f"{type(exc).__name__}: {text[0][:300] if text else ''}".rstrip(": ")
+            + (f" ({where})" if where else ""))
+
+
+def write_trace(exc: BaseException, folder: str | os.PathLike | None, name: str) -> str:
+    """Write `exc`'s full traceback to `folder/name` (else, or when that fails, to a new file
+    in the temporary directory); returns the path written, or '' when nothing could be."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    if folder is not None:
+        try:
+            path = Path(folder) / name
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(text)
+            return str(path)
+        except OSError:
+            pass
+    try:
+        fd, path = tempfile.mkstemp(prefix="epcap-error-", suffix=".txt")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        return path
+    except OSError:
+        return ""
+
+
+def harness_failure(exc: BaseException, folder: str | os.PathLike | None, name: str,
+                    after: str = "") -> HarnessFailure:
+    """The HarnessFailure for an unexpected exception: its traceback written (write_trace),
+    the message naming what broke, where, and that file."""
+    path = write_trace(exc, folder, name)
+    trace = f"; full traceback in {path}" if path else ""
+    return HarnessFailure(f"harness failure (a bug or a broken environment, not your input "
+                          f"and not a run's failure): {what_broke(exc)}{trace}{after}")

@@ -43,12 +43,13 @@ class Status(StrEnum):
     INFRA = "infra"
     UNCLASSIFIED = "unclassified"
     CANCELLED = "cancelled"      # a user's or an admin's scancel: stopped as asked, not retried
+    HARNESS = "harness"          # the harness failed (its launcher, fork server, driver), not the run
 
 
 # The failure taxonomy: a run that ended in one of these produced no measurement.
 FAILURE_CLASSES: tuple[Status, ...] = (Status.DOES_NOT_FIT, Status.ASSERT, Status.BADFLAG,
                                        Status.CRASH, Status.TIMEOUT, Status.INFRA,
-                                       Status.UNCLASSIFIED, Status.CANCELLED)
+                                       Status.UNCLASSIFIED, Status.CANCELLED, Status.HARNESS)
 # Bug classes stop the campaign (exit 3).
 BUG_CLASSES: tuple[Status, ...] = (Status.ASSERT, Status.BADFLAG)
 # Classes a backend's failure pattern may name, in the order they are checked: bug classes

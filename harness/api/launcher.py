@@ -29,6 +29,11 @@ class JobResult:
     log_paths: list[Path]
     wall_s: float | None = None
     detail: str = ""                  # e.g. Slurm's State/ExitCode text
+    # The harness's own failure, when the harness (its launcher, the fork server, the
+    # driver) failed and the run did not: what broke, one line; its traceback is written to
+    # the cell's harness.txt. The run is then class `harness` (docs/taxonomy.md#harness).
+    harness: str | None = None
+    harness_trace: str = ""           # the traceback text behind `harness`, when there is one
 
 
 @dataclass(frozen=True)

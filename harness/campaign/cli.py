@@ -27,7 +27,7 @@ from harness.campaign.preflight import (
 )
 from harness.campaign.progress import ProgressView, fmt_s
 from harness.campaign.state import campaign_state, campaigns_under
-from harness.errors import BadInput, Findings, os_hint
+from harness.errors import BadInput, EpcapError, Findings, harness_failure, os_hint
 from harness.grid import capacity as cap
 from harness.health import probe
 from harness.io.atomic import sweep_temps
@@ -61,6 +61,7 @@ from harness.vocab import FAILURE_CLASSES, Purpose, Stage, StageMode, Status
 
 DEFAULT_RUNBOOK = "runbooks/local-cpu.yaml"
 DRIVER_LOG = "driver.log"       # the driver's lines once its stdout's reader is gone
+DRIVER_ERROR = "harness-error.txt"  # the traceback of the driver's own failure (issue 41)
 
 
 class Interrupted(Exception):
@@ -239,6 +240,16 @@ def run_campaign(rb: Runbook, root: Path, launch: Launcher, stages: tuple[str, .
     except Replay as exc:
         view.stop()
         raise BadInput(str(exc), field="--stage") from exc
+    except (EpcapError, OSError, UnicodeError, RecursionError, OverflowError, MemoryError):
+        raise                           # harness.cli maps these to one line (a full disk...)
+    except Exception as exc:            # noqa: BLE001 - the driver's own failure: never a traceback
+        view.stop()
+        try:                            # nothing of a run in flight outlives the driver
+            camp.cancel_active(f"harness failure: {type(exc).__name__}")
+        except Exception:               # noqa: BLE001, S110 - the first failure is the one to name
+            pass
+        raise harness_failure(exc, root, DRIVER_ERROR, "; the results recorded so far are "
+                              "intact: fix it, then rerun the same command to resume") from exc
     finally:
         camp.close_groups()     # per-stage allocations end after their running step
         view.stop()

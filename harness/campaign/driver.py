@@ -4,8 +4,10 @@ failures (bounded), stops on a bug, and replays finished runs from the events on
 from __future__ import annotations
 
 import dataclasses
+import errno
 import shlex
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,13 +17,13 @@ from harness.api.registry import load_backend
 from harness.campaign import store
 from harness.campaign.estimate import CostModel
 from harness.campaign.progress import EtaEstimator, ProgressView, fmt_s, model_size
-from harness.errors import BadInput, CampaignStopped, EpcapError, Findings
+from harness.errors import BadInput, CampaignStopped, EpcapError, Findings, what_broke
 from harness.grid import capacity as cap
 from harness.io.atomic import write_text_atomic
 from harness.io.boundary.paths import check_under
 from harness.io.redact import redact_text
 from harness.launch import make_launcher
-from harness.pipeline.analysis import analyse, utc_now
+from harness.pipeline.analysis import analyse, attempt_row, utc_now
 from harness.pipeline.decisions import Context, Outcome, Pipe, Request
 from harness.pipeline.replay import next_standing
 from harness.pipeline.stages import STAGE_OF_PURPOSE, plan_cells
@@ -42,6 +44,7 @@ from harness.results.events import (
 from harness.results.layout import (
     ATTEMPTS_TSV,
     EVENTS_JSONL,
+    HARNESS_TXT,
     PROVENANCE_TXT,
     STOPPED_TXT,
     Cell,
@@ -56,9 +59,13 @@ from harness.results.tables import append_row
 from harness.runbook.model import Runbook
 from harness.taxonomy.judge import CONFIG_FAILURE
 from harness.timing import verdicts
-from harness.vocab import BUG_CLASSES, CANARY_OK, Purpose, Stage, StageMode, Status
+from harness.vocab import BUG_CLASSES, CANARY_OK, LauncherState, Purpose, Stage, StageMode, Status
 
 POLL_S = 0.05           # between polls, unless the launcher says otherwise (Launcher.poll_s)
+# A harness failure (docs/taxonomy.md#harness-failures) is retried as a new attempt without
+# spending the cell's retries; this many in a row for one request, and the next stops the
+# campaign naming the traceback.
+HARNESS_RETRIES = 2
 
 
 # Stages whose cells interleave within one model (a backend's measure, then its validation
@@ -91,6 +98,25 @@ class Active:
     retries_left: RetryBudget
     adopted: bool = False             # a job an earlier driver submitted (its span is not ours)
     queued: str | None = None         # the scheduler's pending reason last said, if queued
+    result: JobResult | None = None   # known before any poll: the harness failed to start it
+
+
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)   # the user's to fix: named, not retried
+
+
+def disk_error(exc: BaseException) -> bool:
+    """A full or read-only disk: harness.cli names it (exit 2); retrying cannot help."""
+    return isinstance(exc, OSError) and exc.errno in DISK_ERRNOS
+
+
+def harness_result(exc: BaseException, doing: str, wall_s: float | None = None) -> JobResult:
+    """The JobResult of a cell the harness failed (`doing`: what it was doing), not its run."""
+    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    detail = getattr(exc, "detail", "")     # e.g. the dead fork server's own stderr
+    if detail:
+        trace += f"\n{type(exc).__name__}.detail (its own output):\n{detail}"
+    return JobResult(LauncherState.FAILED, None, [], wall_s, "harness failure",
+                     harness=f"{doing}: {what_broke(exc)}", harness_trace=trace)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,6 +156,7 @@ class Campaign:
         self.active: list[Active] = []
         self.invocation: dict[str, str] = {}     # provenance lines of a partial re-run
         self.orphans: dict[tuple[str, str, str], Orphan] = {}
+        self.harness_fails: dict[tuple[str, str, str], int] = {}   # in a row, per request
         self.open_groups: set[str] = set()      # groups (model stages) with cells launched
         past = store.history(root, runbook, history_roots)
         for backend, model, purpose, attempt, seconds in past.runs:   # older than our own
@@ -312,6 +339,14 @@ class Campaign:
             self.log.write(CellAbandoned(cell=cell.name, reason=reason))
             store.mark_abandoned(cdir, reason)
             raise
+        except Exception as exc:            # noqa: BLE001 - the harness failed (issue 41)
+            if disk_error(exc):
+                raise
+            return Active(pipe, req, cell, JobHandle(cell.name, cdir, "", {}), backend, spec,
+                          utc_now(), t0, retries_left,
+                          result=harness_result(exc, f"{self.launcher.name} launcher, "
+                                                "starting the cell",
+                                                round(time.monotonic() - t0, 3)))
         self.log.write(CellStart(**where, job_id=handle.job_id,
                                  job_extra=store.jsonable(handle.extra)))
         return Active(pipe, req, cell, handle, backend, spec, utc_now(), t0, retries_left)
@@ -355,13 +390,66 @@ class Campaign:
         fields["cell.argv"] = shlex.join(store.redacted(spec.argv))
         write_provenance(cdir / PROVENANCE_TXT, fields)
 
+    def poll(self, act: Active) -> JobResult | None:
+        """The launcher's poll of a cell in flight; a launcher that raises (its fork server
+        died, a bug) ends the cell as a harness failure, its processes cancelled."""
+        if act.result is not None:
+            return act.result
+        try:
+            return self.launcher.poll(act.handle)
+        except EpcapError:
+            raise
+        except Exception as exc:            # noqa: BLE001 - the harness failed (issue 41)
+            if disk_error(exc):
+                raise
+            try:
+                self.launcher.cancel(act.handle)
+            except Exception:               # noqa: BLE001, S110 - the first failure is named
+                pass
+            return harness_result(exc, f"{self.launcher.name} launcher, polling the cell",
+                                  round(time.monotonic() - act.t0, 3))
+
+    def harness_outcome(self, act: Active, result: JobResult, req: RunRequest,
+                        cdir: Path) -> Outcome:
+        """A harness failure's Outcome: class `harness`, the traceback in the cell's
+        harness.txt, no measurement (docs/taxonomy.md#harness-failures)."""
+        trace = cdir / HARNESS_TXT
+        try:
+            with open(trace, "a", encoding="utf-8") as fh:
+                fh.write(f"{result.harness}\n\n{result.harness_trace}\n")
+        except OSError:
+            pass
+        failure = {"status": Status.HARNESS, "path": str(trace), "line_no": None,
+                   "line": result.harness,
+                   "reason": "harness failure, not the run's: retried as a new attempt "
+                             "without counting against the cell"}
+        n = req.shape.uniform_tokens(req.model.topk)
+        row = attempt_row(act.cell, n, act.backend.implementation(None), result, None,
+                          Status.HARNESS, failure, act.started_utc)
+        return Outcome(act.cell, Status.HARNESS, None, None, row, failure, None)
+
     def finish(self, act: Active, result: JobResult) -> Outcome:
         """Classify, summarize, record (cell.json, event, TSV row) and feed the ETA."""
         cdir = cell_dir(self.root, act.cell)
         req = RunRequest.for_cell(self.rb, act.cell, cdir)
-        out = analyse(req, act.backend, result, Path(act.handle.cell_dir), act.started_utc)
+        out = None
+        if result.harness is None:
+            try:
+                out = analyse(req, act.backend, result, Path(act.handle.cell_dir),
+                              act.started_utc)
+            except EpcapError:
+                raise
+            except Exception as exc:        # noqa: BLE001 - the harness failed (issue 41)
+                if disk_error(exc):
+                    raise
+                judged = harness_result(exc, "the driver, classifying the finished run")
+                result = dataclasses.replace(result, harness=judged.harness,
+                                             harness_trace=judged.harness_trace)
+        if out is None:
+            out = self.harness_outcome(act, result, req, cdir)
+        harness = out.status == Status.HARNESS
         span = time.monotonic() - act.t0
-        if not act.adopted:                 # an adopted job's span began before this driver
+        if not act.adopted and not harness:  # an adopted job's span began before this driver
             self.estimator.add(act.cell.backend, act.cell.model, act.cell.purpose, span,
                                act.cell.attempt)
         summary = out.summary.to_dict() if out.summary is not None else None
@@ -375,10 +463,13 @@ class Campaign:
                             row=out.row.as_dict(), summary=summary, timing=out.timing,
                             failure=out.failure, wall_s=result.wall_s,
                             steps=out.steps.to_dict() if out.steps is not None else None,
-                            span_s=round(span, 3), runs_left=len(left),
+                            span_s=None if harness else round(span, 3), runs_left=len(left),
                             eta_s=None if eta is None else round(eta, 3),
                             stage=STAGE_OF_PURPOSE[act.cell.purpose])
         self.log.write(record)
+        if harness:             # no attempts row, not a finished run: the request runs again
+            self.report_cell(out, len(left), eta)
+            return out
         if act.cell.purpose != Purpose.CANARY:
             append_row(self.root / ATTEMPTS_TSV, ATTEMPT_COLUMNS, out.row)
         key = (act.cell.model, act.cell.backend, act.cell.purpose)
@@ -386,6 +477,23 @@ class Campaign:
         self.cursor[key] = len(self.finished[key])
         self.report_cell(out, len(left), eta)
         return out
+
+    def retry_harness(self, out: Outcome) -> None:
+        """A harness failure: say so and let the caller launch the request again with the
+        retries it had; the (HARNESS_RETRIES + 1)-th in a row for one request stops the
+        campaign (exit 3) naming the traceback's file."""
+        key = (out.cell.model, out.cell.backend, out.cell.purpose)
+        n = self.harness_fails[key] = self.harness_fails.get(key, 0) + 1
+        trace = (out.failure or {}).get("path")
+        if n > HARNESS_RETRIES:
+            self.stop(out, f"campaign stopped: the harness failed {n} times in a row running "
+                           f"{out.cell.name} ({(out.failure or {}).get('line')}); this is the "
+                           f"harness or its environment, not the run: traceback in {trace}; "
+                           "fix it, then rerun the same command (the cell runs again)",
+                      "harness failure")
+        self.view.line(f"    harness failure, not the run's (traceback in {trace}): retried as "
+                       f"a new attempt, not counted against the cell ({n} of "
+                       f"{HARNESS_RETRIES} in a row)")
 
     # -- progress ------------------------------------------------------------------------
     def planned_keys(self) -> list[PlannedCell]:
@@ -526,12 +634,18 @@ class Campaign:
     def poll_once(self, waiting: dict) -> None:
         time.sleep(getattr(self.launcher, "poll_s", POLL_S))
         for act in list(self.active):
-            result = self.launcher.poll(act.handle)
+            result = self.poll(act)
             if result is None:
                 self.watch_queue(act)
                 continue
             self.active.remove(act)
             out = self.finish(act, result)
+            key = (act.request.model, act.request.backend, act.request.purpose)
+            if out.status == Status.HARNESS:       # the same retries: not the cell's failure
+                self.retry_harness(out)
+                self.active.append(self.launch(act.pipe, act.request, act.retries_left))
+                continue
+            self.harness_fails.pop(key, None)
             self.check_bug(out)
             if act.retries_left.allows(out.status):
                 self.active.append(self.launch(act.pipe, act.request,
@@ -603,8 +717,11 @@ class Campaign:
                 continue                    # outside --backend: its canary waits too
             if out is None and mode != StageMode.RUN:
                 raise Replay(f"no canary results for {b.name}; run the preflight stage first")
-            while out is None or retries_left.allows(out.status):
-                if out is not None:
+            while out is None or out.status == Status.HARNESS \
+                    or retries_left.allows(out.status):
+                if out is not None and out.status == Status.HARNESS:
+                    self.retry_harness(out)        # not the cell's: its retries stay
+                elif out is not None:
                     retries_left = retries_left.spent(out.status)
                 act = self.launch(None, req, retries_left)
                 self.active.append(act)
@@ -647,7 +764,7 @@ class Campaign:
     def wait(self, act: Active) -> Outcome:
         while True:
             time.sleep(getattr(self.launcher, "poll_s", POLL_S))
-            result = self.launcher.poll(act.handle)
+            result = self.poll(act)
             if result is not None:
                 self.active.remove(act)
                 return self.finish(act, result)

@@ -93,6 +93,7 @@ from harness.vocab import (
     Event,
     Purpose,
     StageMode,
+    Status,
     run_iterations,
     run_phase,
 )
@@ -479,9 +480,11 @@ def unfinished_starts(root: Path) -> list[CellSubmit]:
 
 
 def write_attempts(root: Path) -> None:
-    """Rebuild capacity_attempts.tsv from the cell_finish events (canaries are not rows)."""
+    """Rebuild capacity_attempts.tsv from the cell_finish events (canaries are not rows, nor
+    harness failures: the harness failed, not a run of the cell)."""
     rows = [AttemptRow.from_record(e["row"]) for e in read_events(root / EVENTS_JSONL)
-            if e["ev"] == Event.CELL_FINISH and e.get("purpose") != Purpose.CANARY]
+            if e["ev"] == Event.CELL_FINISH and e.get("purpose") != Purpose.CANARY
+            and e.get("status") != Status.HARNESS]
     write_table_atomic(root / ATTEMPTS_TSV, ATTEMPT_COLUMNS, rows)
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from harness.api.backend import RANK_FIFOS_ENV, LaunchSpec, free_port
 from harness.api.launcher import JobHandle, JobResult, Launcher
-from harness.launch.forkserver import ForkServer, uses_forkserver
+from harness.launch.forkserver import START_DEADLINE_S, ForkServer, uses_forkserver
 from harness.vocab import LauncherState
 
 HARNESS_ROOT = Path(__file__).resolve().parents[2]
@@ -40,6 +40,20 @@ CAPTURE_WAIT_S = 10.0       # after the ranks end, how long their captures may t
 MARKER_ENV = "EPCAP_CELL_DIR"
 EXIT_LOG = "launcher.log"   # the local launcher's own record of the tasks that failed
 EXIT_RECORD = "epcap local launcher: task {task} (pid {pid}) ended (exitcode: {code})"
+# Tests only (no runbook or user sets it): `N` makes the first N forked tasks of this
+# launcher, `@K` the K-th only, lose their log FIFO the way a slow fork server once made one
+# lose it (issue 41): the capture gives up waiting and removes the FIFO before the server
+# forks, so the rank's set-up fails (FileNotFoundError) -- a harness failure, made certain
+# (tests/e2e/test_harness_failures.py).
+LOSE_FIFO_ENV = "EPCAP_TEST_LOSE_FIFO"
+
+
+def fifos_to_lose(value: str | None) -> set[int]:
+    """The forked tasks (1-based, in start order) LOSE_FIFO_ENV's value names."""
+    value = (value or "").strip()
+    if value.startswith("@"):
+        return {int(value[1:])}
+    return set(range(1, int(value) + 1)) if value else set()
 
 
 def log_size(paths: list[Path]) -> int:
@@ -139,6 +153,7 @@ class _Job:
         self.last_growth = self.started
         self.first_fail: float | None = None
         self.result: JobResult | None = None
+        self.harness: tuple[str, str] | None = None     # (what broke, its traceback)
 
 
 class LocalLauncher(Launcher):
@@ -151,6 +166,8 @@ class LocalLauncher(Launcher):
         """`runbook` is accepted like every launcher's; local runs need nothing from it."""
         self._jobs: dict[str, _Job] = {}
         self._servers: dict[tuple[str, ...], ForkServer] = {}
+        self._fifos_to_lose = fifos_to_lose(os.environ.get(LOSE_FIFO_ENV))
+        self._forked = 0                # forked tasks started (LOSE_FIFO_ENV counts them)
 
     def _server(self, preload: list[str]) -> ForkServer:
         """The fork server that pre-imported `preload` (started on first use)."""
@@ -219,8 +236,16 @@ class LocalLauncher(Launcher):
         if preload:
             fifo = Path(tempfile.mkdtemp(prefix="epcap-rank-")) / "out.fifo"
             os.mkfifo(fifo, 0o600)
-            captures.append(start_capture(cell_dir, task, spec.env, fifo=fifo,
-                                          fifo_timeout_s=timeout_s, log=log_name))
+            self._forked += 1
+            lose = self._forked in self._fifos_to_lose
+            # The capture waits for its rank as long as the server may take to fork it (its
+            # first request waits on the preload's import) plus the run's timeout: a capture
+            # that gave up first removed the FIFO under a rank not yet forked (issue 41).
+            cap = start_capture(cell_dir, task, spec.env, fifo=fifo, log=log_name,
+                                fifo_timeout_s=0 if lose else timeout_s + START_DEADLINE_S)
+            captures.append(cap)
+            if lose:                    # tests: the capture gives up (1 s) and removes it
+                cap.wait(timeout=30)
             procs.append(self._server(preload).start(spec.argv, env, spec.cwd, str(fifo)))
         else:
             cap = start_capture(cell_dir, task, spec.env, log=log_name)
@@ -240,6 +265,12 @@ class LocalLauncher(Launcher):
         now = time.monotonic()
         codes = [p.poll() for p in job.procs]
         record_exits(job, codes)
+        broke = next((p for p in job.procs if getattr(p, "harness", None)), None)
+        if broke is not None:           # the harness failed (fork server), not the run
+            job.harness = (broke.harness, broke.harness_trace)
+            self._kill(job)
+            return self._finish(job, LauncherState.FAILED, job.first_code,
+                                "harness failure")
         if all(c is not None for c in codes):
             return self._finish(job, LauncherState.COMPLETED if all(c == 0 for c in codes) else LauncherState.FAILED,
                                 job.first_code or _first_failure(codes), "")
@@ -294,8 +325,10 @@ class LocalLauncher(Launcher):
         # reap any rank of a finished job, and kill strays left in the groups
         kill_groups([p.pid for p in job.procs])
         drain(job.captures)
+        harness, trace = job.harness or (None, "")
         job.result = JobResult(state, code, list(job.logs),
-                               round(time.monotonic() - job.started, 3), detail)
+                               round(time.monotonic() - job.started, 3), detail,
+                               harness=harness, harness_trace=trace)
         return job.result
 
 

@@ -408,9 +408,11 @@ def standing_failures(events: list[dict], standing: list[dict] | None = None
 
 
 def reruns_on_resume(status: str, purpose: str) -> bool:
-    """A run that stopped the campaign (a bug class, a failed canary): it runs again after a
-    fix, so its result does not stand."""
-    return status in BUG_CLASSES or (purpose == Purpose.CANARY and status not in CANARY_OK)
+    """A run that stopped the campaign (a bug class, a failed canary), or one the harness
+    failed (`harness`: never the cell's result, docs/taxonomy.md#harness-failures): it runs
+    again, so its result does not stand."""
+    return status in BUG_CLASSES or status == Status.HARNESS or (
+        purpose == Purpose.CANARY and status not in CANARY_OK)
 
 
 def superseded_infra(statuses: list[str], infra_retries: int | None,

@@ -30,6 +30,7 @@ EVENTS_JSONL = "events.jsonl"
 RUNBOOK_YAML = "runbook.yaml"        # the frozen copy of the runbook as run
 STOPPED_TXT = "STOPPED.txt"          # why a campaign stopped (a bug-class failure)
 CELL_JSON = "cell.json"              # in each cell directory
+HARNESS_TXT = "harness.txt"          # in a cell the harness failed: what broke, its traceback
 
 PURPOSES = Purpose.values()
 # where a cluster measure cell's Megatron router trace goes (its --moe-routing-trace-path)

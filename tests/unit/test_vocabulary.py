@@ -29,6 +29,9 @@ ALLOWED = {
     ("harness/runbook/load.py", "unclassified"): "the runbook's `limits.unclassified` key",
     ("harness/io/boundary/events.py", "ok"): "the `ok` field of an event record (a flag)",
     ("harness/io/boundary/tools.py", "timeout"): "why a tool's capture stopped (timeout | flood)",
+    ("harness/audit/versions.py", "harness"): "the package folder harness/ of an epcap checkout",
+    ("harness/launch/forkserver.py", "harness"): "the fork server protocol's exit-reply key",
+    ("harness/launch/local.py", "harness"): "the ForkedProcess attribute of that name",
 }
 
 

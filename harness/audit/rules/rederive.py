@@ -58,6 +58,7 @@ from harness.results.layout import (
     ATTEMPTS_TSV,
     CAMPAIGN_JSON,
     EVENTS_JSONL,
+    HARNESS_TXT,
     PROVENANCE_TXT,
     SELECTION_TSV,
     TIMING_TSV,
@@ -148,8 +149,10 @@ ABANDONED = "abandoned"           # cell.json status of a run whose driver stopp
 def abandoned_cells(upload: Upload) -> set[str]:
     """Cells a resumed campaign abandoned (the driver stopped mid-run; the request ran again
     as a new attempt): a `cell_abandoned` event names it, no `cell_finish` does, and its
-    cell.json says `abandoned` without a launcher state. Such a cell is no run: no row, no
-    derivation."""
+    cell.json says `abandoned` without a launcher state. Also the cells the harness failed
+    (class `harness`, docs/taxonomy.md#harness-failures): a `cell_finish` of status `harness`
+    names it, its cell.json says `harness` and its harness.txt holds what broke. Such a cell
+    is no run: no row, no derivation."""
     if upload.abandoned is None:
         upload.abandoned = read_abandoned(upload)
     return upload.abandoned
@@ -196,12 +199,17 @@ def read_abandoned(upload: Upload) -> set[str]:
     events = upload_events(upload)[0] or []
     gone = {str(e.get("cell")) for e in events if e.get("ev") == Event.CELL_ABANDONED}
     finished = {str(e.get("cell")) for e in events if e.get("ev") == Event.CELL_FINISH}
+    harness = {str(e.get("cell")) for e in events if e.get("ev") == Event.CELL_FINISH
+               and e.get("status") == Status.HARNESS}
     out = set()
     for cell in upload.cells.values():
         data = cell.cell_json or {}
         launcher = data.get("launcher")
         if cell.name in gone - finished and data.get("status") == ABANDONED and not (
                 isinstance(launcher, dict) and launcher.get("state")):
+            out.add(cell.path)
+        elif cell.name in harness and data.get("status") == Status.HARNESS \
+                and cell.where is not None and (cell.where / HARNESS_TXT).is_file():
             out.add(cell.path)
     return out
 
