@@ -117,12 +117,15 @@ def cli_run(runbook: str | None = None, results: str | None = None,
             models: tuple[str, ...] = (), backends: tuple[str, ...] = (),
             retry: str | None = None, test_only: bool = True,
             history: tuple[str, ...] = (), publish: str | None = None,
-            live_publisher: LiveFactory | None = None) -> int:
+            live_publisher: LiveFactory | None = None, reuse: Launcher | None = None) -> int:
     """`epcap run`: load and check the runbook, then run or resume the campaign
     (`test_only=False`: a dry run does not ask Slurm whether it accepts the jobs). With
     `publish` (else the runbook's `publish.repo` under `publish.live: true`) each finished
     stage is committed as it completes through `live_publisher(root, repo, say)` (made by
-    harness.cli: the campaign does not import the publisher), which returns the hook."""
+    harness.cli: the campaign does not import the publisher), which returns the hook.
+    `reuse`: a launcher of the same name that may serve this campaign too (`shared`: a
+    ladder step runs on its parent's, so the fork servers import torch and megatron-core once
+    for the whole command); a launcher made here is closed when the command is done."""
     roots = tuple(Path(h) for h in history)
     for h in roots:
         if not h.is_dir():
@@ -147,7 +150,22 @@ def cli_run(runbook: str | None = None, results: str | None = None,
                              PlanFilter(stages=stages, until=until, models=select.models,
                                         backends=select.backends), roots,
                              test_only=test_only)
-    launch = make_launcher(launcher_name, rb)
+    shared = reuse is not None and reuse.shared and reuse.name == launcher_name
+    launch = reuse if shared else make_launcher(launcher_name, rb)
+    try:
+        return run_with(rb, root_dir, launch, fresh, stages, until, select, roots, live_repo,
+                        live_publisher, test_only)
+    finally:
+        if launch is not reuse:
+            launch.close()
+
+
+def run_with(rb: Runbook, root_dir: Path, launch: Launcher, fresh: bool,
+             stages: tuple[str, ...], until: str | None, select: Selectors,
+             roots: tuple[Path, ...], live_repo: str | None,
+             live_publisher: LiveFactory | None, test_only: bool) -> int:
+    """`epcap run` past its checks, on `launch`: the campaign, then its ladder's steps (on
+    the same launcher when it is `shared`)."""
     root = store.choose_dir(root_dir, rb.campaign, fresh)
     store.check_event_log(root, rb.campaign)
     check_submission(rb, launch, root.resolve())
@@ -176,8 +194,9 @@ def cli_run(runbook: str | None = None, results: str | None = None,
               "campaign for it)")
         return code
     return run_ladder(rb, root_dir, lambda path: cli_run(
-        runbook=str(path), results=str(root_dir), launcher=launcher, fresh=fresh,
-        test_only=test_only), lambda results, name: store.choose_dir(results, name, False))
+        runbook=str(path), results=str(root_dir), launcher=launch.name, fresh=fresh,
+        test_only=test_only, reuse=launch),
+        lambda results, name: store.choose_dir(results, name, False))
 
 
 def run_campaign(rb: Runbook, root: Path, launch: Launcher, stages: tuple[str, ...],
