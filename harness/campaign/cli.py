@@ -340,9 +340,12 @@ def finished_already(camp: Campaign, root: Path, rev: tuple[dict, list[str]] | N
         return False
     if select.retry and store.retry_cells(camp.finished, select.retry, camp.ctx.selected):
         return False
-    more_launches = any(purpose == Purpose.TIME for _, _, purpose, _ in camp.runs_left())
-    if rev is not None and (more_launches or camp.rb.timing.resolution is not None):
-        return False        # a timing edit added launches, or asks a resolution to check
+    more_launches = any(purpose in (Purpose.TIME, Purpose.FRONTIER)
+                        for _, _, purpose, _ in camp.runs_left())
+    if rev is not None and (more_launches or camp.rb.timing.resolution is not None
+                            or fewer_rungs(camp)):
+        return False        # a timing or frontier edit added or took out launches, or asks
+                            # a resolution to check
     if rev is not None:
         view.line("runbook changed, no result-bearing field (comments, paths, limits, Slurm "
                   "options)")
@@ -350,6 +353,14 @@ def finished_already(camp: Campaign, root: Path, rev: tuple[dict, list[str]] | N
               f"({plural(doc['runs_done'], 'run')}); nothing to run"
               + (f"; report: {doc['report_path']}" if doc["report_path"] else ""))
     return True
+
+
+def fewer_rungs(camp: Campaign) -> bool:
+    """Some pair has more standing frontier runs than 2k + 1 rungs of `frontier.rungs` k:
+    the runbook now asks for fewer, and the run must take the outer ones out."""
+    most = 2 * camp.rb.frontier_rungs + 1 if camp.rb.frontier_rungs else 0
+    return any(key[2] == Purpose.FRONTIER and camp.standing(runs) > most
+               for key, runs in camp.finished.items())
 
 
 def plural(n: int, noun: str) -> str:
@@ -380,8 +391,11 @@ def drive(camp: Campaign, rb: Runbook, root: Path, view: ProgressView, new: bool
     view.start(camp.done_runs, camp.done_runs + len(left))
     camp.run_canaries()
     camp.run_pipelines([model_pipeline(camp.ctx, m.name) for m in rb.models])
-    camp.write_tables()
     finished = camp.ctx.until is None and not camp.ctx.stages and not camp.ctx.deferred
+    if finished:        # rungs beyond a lowered frontier.rungs: out of the results
+        camp.invalidate(camp.unasked_rungs(), f"frontier.rungs {rb.frontier_rungs}: a rung "
+                        "outside it")
+    camp.write_tables()
     if finished:
         camp.release_orphans()      # an earlier driver's job the plan no longer asks for
     # The end of the runs is logged before the report (runs_complete: the report can show
