@@ -16,9 +16,7 @@ without a task label (srun's own messages) go to stdout, the job's batch log.
 The local launcher starts one capture per rank (`--rank R`): the rank's output arrives on
 stdin (a pipe) or on a FIFO (`--fifo PATH`, for ranks forked by the fork server), and every
 line goes, redacted, to rank<R>.log. The capture is its own process, so a rank outlives a
-driver that dies (resume finds it) without losing its log. A forked rank's capture is forked
-from the rank's fork server (harness.launch.forkserver), like the rank: both end with the
-server, which ends with the driver.
+driver that dies (resume finds it) without losing its log.
 """
 
 from __future__ import annotations

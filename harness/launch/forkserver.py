@@ -193,14 +193,6 @@ class ForkedProcess:
             self.returncode = self.server.exits.get(self.pid)
         return self.returncode
 
-    def kill(self) -> None:
-        """SIGKILL its session (the child called setsid: pgid == pid)."""
-        if self.poll() is None:
-            try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except OSError:
-                pass
-
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.poll() is None:

@@ -3,8 +3,7 @@
 Every rank gets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT on
 top of os.environ + spec.env; its stdout+stderr reach cell_dir/rank<R>.log through its own
 capture process (harness/launch/capture.py: the one redaction pass, line by line, before
-anything is written; a pipe, or a FIFO for a forked rank, whose capture is forked from the
-same fork server: no interpreter start-up per capture). A task that starts its own ranks
+anything is written; a pipe, or a FIFO for a forked rank). A task that starts its own ranks
 (spec.ranks_per_task > 1: a worker given --ranks) gets one FIFO per rank (RANK_FIFOS_ENV), so
 rank<R>.log still holds rank R's lines only; the task's own lines go to node<T>.log. A capture
 whose FIFO no rank opens gives up after the run's timeout, and one still waiting when the
@@ -30,7 +29,7 @@ from pathlib import Path
 
 from harness.api.backend import RANK_FIFOS_ENV, LaunchSpec, free_port
 from harness.api.launcher import JobHandle, JobResult, Launcher
-from harness.launch.forkserver import ForkedProcess, ForkServer, uses_forkserver
+from harness.launch.forkserver import ForkServer, uses_forkserver
 from harness.vocab import LauncherState
 
 HARNESS_ROOT = Path(__file__).resolve().parents[2]
@@ -229,11 +228,9 @@ class LocalLauncher(Launcher):
         if preload:
             fifo = Path(tempfile.mkdtemp(prefix="epcap-rank-")) / "out.fifo"
             os.mkfifo(fifo, 0o600)
-            server = self._server(preload)
             captures.append(start_capture(cell_dir, task, spec.env, fifo=fifo,
-                                          fifo_timeout_s=timeout_s, log=log_name,
-                                          server=server))
-            procs.append(server.start(spec.argv, env, spec.cwd, str(fifo)))
+                                          fifo_timeout_s=timeout_s, log=log_name))
+            procs.append(self._server(preload).start(spec.argv, env, spec.cwd, str(fifo)))
         else:
             cap = start_capture(cell_dir, task, spec.env, log=log_name)
             captures.append(cap)
@@ -331,14 +328,10 @@ def record_exits(job: _Job, codes: list[int | None]) -> None:
 
 def start_capture(cell_dir: Path, rank: int, spec_env: dict[str, str],
                   fifo: Path | None = None, fifo_timeout_s: float | None = None,
-                  log: str | None = None, server: ForkServer | None = None
-                  ) -> subprocess.Popen | ForkedProcess:
+                  log: str | None = None) -> subprocess.Popen:
     """The rank's capture process (redacts, writes rank<R>.log, or `log`); stdin is the
     rank's pipe unless `fifo` (given up after `fifo_timeout_s` when no rank opens it).
-    Without the cell marker in its environment (it is no rank of the cell). A forked
-    rank's capture (`fifo` and the rank's fork `server`) is forked from the same server:
-    no interpreter start-up (about 30 ms of CPU per capture, 4 per run), and it ends with
-    the server as its rank does."""
+    Without the cell marker in its environment (it is no rank of the cell)."""
     env = {k: v for k, v in {**os.environ, **spec_env}.items() if k != MARKER_ENV}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HARNESS_ROOT),
                                                       env.get("PYTHONPATH")]))
@@ -350,10 +343,6 @@ def start_capture(cell_dir: Path, rank: int, spec_env: dict[str, str],
             argv += ["--fifo-timeout", f"{max(1.0, float(fifo_timeout_s)):g}"]
     if log is not None:
         argv += ["--log", log]
-    if fifo is not None and server is not None:
-        forked = server.start(argv, env, str(HARNESS_ROOT), os.devnull)
-        forked.fifo = fifo      # type: ignore[attr-defined]  # drain() releases it
-        return forked
     proc = subprocess.Popen(argv, env=env, cwd=str(HARNESS_ROOT),
                             stdin=subprocess.DEVNULL if fifo else subprocess.PIPE,
                             start_new_session=True)
