@@ -99,6 +99,17 @@ class Launcher(ABC):
         """No further cells of `group` come: its allocation may end once its last step ends."""
         return None
 
+    # Whether one instance may serve several campaigns of one command (an imbalance ladder's
+    # steps, docs/ladder.md): it holds nothing of the runbook it was made with. The local
+    # launcher's fork servers then import torch and megatron-core once for the whole command.
+    shared: bool = False
+
+    def close(self) -> None:
+        """The command is done with this launcher: end what it started to serve runs (the
+        local launcher's fork servers) and wait for it, so its CPU time is its parent's.
+        What a job in flight needs ends as it would when the driver exits."""
+        return None
+
     def find_existing(self, cell_name: str, cell_dir: Path) -> JobHandle | None:
         """A job already submitted for this cell by an earlier driver (Slurm), else None."""
         return None

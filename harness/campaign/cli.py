@@ -118,12 +118,15 @@ def cli_run(runbook: str | None = None, results: str | None = None,
             models: tuple[str, ...] = (), backends: tuple[str, ...] = (),
             retry: str | None = None, test_only: bool = True,
             history: tuple[str, ...] = (), publish: str | None = None,
-            live_publisher: LiveFactory | None = None) -> int:
+            live_publisher: LiveFactory | None = None, reuse: Launcher | None = None) -> int:
     """`epcap run`: load and check the runbook, then run or resume the campaign
     (`test_only=False`: a dry run does not ask Slurm whether it accepts the jobs). With
     `publish` (else the runbook's `publish.repo` under `publish.live: true`) each finished
     stage is committed as it completes through `live_publisher(root, repo, say)` (made by
-    harness.cli: the campaign does not import the publisher), which returns the hook."""
+    harness.cli: the campaign does not import the publisher), which returns the hook.
+    `reuse`: a launcher of the same name that may serve this campaign too (`shared`: a
+    ladder step runs on its parent's, so the fork servers import torch and megatron-core once
+    for the whole command); a launcher made here is closed when the command is done."""
     roots = tuple(Path(h) for h in history)
     for h in roots:
         if not h.is_dir():
@@ -148,7 +151,22 @@ def cli_run(runbook: str | None = None, results: str | None = None,
                              PlanFilter(stages=stages, until=until, models=select.models,
                                         backends=select.backends), roots,
                              test_only=test_only)
-    launch = make_launcher(launcher_name, rb)
+    shared = reuse is not None and reuse.shared and reuse.name == launcher_name
+    launch = reuse if shared else make_launcher(launcher_name, rb)
+    try:
+        return run_with(rb, root_dir, launch, fresh, stages, until, select, roots, live_repo,
+                        live_publisher, test_only)
+    finally:
+        if launch is not reuse:
+            launch.close()
+
+
+def run_with(rb: Runbook, root_dir: Path, launch: Launcher, fresh: bool,
+             stages: tuple[str, ...], until: str | None, select: Selectors,
+             roots: tuple[Path, ...], live_repo: str | None,
+             live_publisher: LiveFactory | None, test_only: bool) -> int:
+    """`epcap run` past its checks, on `launch`: the campaign, then its ladder's steps (on
+    the same launcher when it is `shared`)."""
     root = store.choose_dir(root_dir, rb.campaign, fresh)
     store.check_event_log(root, rb.campaign)
     check_submission(rb, launch, root.resolve())
@@ -177,8 +195,9 @@ def cli_run(runbook: str | None = None, results: str | None = None,
               "campaign for it)")
         return code
     return run_ladder(rb, root_dir, lambda path: cli_run(
-        runbook=str(path), results=str(root_dir), launcher=launcher, fresh=fresh,
-        test_only=test_only), lambda results, name: store.choose_dir(results, name, False))
+        runbook=str(path), results=str(root_dir), launcher=launch.name, fresh=fresh,
+        test_only=test_only, reuse=launch),
+        lambda results, name: store.choose_dir(results, name, False))
 
 
 def run_campaign(rb: Runbook, root: Path, launch: Launcher, stages: tuple[str, ...],
@@ -332,9 +351,12 @@ def finished_already(camp: Campaign, root: Path, rev: tuple[dict, list[str]] | N
         return False
     if select.retry and store.retry_cells(camp.finished, select.retry, camp.ctx.selected):
         return False
-    more_launches = any(purpose == Purpose.TIME for _, _, purpose, _ in camp.runs_left())
-    if rev is not None and (more_launches or camp.rb.timing.resolution is not None):
-        return False        # a timing edit added launches, or asks a resolution to check
+    more_launches = any(purpose in (Purpose.TIME, Purpose.FRONTIER)
+                        for _, _, purpose, _ in camp.runs_left())
+    if rev is not None and (more_launches or camp.rb.timing.resolution is not None
+                            or fewer_rungs(camp)):
+        return False        # a timing or frontier edit added or took out launches, or asks
+                            # a resolution to check
     if rev is not None:
         view.line("runbook changed, no result-bearing field (comments, paths, limits, Slurm "
                   "options)")
@@ -342,6 +364,14 @@ def finished_already(camp: Campaign, root: Path, rev: tuple[dict, list[str]] | N
               f"({plural(doc['runs_done'], 'run')}); nothing to run"
               + (f"; report: {doc['report_path']}" if doc["report_path"] else ""))
     return True
+
+
+def fewer_rungs(camp: Campaign) -> bool:
+    """Some pair has more standing frontier runs than 2k + 1 rungs of `frontier.rungs` k:
+    the runbook now asks for fewer, and the run must take the outer ones out."""
+    most = 2 * camp.rb.frontier_rungs + 1 if camp.rb.frontier_rungs else 0
+    return any(key[2] == Purpose.FRONTIER and camp.standing(runs) > most
+               for key, runs in camp.finished.items())
 
 
 def plural(n: int, noun: str) -> str:
@@ -372,8 +402,11 @@ def drive(camp: Campaign, rb: Runbook, root: Path, view: ProgressView, new: bool
     view.start(camp.done_runs, camp.done_runs + len(left))
     camp.run_canaries()
     camp.run_pipelines([model_pipeline(camp.ctx, m.name) for m in rb.models])
-    camp.write_tables()
     finished = camp.ctx.until is None and not camp.ctx.stages and not camp.ctx.deferred
+    if finished:        # rungs beyond a lowered frontier.rungs: out of the results
+        camp.invalidate(camp.unasked_rungs(), f"frontier.rungs {rb.frontier_rungs}: a rung "
+                        "outside it")
+    camp.write_tables()
     if finished:
         camp.release_orphans()      # an earlier driver's job the plan no longer asks for
     # The end of the runs is logged before the report (runs_complete: the report can show

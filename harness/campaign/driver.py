@@ -146,6 +146,7 @@ class Campaign:
         self.log = EventLog(root / EVENTS_JSONL) if writable else None  # dry run: reads only
         self.finished: dict[tuple, list[CellFinish]] = {}
         self.cursor: dict[tuple, int] = {}
+        self.rungs_used: dict[tuple, set[int]] = {}   # frontier runs replayed, by index
         self.attempts: dict[tuple, int] = {}
         self.cost = CostModel.of(runbook)       # the prior where no history teaches
         self.estimator = EtaEstimator({m.name: model_size(m) for m in runbook.models},
@@ -285,6 +286,8 @@ class Campaign:
         """The next finished run for this request's key, if the events hold one."""
         key = (req.model, req.backend, req.purpose)
         runs = self.finished.get(key, [])
+        if req.purpose == Purpose.FRONTIER:
+            return self.replayed_rung(key, runs, req.capacity)
         idx = self.cursor.get(key, 0)
         if idx >= len(runs):
             return None
@@ -295,6 +298,25 @@ class Campaign:
                            f"at capacity {ev.capacity}, the plan now asks {req.capacity}; "
                            "use --fresh", path=str(self.rb.path), field="capacity")
         return store.outcome_of(ev)
+
+    def replayed_rung(self, key: tuple, runs: list[CellFinish], capacity: str
+                      ) -> Outcome | None:
+        """A frontier request is answered by the next unreplayed run at its capacity, not
+        by position: with `frontier.rungs` raised or lowered on resume the rungs kept are
+        replayed and only new rungs run (docs/frontier.md); `unasked_rungs` are the rest."""
+        used = self.rungs_used.setdefault(key, set())
+        for i, ev in enumerate(runs):
+            if i not in used and cap.format_capacity(ev.capacity) == cap.format_capacity(
+                    capacity):
+                used.add(i)
+                return store.outcome_of(ev)
+        return None
+
+    def unasked_rungs(self) -> list[str]:
+        """Frontier runs no request of this invocation's pipelines replayed: rungs beyond a
+        lowered `frontier.rungs` (or of a pair whose frontier step no longer runs)."""
+        return [ev.cell for key, runs in self.finished.items() if key[2] == Purpose.FRONTIER
+                for i, ev in enumerate(runs) if i not in self.rungs_used.get(key, set())]
 
     def backend(self, name: str) -> Backend:
         if name not in self.backends:
@@ -475,6 +497,8 @@ class Campaign:
         key = (act.cell.model, act.cell.backend, act.cell.purpose)
         self.finished.setdefault(key, []).append(record)
         self.cursor[key] = len(self.finished[key])
+        if act.cell.purpose == Purpose.FRONTIER:
+            self.rungs_used.setdefault(key, set()).add(len(self.finished[key]) - 1)
         self.report_cell(out, len(left), eta)
         return out
 

@@ -549,6 +549,8 @@ def write_derived(root: Path, rb: Runbook, selection: dict[tuple[str, str], Sele
     if frontier is not None and rb.frontier_rungs:
         write_table_atomic(root / FRONTIER_TSV, FRONTIER_COLUMNS,
                            [r for rows in ordered(frontier) for r in rows])
+    elif frontier is not None:      # `frontier:` taken out on resume: its runs were too
+        (root / FRONTIER_TSV).unlink(missing_ok=True)
 
 
 def rerun_on_resume(fin: CellFinish) -> bool:

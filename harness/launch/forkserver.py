@@ -264,9 +264,15 @@ class ForkServer:
         return ForkedProcess(self, self.pids.pop(0))
 
     def close(self) -> None:
+        """EOF on the server's stdin (it kills its children's sessions and exits), then reap
+        it; one that does not exit within 10 s is killed."""
         if self.proc.poll() is None:
             self.proc.stdin.close()
-            self.proc.wait(timeout=10)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
         try:
             os.close(self.log_fd)
         except OSError:

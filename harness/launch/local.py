@@ -169,6 +169,15 @@ class LocalLauncher(Launcher):
         self._fifos_to_lose = fifos_to_lose(os.environ.get(LOSE_FIFO_ENV))
         self._forked = 0                # forked tasks started (LOSE_FIFO_ENV counts them)
 
+    shared = True           # holds nothing of a runbook: a ladder's steps reuse its servers
+
+    def close(self) -> None:
+        """End the fork servers (each ends on EOF) and reap them: their forked runs' CPU
+        then counts in this process's children (getrusage), and no idle server is left."""
+        for server in self._servers.values():
+            server.close()
+        self._servers.clear()
+
     def _server(self, preload: list[str]) -> ForkServer:
         """The fork server that pre-imported `preload` (started on first use)."""
         key = tuple(preload)

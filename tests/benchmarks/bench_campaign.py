@@ -40,6 +40,7 @@ def run_campaign(checkout: Path, runbook: str) -> dict | None:
                                "--results", tmp], cwd=checkout, capture_output=True, text=True,
                               env={**os.environ, "PYTHONPATH": str(checkout)})
         total = time.monotonic() - t0
+        load_end = os.getloadavg()[0]
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if proc.returncode != 0:
             print(proc.stdout[-3000:] + proc.stderr[-3000:])
@@ -47,11 +48,14 @@ def run_campaign(checkout: Path, runbook: str) -> dict | None:
             return None
         # the runbook's own campaign: a ladder's step campaigns (docs/ladder.md) lie beside
         # it under longer names; their runs count in the whole command's time only
-        camp = min((p for p in Path(tmp).iterdir() if (p / "events.jsonl").is_file()),
-                   key=lambda p: (len(p.name), p.name))
+        camps = sorted((p for p in Path(tmp).iterdir() if (p / "events.jsonl").is_file()),
+                       key=lambda p: (len(p.name), p.name))
+        camp = camps[0]
         stats = campaign_stats(camp)
         events = read_events(camp)
-    return {"load": load, "total": total, "stats": stats, "events": events,
+        steps = {p.name: campaign_stats(p) for p in camps}
+    return {"load": load, "load_end": load_end, "total": total, "stats": stats,
+            "events": events, "campaigns": steps,
             "cpu": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
             **overhead_parts(events)}
 
@@ -83,7 +87,7 @@ def describe(name: str, r: dict) -> float:
           f"{stats['failures_by_class'] or 'none'}); load average at start {r['load']:.2f}")
     print(f"[{name}] wall (events span) {wall:.1f} s; whole command {r['total']:.1f} s; "
           f"summed run time {busy:.1f} s ({busy / max(1, len(runs)):.2f} s per run); "
-          f"CPU of all processes {r['cpu']:.1f} s")
+          f"CPU of all processes {r['cpu']:.1f} s (user + sys of every reaped process)")
     print(f"[{name}] harness overhead {over:.1f} s = {100 * over / wall:.1f}% of wall: start-up "
           f"{r['startup_s']:.1f} s, gaps between runs {r['gaps_s']:.1f} s, report "
           f"{r['report_s']:.1f} s, the rest (finishing each run) "

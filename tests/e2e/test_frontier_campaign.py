@@ -150,3 +150,42 @@ def test_a_frontier_run_the_pipeline_never_asks_for_is_named(campaign: Path, tmp
     shutil.copytree(last, last.with_name(re.sub(r"__a\d+$", "__a9", last.name)))
     bad = epcap("audit", str(extra))
     assert "a frontier run the pipeline never asks for" in bad.stdout, bad.stdout[-3000:]
+
+
+def test_resume_with_fewer_then_more_rungs_keeps_the_table_and_the_audit_consistent(
+        campaign: Path, tmp_path):
+    """`frontier.rungs` lowered on resume (2 -> 1): no run, the outer rungs' cells are taken
+    out (a cells_invalidated event naming exactly them), frontier.tsv holds rungs -1..+1 and
+    the audit says VALID; raised again (1 -> 2): only the two outer rungs of each pair run
+    (as new attempts, replayed by capacity, not position) and the audit says VALID.
+    Seen red: before the fix the lowered resume of the done campaign said "done; nothing to
+    run" and kept frontier.tsv's rungs -2..+2; without the invalidation no cells_invalidated
+    event was written (gone == []); with the audit's positional replay the raised resume
+    audited INVALID (contradicted: the first rung cell left ran at rung -1 where the
+    pipeline asks rung -2; a frontier stop was not counted before, and hid the time step)."""
+    results = tmp_path / "results"
+    shutil.copytree(campaign.parent, results)
+    root = results / campaign.name
+    book = tmp_path / "f.yaml"
+    first = tsv(campaign / "frontier.tsv")
+    outer_caps = set(first[first.rung.isin(["-2", "+2"])].capacity)
+    assert len(outer_caps) >= 2
+    for rungs, expected in ((1, ["-1", "0", "+1"]), (RUNGS, ["-2", "-1", "0", "+1", "+2"])):
+        before = len(finished(root))
+        book.write_text(frontier_runbook_text().replace(f"rungs: {RUNGS}", f"rungs: {rungs}"))
+        run = epcap("run", str(book), "--results", str(results))
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        front = tsv(root / "frontier.tsv")
+        for _, rows in front.groupby("backend"):
+            assert list(rows["rung"]) == expected
+        events = [json.loads(ln) for ln in (root / "events.jsonl").read_text().splitlines()]
+        gone = [c for e in events if e["ev"] == "cells_invalidated" for c in e["cells"]]
+        done = finished(root)
+        outer = set(done[(done.purpose == "frontier") & done.capacity.isin(outer_caps)].cell)
+        if rungs == 1:
+            assert len(finished(root)) == before and sorted(gone) == sorted(outer)
+            assert len(gone) == 4
+        else:
+            assert len(finished(root)) == before + 4       # the four outer rungs, again
+        audit = epcap("audit", str(root))
+        assert "VALID=1 INVALID=0 UNKNOWN=0" in audit.stdout, audit.stdout[-3000:]

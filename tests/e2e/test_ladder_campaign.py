@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -113,4 +115,37 @@ def test_ladder_recomputed_with_pandas(results: Path):
 def test_every_step_campaign_audits_valid(results: Path):
     for sigma in SIGMAS:
         out = epcap("audit", str(results / f"reduced-sigma{str(sigma).replace('.', 'p')}"))
+        assert "VALID=1 INVALID=0 UNKNOWN=0" in out.stdout, out.stdout[-3000:]
+
+
+def test_an_interrupted_ladder_resumes_without_losing_or_duplicating_a_row(tmp_path):
+    """SIGINT in the second step (after its 5th run), then the same command again: the parent
+    and the first step are done (nothing runs), the second step resumes on the parent's
+    launcher, ladder.tsv has each (step, arm) row once, and every campaign audits VALID.
+    Seen red: with the ladder taking a step's directory as done when it exists (no resume),
+    step 2's rows were missing from ladder.tsv (3 rows, not 6)."""
+    (tmp_path / "l.yaml").write_text(ladder_runbook_text())
+    results = tmp_path / "results"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", str(tmp_path / "l.yaml"),
+                             "--results", str(results)], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    events = results / "reduced-sigma0p6" / "events.jsonl"
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline:
+        if events.is_file() and events.read_text().count('"cell_finish"') >= 5:
+            proc.send_signal(signal.SIGINT)
+            break
+        time.sleep(0.1)
+    assert proc.wait(timeout=120) == 128 + signal.SIGINT
+    assert not (results / "reduced-ladder" / "ladder.tsv").exists()
+    again = epcap("run", str(tmp_path / "l.yaml"), "--results", str(results))
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "reduced-sigma0p1 in" in again.stdout and "is done" in again.stdout
+    assert "resuming campaign reduced-sigma0p6" in again.stdout
+    ladder = tsv(results / "reduced-ladder" / "ladder.tsv")
+    keys = list(zip(ladder["step"], ladder["backend"], strict=True))
+    assert len(keys) == len(set(keys)) == len(SIGMAS) * 3
+    for name in ("reduced", "reduced-sigma0p1", "reduced-sigma0p6"):
+        out = epcap("audit", str(results / name))
         assert "VALID=1 INVALID=0 UNKNOWN=0" in out.stdout, out.stdout[-3000:]

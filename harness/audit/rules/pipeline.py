@@ -151,15 +151,37 @@ class CellSource:
         self.queues = {k: [c for _, c in sorted(v, key=lambda x: x[0])]
                        for k, v in found.items()}
         self.cursor: dict[tuple[str, str, str], int] = {}
+        self.rungs_used: dict[tuple[str, str, str], set[int]] = {}
         self.stop: Stop | None = None
         self.launches: dict[tuple[str, str], int] = {}
 
-    def following(self, key: tuple[str, str, str]) -> Outcome | None:
-        """The key's next cell whose result stands (a bug-class run re-ran on resume)."""
+    def following(self, key: tuple[str, str, str], capacity: str | None = None
+                  ) -> Outcome | None:
+        """The key's next cell whose result stands (a bug-class run re-ran on resume); a
+        frontier request (`capacity`) takes the next unused cell at its capacity, as the
+        driver replays rungs (Campaign.replayed_rung)."""
         cells = self.queues.get(key, [])
+        if capacity is not None:
+            return self.following_rung(key, cells, capacity)
         while self.cursor.get(key, 0) < len(cells):
             cell = cells[self.cursor.get(key, 0)]
             self.cursor[key] = self.cursor.get(key, 0) + 1
+            got = derive(self.upload, cell)
+            if got.problem or got.outcome is None:
+                raise Undecided(got.problem or f"{cell.path}: no outcome")
+            if not reruns_on_resume(got.outcome.status, key[2]):
+                return got.outcome
+        return None
+
+    def following_rung(self, key: tuple[str, str, str], cells: list[Cell], capacity: str
+                       ) -> Outcome | None:
+        used = self.rungs_used.setdefault(key, set())
+        want = cap.format_capacity(capacity)
+        for i, cell in enumerate(cells):
+            named = parse_cell_name(cell.name, self.upload.runbook.campaign)
+            if i in used or named is None or cap.format_capacity(named.capacity) != want:
+                continue
+            used.add(i)
             got = derive(self.upload, cell)
             if got.problem or got.outcome is None:
                 raise Undecided(got.problem or f"{cell.path}: no outcome")
@@ -173,8 +195,10 @@ class CellSource:
         launch = 0
         if req.purpose == Purpose.TIME:
             launch = self.launches[key[:2]] = self.launches.get(key[:2], 0) + 1
+        rung = req.capacity if req.purpose == Purpose.FRONTIER else None
         try:
-            out, _ = next_standing(lambda: self.following(key), self.upload.runbook.limits)
+            out, _ = next_standing(lambda: self.following(key, rung),
+                                   self.upload.runbook.limits)
         except Undecided as exc:
             self.stop = Stop(req, UNDECIDED, str(exc), launch)
             return None
@@ -194,7 +218,9 @@ class CellSource:
     def unused(self) -> list[tuple[str, Cell]]:
         """Cells no request consumed (after the cursor of their key)."""
         return [(key[0], cell) for key, cells in sorted(self.queues.items())
-                for cell in cells[self.cursor.get(key, 0):]]
+                for i, cell in enumerate(cells)
+                if (i not in self.rungs_used.get(key, set()) if key[2] == Purpose.FRONTIER
+                    else i >= self.cursor.get(key, 0))]
 
 
 class Undecided(Exception):
@@ -520,10 +546,11 @@ def check_timing_replayed(table: Table, upload: Upload) -> Check:
         b, _ = compare_rows(upload.tables.get(name), built, key_of, rep,
                             [c for c in columns if c != "campaign"])
         bad += b
+    timed = (Purpose.TIME, Purpose.FRONTIER)    # a frontier stop also hides the time step
     contradicted = [s.why for s in rep.stops.values()
-                    if s.kind == CONTRADICTED and s.request.purpose == Purpose.TIME]
+                    if s.kind == CONTRADICTED and s.request.purpose in timed]
     undecided = [s.why for s in rep.stops.values()
-                 if s.kind == UNDECIDED and s.request.purpose == Purpose.TIME]
+                 if s.kind == UNDECIDED and s.request.purpose in timed]
     return combine(TIMING_NOT_REDERIVED, [
         timing.check_timing_launches(table, upload),
         verdict_of(bad + contradicted + unused_problems(rep, (Purpose.TIME, Purpose.FRONTIER)),
