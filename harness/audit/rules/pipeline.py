@@ -166,12 +166,18 @@ class CellSource:
         while self.cursor.get(key, 0) < len(cells):
             cell = cells[self.cursor.get(key, 0)]
             self.cursor[key] = self.cursor.get(key, 0) + 1
-            got = derive(self.upload, cell)
-            if got.problem or got.outcome is None:
-                raise Undecided(got.problem or f"{cell.path}: no outcome")
-            if not reruns_on_resume(got.outcome.status, key[2]):
-                return got.outcome
+            outcome = self.standing(key, cell)
+            if outcome is not None:
+                return outcome
         return None
+
+    def standing(self, key: tuple[str, str, str], cell: Cell) -> Outcome | None:
+        """The cell's derived outcome when its result stands, None when it re-ran on resume
+        (a bug-class run); Undecided when it cannot be derived."""
+        got = derive(self.upload, cell)
+        if got.problem or got.outcome is None:
+            raise Undecided(got.problem or f"{cell.path}: no outcome")
+        return None if reruns_on_resume(got.outcome.status, key[2]) else got.outcome
 
     def following_rung(self, key: tuple[str, str, str], cells: list[Cell], capacity: str
                        ) -> Outcome | None:
@@ -182,11 +188,9 @@ class CellSource:
             if i in used or named is None or cap.format_capacity(named.capacity) != want:
                 continue
             used.add(i)
-            got = derive(self.upload, cell)
-            if got.problem or got.outcome is None:
-                raise Undecided(got.problem or f"{cell.path}: no outcome")
-            if not reruns_on_resume(got.outcome.status, key[2]):
-                return got.outcome
+            outcome = self.standing(key, cell)
+            if outcome is not None:
+                return outcome
         return None
 
     def answer(self, req: Request) -> Outcome | None:
