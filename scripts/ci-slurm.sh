@@ -17,7 +17,8 @@ CONF_DIR=/etc/slurm
 MARK="# written by epcap scripts/ci-slurm.sh"
 CLUSTER=epcap
 DB_PORT="${EPCAP_SLURM_DB_PORT:-3307}"
-CPUS="${EPCAP_SLURM_CPUS:-8}"            # declared CPUs (more than present: 4 ranks per cell)
+CPUS="${EPCAP_SLURM_CPUS:-16}"           # declared CPUs, more than present: 4 ranks per cell, and
+# tests/e2e/test_slurm.py's failing jobs (12 tasks waiting out their limits) beside a campaign
 MEM_PER_CPU="${EPCAP_SLURM_MEM_PER_CPU:-2048}"   # MiB; DefMemPerCPU, so jobs share the node
 NODE="$(hostname -s)"
 # the linter package checks the generated batch scripts in the tests

@@ -331,11 +331,16 @@ def failure_jobs(slurm_up, tmp_path_factory):
     """Submit the failing jobs at module start: the time-limit one needs 60-90 s of Slurm
     time, which then overlaps the other tests (these checks come last in the file)."""
     base = tmp_path_factory.mktemp("slurm-fail")
-    plain = S.SlurmLauncher(Rb("e2e-fail"))
+    # 12 tasks of plain `python -c` (a few MiB each): 256M per task, not DefMemPerCPU's 2 GiB,
+    # so they leave the node's memory to the campaigns that run beside them (the per-stage
+    # allocation waited 50 s behind them for a node whose memory they held)
+    lean = "256M"
+    plain = S.SlurmLauncher(Rb("e2e-fail", mem_per_task=lean))
     small = S.SlurmLauncher(Rb("e2e-fail", mem_per_task="150M"))
-    short = S.SlurmLauncher(Rb("e2e-fail", time_limit="1"))        # 1 minute
+    short = S.SlurmLauncher(Rb("e2e-fail", time_limit="1", mem_per_task=lean))  # 1 minute
     # a one-minute allocation (one planned cell) whose step runs to its limit
-    staged = S.SlurmLauncher(Rb("e2e-fail", time_limit="1", allocation="per-stage"))
+    staged = S.SlurmLauncher(Rb("e2e-fail", time_limit="1", allocation="per-stage",
+                                mem_per_task=lean))
     staged.use_group("time.M", 1, base)
     handles, owners = {}, {}
     for key, launcher, code, ntasks, timeout_s in (

@@ -171,9 +171,18 @@ def test_a_cells_batch_script_rerun_by_hand_reproduces_it_elsewhere(tmp_path):
     # sbatch's own line, wherever it is (the last word of stdout was once another line's)
     job = re.search(r"Submitted batch job (\d+)", done.stdout + done.stderr)
     assert job, done.stdout + done.stderr
-    name = S.run_cmd(["sacct", "-X", "-n", "-P", "-j", job[1], "-o", "JobName"]).stdout.strip()
-    assert name == SS.script_meta(cell / SS.SCRIPT_NAME)["job_name"] + SS.RERUN_SUFFIX, (
-        name, done.stdout)
+    # asked by id AND name: sacct -j alone can answer with an older job of the same id (job
+    # ids restart with a controller's fresh state while slurmdbd keeps every earlier record;
+    # CI once read the name "allocation" of such a job here)
+    want = SS.script_meta(cell / SS.SCRIPT_NAME)["job_name"] + SS.RERUN_SUFFIX
+    ids: list[str] = []
+    for _ in range(40):             # the record reaches slurmdbd a moment after the job ends
+        ids = S.run_cmd(["sacct", "-X", "-n", "-P", "--duplicates", "-j", job[1], "--name",
+                         want, "-o", "JobID"]).stdout.split()
+        if ids:
+            break
+        time.sleep(0.25)
+    assert ids == [job[1]], (ids, want, done.stdout)
 
 
 def test_a_bad_partition_stops_at_the_dry_run_before_any_job(tmp_path):
