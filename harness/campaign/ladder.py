@@ -48,14 +48,17 @@ def step_campaign(campaign: str, sigma: float) -> str:
 
 def step_runbook(rb: Runbook, sigma: float) -> dict:
     """The runbook of one step as YAML data: the runbook as written, its models (those
-    `ladder.models` names, else all) with routing_sigma set to `sigma`, its own campaign
-    name, no ladder or frontier, and the paths it names made absolute (it is written
-    elsewhere)."""
+    `ladder.models` names, else all) with routing_sigma set to `sigma`, its backends (those
+    `ladder.backends` names, else all), its own campaign name, no ladder or frontier, and the
+    paths it names made absolute (it is written elsewhere)."""
     data = dict(read_doc(rb.path).data)
     data["campaign"] = step_campaign(rb.campaign, sigma)
     models = [{"name": m} if isinstance(m, str) else dict(m) for m in data["models"]]
     data["models"] = [{**m, "routing_sigma": sigma} for m in models
                       if not rb.ladder_models or m.get("name") in rb.ladder_models]
+    if rb.ladder_backends:
+        data["backends"] = [b for b in data["backends"]
+                            if (b if isinstance(b, str) else b.get("name")) in rb.ladder_backends]
     data.pop("ladder", None)
     data.pop("frontier", None)
     if rb.models_path is not None:

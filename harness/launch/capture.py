@@ -26,10 +26,12 @@ import os
 import re
 import signal
 import sys
-from pathlib import Path
-from typing import BinaryIO
+from io import BufferedReader, BufferedWriter
 
 from harness.io.redact import redact_text, secret_values
+
+# A new interpreter per rank (4 per local run): the imports are kept to what the copy needs
+# (no pathlib, no typing; tests/unit/test_capture_imports.py), paths are plain strings.
 
 LABEL_RE = re.compile(rb"^\s*(\d+): ?")
 TORCHRUN_RANK_RE = re.compile(rb"^\[rank(\d+)\]:")
@@ -41,19 +43,19 @@ class Capture:
     """Open rank/node files on first use; write each redacted line and flush it (the driver
     reads log growth as progress)."""
 
-    def __init__(self, cell_dir: Path, ranks_per_task: int, secrets: list[str],
+    def __init__(self, cell_dir: str | os.PathLike, ranks_per_task: int, secrets: list[str],
                  rank: int | None = None, log: str | None = None):
         self.cell_dir, self.ranks_per_task, self.secrets = cell_dir, ranks_per_task, secrets
         self.rank = rank                # set: every line is this rank's (local launcher)
         self.log = log if log is not None else (None if rank is None else f"rank{rank}.log")
-        self.files: dict[str, BinaryIO] = {}
+        self.files: dict[str, BufferedWriter] = {}
         if self.log is not None:        # a fresh log per attempt, present even when silent
-            self.files[self.log] = open(cell_dir / self.log, "wb")  # noqa: SIM115
+            self.files[self.log] = open(os.path.join(cell_dir, self.log), "wb")  # noqa: SIM115
 
     def _write(self, name: str, data: bytes) -> None:
         handle = self.files.get(name)
         if handle is None:
-            handle = self.files[name] = open(self.cell_dir / name, "ab")  # noqa: SIM115
+            handle = self.files[name] = open(os.path.join(self.cell_dir, name), "ab")  # noqa: SIM115
         handle.write(data)
         handle.flush()
 
@@ -61,7 +63,7 @@ class Capture:
         text = line.decode("utf-8", "surrogateescape")
         return redact_text(text, self.secrets).encode("utf-8", "surrogateescape")
 
-    def line(self, raw: bytes, out: BinaryIO) -> None:
+    def line(self, raw: bytes, out: BufferedWriter) -> None:
         """Route one line (with its newline, if it had one)."""
         line = self.redact(raw)
         if self.log is not None:
@@ -87,7 +89,8 @@ class Capture:
             handle.close()
 
 
-def run(cell_dir: Path, ranks_per_task: int, source: BinaryIO, out: BinaryIO,
+def run(cell_dir: str | os.PathLike, ranks_per_task: int, source: BufferedReader,
+        out: BufferedWriter,
         rank: int | None = None, log: str | None = None) -> int:
     """Copy `source` into the cell's logs line by line until EOF."""
     cap = Capture(cell_dir, ranks_per_task, secret_values(), rank, log)
@@ -102,12 +105,12 @@ def run(cell_dir: Path, ranks_per_task: int, source: BinaryIO, out: BinaryIO,
 def main(argv: list[str] | None = None) -> int:
     """`python -m harness.launch.capture CELL_DIR [--ranks-per-task K]` (stdin: srun --label)."""
     parser = argparse.ArgumentParser(prog="python -m harness.launch.capture")
-    parser.add_argument("cell_dir", type=Path)
+    parser.add_argument("cell_dir")
     parser.add_argument("--ranks-per-task", type=int, default=1)
     parser.add_argument("--rank", type=int, default=None, help="every line is this rank's")
     parser.add_argument("--log", default=None,
                         help="every line goes to this file of the cell (node0.log)")
-    parser.add_argument("--fifo", type=Path, default=None,
+    parser.add_argument("--fifo", default=None,
                         help="read this FIFO (removed once open) instead of stdin")
     parser.add_argument("--fifo-timeout", type=float, default=FIFO_TIMEOUT_S,
                         help="give up (exit 1) when no writer opens the FIFO within this")
@@ -119,15 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     if source is None:
         return 1
     with source:
-        args.fifo.unlink(missing_ok=True)
-        try:
-            os.rmdir(args.fifo.parent)
-        except OSError:
-            pass
+        _remove_fifo(args.fifo)
         return run(args.cell_dir, 1, source, sys.stdout.buffer, args.rank, args.log)
 
 
-def open_fifo(path: Path, timeout_s: float) -> BinaryIO | None:
+def open_fifo(path: str, timeout_s: float) -> BufferedReader | None:
     """The FIFO opened for reading once its writer opens it, or None (and the FIFO removed)
     when none does within `timeout_s`: a capture never outlives a rank that never started."""
     def give_up(_signum, _frame):
@@ -137,15 +136,20 @@ def open_fifo(path: Path, timeout_s: float) -> BinaryIO | None:
     try:
         return open(path, "rb")  # noqa: SIM115 -- blocks until the writer opens it
     except (TimeoutError, OSError):
-        path.unlink(missing_ok=True)
-        try:
-            os.rmdir(path.parent)
-        except OSError:
-            pass
+        _remove_fifo(path)
         return None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+
+
+def _remove_fifo(path: str) -> None:
+    """The FIFO and its folder (the launcher's temporary one), whatever is already gone."""
+    for remove, target in ((os.unlink, path), (os.rmdir, os.path.dirname(path))):
+        try:
+            remove(target)
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":

@@ -368,8 +368,10 @@ def start_capture(cell_dir: Path, rank: int, spec_env: dict[str, str],
     env = {k: v for k, v in {**os.environ, **spec_env}.items() if k != MARKER_ENV}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HARNESS_ROOT),
                                                       env.get("PYTHONPATH")]))
-    argv = [sys.executable, "-m", "harness.launch.capture", str(Path(cell_dir).resolve()),
-            "--rank", str(rank)]
+    # -S: no site (the capture imports only the standard library and harness/, found on
+    # PYTHONPATH), ~10 ms of each capture's start-up; nor a sitecustomize meant for the ranks
+    argv = [sys.executable, "-S", "-m", "harness.launch.capture",
+            str(Path(cell_dir).resolve()), "--rank", str(rank)]
     if fifo is not None:
         argv += ["--fifo", str(fifo)]
         if fifo_timeout_s is not None:

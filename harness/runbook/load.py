@@ -465,7 +465,7 @@ def load_runbook(path: str | Path) -> Runbook:
         runbook = dataclasses.replace(runbook, frontier_rungs=rungs)
     raw_ladder = data.get("ladder")
     if raw_ladder is not None:
-        _mapping(doc, raw_ladder, ("ladder",), ("routing_sigma", "models"))
+        _mapping(doc, raw_ladder, ("ladder",), ("routing_sigma", "models", "backends"))
         sigmas = _check_type(doc, raw_ladder.get("routing_sigma"), list, ("ladder", "routing_sigma"))
         values = tuple(_check_type(doc, s, float, ("ladder", "routing_sigma", i))
                        for i, s in enumerate(sigmas))
@@ -480,7 +480,22 @@ def load_runbook(path: str | Path) -> Runbook:
         if unknown:
             raise doc.error(("ladder", "models"), f"{unknown[0]!r} is not a model of this "
                             "runbook")
-        runbook = dataclasses.replace(runbook, ladder_sigmas=values, ladder_models=names)
+        arms = tuple(_check_type(doc, b, str, ("ladder", "backends", i)) for i, b in
+                     enumerate(_check_type(doc, raw_ladder.get("backends", []), list,
+                                           ("ladder", "backends"))))
+        known = {b.name: b for b in runbook.backends}
+        unknown = [b for b in arms if b not in known]
+        if unknown:
+            raise doc.error(("ladder", "backends"), f"{unknown[0]!r} is not a backend of this "
+                            "runbook")
+        left_out = [b.name for b in runbook.backends if b.select and arms and b.name not in arms]
+        if left_out:
+            raise doc.error(("ladder", "backends"), f"leaves out {left_out[0]!r}, a select "
+                            "backend: each step selects its own timing capacity from them")
+        if len(set(arms)) != len(arms):
+            raise doc.error(("ladder", "backends"), f"names a backend twice: {list(arms)!r}")
+        runbook = dataclasses.replace(runbook, ladder_sigmas=values, ladder_models=names,
+                                      ladder_backends=arms)
     if runbook.max_parallel_cells < 1:
         raise doc.error(("max_parallel_cells",), "must be >= 1")
     if runbook.limits.run_timeout_s <= 0:

@@ -230,6 +230,9 @@ class Runbook:
     # model's), one campaign per step, gathered into ladder.tsv (docs/ladder.md); () = none
     ladder_sigmas: tuple[float, ...] = ()
     ladder_models: tuple[str, ...] = ()      # `ladder.models`: the steps' models (() = all)
+    # `ladder.backends`: the steps' backends (() = all); every select backend must be among
+    # them (a step's timing capacity is its own selection's)
+    ladder_backends: tuple[str, ...] = ()
     # model name -> ((what, where it was written), ...): each of its flag groups (`arch.<aspect>`,
     # `flags`) with the file:line it came from, and `arch_source` (the public config the zoo
     # copied it from); printed by the dry run, changes no result

@@ -138,16 +138,24 @@ LADDER_BOOK = MINIMAL.replace(
     "models: [{name: QWEN3_30B, layers: 2, hidden: 32, expert_ffn: 16}]",
     "models:\n  - {name: QWEN3_30B, layers: 2, hidden: 32, expert_ffn: 16, routing_sigma: 0.2}\n"
     "  - {name: DEEPSEEK_V2_LITE, layers: 2, first_dense_layers: 1, hidden: 32, expert_ffn: 22,"
-    " shared_ffn: 44, dense_ffn: 64}") + "frontier: {rungs: 1}\n"
+    " shared_ffn: 44, dense_ffn: 64}").replace(
+    "backends: [{name: echo, kind: reference, module: echo}]",
+    "backends:\n  - {name: echo, kind: reference, module: echo}\n"
+    "  - {name: ultraep, kind: reference, module: ultraep}\n"
+    "  - {name: moonep, kind: reference, module: moonep, select: false}\n"
+    "  - {name: mcore-deepep, kind: reference, module: deepep, select: false}") + \
+    "frontier: {rungs: 1}\n"
 
 
 @settings(max_examples=25, deadline=None)
 @given(sigmas=st.lists(st.floats(0.01, 3.0, allow_nan=False).map(lambda x: round(x, 3)),
-                       min_size=1, max_size=4, unique=True), only=st.booleans())
-def test_a_ladder_step_is_the_runbook_at_another_sigma(tmp_path_factory, sigmas, only):
+                       min_size=1, max_size=4, unique=True), only=st.booleans(),
+       extra=st.none() | st.lists(st.sampled_from(["moonep", "mcore-deepep"]), unique=True))
+def test_a_ladder_step_is_the_runbook_at_another_sigma(tmp_path_factory, sigmas, only, extra):
     """Each step's runbook loads, names its own campaign, keeps every setting but the models'
-    routing_sigma (set to the step's) and the models `ladder.models` leaves out, and asks for
-    no ladder or frontier of its own."""
+    routing_sigma (set to the step's), the models `ladder.models` leaves out and the backends
+    `ladder.backends` leaves out (the select ones always kept), and asks for no ladder or
+    frontier of its own."""
     import dataclasses
 
     import yaml
@@ -158,9 +166,13 @@ def test_a_ladder_step_is_the_runbook_at_another_sigma(tmp_path_factory, sigmas,
     (tmp / "models.yaml").write_text(
         (Path(__file__).resolve().parents[2] / "runbooks" / "models.yaml").read_text())
     models = ", models: [DEEPSEEK_V2_LITE]" if only else ""
-    (tmp / "r.yaml").write_text(LADDER_BOOK + f"ladder: {{routing_sigma: {sigmas}{models}}}\n")
+    arms = None if extra is None else ["ultraep", *extra, "echo"]     # any order
+    backends = "" if arms is None else f", backends: [{', '.join(arms)}]"
+    (tmp / "r.yaml").write_text(LADDER_BOOK + f"ladder: {{routing_sigma: {sigmas}{models}"
+                                f"{backends}}}\n")
     rb = load_runbook(tmp / "r.yaml")
     assert rb.ladder_sigmas == tuple(sigmas)
+    assert len(rb.backends) == 4
     for i, sigma in enumerate(sigmas):
         (tmp / f"s{i}").mkdir()
         path = tmp / f"s{i}" / "step.yaml"            # elsewhere: its paths must hold there
@@ -171,19 +183,27 @@ def test_a_ladder_step_is_the_runbook_at_another_sigma(tmp_path_factory, sigmas,
         kept = [m for m in rb.models if not only or m.name == "DEEPSEEK_V2_LITE"]
         assert [m.name for m in step.models] == [m.name for m in kept]
         assert [dataclasses.replace(m, routing_sigma=sigma) for m in kept] == list(step.models)
-        assert (step.seed, step.shape, step.backends, step.timing, step.capacity) == \
-            (rb.seed, rb.shape, rb.backends, rb.timing, rb.capacity)
+        assert (step.seed, step.shape, step.timing, step.capacity) == \
+            (rb.seed, rb.shape, rb.timing, rb.capacity)
+        assert step.backends == tuple(b for b in rb.backends if arms is None or b.name in arms)
 
 
 @pytest.mark.parametrize("text", ["ladder: {routing_sigma: []}\n",
                                   "ladder: {routing_sigma: [0.2, 0.2]}\n",
                                   "ladder: {routing_sigma: [-0.1]}\n",
                                   "ladder: {routing_sigma: [0.2], models: [NOPE]}\n",
-                                  "ladder: {sigma: [0.2]}\n"])
+                                  "ladder: {sigma: [0.2]}\n",
+                                  "ladder: {routing_sigma: [0.2], backends: [echo, NOPE]}\n",
+                                  "ladder: {routing_sigma: [0.2], backends: [echo, moonep]}\n",
+                                  "ladder: {routing_sigma: [0.2], backends: [ultraep]}\n",
+                                  "ladder: {routing_sigma: [0.2], backends: [echo, ultraep, "
+                                  "echo]}\n"])
 def test_a_bad_ladder_key_is_refused(tmp_path: Path, text: str):
+    """Each refused naming `ladder` (a step without a select backend could not select its
+    own timing capacity)."""
     from harness.runbook.load import load_runbook
     (tmp_path / "models.yaml").write_text(
         (Path(__file__).resolve().parents[2] / "runbooks" / "models.yaml").read_text())
-    (tmp_path / "r.yaml").write_text(MINIMAL + text)
+    (tmp_path / "r.yaml").write_text(LADDER_BOOK + text)
     with pytest.raises(BadInput, match="ladder"):
         load_runbook(tmp_path / "r.yaml")
