@@ -52,6 +52,7 @@ from harness.launch.slurm_script import (
     ALLOC_SCRIPT,
     CLOSED_FILE,
     DONE_FILE,
+    REQUEUED_FILE,
     SCRIPT_NAME,
     SHELL_SIGNAL_BASE,
     WARNED_FILE,
@@ -277,6 +278,19 @@ def parse_sacct(out: str) -> SlurmState | None:
         if len(parts) >= 2 and parts[0]:
             found = SlurmState(parts[0], parts[1], parts[2] if len(parts) > 2 else "", "sacct")
     return found
+
+
+def requeue_words(cell_dir: Path) -> str:
+    """The launcher detail's note of the runs Slurm requeued (slurm_script.requeue_lines):
+    empty when none; else how many, and that the earlier runs' logs are kept aside."""
+    try:
+        lines = [ln for ln in (cell_dir / REQUEUED_FILE).read_text().splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    if not lines:
+        return ""
+    return (f"; requeued by Slurm {len(lines)} time(s) (slurm.requeue: true): the result is "
+            "the last run's, the earlier runs' logs are kept as <log>.requeued<N>")
 
 
 def parse_scontrol(out: str) -> SlurmState | None:
@@ -846,6 +860,7 @@ class SlurmLauncher(Launcher):
             detail += f"; {mem_line or 'OUT_OF_MEMORY'}"
         if state == LauncherState.TIMEOUT or (Path(handle.cell_dir) / WARNED_FILE).is_file():
             detail += "; " + limit_words(Path(handle.cell_dir), logs)
+        detail += requeue_words(Path(handle.cell_dir))
         health = self.health_failures(handle)
         if state == LauncherState.FAILED and code == PRE_CELL_FAIL_EXIT and health:
             state, logs = LauncherState.NODE_FAIL, logs + self.health_logs(handle)

@@ -47,6 +47,7 @@ RERUN_SUFFIX = ".rerun"        # the job name in the script: a by-hand rerun of 
 # script's trap writes the time into WARNED_FILE in the cell and says so in its batch log.
 WARN_SIGNAL = "USR1"
 WARNED_FILE = "slurm_warned.txt"
+REQUEUED_FILE = "slurm_requeued.txt"   # one line per requeue that found the earlier run's logs
 MAX_SIGNAL_TIME_S = 0xFFFF
 DEFAULT_SIGNAL_GRACE_S = 120
 
@@ -237,6 +238,31 @@ def rerun_output(home: Path) -> str:
     return f"--output={home}{RERUN_SUFFIX}.%j.out"
 
 
+def requeue_lines(out: str) -> list[str]:
+    """A job Slurm requeued (`slurm.requeue: true`: preemption with requeue, a node failure,
+    `scontrol requeue`) runs this script again from the top in the same directory, with
+    SLURM_RESTART_COUNT = N > 0 (SchedMD/slurm doc/man/man1/sbatch.1, OUTPUT ENVIRONMENT
+    VARIABLES, @284c3b95; 1 after one `scontrol requeue` on the CI Slurm 22.05, where the
+    requeued job then waits about 2 minutes with Reason=BeginTime). The earlier run's rank and node logs are kept beside
+    the new ones as `<log>.requeued<N>` (not `*.log`: only the last run's rows are the
+    cell's), and a line goes to REQUEUED_FILE, which the driver reads into the cell's
+    launcher detail. A run that wrote no log before the requeue leaves no mark."""
+    return [
+        "# a run Slurm requeued (slurm.requeue: true): keep the earlier run's logs beside",
+        'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then',
+        "  moved=0",
+        f"  for f in {out}/rank*.log {out}/node*.log; do",
+        '    if [ -e "$f" ]; then mv -f "$f" "$f.requeued$SLURM_RESTART_COUNT"; '
+        "moved=$((moved + 1)); fi",
+        "  done",
+        '  if [ "$moved" -gt 0 ]; then',
+        f'    echo "$(date +%s) restart $SLURM_RESTART_COUNT" >> {out}/{REQUEUED_FILE}',
+        '    echo "[EPCAP_SLURM] requeued by Slurm (restart $SLURM_RESTART_COUNT): the earlier '
+        "run's $moved log(s) kept as *.log.requeued$SLURM_RESTART_COUNT\"",
+        "  fi",
+        "fi"]
+
+
 def batch_script(options: list[str], spec: LaunchSpec, cell_dir: Path, python: str,
                  gpus_per_node: int = 0, max_used_mib: int = DEFAULT_MAX_USED_MIB,
                  meta: dict | None = None, container: ContainerLaunch | None = None,
@@ -272,6 +298,7 @@ def batch_script(options: list[str], spec: LaunchSpec, cell_dir: Path, python: s
                                        missing_exit=SETUP_FAIL_EXIT,
                                        fresh='"${SLURM_JOB_ID:-$$}"'),
               f"export EPCAP_CELL_DIR={out}",
+              *requeue_lines(out),
               "# the working directory, checked on the node (a missing one is not /tmp)",
               f"if ! cd {workdir} 2>/dev/null; then",
               f'  echo "{SETUP_FATAL} working directory {shown} is missing on '

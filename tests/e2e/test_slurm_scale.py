@@ -205,3 +205,65 @@ def test_each_rank_runs_on_cores_of_its_own(tmp_path):
     batch = (cell / f"slurm-{handle.job_id}.out").read_text()
     assert "[EPCAP_SLURM] binding: 1 cores per task, 1 rank(s) per task" in batch
     assert "#SBATCH --cpus-per-task=1" in (cell / SS.SCRIPT_NAME).read_text()
+
+
+class _Rb:
+    """The parts of a runbook the Slurm launcher reads."""
+
+    def __init__(self, campaign: str, **slurm):
+        self.campaign, self.slurm, self.path = campaign, SlurmConfig(**slurm), None
+
+
+ROWS = 6
+COUNTED = ("import time\n"
+           f"for it in range({ROWS}):\n"
+           "    print(f'[MOE_DROP_DEBUG][dispatch] iter={it} layer=0 rank=0 expected_recv=128 '\n"
+           "          'actual_valid_recv=100 budget=256', flush=True)\n"
+           "    time.sleep(0.5)\n")
+
+
+def rows_in(path: Path) -> int:
+    return sum("[MOE_DROP_DEBUG][dispatch]" in ln for ln in path.read_text().splitlines())
+
+
+def test_a_job_slurm_requeues_runs_again_and_keeps_the_earlier_runs_logs(tmp_path):
+    """`slurm.requeue: true` and a running cell requeued (`scontrol requeue`, as preemption
+    with requeue does): the driver's poll waits through REQUEUED/PENDING (no failure, no
+    second job), the job runs the cell again from the top and completes; the cell's logs are
+    the last run's, the first run's kept as rank0.log.requeued1, and the launcher detail says
+    it was requeued once. The requeued job's ~2 min BeginTime wait is cut with `scontrol
+    update StartTime=now` (an operator's command; the wait is Slurm's, not the driver's).
+    Seen red: without the script's requeue lines the first run's rows were overwritten and
+    the detail said nothing."""
+    launcher = S.SlurmLauncher(_Rb("e2e-requeue", requeue=True, time_limit="00:05:00",
+                                   mem_per_task="256M"))
+    cell = tmp_path / "cell"
+    handle = launcher.submit("requeued", LaunchSpec(argv=[sys.executable, "-c", COUNTED],
+                                                    ntasks=1), cell, 300)
+    try:
+        log, deadline = cell / "rank0.log", time.monotonic() + 120
+        while not (log.is_file() and rows_in(log) >= 1):
+            assert time.monotonic() < deadline, "the first run never logged a row"
+            assert launcher.poll(handle) is None
+            time.sleep(0.2)
+        subprocess.run(["scontrol", "requeue", handle.job_id], check=True, timeout=30)
+        deadline = time.monotonic() + 60
+        while (S.query_state(handle.job_id) or S.SlurmState("")).state != "PENDING":
+            assert time.monotonic() < deadline, S.query_state(handle.job_id)
+            assert launcher.poll(handle) is None, "a requeue is not the cell's end"
+            time.sleep(0.2)
+        subprocess.run(["scontrol", "update", f"JobId={handle.job_id}", "StartTime=now"],
+                       check=True, timeout=30)
+        result, deadline = None, time.monotonic() + 120
+        while result is None:
+            assert time.monotonic() < deadline, S.query_state(handle.job_id)
+            result = launcher.poll(handle)
+            time.sleep(0.2)
+    finally:
+        launcher.cancel(handle)
+    assert result.state == "completed", result
+    assert "requeued by Slurm 1 time(s)" in result.detail, result.detail
+    assert rows_in(cell / "rank0.log") == ROWS
+    assert 1 <= rows_in(cell / "rank0.log.requeued1") < ROWS
+    assert len((cell / SS.REQUEUED_FILE).read_text().splitlines()) == 1
+    assert not list(cell.glob("*.requeued2"))
