@@ -154,7 +154,8 @@ NON_RESULT_FIELDS = frozenset({"path", "campaign", "limits", "launcher", "reposi
                                "models_path", "model_origins", "publish",
                                # more frontier rungs add cells and keep the run ones (like
                                # timing.launches); a ladder's steps are campaigns of their own
-                               "frontier_rungs", "ladder_sigmas", "ladder_models"})
+                               "frontier_rungs", "ladder_sigmas", "ladder_models",
+                               "ladder_backends"})
 # (the runbook's `measure:` section is named after its purpose, hence the vocabulary word)
 RESULT_FIELDS = frozenset({"models", "shape", "backends", "capacity", Purpose.MEASURE.value,
                            "timing", "container",

@@ -218,7 +218,8 @@ def _edit(rb, field, draw):
               # live publishing, the frontier's rungs and the ladder's steps change no cell
               "publish": lambda v: dataclasses.replace(v, live=True, repo="org/x"),
               "frontier_rungs": lambda v: v + 1, "ladder_sigmas": lambda v: (*v, 0.9),
-              "ladder_models": lambda v: ("QWEN3_30B",)}
+              "ladder_models": lambda v: ("QWEN3_30B",),
+              "ladder_backends": lambda v: ("echo", "ultraep")}
     part = {"seed": "seed", "device_memory_bytes": "device_memory", "shape": "shape",
             "capacity": "capacity", "measure": "measure_phase",
             "validate_config": "validate_routing", "container": "container"}

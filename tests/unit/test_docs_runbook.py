@@ -72,9 +72,10 @@ def defaults(tmp_path: Path) -> dict[str, str]:
     assert rb.frontier_rungs == 0                        # no `frontier:`: no frontier runs
     out["frontier"] = "null (no frontier)"
     out["frontier.rungs"] = shown(DEFAULT_FRONTIER_RUNGS) + " (when frontier: is given)"
-    assert rb.ladder_sigmas == () and rb.ladder_models == ()
+    assert rb.ladder_sigmas == () and rb.ladder_models == () and rb.ladder_backends == ()
     out["ladder"] = "null (no ladder)"
     out["ladder.models"] = "every model"
+    out["ladder.backends"] = "every backend"
     for f in dataclasses.fields(TimingConfig):
         out[f"timing.{f.name}"] = shown(getattr(rb.timing, f.name))
     assert rb.baseline == be.name                        # null = the first timed backend
