@@ -207,7 +207,9 @@ def sbatch_options(slurm: SlurmConfig, spec: LaunchSpec, name: str, cell_dir: Pa
     if gpus > 0:
         opts.append(f"--gres=gpu:{int(gpus)}")
     opts += memory_options(slurm, per_node, where)
-    opts.append("--requeue" if slurm.requeue else "--no-requeue")
+    # a requeued job's batch log is opened again: appended to, so the earlier run's lines stay
+    # (truncated by default, JobFileAppend=0: seen on the CI Slurm 22.05)
+    opts += ["--requeue", "--open-mode=append"] if slurm.requeue else ["--no-requeue"]
     limit_s = time_minutes(slurm.time_limit) * 60
     grace = signal_grace(slurm.signal_grace_s, limit_s)
     if grace < 0 or grace > MAX_SIGNAL_TIME_S or (grace and grace >= limit_s):

@@ -267,3 +267,7 @@ def test_a_job_slurm_requeues_runs_again_and_keeps_the_earlier_runs_logs(tmp_pat
     assert 1 <= rows_in(cell / "rank0.log.requeued1") < ROWS
     assert len((cell / SS.REQUEUED_FILE).read_text().splitlines()) == 1
     assert not list(cell.glob("*.requeued2"))
+    # the batch log holds both runs (--open-mode=append) and says which logs were kept
+    batch = "".join(p.read_text() for p in cell.glob("slurm-*.out"))
+    assert batch.count("epcap cell: writing into") == 2, batch
+    assert "requeued by Slurm (restart 1)" in batch and batch.count("srun exit 0") == 1, batch

@@ -70,7 +70,8 @@ def test_resources_from_the_shape_never_mem_per_cpu(tmp_path):
     assert not [o for o in opts if o.startswith("--mem-per-cpu")]
     opts = SS.sbatch_options(SlurmConfig(mem_per_gpu="200G", cpus_per_task=14, requeue=True),
                              torch, "N", tmp_path)
-    assert {"--mem-per-gpu=200G", "--cpus-per-task=14", "--requeue"} <= set(opts)
+    assert {"--mem-per-gpu=200G", "--cpus-per-task=14", "--requeue",
+            "--open-mode=append"} <= set(opts)
     assert "--no-requeue" not in opts
     text = SS.batch_script(opts, torch, tmp_path, "python3", 8)
     assert '--cpus-per-task="${SLURM_CPUS_PER_TASK:-1}"' in text      # srun 22.05 inherits none
