@@ -208,7 +208,8 @@ def sbatch_options(slurm: SlurmConfig, spec: LaunchSpec, name: str, cell_dir: Pa
         opts.append(f"--gres=gpu:{int(gpus)}")
     opts += memory_options(slurm, per_node, where)
     # a requeued job's batch log is opened again: appended to, so the earlier run's lines stay
-    # (truncated by default, JobFileAppend=0: seen on the CI Slurm 22.05)
+    # (truncated by default, JobFileAppend=0: seen on the CI Slurm 22.05; `--open-mode`:
+    # SchedMD/slurm doc/man/man1/sbatch.1 @284c3b95)
     opts += ["--requeue", "--open-mode=append"] if slurm.requeue else ["--no-requeue"]
     limit_s = time_minutes(slurm.time_limit) * 60
     grace = signal_grace(slurm.signal_grace_s, limit_s)
