@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,8 +31,11 @@ sys.path.insert(0, str(ROOT))
 from harness.results.events import campaign_stats, elapsed, read_events  # noqa: E402
 
 
-def run_campaign(checkout: Path, runbook: str) -> dict | None:
-    """`epcap run RUNBOOK` by `checkout`'s harness in a temporary results root: its figures."""
+def run_campaign(checkout: Path, runbook: str,
+                 check: Callable[[Path], str] | None = None) -> dict | None:
+    """`epcap run RUNBOOK` by `checkout`'s harness in a temporary results root: its figures;
+    `check(results root)`, when given, runs on the results before they are removed (its
+    line is kept under "check")."""
     with tempfile.TemporaryDirectory(prefix="epcap-bench-") as tmp:
         load = os.getloadavg()[0]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -54,7 +58,8 @@ def run_campaign(checkout: Path, runbook: str) -> dict | None:
         stats = campaign_stats(camp)
         events = read_events(camp)
         steps = {p.name: campaign_stats(p) for p in camps}
-    return {"load": load, "load_end": load_end, "total": total, "stats": stats,
+        checked = check(Path(tmp)) if check is not None else ""
+    return {"check": checked, "load": load, "load_end": load_end, "total": total, "stats": stats,
             "events": events, "campaigns": steps,
             "cpu": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
             **overhead_parts(events)}

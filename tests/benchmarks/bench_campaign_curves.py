@@ -26,6 +26,24 @@ RUNBOOKS = (("default", ROOT / "runbooks" / "local-cpu.yaml"),
             ("curves", ROOT / "runbooks" / "local-cpu-curves.yaml"))
 
 
+def recompute_curves(results: Path) -> str:
+    """frontier.tsv and ladder.tsv of the curves runbook recomputed with pandas from their
+    cells (the e2e tests' checks, tests/e2e/test_frontier_campaign.py and
+    test_ladder_campaign.py, run on the shipped runbook's output); raises on a mismatch."""
+    sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+    from test_frontier_campaign import check_frontier
+    from test_ladder_campaign import check_ladder
+
+    from harness.runbook.load import load_runbook
+    rb = load_runbook(RUNBOOKS[1][1])
+    arms = [b.name for b in rb.backends if b.name in rb.ladder_backends]
+    arms += [f"{rb.baseline}~control"] if rb.timing.control else []
+    front = check_frontier(results / rb.campaign, rb.frontier_rungs)
+    ladder = check_ladder(results, rb.campaign, rb.ladder_sigmas, arms)
+    return (f"pandas recompute from the cells: frontier.tsv {front} rows, ladder.tsv "
+            f"{ladder} rows, all equal")
+
+
 def describe(name: str, r: dict) -> None:
     """One command's figures, then one line per campaign it ran."""
     print(f"[{name}] whole command {r['total']:.1f} s wall, CPU {r['cpu']:.1f} s; load "
@@ -39,11 +57,13 @@ def describe(name: str, r: dict) -> None:
 def main() -> int:
     done = {}
     for name, runbook in RUNBOOKS:
-        r = run_campaign(ROOT, str(runbook))
+        r = run_campaign(ROOT, str(runbook), recompute_curves if name == "curves" else None)
         if r is None:
             return 1
         done[name] = r
         describe(name, r)
+        if r["check"]:
+            print(f"[{name}] {r['check']}")
     base, curves = done["default"], done["curves"]
     print(f"curves over default: +{curves['total'] - base['total']:.1f} s wall "
           f"({curves['total'] / base['total']:.2f}x), +{curves['cpu'] - base['cpu']:.1f} s CPU "

@@ -70,18 +70,30 @@ def finished(root: Path) -> pd.DataFrame:
 
 
 def test_frontier_recomputed_with_pandas(campaign: Path):
+    front = tsv(campaign / "frontier.tsv")
+    assert len(front) == 2 * (2 * RUNGS + 1)
+    assert check_frontier(campaign, RUNGS) == len(front)
+    for _, rows in front.groupby(["model", "backend"], sort=False):
+        assert rows.iloc[0]["status"] == "drops"      # two rungs below the peak clip
+
+
+def check_frontier(campaign: Path, rungs: int) -> int:
+    """frontier.tsv recomputed with pandas from the campaign's cells, events and tables (each
+    pair's `rungs` rungs each side, 128 slots apart); the number of rows checked. Also run by
+    tests/benchmarks/bench_campaign_curves.py on runbooks/local-cpu-curves.yaml's campaign."""
     front, sel = tsv(campaign / "frontier.tsv"), tsv(campaign / "capacity_selection.tsv")
     att = tsv(campaign / "capacity_attempts.tsv")
     fin = finished(campaign)
-    assert len(front) == 2 * (2 * RUNGS + 1)
-    n = int(sel["uniform_tokens"].iloc[0])
+    labels = [f"{i:+d}" if i else "0" for i in range(-rungs, rungs + 1)]
+    checked = 0
     for (model, backend), rows in front.groupby(["model", "backend"], sort=False):
         s = sel[(sel.model == model) & (sel.backend == backend)].iloc[0]
+        n = int(s["uniform_tokens"])
         cap = rows["capacity"].astype(float)
         budgets = (cap * n).astype(int)
         # the rungs: consecutive budgets one pad multiple (128) apart, rung 0 the selection
-        assert list(rows["rung"]) == ["-2", "-1", "0", "+1", "+2"]
-        assert list(np.diff(budgets)) == [128] * (2 * RUNGS)
+        assert list(rows["rung"]) == labels, (model, backend, list(rows["rung"]))
+        assert list(np.diff(budgets)) == [128] * (2 * rungs)
         assert list(budgets) == [int(x) for x in rows["budget_tokens"]]
         zero = rows[rows.rung == "0"].iloc[0]
         assert zero["capacity"] == s["selected_capacity"] and zero["selected"] == "true"
@@ -120,7 +132,8 @@ def test_frontier_recomputed_with_pandas(campaign: Path):
             values = [float(v) for v in rows[column] if v]
             assert values == sorted(values, reverse=True), (column, values)
             assert zero[column] == s[column], column
-        assert rows.iloc[0]["status"] == "drops"      # two rungs below the peak clip
+        checked += len(rows)
+    return checked
 
 
 def test_the_campaign_audits_valid_and_an_edited_frontier_does_not(campaign: Path, tmp_path):

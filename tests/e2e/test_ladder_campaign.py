@@ -67,15 +67,23 @@ def raw_imbalance(step: Path) -> float:
 
 
 def test_ladder_recomputed_with_pandas(results: Path):
-    ladder = tsv(results / "reduced-ladder" / "ladder.tsv")
     arms = ["echo", "ultraep", "echo~control"]
-    assert len(ladder) == len(SIGMAS) * len(arms)
-    assert [float(s) for s in ladder["routing_sigma"].unique()] == list(SIGMAS)
+    assert check_ladder(results, "reduced", SIGMAS, arms) == len(SIGMAS) * len(arms)
+
+
+def check_ladder(results: Path, campaign: str, sigmas: tuple[float, ...],
+                 arms: list[str]) -> int:
+    """ladder.tsv recomputed with pandas from each step campaign's cells and tables (one
+    model per step: the raw imbalance is the step's); the number of rows checked. Also run by
+    tests/benchmarks/bench_campaign_curves.py on runbooks/local-cpu-curves.yaml's ladder."""
+    ladder = tsv(results / f"{campaign}-ladder" / "ladder.tsv")
+    assert len(ladder) == len(sigmas) * len(arms)
+    assert [float(s) for s in ladder["routing_sigma"].unique()] == list(sigmas)
     imbalance = []
-    for step, sigma in enumerate(SIGMAS, start=1):
+    for step, sigma in enumerate(sigmas, start=1):
         rows = ladder[ladder.step == str(step)]
         root = results / rows["step_campaign"].iloc[0]
-        assert root.name == f"reduced-sigma{str(sigma).replace('.', 'p')}"
+        assert root.name == f"{campaign}-sigma{str(sigma).replace('.', 'p')}"
         book = (root / "runbook.yaml").read_text()
         assert f"routing_sigma: {sigma}" in book and "seed: 1234" in book
         raw = raw_imbalance(root)
@@ -109,7 +117,8 @@ def test_ladder_recomputed_with_pandas(results: Path):
                 assert float(row["required_capacity"]) == pytest.approx(
                     float(s.iloc[0]["required_capacity"]), abs=1e-6)
     assert imbalance == sorted(imbalance) and imbalance[0] < imbalance[-1]
-    assert (results / "reduced-ladder" / "fig7_ladder.png").stat().st_size > 10_000
+    assert (results / f"{campaign}-ladder" / "fig7_ladder.png").stat().st_size > 10_000
+    return len(ladder)
 
 
 def test_every_step_campaign_audits_valid(results: Path):
