@@ -3,12 +3,15 @@
 run here one after the other and measured as bench_campaign.py measures one: wall time of the
 whole command, CPU (user + sys of every process the command started and reaped: the driver,
 the captures, the fork servers and their forked ranks), the load average at start and end,
-the runs and wall span of each campaign (the runbook's own, then each ladder step), and the
-curves' cost over the default. Target (issue 43): the curves runbook's whole command
+the runs and wall span of each campaign (the runbook's own, then each ladder step), the
+curves' cost over the default, and (before the curves' results are removed) their
+frontier.tsv and ladder.tsv recomputed with pandas from the cells, as the e2e tests do on the
+reduced fixture. Target (issue 43): the curves runbook's whole command
 <= 120 s on 2 cores. Wall time on a loaded machine says little; CPU is the figure to compare
 between commits there, and the load is printed beside every figure.
 Usage: python tests/benchmarks/bench_campaign_curves.py (results in temporary directories,
-removed afterwards); exit 1 when the target is missed or a campaign fails.
+removed afterwards); exit 1 when the target is missed or a campaign fails; a recompute
+that disagrees raises (a traceback naming the row).
 """
 
 from __future__ import annotations
