@@ -246,10 +246,11 @@ def requeue_lines(out: str) -> list[str]:
     `scontrol requeue`) runs this script again from the top in the same directory, with
     SLURM_RESTART_COUNT = N > 0 (SchedMD/slurm doc/man/man1/sbatch.1, OUTPUT ENVIRONMENT
     VARIABLES, @284c3b95; 1 after one `scontrol requeue` on the CI Slurm 22.05, where the
-    requeued job then waits about 2 minutes with Reason=BeginTime). The earlier run's rank and node logs are kept beside
-    the new ones as `<log>.requeued<N>` (not `*.log`: only the last run's rows are the
-    cell's), and a line goes to REQUEUED_FILE, which the driver reads into the cell's
-    launcher detail. A run that wrote no log before the requeue leaves no mark."""
+    requeued job then waits about 2 minutes with Reason=BeginTime). The earlier run's rank
+    and node logs are kept beside the new ones as `<log>.requeued<N>` (not `*.log`: only the
+    last run's rows are the cell's), and a line goes to REQUEUED_FILE, which the driver reads
+    into the cell's launcher detail. A run that wrote no log before the requeue leaves no
+    mark."""
     return [
         "# a run Slurm requeued (slurm.requeue: true): keep the earlier run's logs beside",
         'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then',

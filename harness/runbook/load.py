@@ -483,8 +483,7 @@ def load_runbook(path: str | Path) -> Runbook:
         arms = tuple(_check_type(doc, b, str, ("ladder", "backends", i)) for i, b in
                      enumerate(_check_type(doc, raw_ladder.get("backends", []), list,
                                            ("ladder", "backends"))))
-        known = {b.name: b for b in runbook.backends}
-        unknown = [b for b in arms if b not in known]
+        unknown = [b for b in arms if b not in {x.name for x in runbook.backends}]
         if unknown:
             raise doc.error(("ladder", "backends"), f"{unknown[0]!r} is not a backend of this "
                             "runbook")

@@ -39,7 +39,9 @@ def recompute_curves(results: Path) -> str:
 
     from harness.runbook.load import load_runbook
     rb = load_runbook(RUNBOOKS[1][1])
-    arms = [b.name for b in rb.backends if b.name in rb.ladder_backends]
+    # ladder.tsv's arms: the steps' timed backends (every one when ladder.backends is unset)
+    arms = [b.name for b in rb.backends
+            if b.time and (not rb.ladder_backends or b.name in rb.ladder_backends)]
     arms += [f"{rb.baseline}~control"] if rb.timing.control else []
     front = check_frontier(results / rb.campaign, rb.frontier_rungs)
     ladder = check_ladder(results, rb.campaign, rb.ladder_sigmas, arms)
