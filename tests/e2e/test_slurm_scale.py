@@ -247,11 +247,17 @@ def test_a_job_slurm_requeues_runs_again_and_keeps_the_earlier_runs_logs(tmp_pat
             assert launcher.poll(handle) is None
             time.sleep(0.2)
         subprocess.run(["scontrol", "requeue", handle.job_id], check=True, timeout=30)
-        deadline = time.monotonic() + 60
+        requeued_at = deadline = time.monotonic()
+        deadline += 60
         while (S.query_state(handle.job_id) or S.SlurmState("")).state != "PENDING":
             assert time.monotonic() < deadline, S.query_state(handle.job_id)
             assert launcher.poll(handle) is None, "a requeue is not the cell's end"
             time.sleep(0.2)
+        # Not within the requeue's own second: slurmd revoked the first run's credential, and
+        # a new one stamped in that same second is refused ("Killing non-startable batch
+        # JobId=344: Job credential revoked", slurmctld.log; the job then ends FAILED 1:0).
+        # Slurm's own BeginTime delay (~2 min) is what keeps a real requeue clear of this.
+        time.sleep(max(0.0, 2.5 - (time.monotonic() - requeued_at)))
         subprocess.run(["scontrol", "update", f"JobId={handle.job_id}", "StartTime=now"],
                        check=True, timeout=30)
         result, deadline = None, time.monotonic() + 120
