@@ -396,6 +396,17 @@ def _paths_map(doc: _Doc, data: dict, key: str, base: Path, resolve: bool) -> di
     return out
 
 
+def _ladder_names(doc, raw_ladder: dict, key: str, kind: str, known) -> tuple[str, ...]:
+    """`ladder.<key>`: a list of names of this runbook's `known` models or backends (empty
+    when absent); the first unknown one is refused, naming the field."""
+    names = tuple(_check_type(doc, m, str, ("ladder", key, i)) for i, m in
+                  enumerate(_check_type(doc, raw_ladder.get(key, []), list, ("ladder", key))))
+    unknown = [m for m in names if m not in {x.name for x in known}]
+    if unknown:
+        raise doc.error(("ladder", key), f"{unknown[0]!r} is not a {kind} of this runbook")
+    return names
+
+
 def load_runbook(path: str | Path) -> Runbook:
     """Load and validate a runbook YAML; raises BadInput naming file:line: field."""
     path = Path(path)
@@ -473,20 +484,8 @@ def load_runbook(path: str | Path) -> Runbook:
                 or len(set(values)) != len(values):
             raise doc.error(("ladder", "routing_sigma"), f"must be 1..{MAX_LADDER_STEPS} distinct "
                             f"positive sigmas, got {sigmas!r}")
-        names = tuple(_check_type(doc, m, str, ("ladder", "models", i)) for i, m in
-                      enumerate(_check_type(doc, raw_ladder.get("models", []), list,
-                                            ("ladder", "models"))))
-        unknown = [m for m in names if m not in {x.name for x in runbook.models}]
-        if unknown:
-            raise doc.error(("ladder", "models"), f"{unknown[0]!r} is not a model of this "
-                            "runbook")
-        arms = tuple(_check_type(doc, b, str, ("ladder", "backends", i)) for i, b in
-                     enumerate(_check_type(doc, raw_ladder.get("backends", []), list,
-                                           ("ladder", "backends"))))
-        unknown = [b for b in arms if b not in {x.name for x in runbook.backends}]
-        if unknown:
-            raise doc.error(("ladder", "backends"), f"{unknown[0]!r} is not a backend of this "
-                            "runbook")
+        names = _ladder_names(doc, raw_ladder, "models", "model", runbook.models)
+        arms = _ladder_names(doc, raw_ladder, "backends", "backend", runbook.backends)
         left_out = [b.name for b in runbook.backends if b.select and arms and b.name not in arms]
         if left_out:
             raise doc.error(("ladder", "backends"), f"leaves out {left_out[0]!r}, a select "
