@@ -47,6 +47,10 @@ RANGES: dict[str, tuple[float, float]] = {
     "max_parallel_cells": (1, 1024), "nodes": (1, 100_000), "gpus_per_node": (0, 1024),
     # backend options (backends/reference/adapter.py ReferenceOptions)
     "pg_timeout_s": (1, 7 * 24 * 3600), "threads": (1, 1024), "extra_dispatch_passes": (0, 1000),
+    # counts in the results' tables (harness/report/inputs.py COUNT_COLUMNS): never negative
+    # (`budget_tokens: -1` in timing.tsv was printed as written)
+    "budget_tokens": (0, GENERIC_MAX), "uniform_tokens": (0, GENERIC_MAX),
+    "attempt": (0, GENERIC_MAX),
 }
 
 

@@ -158,6 +158,9 @@ HOSTILE_NUMBERS = st.sampled_from(["1e9999", "-1e400", "nan", "inf", "1e16", "Na
 @given(column=st.sampled_from(["trials", "iters", "budget_tokens"]), value=HOSTILE_COUNTS,
        float_column=st.sampled_from(["dispatch_ms_median", "step_cv", "algbw_gbps"]),
        number=HOSTILE_NUMBERS, which=st.booleans())
+# found by the generator (2026-12-06): a negative slot count was printed as written
+@example(column="budget_tokens", value="-1", float_column="dispatch_ms_median", number="nan",
+         which=True)
 def test_report_refuses_counts_and_numbers_out_of_range(tmp_path, column, value, float_column,
                                                         number, which):
     """`trials: 1e9999` in timing.tsv (the fourth round's probe, printed by the report as
