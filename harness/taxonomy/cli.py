@@ -12,10 +12,12 @@ import json
 from pathlib import Path
 
 from harness.errors import BadInput
+from harness.io.boundary.logs import logs_in
 from harness.io.redact import redact_obj
 from harness.results.layout import CELL_JSON
 from harness.taxonomy.judge import (  # noqa: F401 - cell_logs/read_cell_json re-exported
     LAUNCHER_STATES,
+    LOG_SUFFIXES,
     cell_logs,
     judge_run,
     read_cell_json,
@@ -49,6 +51,7 @@ def classify_cell(cell_dir: Path, runbook=None, backend: str | None = None,
     """The docs/spec.md#command-line `classify --json` object of one cell directory."""
     if not cell_dir.is_dir():
         raise BadInput("not a cell directory", path=str(cell_dir))
+    logs_in(cell_dir, LOG_SUFFIXES)     # a special log is exit 2 naming it, as in report
     doc = read_cell_json(cell_dir)
     launcher = doc.get("launcher") if isinstance(doc.get("launcher"), dict) else {}
     cell = doc.get("cell") if isinstance(doc.get("cell"), dict) else {}

@@ -5,17 +5,21 @@ newline took twice its size in memory in report."""
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from harness.errors import BadInput
 from harness.io.boundary.logs import lines, open_log
 
-from .conftest import HERE, run_cli
+from .conftest import HERE, assert_bad_input, run_cli
 
 REPO = HERE.parents[1]
 MEASURE_LOG = "rank0.log"
@@ -69,9 +73,48 @@ def test_classify_and_parse_follow_the_same_rule(tiny, tmp_path, fake_launcher, 
     log = cell / MEASURE_LOG
     log.unlink()
     os.mkfifo(log) if kind == "fifo" else log.symlink_to("/dev/zero")
-    assert run_cli("classify", cell, timeout_s=20).code in (0, 1)
+    res = run_cli("classify", cell, timeout_s=20)       # before: "ok", rc 0, the log dropped
+    assert res.code == 2 and f"{log}: must be a regular file" in res.err, res.text
     res = run_cli("parse", log, timeout_s=20)
     assert res.code == 2 and "regular file" in res.err, res.text
+
+
+SPECIAL_KINDS = ("fifo", "dev-zero-link", "directory", "socket")
+
+
+def make_special(path: Path, kind: str) -> None:
+    """A non-regular entry at `path`, made under a temp dir (never a device itself)."""
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero-link":
+        path.symlink_to("/dev/zero")
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind(str(path))
+
+
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kind=st.sampled_from(SPECIAL_KINDS),
+       name=st.sampled_from(["rank0.log", "rank1.log", "node0.log", "slurm-7.out", "health0.err"]),
+       state=st.sampled_from(["completed", "failed"]), as_json=st.booleans())
+@example(kind="fifo", name="rank1.log", state="completed", as_json=False)
+def test_classify_refuses_any_special_log_naming_it(tmp_path_factory, kind, name, state, as_json):
+    """Every log `epcap classify` would read is listed through `logs.logs_in`, which refuses a
+    special entry as `open_log` does. Seen failing before: judge.cell_logs kept `is_file()`
+    entries only, so a FIFO rank1.log beside a good rank0.log gave `ok`, rc 0."""
+    cell = tmp_path_factory.mktemp("c") / "M__b__measure__cap2p00__a1"
+    cell.mkdir()
+    (cell / "cell.json").write_text(json.dumps(
+        {"launcher": {"state": state, "exit_code": 0 if state == "completed" else 1},
+         "cell": {"backend": "b"}}))
+    (cell / ("rank1.log" if name == "rank0.log" else "rank0.log")).write_text("hello\n")
+    make_special(cell / name, kind)
+    res = run_cli("classify", cell, *(["--json"] if as_json else []), timeout_s=20)
+    assert_bad_input(res, f"{cell / name}: ")
+    assert "regular file" in res.err or "cannot open" in res.err, res.err
 
 
 @pytest.mark.slow

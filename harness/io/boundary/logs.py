@@ -1,7 +1,8 @@
 """The one reader of rank logs (and other line-oriented evidence), whichever command reads it.
 
 `open_log` opens a regular file only, without blocking: a FIFO, a device (a link to
-/dev/zero), a socket or a directory is BadInput, never a hang nor an endless read. `lines`
+/dev/zero), a socket or a directory is BadInput, never a hang nor an endless read; `logs_in`
+lists a directory's logs by the same rule. `lines`
 yields bounded lines: a line longer than LINE_MAX_BYTES (a sparse file of NULs, a binary
 dump) is cut to its first LINE_MAX_BYTES, the rest skipped without being held, so memory
 stays bounded by the line cap whatever the file's size. `rank_record` reads one rank's
@@ -28,6 +29,17 @@ _CHUNK = 1 << 20
 def open_log(path: str | Path, field: str | None = "log") -> BinaryIO:
     """A binary stream on a regular log file within LOG_MAX_BYTES; BadInput otherwise."""
     return open_stream(path, max_bytes=LOG_MAX_BYTES, field=field)
+
+
+def logs_in(directory: str | Path, suffixes: tuple[str, ...]) -> list[Path]:
+    """Every entry of `directory` whose suffix is one of `suffixes`, each checked by `open_log`
+    (a FIFO, a link to /dev/zero, a socket, a directory: BadInput naming it): a listing that
+    kept regular files only would read a cell as if that rank had said nothing."""
+    found = sorted(p for p in Path(directory).iterdir() if p.suffix in suffixes)
+    for path in found:
+        with open_log(path, field=None):   # `PATH: must be a regular file`, as report says
+            pass
+    return found
 
 
 def lines(path: str | Path, max_line: int = LINE_MAX_BYTES) -> Iterator[tuple[int, bytes]]:
