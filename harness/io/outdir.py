@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO
 
 from harness.errors import BadInput
+from harness.io.safeio import file_kind
 
 TEMP_PREFIX, TEMP_SUFFIX = ".", ".tmp"
 TEMP_ALPHABET = string.ascii_letters + string.digits + "_"
@@ -32,6 +33,8 @@ DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 LINK_REFUSED = ("is a symbolic link: epcap writes only into folders and files it opened "
                 "itself; remove the link or name its target")
+OWN_LINK_REFUSED = ("is a symbolic link: epcap writes its own campaign files in place, never "
+                    "through a link it did not make; put the file itself there")
 
 
 def name_problem(name: str) -> str | None:
@@ -138,21 +141,59 @@ def temp_name(name: str) -> str:
            f"{TEMP_SUFFIX}"
 
 
+def refuse_special(dir_fd: int, name: str, shown: str) -> None:
+    """BadInput (exit 2) when `name` exists in the folder `dir_fd` and is not a regular file:
+    a link is never written through, and a FIFO, a device, a socket or a folder is never
+    renamed over (an output path that is /dev/null or a pipe stays what it was)."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise BadInput(LINK_REFUSED, path=shown)
+    if not stat.S_ISREG(st.st_mode):
+        raise BadInput(f"is {file_kind(st.st_mode)}, not a regular file: epcap replaces only a "
+                       "file it could have written there; remove it or name another path",
+                       path=shown)
+
+
+def open_own(path: Path | str, flags: int) -> int:
+    """An fd on one of epcap's own campaign files (events.jsonl, a results table) opened with
+    `flags` for an append or a repair: never through a link (O_NOFOLLOW: epcap makes none
+    there), never blocking on a FIFO (O_NONBLOCK), a regular file only; BadInput naming it
+    otherwise, so no write lands outside the campaign and no read of a device is unbounded."""
+    where = str(path)
+    try:
+        fd = os.open(where, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise BadInput(OWN_LINK_REFUSED, path=where) from None
+        if exc.errno in (errno.ENXIO, errno.EISDIR):       # a FIFO without a reader; a folder
+            kind = "a FIFO" if exc.errno == errno.ENXIO else "a directory"
+            raise BadInput(f"must be a regular file, got {kind}", path=where) from None
+        raise OSError(exc.errno, exc.strerror, where) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise BadInput(f"must be a regular file, got {file_kind(mode)}", path=where)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 @contextmanager
 def open_in(dir_fd: int, name: str, shown: str, mode: str = "wb") -> Iterator[IO]:
     """A file that appears as `name` in the folder `dir_fd` only complete: a new temp file
     (O_EXCL, O_NOFOLLOW) in the same folder, fsynced, renamed over `name` (renameat); removed
     when the block fails or is interrupted (SIGTERM raised as SystemExit included). An
-    existing `name` that is a link is refused, never written through nor replaced."""
+    existing `name` that is not a regular file (a link, a FIFO, a device) is refused, never
+    written through nor replaced (refuse_special)."""
     why = name_problem(name)
     if why:
         raise BadInput(why, path=shown)
-    try:
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        if stat.S_ISLNK(st.st_mode):
-            raise BadInput(LINK_REFUSED, path=shown)
-    except FileNotFoundError:
-        pass
+    refuse_special(dir_fd, name, shown)
     text = "b" not in mode
     tmp = None
     try:

@@ -26,7 +26,8 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCH
           "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """'a FIFO', 'a directory', ...: what a file of this st_mode is, for a refusal."""
     for test, name in _KINDS:
         if test(mode):
             return name
@@ -49,7 +50,7 @@ def _open_checked(path: str | Path, max_bytes: int, field: str | None) -> int:
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise BadInput(f"must be a regular file, got {_kind(info.st_mode)}", path=where,
+            raise BadInput(f"must be a regular file, got {file_kind(info.st_mode)}", path=where,
                            field=field)
         if info.st_size > max_bytes:
             raise BadInput(f"file too large: {info.st_size} bytes, limit {max_bytes}",

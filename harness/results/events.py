@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 from harness.errors import BadInput
 from harness.io.boundary.events import decode_line, record_problem
+from harness.io.outdir import open_own
 from harness.io.redact import redact_obj
 from harness.io.safeio import read_bytes
 from harness.results.layout import EVENTS_JSONL, Cell
@@ -271,7 +272,7 @@ class EventLog:
         record = redact_obj({"ev": ev, "t": round(time.time(), 3),
                              MONO: round(time.monotonic(), 3), **fields})
         data = (json.dumps(record, sort_keys=False, default=str) + "\n").encode("utf-8")
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = open_own(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)   # never a link
         try:
             os.write(fd, data)
             os.fsync(fd)
@@ -282,16 +283,36 @@ class EventLog:
         return record
 
 
+_TAIL_CHUNK = 1 << 16
+
+
 def repair_tail(path: Path) -> None:
-    """Cut a partial last line (no trailing newline) left by a killed writer."""
-    if not path.exists():
+    """Cut a partial last line (no trailing newline) left by a killed writer. The log is
+    opened as epcap's own file (outdir.open_own: a link, a FIFO or a device is refused, so
+    nothing outside the campaign is cut) and read back from its end a chunk at a time, at
+    most EVENTS_MAX_BYTES: never read whole."""
+    if not os.path.lexists(path):
         return
-    with open(path, "rb+") as fh:
-        data = fh.read()
-        if data and not data.endswith(b"\n"):
-            fh.truncate(data.rfind(b"\n") + 1)
-            fh.flush()
-            os.fsync(fh.fileno())
+    fd = open_own(path, os.O_RDWR)
+    try:
+        size = os.fstat(fd).st_size
+        if size > EVENTS_MAX_BYTES:
+            raise BadInput(f"file too large: {size} bytes, limit {EVENTS_MAX_BYTES}",
+                           path=str(path))
+        if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+            return
+        cut, end = 0, size
+        while end > 0:
+            start = max(0, end - _TAIL_CHUNK)
+            at = os.pread(fd, end - start, start).rfind(b"\n")
+            if at >= 0:
+                cut = start + at + 1
+                break
+            end = start
+        os.ftruncate(fd, cut)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def read_events(path: Path, strict: bool = False) -> list[dict]:
@@ -301,7 +322,7 @@ def read_events(path: Path, strict: bool = False) -> list[dict]:
     path = Path(path)
     if path.is_dir():
         path = path / EVENTS_JSONL
-    if not path.exists():
+    if not os.path.lexists(path):       # a dangling link is not "no log": read_bytes names it
         return []
     data = read_bytes(path, max_bytes=EVENTS_MAX_BYTES)
     lines = data.split(b"\n")

@@ -14,7 +14,7 @@ from typing import Any
 
 from harness.errors import BadInput
 from harness.io.atomic import write_text_atomic
-from harness.io.outdir import OutFile
+from harness.io.outdir import OutFile, open_own
 from harness.io.redact import redact_text, secret_values
 from harness.io.safeio import TABLE_MAX_BYTES, read_bytes
 from harness.results.rows import Row
@@ -48,8 +48,7 @@ def append_row(path: Path, columns: Iterable[str], row: RowLike) -> None:
     columns = tuple(columns)
     path = Path(path)
     line = format_row(columns, row)
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
-    fd = os.open(path, flags, 0o644)
+    fd = open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)     # never a link
     try:
         if os.fstat(fd).st_size == 0:
             line = "\t".join(columns) + "\n" + line
@@ -116,8 +115,8 @@ def parse_table(name: str, data: bytes, strict: bool = False) -> Table:
 def read_table(path: Path, required: Iterable[str] = ()) -> Table | None:
     """One of our own TSVs, strictly (BadInput names path:line: field); None when absent."""
     path = Path(path)
-    if not path.is_file():
-        return None
+    if not os.path.lexists(path):       # only an absent file is absent: a FIFO, a folder,
+        return None                     # a dangling link is BadInput from read_bytes
     table = parse_table(str(path), read_bytes(path, max_bytes=TABLE_MAX_BYTES), strict=True)
     missing = [c for c in required if c not in table.columns]
     if missing:     # the header is not quoted: a linked file may be anything
@@ -129,7 +128,7 @@ def read_table(path: Path, required: Iterable[str] = ()) -> Table | None:
 def read_rows(path: Path) -> list[dict]:
     """All rows of one of our TSVs as dicts of strings ([] when the file does not exist)."""
     path = Path(path)
-    if not path.is_file() or path.stat().st_size == 0:
+    if not os.path.lexists(path) or (path.is_file() and path.stat().st_size == 0):
         return []
     return read_table(path).rows
 

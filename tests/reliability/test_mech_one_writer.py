@@ -204,3 +204,64 @@ def test_sigtermed_report_leaves_no_temp_file(tmp_path):
         left = [n for n in os.listdir(res / "report") if TEMP_NAME.fullmatch(n)]
         assert left == [], (fraction, code, left)
     assert stopped, "no run was stopped mid-way: the probe tested nothing"
+
+
+SPECIAL_KINDS = ["fifo", "char-device", "socket", "directory"]
+SPECIAL_COMMANDS = ["audit --out file", "report", "report --out", "forecast --out"]
+
+
+def make_special(at: Path, kind: str) -> None:
+    """A FIFO, a private character device (1, 3: what /dev/null is, made in the test's own
+    folder, never /dev's), a bound UNIX socket or a folder at `at`."""
+    import socket
+    at.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "fifo":
+        os.mkfifo(at)
+    elif kind == "char-device":
+        os.mknod(at, 0o600 | 0o020000, os.makedev(1, 3))
+    elif kind == "socket":
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(at))
+        sock.close()
+    else:
+        at.mkdir()
+
+
+@settings(max_examples=16, deadline=None, suppress_health_check=HEALTH)
+@given(command=st.sampled_from(SPECIAL_COMMANDS), kind=st.sampled_from(SPECIAL_KINDS))
+def test_an_output_path_that_is_not_a_regular_file_is_refused_and_kept(tmp_path, command,
+                                                                       kind):
+    """Catches rounds23 B18: `epcap audit RES --out X` with X a character device or a FIFO
+    renamed a regular 121-byte TSV over it (`--out /dev/null` replaced the machine's
+    /dev/null). Every command's output file goes through outdir.open_in, which now refuses
+    an existing entry that is not a regular file: exit 2 naming it, the entry left as it was.
+    Seen failing on 28ad19d: the FIFO and the device became regular files, rc 0."""
+    case = Path(tempfile.mkdtemp(dir=tmp_path))
+    res = mini_campaign(case)
+    out = case / "out"
+    at = {"audit --out file": out / "audit.tsv", "report": res / "report" / "report.md",
+          "report --out": out / "report.md", "forecast --out": out / "forecast.tsv"}[command]
+    make_special(at, kind)
+    kind_before = os.lstat(at).st_mode & 0o170000
+    if command == "audit --out file":
+        result = run_cli("audit", res, "--out", at)
+    elif command == "report":
+        result = run_cli("report", res)
+    else:
+        result = run_command(command, res, out)
+    if "Invalid value for '--out'" in result.err:      # click's own kind check (a folder)
+        assert_bad_input(result, str(at), "is a directory")
+    else:
+        assert_bad_input(result, str(at), "not a regular file")
+    assert os.lstat(at).st_mode & 0o170000 == kind_before, "the entry was replaced"
+
+
+def test_the_exact_probe_b18_audit_out_a_device_or_fifo(tmp_path):
+    """rounds23 B18 as written (a private device node, never /dev/null itself)."""
+    res = mini_campaign(tmp_path)
+    make_special(tmp_path / "dev" / "null", "char-device")
+    make_special(tmp_path / "dev" / "fifo", "fifo")
+    for name in ("null", "fifo"):
+        assert_bad_input(run_cli("audit", res, "--out", tmp_path / "dev" / name), name)
+    assert not (tmp_path / "dev" / "null").is_file()
+    assert not (tmp_path / "dev" / "fifo").is_file()
