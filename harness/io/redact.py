@@ -1,9 +1,10 @@
 """One redaction pass for everything epcap writes or prints (docs/spec.md: secrets).
 
-Three kinds of secret are hidden: values of secret-named environment variables, the value after
-a secret-named option (`--hf-token X`, `--api-key=X`) and well-known token shapes (`hf_...`,
-`ghp_...`, AWS access keys, ...), which are caught even when the variable that held them is not
-set at the time of writing. An environment variable is secret by the contract's substring rule
+Four kinds of secret are hidden: values of secret-named environment variables, the value after
+a secret-named option (`--hf-token X`, `--api-key=X`), a credential as a header, a field or a
+URL writes it (`Authorization: Bearer X`, `password: X`, `"api_key": "X"`, `user:PW@host`),
+and well-known token shapes (`hf_...`, `ghp_...`, AWS access keys, ...), which are caught even
+when the variable that held them is not set at the time of writing. An environment variable is secret by the contract's substring rule
 (is_secret_env: its value is scrubbed wherever it appears); an option or a NAME=value in free
 text is secret-named by its *words* (is_secret_name), so Megatron's
 `--moe-token-dispatcher-type alltoall` and a count such as `NUM_TOKENS=65536` stay readable.
@@ -119,14 +120,26 @@ URL_TOKEN_USER = re.compile(r"(?i)(?<![A-Za-z0-9+.-])([a-z][a-z0-9+.-]{0,30}:/{1
                             r"([^\s/:@]{20,})@")
 
 
+# the same credentials without a scheme, as git and scp write a remote: `user:PASSWORD@host`
+# (a host name with a letter, or an IPv4 address) followed by `:path`, `/path` or the end of the
+# word; `git@github.com:org/repo` has no password, Slurm's `--signal=B:USR1@N` no user
+# (`mailto:alice@host` and `sip:alice@host` are a scheme and an address, not credentials)
+SCP_PASSWORD = re.compile(r"(?<![A-Za-z0-9._~+/:@-])(?!(?i:mailto|sips?|xmpp):|[RB]:)"
+                          r"([A-Za-z0-9_][A-Za-z0-9._~-]*):"
+                          r"([^\s/:@]+)@(?=(?:[A-Za-z0-9.-]*[A-Za-z][A-Za-z0-9.-]*"
+                          r"|\d{1,3}(?:\.\d{1,3}){3})(?:[:/\s\"',;)\]]|$))")
+
+
 def scrub(text: str, secrets: list[str]) -> str:
-    """Replace every occurrence of a known secret value, URL credentials, then every
-    token-shaped string."""
+    """Replace every occurrence of a known secret value, URL credentials (with a scheme or
+    scp-like), then every token-shaped string."""
     for value in secrets:
         text = text.replace(value, REDACTED)
     if ":/" in text:                # a URL (or one a path join collapsed to `https:/`)
         text = URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", text)
         text = URL_TOKEN_USER.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
+    if "@" in text:
+        text = SCP_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", text)
     return TOKEN_PATTERN.sub(REDACTED, text)
 
 
@@ -154,10 +167,81 @@ def redact_argv(argv: list[str], secrets: list[str] | None = None) -> list[str]:
     return out
 
 
+# a credential written as a header, a YAML or JSON field: `Authorization: Bearer X` (and any
+# scheme: Basic, Token, ...), a bare `Bearer X`, `password: X`, `"api_key": "X"`
+# (the schemes: IANA's HTTP Authentication Scheme Registry, and the common Token/OAuth/ApiKey)
+_AUTH_SCHEMES = (r"basic|bearer|digest|dpop|gnap|hoba|mutual|negotiate|ntlm|oauth|token|apikey"
+                 r"|privatetoken|concealed|vapid|aws4-hmac-sha256|scram-sha-1|scram-sha-256")
+_AUTH_HEADER = re.compile(r"(?i)(?<![A-Za-z0-9_-])((?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*"
+                          r"[\"']?)(?:(" + _AUTH_SCHEMES + r")[ \t]+)?([^\s\"',;]+)")
+_BEARER = re.compile(r"(?i)(?<![A-Za-z0-9_-])(bearer[ \t]+)([A-Za-z0-9._~+/-]+=*)")
+# (a `name: value` field, YAML's or JSON's; `NAME=value` is _ASSIGN_IN_TEXT's. An unquoted value
+# ends at a space, `,`, `;` or a closing bracket: `secrets: list[str]`, a type annotation in a
+# traceback's source line, is no value; lengths are bounded, so a hostile line costs linear time)
+_NAMED_VALUE = re.compile(r"(?<![A-Za-z0-9_.-])([A-Za-z_][A-Za-z0-9_.-]{0,99})([\"']?[ \t]*:[ \t]*)"
+                          r"(\"[^\"]{0,256}\"|'[^']{0,256}'"
+                          r"|[^\s,;:{}\[\]()\"']{1,256}(?=[\s,;}\])]|$))")
+_FIELD_HINTS = ("token", "key", "secret", "passw", "auth", "credential", "bearer")
+# tokenizer fields (`eos_token: <|endoftext|>`) hold words of a vocabulary, never credentials
+_VOCAB_TOKENS = ("bos", "eos", "pad", "unk", "sep", "cls", "mask")
+
+
+def is_secret_field(name: str) -> bool:
+    """True for the name of a `name: value` field that holds a credential: its last word names
+    one (`password`, `x-api-key`, `client_secret`, `HF_TOKEN`), it is not a bare `key` nor
+    ends in `keys` (a dictionary's: provenance's `cell.env_keys: NAMES`), nor a tokenizer's
+    special token (`eos_token`), nor one of Megatron's flags; `KeyError: ...` and
+    `num_tokens: ...` stay readable."""
+    words = name_words(name)
+    if not words or words in (["key"], ["keys"]):
+        return False
+    last = words[-1]
+    if last == "token" and len(words) > 1 and words[-2] in _VOCAB_TOKENS:
+        return False
+    named = last.endswith(SECRET_WORDS) or last.startswith(SECRET_PREFIXES) \
+        or last.endswith(SECRET_PLURALS) and last != "keys"    # cell.env_keys: names
+    return named and flag_key(name) not in NONSECRET_FLAGS
+
+
+def _quoted(value: str) -> str:
+    """REDACTED in the quotes `value` had (a JSON string stays a JSON string)."""
+    quote = value[0] if value[:1] in ("'", '"') and len(value) > 1 else ""
+    return quote + REDACTED + quote
+
+
+def _unquoted_len(value: str) -> int:
+    return len(value.strip("'\""))
+
+
+def redact_fields(text: str) -> str:
+    """Hide the credential of an Authorization header, a bare Bearer token and a secret-named
+    `name: value` / `"name": "value"` field (values of 8+ characters)."""
+    def header(m: re.Match) -> str:
+        if m.group(2) is None and _unquoted_len(m.group(3)) < MIN_SCRUB_LEN:
+            return m.group(0)
+        return m.group(1) + (m.group(2) + " " if m.group(2) else "") + REDACTED
+
+    def bearer(m: re.Match) -> str:
+        return m.group(0) if len(m.group(2)) < MIN_SCRUB_LEN else m.group(1) + REDACTED
+
+    def field(m: re.Match) -> str:
+        if not is_secret_field(m.group(1)) or _unquoted_len(m.group(3)) < MIN_SCRUB_LEN:
+            return m.group(0)
+        return m.group(1) + m.group(2) + _quoted(m.group(3))
+
+    lower = text.lower()
+    if any(w in lower for w in _FIELD_HINTS):   # most log lines hold none: skip the scan
+        if "authorization" in lower or "bearer" in lower:
+            text = _BEARER.sub(bearer, _AUTH_HEADER.sub(header, text))
+        text = _NAMED_VALUE.sub(field, text)
+    return text
+
+
 def redact_text(text: str, secrets: list[str] | None = None) -> str:
-    """Scrub free text (a log line, an error message): values, options, NAME=value, tokens."""
+    """Scrub free text (a log line, an error message): values, options, NAME=value, header and
+    `name: value` credentials, tokens."""
     secrets = secret_values() if secrets is None else secrets
-    text = scrub(text, secrets)
+    text = redact_fields(scrub(text, secrets))
 
     def option(match: re.Match) -> str:
         if not is_secret_name(match.group(1)):
