@@ -4,8 +4,10 @@ typed fields with file:line: field errors (bounded: docs/reliability.md)."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
+import unicodedata
 from pathlib import Path
 
 import yaml
@@ -23,6 +25,28 @@ from harness.io.safeyaml import compose
 PLAIN_TAGS = {yaml.MappingNode: yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
               yaml.SequenceNode: yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG}
 COLLECTION = {yaml.MappingNode: "mapping", yaml.SequenceNode: "list"}
+# the characters YAML's reader refuses (yaml/pyyaml lib/yaml/reader.py Reader.NON_PRINTABLE:
+# C0 controls but tab, LF, CR; DEL; C1 but NEL; surrogates; U+FFFE, U+FFFF) and its line breaks
+REFUSED_CHAR = yaml.reader.Reader.NON_PRINTABLE
+_LINE_BREAK = re.compile("\r\n|[\n\r\x85\u2028\u2029]")
+_CHAR_KIND = {"Cc": "a control character", "Cs": "a lone surrogate", "Cn": "a non-character"}
+
+
+def refused_char(text: str, path: str | Path) -> BadInput | None:
+    """BadInput at the line and column of the first character YAML's reader refuses (a raw
+    BEL, ESC, NUL, DEL), naming it by code point; None when there is none. The reader's own
+    error (ReaderError) carries no line, so it is found here first."""
+    found = REFUSED_CHAR.search(text)
+    if found is None:
+        return None
+    at = found.start()
+    breaks = list(_LINE_BREAK.finditer(text, 0, at))     # counted as YAML counts lines
+    column = at - (breaks[-1].end() if breaks else 0) + 1
+    ch = found.group()
+    kind = _CHAR_KIND.get(unicodedata.category(ch), "a character")
+    return BadInput(f"{kind} (U+{ord(ch):04X}) at column {column} is not allowed in YAML: "
+                    "delete it (tab, newline and printable characters are)",
+                    path=str(path), line=len(breaks) + 1)
 
 
 class Doc:
@@ -32,6 +56,9 @@ class Doc:
         self.path = path
         self.quote = quote          # False: a file not known to be ours; never echo its text
         self.lines: dict[tuple, int] = {}
+        refused = refused_char(text, path)
+        if refused is not None:
+            raise refused
         node = compose(text, path, quote=quote)  # bounded: depth, aliases, recursion
         self.raw: dict[tuple, str] = {}
         self._scalars = yaml.SafeLoader("")    # one constructor per document, not per scalar
