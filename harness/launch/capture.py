@@ -13,10 +13,12 @@ rank<R>.log; the node's lines without a rank (torchrun's own) go to node<T>.log,
 is in two files (the audit counts telemetry rows over every *.log of a cell). Lines
 without a task label (srun's own messages) go to stdout, the job's batch log.
 
-The local launcher starts one capture per rank (`--rank R`): the rank's output arrives on
-stdin (a pipe) or on a FIFO (`--fifo PATH`, for ranks forked by the fork server), and every
-line goes, redacted, to rank<R>.log. The capture is its own process, so a rank outlives a
-driver that dies (resume finds it) without losing its log.
+The local launcher starts one capture per rank (`--rank R`) whose output arrives on stdin (a
+pipe) or on a FIFO (`--fifo PATH`, for ranks forked by the fork server), and every line goes,
+redacted, to rank<R>.log. A task that starts its own ranks gives one capture all its ranks'
+FIFOs (`--fifo PATH --log rank<R>.log`, repeated): one thread per FIFO, each line still to its
+own rank's log, one interpreter's start instead of one per rank. The capture is its own
+process, so a rank outlives a driver that dies (resume finds it) without losing its log.
 """
 
 from __future__ import annotations
@@ -26,17 +28,21 @@ import os
 import re
 import signal
 import sys
+import threading
+import time
 from io import BufferedReader, BufferedWriter
 
 from harness.io.redact import redact_text, secret_values
 
-# A new interpreter per rank (4 per local run): the imports are kept to what the copy needs
+# A new interpreter per local task (two per forked local run: its ranks', its own lines'):
+# the imports are kept to what the copy needs
 # (no pathlib, no typing; tests/unit/test_capture_imports.py), paths are plain strings.
 
 LABEL_RE = re.compile(rb"^\s*(\d+): ?")
 TORCHRUN_RANK_RE = re.compile(rb"^\[rank(\d+)\]:")
 MAX_RANK = 1 << 20                  # a label beyond this is not a rank (refused, sent to stdout)
 FIFO_TIMEOUT_S = 120.0              # a FIFO no rank opened by then: the capture gives up
+RELEASE_WAIT_S = 5.0                # a released FIFO's thread returns from open() by then
 
 
 class Capture:
@@ -108,22 +114,71 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("cell_dir")
     parser.add_argument("--ranks-per-task", type=int, default=1)
     parser.add_argument("--rank", type=int, default=None, help="every line is this rank's")
-    parser.add_argument("--log", default=None,
-                        help="every line goes to this file of the cell (node0.log)")
-    parser.add_argument("--fifo", default=None,
-                        help="read this FIFO (removed once open) instead of stdin")
+    parser.add_argument("--log", action="append", default=[],
+                        help="every line goes to this file of the cell (node0.log); with "
+                             "several --fifo, the n-th --log is the n-th FIFO's file")
+    parser.add_argument("--fifo", action="append", default=[],
+                        help="read this FIFO (removed once open) instead of stdin; repeated: "
+                             "one thread per FIFO, each with its --log")
     parser.add_argument("--fifo-timeout", type=float, default=FIFO_TIMEOUT_S,
-                        help="give up (exit 1) when no writer opens the FIFO within this")
+                        help="give up (exit 1) on a FIFO no writer opens within this")
     args = parser.parse_args(argv)
-    if args.fifo is None:
+    if len(args.log) > max(1, len(args.fifo)) or (len(args.fifo) > 1
+                                                  and len(args.log) != len(args.fifo)):
+        parser.error("give one --log per --fifo")
+    log = args.log[0] if args.log else None
+    if not args.fifo:
         return run(args.cell_dir, max(1, args.ranks_per_task), sys.stdin.buffer,
-                   sys.stdout.buffer, args.rank, args.log)
-    source = open_fifo(args.fifo, args.fifo_timeout)
-    if source is None:
-        return 1
-    with source:
-        _remove_fifo(args.fifo)
-        return run(args.cell_dir, 1, source, sys.stdout.buffer, args.rank, args.log)
+                   sys.stdout.buffer, args.rank, log)
+    if len(args.fifo) == 1:
+        source = open_fifo(args.fifo[0], args.fifo_timeout)
+        if source is None:
+            return 1
+        with source:
+            _remove_fifo(args.fifo[0])
+            return run(args.cell_dir, 1, source, sys.stdout.buffer, args.rank, log)
+    return copy_fifos(args.cell_dir, list(zip(args.fifo, args.log, strict=True)),
+                      args.fifo_timeout)
+
+
+def copy_fifos(cell_dir: str, pairs: list[tuple[str, str]], timeout_s: float) -> int:
+    """Copy each (FIFO, log) pair on its own thread until its writer's EOF: 0, or 1 when a
+    FIFO had no writer within `timeout_s` (it is then released by opening and closing its
+    write end, and removed, as a single capture gives up)."""
+    secrets = secret_values()
+    opened = [threading.Event() for _ in pairs]
+    caps = [Capture(cell_dir, 1, secrets, None, log) for _, log in pairs]
+
+    def copy(i: int, path: str) -> None:
+        try:
+            with open(path, "rb") as source:        # blocks until the writer opens it
+                opened[i].set()
+                _remove_fifo(path)
+                for raw in source:
+                    caps[i].line(raw, sys.stdout.buffer)
+        except OSError:
+            pass                                    # removed under us: nothing to copy
+        finally:
+            opened[i].set()
+            caps[i].close()
+
+    threads = [threading.Thread(target=copy, args=(i, path), daemon=True)
+               for i, (path, _) in enumerate(pairs)]
+    for thread in threads:
+        thread.start()
+    deadline, gave_up = time.monotonic() + max(0.01, timeout_s), False
+    for i, (path, _) in enumerate(pairs):
+        if not opened[i].wait(max(0.0, deadline - time.monotonic())):
+            gave_up = True
+            try:                                    # the blocked open() returns, reads EOF
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+            opened[i].wait(RELEASE_WAIT_S)
+    for i, thread in enumerate(threads):
+        if opened[i].is_set():                      # else stuck on a FIFO gone: left
+            thread.join()
+    return 1 if gave_up else 0
 
 
 def open_fifo(path: str, timeout_s: float) -> BufferedReader | None:

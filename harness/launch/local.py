@@ -4,8 +4,9 @@ Every rank gets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free M
 top of os.environ + spec.env; its stdout+stderr reach cell_dir/rank<R>.log through its own
 capture process (harness/launch/capture.py: the one redaction pass, line by line, before
 anything is written; a pipe, or a FIFO for a forked rank). A task that starts its own ranks
-(spec.ranks_per_task > 1: a worker given --ranks) gets one FIFO per rank (RANK_FIFOS_ENV), so
-rank<R>.log still holds rank R's lines only; the task's own lines go to node<T>.log. A capture
+(spec.ranks_per_task > 1: a worker given --ranks) gets one FIFO per rank (RANK_FIFOS_ENV), all
+read by one capture (a thread each: one interpreter's start, not one per rank), so rank<R>.log
+still holds rank R's lines only; the task's own lines go to node<T>.log. A capture
 whose FIFO no rank opens gives up after the run's timeout, and one still waiting when the
 cell ends is released, so no capture outlives its cell. A cell whose
 logs stop growing for `timeout_s` is killed (every rank's process group) and ends `timeout`.
@@ -222,23 +223,25 @@ class LocalLauncher(Launcher):
                     timeout_s: float, procs: list, logs: list[Path],
                     captures: list[subprocess.Popen]) -> None:
         """Start one task and its capture(s): one capture per rank; a task that starts its
-        own ranks (spec.ranks_per_task > 1) gets one FIFO per rank and its own lines go to
-        node<T>.log."""
+        own ranks (spec.ranks_per_task > 1) gets one FIFO per rank, all read by one capture,
+        and its own lines go to node<T>.log."""
         env = {**os.environ, **spec.env, "RANK": str(task), "LOCAL_RANK": str(task),
                "WORLD_SIZE": str(spec.ntasks), "LOCAL_WORLD_SIZE": str(spec.ntasks),
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                MARKER_ENV: str(cell_dir.resolve())}
         per_task = max(1, int(spec.ranks_per_task))
         log_name = f"rank{task}.log"
-        if per_task > 1:
+        if per_task > 1:            # one capture, one thread per rank's FIFO
             fifo_dir = Path(tempfile.mkdtemp(prefix="epcap-ranks-"))
             env[RANK_FIFOS_ENV] = str(fifo_dir)
+            fifos = []
             for rank in range(task * per_task, (task + 1) * per_task):
                 fifo = fifo_dir / f"rank{rank}.fifo"
                 os.mkfifo(fifo, 0o600)
-                captures.append(start_capture(cell_dir, rank, spec.env, fifo=fifo,
-                                              fifo_timeout_s=timeout_s))
+                fifos.append((fifo, f"rank{rank}.log"))
                 logs.append(cell_dir / f"rank{rank}.log")
+            captures.append(start_capture(cell_dir, task, spec.env, fifos=fifos,
+                                          fifo_timeout_s=timeout_s))
             log_name = f"node{task}.log"
         logs.append(cell_dir / log_name)
         preload = uses_forkserver(spec.argv, env)
@@ -361,9 +364,11 @@ def record_exits(job: _Job, codes: list[int | None]) -> None:
 
 def start_capture(cell_dir: Path, rank: int, spec_env: dict[str, str],
                   fifo: Path | None = None, fifo_timeout_s: float | None = None,
-                  log: str | None = None) -> subprocess.Popen:
+                  log: str | None = None,
+                  fifos: list[tuple[Path, str]] | None = None) -> subprocess.Popen:
     """The rank's capture process (redacts, writes rank<R>.log, or `log`); stdin is the
-    rank's pipe unless `fifo` (given up after `fifo_timeout_s` when no rank opens it).
+    rank's pipe unless `fifo` (given up after `fifo_timeout_s` when no rank opens it), or
+    `fifos`: (FIFO, log name) pairs of several ranks, one thread each in one process.
     Without the cell marker in its environment (it is no rank of the cell)."""
     env = {k: v for k, v in {**os.environ, **spec_env}.items() if k != MARKER_ENV}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HARNESS_ROOT),
@@ -372,32 +377,35 @@ def start_capture(cell_dir: Path, rank: int, spec_env: dict[str, str],
     # PYTHONPATH), ~10 ms of each capture's start-up; nor a sitecustomize meant for the ranks
     argv = [sys.executable, "-S", "-m", "harness.launch.capture",
             str(Path(cell_dir).resolve()), "--rank", str(rank)]
-    if fifo is not None:
-        argv += ["--fifo", str(fifo)]
-        if fifo_timeout_s is not None:
-            argv += ["--fifo-timeout", f"{max(1.0, float(fifo_timeout_s)):g}"]
-    if log is not None:
+    pairs = list(fifos or []) or ([(fifo, log)] if fifo is not None else [])
+    for path, name in pairs:
+        argv += ["--fifo", str(path)] + (["--log", name] if name is not None else [])
+    if pairs and fifo_timeout_s is not None:
+        argv += ["--fifo-timeout", f"{max(1.0, float(fifo_timeout_s)):g}"]
+    if not pairs and log is not None:
         argv += ["--log", log]
     proc = subprocess.Popen(argv, env=env, cwd=str(HARNESS_ROOT),
-                            stdin=subprocess.DEVNULL if fifo else subprocess.PIPE,
+                            stdin=subprocess.DEVNULL if pairs else subprocess.PIPE,
                             start_new_session=True)
-    proc.fifo = fifo            # type: ignore[attr-defined]  # drain() releases it
+    proc.fifos = [path for path, _ in pairs]    # type: ignore[attr-defined]  # drain()
     return proc
 
 
 def drain(captures: list[subprocess.Popen]) -> None:
-    """Wait for the captures to write their last lines (they end at their rank's EOF). A
-    capture still waiting for a writer on its FIFO (its rank never started: the task failed
+    """Wait for the captures to write their last lines (they end at their ranks' EOF). A
+    capture still waiting for a writer on a FIFO (its rank never started: the task failed
     first) is released by opening and closing the FIFO's write end: it reads EOF and ends."""
     deadline = time.monotonic() + CAPTURE_WAIT_S
-    waiting = [c for c in captures if getattr(c, "fifo", None) is not None]
+    waiting = [c for c in captures if getattr(c, "fifos", None)]
     while waiting and time.monotonic() < deadline:
         for cap in waiting:     # a capture not yet in open() is released on a later pass
-            try:
-                os.close(os.open(cap.fifo, os.O_WRONLY | os.O_NONBLOCK))
-            except OSError:
-                pass            # opened and removed by the capture, or no reader yet
-        waiting = [c for c in waiting if c.poll() is None and Path(c.fifo).exists()]
+            for fifo in cap.fifos:
+                try:
+                    os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+                except OSError:
+                    pass        # opened and removed by the capture, or no reader yet
+        waiting = [c for c in waiting
+                   if c.poll() is None and any(Path(f).exists() for f in c.fifos)]
         if waiting:
             time.sleep(0.05)
     for cap in captures:

@@ -43,6 +43,56 @@ def test_drain_releases_a_capture_still_waiting_for_its_writer(tmp_path):
     assert (tmp_path / "rank3.log").read_bytes() == b""
 
 
+def test_one_capture_copies_each_ranks_fifo_to_its_own_log_and_gives_up_on_a_silent_one(
+        tmp_path):
+    """A task's ranks share one capture (one thread per FIFO): each FIFO's lines land in its
+    own log, redacted; a FIFO no rank opens is released after the timeout and removed, the
+    others still copied to their end, and the capture exits 1 (as a single capture that
+    gives up). Seen red: with the release left out, the silent FIFO and its folder were
+    left behind; with one Capture shared by the threads, rank 1's lines landed in
+    rank0.log."""
+    fifo_dir = tmp_path / "f"
+    fifo_dir.mkdir()
+    pairs = [(fifo_dir / f"rank{r}.fifo", f"rank{r}.log") for r in range(3)]
+    for fifo, _ in pairs:
+        os.mkfifo(fifo)
+    token = "hf_" + "a1B2" * 9
+    cap = start_capture(tmp_path, 0, {}, fifos=pairs, fifo_timeout_s=1.0)
+    for r in (0, 1):
+        with open(pairs[r][0], "w") as out:
+            out.write(f"line of rank {r}\ntoken {token}\n")
+    assert cap.wait(timeout=30) == 1
+    for r in (0, 1):
+        text = (tmp_path / f"rank{r}.log").read_text()
+        assert text.startswith(f"line of rank {r}\n") and token not in text, text
+    assert (tmp_path / "rank2.log").read_bytes() == b""
+    assert not any(fifo.exists() for fifo, _ in pairs) and not fifo_dir.exists()
+
+
+def test_drain_releases_a_shared_capture_whose_ranks_never_started(tmp_path):
+    pairs = [(tmp_path / f"rank{r}.fifo", f"rank{r}.log") for r in range(2)]
+    for fifo, _ in pairs:
+        os.mkfifo(fifo)
+    cap = start_capture(tmp_path, 0, {}, fifos=pairs, fifo_timeout_s=600)
+    deadline = time.monotonic() + 20       # until both its threads wait in open()
+    while time.monotonic() < deadline and _threads_on_fifo(cap.pid) < 2:
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    drain([cap])
+    assert cap.poll() == 0 and time.monotonic() - t0 < 5
+    assert all((tmp_path / log).read_bytes() == b"" for _, log in pairs)
+
+
+def _threads_on_fifo(pid: int) -> int:
+    """Threads of `pid` blocked opening a FIFO (waiting for its writer)."""
+    try:
+        return sum(Path(f"/proc/{pid}/task/{t}/wchan").read_text() in
+                   ("pipe_wait", "wait_for_partner", "fifo_open")
+                   for t in os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return 0
+
+
 def _waits_on_fifo(pid: int) -> bool:
     try:
         return "fifo" in Path(f"/proc/{pid}/wchan").read_text() or \
