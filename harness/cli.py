@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
@@ -62,16 +62,9 @@ def _call(body: Callable[..., int | None], /, **kwargs) -> None:
         _quiet_pipe()
         sys.exit(PIPE_EXIT)
     except EpcapError as exc:
-        click.echo(f"epcap: error: {redact_text(str(exc))}", err=True)
-        if getattr(exc, "path", None) == STDOUT:
-            _quiet_pipe()               # the exit flush must not fail a second time
-        sys.exit(exc.exit_code)
+        _exit_on_error(exc)
     except OSError as exc:
-        message = boundary_message(exc) if exc.filename is not None else \
-            str(stream_error(exc)) if stdout_fails() else unnamed_os_error(exc)
-        click.echo(f"epcap: error: {redact_text(message)}", err=True)
-        _quiet_pipe()
-        sys.exit(2)
+        _exit_on_os_error(exc)
     except (UnicodeError, RecursionError, OverflowError, MemoryError) as exc:
         click.echo(f"epcap: error: {redact_text(boundary_message(exc))}", err=True)
         sys.exit(2)
@@ -80,6 +73,24 @@ def _call(body: Callable[..., int | None], /, **kwargs) -> None:
         click.echo(f"epcap: error: {redact_text(str(failure))}", err=True)
         sys.exit(failure.exit_code)
     sys.exit(code or 0)
+
+
+def _exit_on_error(exc: EpcapError) -> NoReturn:
+    """One `epcap: error:` line and the error's exit code (a stdout failure: quietly)."""
+    click.echo(f"epcap: error: {redact_text(str(exc))}", err=True)
+    if getattr(exc, "path", None) == STDOUT:
+        _quiet_pipe()                   # the exit flush must not fail a second time
+    sys.exit(exc.exit_code)
+
+
+def _exit_on_os_error(exc: OSError) -> NoReturn:
+    """An OSError as one line, exit 2: its file, else stdout when stdout is what fails (a
+    full device), else an unnamed output stream."""
+    message = boundary_message(exc) if exc.filename is not None else \
+        str(stream_error(exc)) if stdout_fails() else unnamed_os_error(exc)
+    click.echo(f"epcap: error: {redact_text(message)}", err=True)
+    _quiet_pipe()
+    sys.exit(2)
 
 
 def refuse_secret_paths(**paths: str | None) -> None:
@@ -165,11 +176,18 @@ class EpcapGroup(click.Group):
              **extra):
         _rich_pipe_policy()
         try:
-            code = super().main(args=args, prog_name=prog_name or "epcap",
-                                complete_var=complete_var, standalone_mode=False, **extra)
-        except NO_ARGS_HELP as exc:         # bare `epcap` or `epcap GROUP`: the help, exit 0
-            click.echo(exc.format_message())
-            sys.exit(0)
+            try:
+                code = super().main(args=args, prog_name=prog_name or "epcap",
+                                    complete_var=complete_var, standalone_mode=False, **extra)
+            except NO_ARGS_HELP as exc:     # bare `epcap` or `epcap GROUP`: the help, exit 0
+                click.echo(exc.format_message())
+                code = 0
+            # only click's own output gets here (--help, --version; commands exit in _call):
+            # the standard-streams rule, as for every command
+            check_stdout_open()
+            flush_stdout()
+        except EpcapError as exc:           # stdout closed
+            _exit_on_error(exc)
         except click.UsageError as exc:
             hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
             click.echo(f"epcap: error: {redact_text(exc.format_message())}{hint}", err=True)
@@ -183,6 +201,8 @@ class EpcapGroup(click.Group):
         except BrokenPipeError:
             _quiet_pipe()
             sys.exit(PIPE_EXIT)
+        except OSError as exc:              # click's output on a full device
+            _exit_on_os_error(exc)
         except SystemExit as exc:
             # click's own output (--help) meeting a closed pipe: click exits 1 after wrapping
             # stdout in its flush pacifier; report it as the pipe it was
