@@ -64,8 +64,10 @@ DRIVER_LOG = "driver.log"       # the driver's lines once its stdout's reader is
 DRIVER_ERROR = "harness-error.txt"  # the traceback of the driver's own failure (issue 41)
 
 
-class Interrupted(Exception):
-    """SIGINT/SIGTERM arrived; the campaign checkpoints and exits 128 + signum."""
+class Interrupted(BaseException):
+    """SIGINT/SIGTERM arrived; the campaign checkpoints and exits 128 + signum. A
+    BaseException, like KeyboardInterrupt: no `except Exception` (a harness failure's
+    net, a probe's fallback) may take a user's interrupt for a failure and carry on."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
@@ -184,10 +186,15 @@ def run_with(rb: Runbook, root_dir: Path, launch: Launcher, fresh: bool,
         command_line = ["epcap", *sys.argv[1:]]
         old = _install_signals()
         try:
-            code = run_campaign(rb, root, launch, stages, until, command_line, select, roots,
-                                live_repo, live_publisher)
-        finally:
-            _restore_signals(old)
+            try:
+                code = run_campaign(rb, root, launch, stages, until, command_line, select,
+                                    roots, live_repo, live_publisher)
+            finally:
+                _restore_signals(old)
+        except Interrupted as exc:      # before the campaign's own handler was reached
+            print(f"interrupted ({exc}) before the campaign started; rerun the same "
+                  "command to resume", flush=True)
+            return 128 + exc.signum
     if code != 0 or not rb.ladder_sigmas:
         return code
     if stages or until or select.models or select.backends:
