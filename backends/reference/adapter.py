@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from harness.api.backend import Backend, LaunchSpec, NoOptions, OptionError, RunRequest
 from harness.errors import BadInput
+from harness.io import bounds
 from harness.loadmodel.memory import memory_options
 from harness.loadmodel.planners import PERSONALITIES, planner_options
 from harness.loadmodel.trace_io import ROUTING_TRACE
@@ -27,6 +28,21 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 LAUNCH_MODES = ("per-rank", "single", "forked")
+NESTED_SECTIONS = ("planner", "memory", "routing")     # options holding a mapping of numbers
+
+
+def nested_number_problem(section: str, values: object) -> tuple[str, str] | None:
+    """(field, why) of the first number of `options.<section>` outside its declared range
+    (bounds.RANGES["<section>.<key>"], which says why each range), else None: checked at
+    load, so `planner: {num_buckets: 10**15}` never reaches a rank's memory."""
+    if not isinstance(values, dict):
+        return None
+    for key, val in values.items():
+        if isinstance(val, (int, float)) and not isinstance(val, bool):
+            why = bounds.problem(f"{section}.{key}", val)
+            if why is not None:
+                return f"{section}.{key}", why
+    return None
 
 
 @dataclass(frozen=True)
@@ -50,6 +66,10 @@ class ReferenceOptions(NoOptions):
     routing: dict | None = None         # a named workload (workloads.py); a model's wins
 
     def __post_init__(self) -> None:
+        for section in NESTED_SECTIONS:
+            why = nested_number_problem(section, getattr(self, section))
+            if why is not None:
+                raise OptionError(*why)
         for key, check in (("memory", memory_options), ("routing", workload_spec)):
             try:
                 check(getattr(self, key))

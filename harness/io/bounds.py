@@ -47,6 +47,39 @@ RANGES: dict[str, tuple[float, float]] = {
     "max_parallel_cells": (1, 1024), "nodes": (1, 100_000), "gpus_per_node": (0, 1024),
     # backend options (backends/reference/adapter.py ReferenceOptions)
     "pg_timeout_s": (1, 7 * 24 * 3600), "threads": (1, 1024), "extra_dispatch_passes": (0, 1000),
+    # cluster adapters' options (backends/megatron): an echo pool beyond one slot per expert
+    # on each of the most ranks (2^16 x 4096), redundant experts beyond the most experts
+    "echo_experts": (1, 1 << 28), "redundant_experts_per_rank": (1, 1 << 16),
+    # a reference backend's nested options, `options.<section>.<key>` (ReferenceOptions
+    # NESTED_SECTIONS), each from what its planner or model can use (harness/loadmodel/):
+    # echo planner (planner_echo.py). Spare slots in all: one per expert on every rank is the
+    # most a plan fills (experts 2^16 x ep 4096). A home rank reclaims while its load is at
+    # most avg x (1 + t); its load is at most the total, ep x avg, so t = ep - 1 <= 4095
+    # reclaims all. approx_bin_packing keeps one deque per size class (10^15 exhausted
+    # memory); classes are avg // (num_buckets - 1) slots wide, so more than 2^16 of them only
+    # split the mean load finer than 1/65535 (upstream's default is 8).
+    "planner.moe_num_echo_experts": (0, 1 << 28), "planner.threshold_multiplier": (0, 4095),
+    "planner.num_buckets": (1, 1 << 16),
+    # ultraep planner (planner_ultraep.py). eps: relative slack of the fast threshold, ceil(lo
+    # x (1 + eps)); 1 already allows twice the balanced load (upstream: 0.01). The replica
+    # floor and its reference load are token counts of one rank, at most seq x micro_batch x
+    # topk at the table's maxima (2^20 x 2^16 x 2^10 = 2^46); a floor above that forbids
+    # every replica. Redundant slots beyond the most experts (2^16) hold nothing more; a
+    # balance threshold of ep x the mean (4096) is never exceeded.
+    "planner.eps": (0, 1), "planner.min_tokens_per_replica": (1, 1 << 46),
+    "planner.min_tokens_reference": (0, 1 << 46), "planner.redundant_per_rank": (0, 1 << 16),
+    "planner.balance_threshold": (0, 4096),
+    # memory model (memory.py): optimizer shards up to the most GPUs a runbook names (slurm
+    # nodes x gpus_per_node maxima); the moonep pool a fraction of the expert weights (1: a
+    # full second copy); replica slots per rank as the planners' own bounds.
+    "memory.optimizer_shards": (1, 100_000 * 1024), "memory.moonep_pool_fraction": (0, 1),
+    "memory.echo_slots_per_rank": (0, 1 << 16), "memory.ultraep_redundant_per_rank": (0, 1 << 16),
+    # routing workloads (workloads.py): sigma as a model's routing_sigma (exp(sigma x N(0, 1))
+    # overflows to inf past a few hundred); hot experts at most the most experts; the hot
+    # share a fraction; a rotation period past any run's steps (warmup + iters x trials)
+    # never rotates.
+    "routing.sigma": (0, 100), "routing.hot_experts": (1, 1 << 16), "routing.hot_share": (0, 1),
+    "routing.period": (1, 1 << 31),
     # counts in the results' tables (harness/report/inputs.py COUNT_COLUMNS): never negative
     # (`budget_tokens: -1` in timing.tsv was printed as written)
     "budget_tokens": (0, GENERIC_MAX), "uniform_tokens": (0, GENERIC_MAX),

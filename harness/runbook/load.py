@@ -295,8 +295,8 @@ def _backend_options(doc: _Doc, entry: dict, fields: dict, where: tuple, base: P
     try:
         return cls(**kwargs)
     except ValueError as exc:
-        sub = getattr(exc, "field", None)
-        raise doc.error(where + (sub,) if sub else where, str(exc)) from exc
+        sub = getattr(exc, "field", None)       # `planner.num_buckets`: a nested option
+        raise doc.error(where + tuple(sub.split(".")) if sub else where, str(exc)) from exc
 
 
 def _capacity(doc: _Doc, data: dict) -> CapacityConfig:
