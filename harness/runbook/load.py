@@ -21,7 +21,7 @@ from harness.errors import BadInput
 from harness.grid.capacity import Grid
 from harness.grid.heldout import parse_target, resolve_validate
 from harness.io import bounds
-from harness.io.boundary.paths import resolve_against
+from harness.io.boundary.paths import resolve_against, special_file_problem
 from harness.io.yamldoc import Doc as _Doc
 from harness.io.yamldoc import check_type as _check_type
 from harness.io.yamldoc import fields_from as _fields_from
@@ -292,6 +292,9 @@ def _backend_options(doc: _Doc, entry: dict, fields: dict, where: tuple, base: P
     for name in cls.PATH_FIELDS:        # relative: against the runbook's folder
         if isinstance(kwargs.get(name), str) and kwargs[name]:
             kwargs[name] = resolve_against(kwargs[name], base)
+            why = special_file_problem(kwargs[name])
+            if why is not None:
+                raise doc.error(where + (name,), why)
     try:
         return cls(**kwargs)
     except ValueError as exc:

@@ -9,10 +9,11 @@ checked to lie under the results root (--results) before it is created.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from harness.errors import BadInput
-from harness.io.safeio import read_text
+from harness.io.safeio import file_kind, read_text
 
 
 def resolve_against(value: str, base: Path) -> str:
@@ -22,6 +23,20 @@ def resolve_against(value: str, base: Path) -> str:
     if path.is_absolute():
         return str(path)
     return os.path.normpath(os.path.abspath(Path(base) / path))
+
+
+def special_file_problem(value: str) -> str | None:
+    """Why a runbook path cannot be a backend's file: something other than a regular file or
+    a directory is there, links followed (a FIFO would hang or fail the run, a device feed
+    it endlessly); None when it is one of those or nothing is there yet (a path to record
+    to, or one only the run's host sees: a copied runbook is still audited elsewhere)."""
+    try:
+        mode = os.stat(value).st_mode       # stat never opens: a FIFO cannot block it
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return f"must be a regular file or a directory, got {file_kind(mode)}"
 
 
 def lies_under(path: Path, root: Path) -> bool:
