@@ -196,21 +196,39 @@ def _smi_int(text: str) -> int | None:
         return None
 
 
+def _readable(row: list[str], fields: tuple[str, ...], counts: tuple[int, ...]) -> bool:
+    """True when `row` has one cell per field and each cell at `counts` is a number or a
+    bracketed note (`[N/A]`, `[Not Supported]`): what nvidia-smi writes there."""
+    if len(row) != len(fields):
+        return False
+    return all(_smi_int(row[i]) is not None or
+               (row[i].startswith("[") and row[i].endswith("]")) for i in counts)
+
+
+def _unreadable(row: list[str]) -> GpuToolFailed:
+    """An installed nvidia-smi whose answer cannot be read: a broken tool, never a CPU-only
+    machine, so the probe is unhealthy (the row shown escaped and cut)."""
+    return GpuToolFailed(f"nvidia-smi answered an unreadable row: {ascii(','.join(row))[:200]}")
+
+
 def read_smi(indices: list[int] | None = None) -> tuple[str, list[GpuReading]]:
-    """(driver version, readings) from `nvidia-smi`; raises NoGpu without it or any GPU."""
+    """(driver version, readings) from `nvidia-smi`; raises NoGpu without it or any GPU, and
+    GpuToolFailed for a row it cannot read (the wrong number of columns, a non-number)."""
     rows = _smi([f"--query-gpu={','.join(SMI_GPU_FIELDS)}"])
     if not rows:
         raise NoGpu("nvidia-smi lists no GPU")
     pids: dict[str, list[int]] = {}
     for row in _smi([f"--query-compute-apps={','.join(SMI_APP_FIELDS)}"]):
-        pid = _smi_int(row[1]) if len(row) == len(SMI_APP_FIELDS) else None
+        if not _readable(row, SMI_APP_FIELDS, (1,)):
+            raise _unreadable(row)
+        pid = _smi_int(row[1])
         if pid is not None:
             pids.setdefault(row[0], []).append(pid)
     gpus, driver = [], ""
     for row in rows:
-        index = _smi_int(row[0]) if len(row) == len(SMI_GPU_FIELDS) else None
+        index = _smi_int(row[0]) if _readable(row, SMI_GPU_FIELDS, (0, 4, 5)) else None
         if index is None:
-            raise NoGpu(f"nvidia-smi answered an unreadable row: {','.join(row)[:200]}")
+            raise _unreadable(row)
         _, name, uuid, used, vol, agg, driver = row
         if indices is not None and index not in indices:
             continue
