@@ -495,9 +495,10 @@ def failures_text(failures: dict[str, int]) -> str:
 
 def cli_status(results_dir: str, as_json: bool = False) -> int:
     """`epcap status`: the state (running, interrupted, stopped after a stage, done), runs
-    done / left, failures by class and ETA; a results root lists its campaigns."""
+    done / left, failures by class and ETA; a results root lists its campaigns, each one it
+    cannot read named with why (`damaged` in --json) and exit 1 then, the others listed."""
     root = Path(results_dir)
-    if (root / EVENTS_JSONL).is_file():
+    if os.path.lexists(root / EVENTS_JSONL):    # a FIFO or a link there is named, not skipped
         doc = campaign_state(root)
         if as_json:
             print(json.dumps(doc))
@@ -510,16 +511,25 @@ def cli_status(results_dir: str, as_json: bool = False) -> int:
         raise BadInput(f"not a campaign directory (no {EVENTS_JSONL}) and no campaign "
                        "directory under it" + (f" ({len(ignored)} other entries ignored)"
                                                if ignored else ""), path=str(root))
-    docs = [campaign_state(p) for p in found]
+    docs, damaged = [], []
+    for path in found:
+        try:
+            docs.append(campaign_state(path))
+        except BadInput as exc:         # one damaged campaign hides none of the others
+            damaged.append({"path": str(path), "why": str(exc)})
+        except OSError as exc:
+            damaged.append({"path": str(path), "why": f"{exc.filename or path}: {os_hint(exc)}"})
     if as_json:
-        print(json.dumps({"campaigns": docs, "ignored": ignored}))
-        return 0
-    for doc in docs:
-        left = "?" if doc["runs_left"] is None else doc["runs_left"]
-        print(f"{doc['path']}: {state_words(doc)}; {doc['runs_done']} done, {left} left")
+        print(json.dumps({"campaigns": docs, "damaged": damaged, "ignored": ignored}))
+        return 1 if damaged else 0
+    lines = [(doc["path"], f"{state_words(doc)}; {doc['runs_done']} done, "
+              f"{'?' if doc['runs_left'] is None else doc['runs_left']} left") for doc in docs]
+    lines += [(d["path"], f"cannot be read: {d['why']}") for d in damaged]
+    for path, words in sorted(lines):
+        print(f"{path}: {words}")
     if ignored:
         print(f"ignored (not a campaign epcap recorded): {', '.join(map(ascii, ignored))}")
-    return 0
+    return 1 if damaged else 0
 
 
 def ignored_under(root: Path, campaigns: list[Path]) -> list[str]:
@@ -535,10 +545,13 @@ def state_words(doc: dict) -> str:
     validate', 'done'."""
     state = doc["state"]
     if state == "running":
-        return (f"running (pid {doc['pid']} on {doc['host']} since {doc['since']})"
+        holder = (f"holder unknown: {doc['holder_unknown']}" if doc.get("holder_unknown")
+                  else f"pid {doc['pid']} on {doc['host']} since {doc['since']}")
+        return (f"running ({holder})"
                 + "".join(f"; {queued_words(q)}" for q in doc.get("pending") or ()))
     if state == "interrupted":
-        return f"interrupted ({doc['signal']} at {doc['when']})"
+        return (f"interrupted ({doc['signal'] or 'unknown signal'}"
+                + (f" at {doc['when']})" if doc["when"] else ")"))
     if state == "stopped_after" and doc.get("stopped_after") == "selection":
         return "stopped after the --model/--backend selection (the other pairs are left)"
     if state == "stopped_after":
@@ -560,7 +573,7 @@ def queued_words(queued: dict) -> str:
 def print_state(doc: dict) -> None:
     print(f"campaign: {doc['path']}")
     print(f"state: {state_words(doc)}")
-    print(f"stage: {doc['stage']}")
+    print(f"stage: {doc['stage'] or 'unknown (no stage recorded)'}")
     left = doc["runs_left"]
     print(f"runs: {doc['runs_done']} done, {left if left is not None else 'unknown'} left")
     print(f"failures by class: {failures_text(doc['failures'])}")

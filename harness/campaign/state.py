@@ -24,11 +24,12 @@ from harness.vocab import Event, Stage
 
 RUNNING, INTERRUPTED, STOPPED_AFTER, DONE = "running", "interrupted", "stopped_after", "done"
 _HOLDER_MAX = 4096
+REPORT_MD = Path("report") / "report.md"     # where `epcap run` builds a campaign's report
 
 
 def lock_holder(root: Path) -> dict | None:
-    """{pid, host, since} of the driver holding the campaign lock, or None when no one holds
-    it. A shared, non-blocking probe of the lock the driver takes (harness/io/lock.py: the
+    """{pid, host, since, holder_unknown} of the driver holding the campaign lock (holder_note),
+    or None when no one holds it. A shared, non-blocking probe of the lock the driver takes (harness/io/lock.py: the
     campaign directory, or the lock file where a directory cannot be locked); it never
     creates the lock file nor waits."""
     try:
@@ -36,7 +37,7 @@ def lock_holder(root: Path) -> dict | None:
     except OSError:
         return None
     try:
-        fd = os.open(root / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(root / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a FIFO
     except OSError:
         fd = None
     try:
@@ -54,17 +55,39 @@ def lock_holder(root: Path) -> dict | None:
             fcntl.flock(probe, fcntl.LOCK_UN)
         if not held:
             return None
-        try:
-            record = json.loads(os.pread(fd, _HOLDER_MAX, 0).decode("utf-8")) if fd else {}
-        except (OSError, ValueError):
-            record = {}
-        record = record if isinstance(record, dict) else {}
-        return {"pid": record.get("pid"), "host": record.get("host"),
-                "since": record.get("since_utc")}
+        return holder_note(fd)
     finally:
         os.close(dir_fd)
         if fd is not None:
             os.close(fd)
+
+
+def holder_note(fd: int | None) -> dict[str, Any]:
+    """{pid, host, since, holder_unknown} from the lock file's note (harness/io/lock.py
+    writes it): each value only when it has its type; `holder_unknown` says in words why the
+    holder cannot be named (the note missing, empty or damaged: it was deleted or replaced
+    while the run holds the lock), None when it can."""
+    def unknown(why: str) -> dict[str, Any]:
+        return {"pid": None, "host": None, "since": None, "holder_unknown": why}
+    if fd is None:
+        return unknown(f"{LOCK_NAME} is missing")
+    try:
+        raw = os.pread(fd, _HOLDER_MAX, 0)
+    except OSError as exc:
+        return unknown(f"{LOCK_NAME} cannot be read ({exc.strerror})")
+    if not raw.strip():
+        return unknown(f"{LOCK_NAME} is empty")
+    try:
+        record = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError):
+        record = None
+    pid = record.get("pid") if isinstance(record, dict) else None
+    host = record.get("host") if isinstance(record, dict) else None
+    since = record.get("since_utc") if isinstance(record, dict) else None
+    if isinstance(pid, bool) or not isinstance(pid, int) or not isinstance(host, str) \
+            or not isinstance(since, str):
+        return unknown(f"{LOCK_NAME} does not hold a holder note (pid, host, since)")
+    return {"pid": pid, "host": host[:255], "since": since[:64], "holder_unknown": None}
 
 
 def utc(t: float | None) -> str | None:
@@ -89,9 +112,10 @@ def campaign_state(root: Path, probe_lock: bool = True) -> dict[str, Any]:
         "eta_s": stats["eta_s"], "failures": stats["failures_by_class"],
         "signal": None, "when": None, "stopped": None, "report_path": None,
     }
-    report = next((e for e in reversed(events) if e["ev"] == Event.REPORT), None)
-    if report is not None:
-        doc["report_path"] = report.get("path")
+    if any(e["ev"] == Event.REPORT for e in events):
+        # the run builds the report in its own campaign directory: name this one's, not the
+        # path recorded where the campaign ran (a copy or a moved campaign names its own)
+        doc["report_path"] = str(root / REPORT_MD)
     holder = lock_holder(root) if probe_lock else None
     if holder is not None:
         return {**doc, "state": RUNNING, **holder, "pending": queued_now(tail)}

@@ -320,8 +320,8 @@ def read_events(path: Path, strict: bool = False) -> list[dict]:
     (not UTF-8, not JSON, no `ev`/`t`; strict: a cell event lacking its identity) is
     BadInput naming path:line: field, with how to recover."""
     path = Path(path)
-    if path.is_dir():
-        path = path / EVENTS_JSONL
+    if path.is_dir() and path.name != EVENTS_JSONL:    # a campaign folder; a folder named
+        path = path / EVENTS_JSONL                      # events.jsonl is refused below
     if not os.path.lexists(path):       # a dangling link is not "no log": read_bytes names it
         return []
     data = read_bytes(path, max_bytes=EVENTS_MAX_BYTES)

@@ -8,11 +8,32 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from harness.io.boundary.campaigns import MARKER
 
-from .conftest import assert_bad_input, run_cli
+from .conftest import FIXTURES, FakeLauncher, assert_bad_input, run_cli
+
+HEALTH = [HealthCheck.function_scoped_fixture]
+
+
+@pytest.fixture(scope="module")
+def done_tiny(tmp_path_factory) -> tuple[Path, Path]:
+    """(runbook, a finished tiny campaign directory), made once with fake ranks."""
+    import harness.campaign.cli as campaign_cli
+    base = tmp_path_factory.mktemp("done")
+    shutil.copy(FIXTURES / "tiny.yaml", base / "tiny.yaml")
+    shutil.copy(FIXTURES / "models.yaml", base / "models.yaml")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(campaign_cli, "make_launcher", lambda name, rb=None: FakeLauncher())
+        assert run_cli("run", base / "tiny.yaml", "--results", base / "res",
+                       timeout_s=120).code == 0
+    return base / "tiny.yaml", base / "res" / "tiny"
 
 
 def run(book: Path, results: Path, *extra: str):
@@ -90,3 +111,44 @@ def test_a_damaged_neighbour_does_not_stop_a_new_campaign(tiny, tmp_path, fake_l
     res = run(tiny, results, "--fresh", "--until", "measure")
     assert res.code == 0, res.text
     assert (results / "tiny-2" / "events.jsonl").is_file()
+
+
+INSIDE = ["cells", "report", "cells/{cell}", "cells/{cell}/deeper/new", "report/x",
+          "new-folder", "via-link", "via-link/new"]
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=HEALTH)
+@given(where=st.sampled_from(INSIDE), dry=st.booleans())
+def test_results_inside_a_recorded_campaign_is_refused(done_tiny, tmp_path, fake_launcher,
+                                                       where, dry):
+    """`--results` anywhere inside a recorded campaign directory (its cells, a cell, its
+    report, a new folder in it, a link outside that points into it) is refused, exit 2, and
+    nothing is created there. Seen failing on 28ad19d (rounds23 B4): `run other.yaml
+    --results <done>/cells --dry-run` rc 0, writing `<done>/cells/other.dry-run/`, and the
+    done campaign's audit turned from VALID to UNKNOWN."""
+    book, done = done_tiny
+    case = Path(tempfile.mkdtemp(dir=tmp_path))
+    camp = case / "tiny"
+    shutil.copytree(done, camp)
+    (case / "via-link").symlink_to(camp / "cells")
+    cell = next(p.name for p in (camp / "cells").iterdir())
+    other = case / "other.yaml"
+    other.write_text(book.read_text().replace("campaign: tiny", "campaign: other"))
+    (case / "models.yaml").write_bytes((book.parent / "models.yaml").read_bytes())
+    before = sorted(str(p.relative_to(camp)) for p in camp.rglob("*"))
+    target = (case / where.format(cell=cell)) if where.startswith("via-link") else \
+        camp / where.format(cell=cell)
+    res = run(other, target, *(["--dry-run"] if dry else ["--until", "preflight"]))
+    assert_bad_input(res, "--results", "is inside the directory of campaign 'tiny'")
+    assert sorted(str(p.relative_to(camp)) for p in camp.rglob("*")) == before
+
+
+def test_the_exact_probe_b4(done_tiny, tmp_path):
+    """rounds23 B4 as written: --results <done>/cells --dry-run."""
+    book, done = done_tiny
+    shutil.copytree(done, tmp_path / "tiny")
+    other = book.with_name("other.yaml")
+    other.write_text(book.read_text().replace("campaign: tiny", "campaign: other"))
+    res = run(other, tmp_path / "tiny" / "cells", "--dry-run")
+    assert_bad_input(res, "--results", str(tmp_path / "tiny"))
+    assert not (tmp_path / "tiny" / "cells" / "other.dry-run").exists()

@@ -118,11 +118,22 @@ def records_under(root: Path, events_name: str) -> tuple[list[CampaignRecord], l
     return sorted(found), other
 
 
+def enclosing_campaign(path: Path, events_name: str) -> Path | None:
+    """The nearest folder above `path` (links resolved) that is a campaign directory (its
+    record, or an event log), or None: nothing is created inside a campaign but its own."""
+    for parent in Path(os.path.realpath(path)).parents:
+        if campaign_record(parent, events_name) is not None \
+                or os.path.lexists(parent / events_name):
+            return parent
+    return None
+
+
 def choose_campaign_dir(root: Path, campaign: str, fresh: bool, events_name: str
                         ) -> tuple[Path, int]:
     """(the newest directory of `campaign` under `root` to resume, or a new one's path, and
     the sequence number a new one gets). `root` that is itself a campaign directory is
-    refused (a new campaign is never nested inside one), unless it is this campaign's."""
+    refused (a new campaign is never nested inside one), unless it is this campaign's; so is
+    a `root` anywhere inside one (`<campaign>/cells`, a cell, `<campaign>/report`)."""
     root = Path(root)
     own = campaign_record(root, events_name)
     if own is not None or (root / events_name).exists():
@@ -132,6 +143,13 @@ def choose_campaign_dir(root: Path, campaign: str, fresh: bool, events_name: str
         raise BadInput(f"is the directory of {what}, not a results root: give its parent "
                        f"(--results {root.parent}) so campaigns are not nested",
                        path=str(root), field="--results")
+    above = enclosing_campaign(root, events_name)
+    if above is not None:
+        rec = campaign_record(above, events_name)
+        what = f"campaign {rec.campaign!r}" if rec is not None else "a campaign"
+        raise BadInput(f"is inside the directory of {what} ({above}): a folder written there "
+                       "is one its audit does not know; give a results root outside it "
+                       f"(--results {above.parent})", path=str(root), field="--results")
     mine = [r for r in records_under(root, events_name)[0] if r.campaign == campaign]
     if mine and not fresh:
         return mine[-1].path, mine[-1].seq
