@@ -248,6 +248,12 @@ class ForkServer:
 
     def start(self, argv: list[str], env: dict, cwd: str | None, log: str) -> ForkedProcess:
         """Fork one run; returns once the server names its pid."""
+        self.request(argv, env, cwd, log)
+        return self.started()
+
+    def request(self, argv: list[str], env: dict, cwd: str | None, log: str) -> None:
+        """Ask for one run's fork and return at once (`started()` gives it): the server forks
+        while the caller starts the run's captures."""
         req = {"argv": list(argv), "env": dict(env), "cwd": cwd, "log": str(log)}
         try:
             self.proc.stdin.write((json.dumps(req) + "\n").encode())
@@ -255,6 +261,9 @@ class ForkServer:
         except BrokenPipeError:
             self.died = self.death()
             raise ForkServerDied(self.died, self.died_detail) from None
+
+    def started(self) -> ForkedProcess:
+        """The run asked for first and not yet returned, once the server names its pid."""
         deadline = time.monotonic() + START_DEADLINE_S
         while not self.pids:
             if time.monotonic() > deadline:

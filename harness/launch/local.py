@@ -231,17 +231,15 @@ class LocalLauncher(Launcher):
                MARKER_ENV: str(cell_dir.resolve())}
         per_task = max(1, int(spec.ranks_per_task))
         log_name = f"rank{task}.log"
+        rank_fifos: list[tuple[Path, str]] = []
         if per_task > 1:            # one capture, one thread per rank's FIFO
             fifo_dir = Path(tempfile.mkdtemp(prefix="epcap-ranks-"))
             env[RANK_FIFOS_ENV] = str(fifo_dir)
-            fifos = []
             for rank in range(task * per_task, (task + 1) * per_task):
                 fifo = fifo_dir / f"rank{rank}.fifo"
                 os.mkfifo(fifo, 0o600)
-                fifos.append((fifo, f"rank{rank}.log"))
+                rank_fifos.append((fifo, f"rank{rank}.log"))
                 logs.append(cell_dir / f"rank{rank}.log")
-            captures.append(start_capture(cell_dir, task, spec.env, fifos=fifos,
-                                          fifo_timeout_s=timeout_s))
             log_name = f"node{task}.log"
         logs.append(cell_dir / log_name)
         preload = uses_forkserver(spec.argv, env)
@@ -250,16 +248,32 @@ class LocalLauncher(Launcher):
             os.mkfifo(fifo, 0o600)
             self._forked += 1
             lose = self._forked in self._fifos_to_lose
-            # The capture waits for its rank as long as the server may take to fork it (its
-            # first request waits on the preload's import) plus the run's timeout: a capture
-            # that gave up first removed the FIFO under a rank not yet forked (issue 41).
-            cap = start_capture(cell_dir, task, spec.env, fifo=fifo, log=log_name,
-                                fifo_timeout_s=0 if lose else timeout_s + START_DEADLINE_S)
-            captures.append(cap)
-            if lose:                    # tests: the capture gives up (1 s) and removes it
-                cap.wait(timeout=30)
-            procs.append(self._server(preload).start(spec.argv, env, spec.cwd, str(fifo)))
+            server, asked = self._server(preload), False
+            if not lose:    # the server forks while the captures start (the child's open
+                server.request(spec.argv, env, spec.cwd, str(fifo))     # waits for its reader)
+                asked = True
+            try:
+                if rank_fifos:
+                    captures.append(start_capture(cell_dir, task, spec.env, fifos=rank_fifos,
+                                                  fifo_timeout_s=timeout_s))
+                # The capture waits for its rank as long as the server may take to fork it
+                # (its first request waits on the preload's import) plus the run's timeout: a
+                # capture that gave up first removed the FIFO under a rank not yet forked
+                # (issue 41).
+                cap = start_capture(cell_dir, task, spec.env, fifo=fifo, log=log_name,
+                                    fifo_timeout_s=0 if lose else timeout_s + START_DEADLINE_S)
+                captures.append(cap)
+                if lose:            # tests: the capture gives up (1 s) and removes it first
+                    cap.wait(timeout=30)
+                    server.request(spec.argv, env, spec.cwd, str(fifo))
+                    asked = True
+            finally:                # a fork asked for is always known (and killed on failure)
+                if asked:
+                    procs.append(server.started())
         else:
+            if rank_fifos:
+                captures.append(start_capture(cell_dir, task, spec.env, fifos=rank_fifos,
+                                              fifo_timeout_s=timeout_s))
             cap = start_capture(cell_dir, task, spec.env, log=log_name)
             captures.append(cap)
             procs.append(subprocess.Popen(

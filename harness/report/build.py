@@ -61,10 +61,12 @@ SECTIONS = (header, answers, summary, overview, selection, balance, risk, fronti
             timing, dnf, failures, audit, provenance, campaign, unavailable)
 
 
-# Sections rendered in a forked child while the parent draws the figures and the other
+# Sections rendered in a forked child each while the parent draws the figures and the other
 # sections: CPU-bound, they read only the results directory (the audit re-derives every
-# cell). On two cores this takes the audit's seconds off the report's wall time.
-BESIDE = (audit,)
+# cell; the forecast replays every measure cell's routing trace and writes forecast.tsv/png
+# through the report folder's descriptor). On two cores this takes their seconds off the
+# report's wall time.
+BESIDE = (audit, forecast)
 
 
 class Beside:

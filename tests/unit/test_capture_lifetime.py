@@ -146,3 +146,47 @@ def test_each_rank_log_holds_one_rank(tmp_path):
                                (tmp_path / f"rank{rank}.log").read_text()))
         assert ranks == {str(rank)}
     assert not _captures_of(tmp_path)
+
+
+def test_a_fork_asked_for_before_its_capture_failed_to_start_is_killed(tmp_path, monkeypatch):
+    """The fork server forks a run while its captures start; when a capture fails to
+    start, the forked child (blocked opening its log FIFO, no reader will come) is still
+    named and killed with the cell, never left behind (nor its pid left unread, to be taken
+    by the next cell's start). Seen red: with the pid not collected when the capture failed,
+    no pid was named and the child was left blocked on its FIFO."""
+    import harness.launch.local as local
+    from harness.launch.forkserver import PREFORK_ENV, ForkServer
+
+    pids: list[int] = []
+    real_started = ForkServer.started
+
+    def started(self):
+        proc = real_started(self)
+        pids.append(proc.pid)
+        return proc
+
+    def no_capture(*args, **kwargs):
+        raise OSError("no capture today")
+
+    monkeypatch.setattr(ForkServer, "started", started)
+    monkeypatch.setattr(local, "start_capture", no_capture)
+    spec = LaunchSpec(argv=[sys.executable, "-m", "json.tool"], env={PREFORK_ENV: "json"})
+    launcher = LocalLauncher()
+    try:
+        with pytest.raises(OSError, match="no capture today"):
+            launcher.submit("c", spec, tmp_path / "c", timeout_s=60)
+        assert len(pids) == 1
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and _alive(pids[0]):
+            time.sleep(0.05)
+        assert not _alive(pids[0])
+    finally:
+        launcher.close()
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie counts as ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -93,9 +93,10 @@ def test_a_cancelled_child_is_reaped(tmp_path: Path):
     assert not marker.exists()
 
 
-def test_the_audit_is_the_section_rendered_beside():
-    from harness.report.sections import audit
-    assert build.BESIDE == (audit,)
+def test_the_audit_and_the_forecast_are_the_sections_rendered_beside():
+    from harness.report.sections import audit, forecast
+    assert build.BESIDE == (audit, forecast)
+    assert all(section in build.SECTIONS for section in build.BESIDE)
 
 
 def test_a_child_killed_while_sending_is_rendered_again_here():
