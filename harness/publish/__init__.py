@@ -24,6 +24,7 @@ from harness.audit.rules.signature import ENVELOPE
 from harness.errors import BadInput
 from harness.io.redact import find_secrets, redact_text
 from harness.loadmodel.trace_io import ROUTING_TRACE
+from harness.publish import hub
 from harness.publish.card import CARD_PATH, card_text
 from harness.publish.sign import load_private_key, signed_envelope
 from harness.results.layout import (
@@ -169,7 +170,9 @@ def repo_head(repo: str) -> str | None:
     from huggingface_hub import HfApi  # lazy: only publishing needs the hub
     try:
         sha = HfApi().repo_info(repo, repo_type="dataset").sha
-    except Exception:  # noqa: BLE001 -- offline, missing repo, auth: then no guard to set
+    except Exception as exc:  # noqa: BLE001 -- offline, missing repo, auth: then no guard to set
+        if hub.unanswered(exc):     # silent or dropping: every later request would be too
+            raise hub.HubUnanswered(hub.describe(exc)) from None
         return None
     return sha if isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{40}", sha) else None
 
@@ -191,7 +194,9 @@ def existing_paths(repo: str) -> tuple[list[str] | None, str]:
     try:
         return HfApi().list_repo_files(repo, repo_type="dataset"), ""
     except Exception as exc:  # noqa: BLE001 -- offline, missing repo, auth: all reported
-        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        if hub.unanswered(exc):
+            raise hub.HubUnanswered(hub.describe(exc)) from None
+        return None, hub.describe(exc)
 
 
 def upload(root: Path, repo: str, prefix: str, files: list[str], withheld: dict[str, str],
@@ -298,13 +303,19 @@ def cli_publish(results_dir: str, repo: str, dry_run: bool = False,
         return say_refused(why)
     prefix = target_prefix(root)
     withheld = withheld_traces(root, files, trace_cap)
+    hub.use_deadlines()             # every request below: hub.HUB_TIMEOUT_S, never forever
     unreachable = "" if dry_run else hub_reachable()
     if unreachable:
         # the hub refused or did not answer: stop now, not after the client's retries
         return say_refused([f"the hub cannot be reached ({redact_text(unreachable)}); nothing "
                             "was uploaded: rerun when it answers"])
-    parent = None if dry_run else parent_commit or repo_head(repo)   # read before the list
-    existing, problem = existing_paths(repo)
+    try:
+        parent = None if dry_run else parent_commit or repo_head(repo)   # read before the list
+        existing, problem = existing_paths(repo)
+    except hub.HubUnanswered as exc:
+        print(f"epcap publish: {exc}; nothing was uploaded: rerun when it answers",
+              file=sys.stderr)
+        return 1
     if existing is not None and any(p.startswith(prefix) for p in existing):
         return say_refused([f"hf://datasets/{repo}/{prefix} is already used"])
     if dry_run:
@@ -325,8 +336,7 @@ def cli_publish(results_dir: str, repo: str, dry_run: bool = False,
             return say_refused([f"parent commit mismatch: hf://datasets/{repo} is no longer at "
                                 f"{parent} (another publish committed since it was read); "
                                 "nothing was uploaded: rerun to publish on the new head"])
-        print(f"epcap publish: upload failed: {type(exc).__name__}: {redact_text(str(exc))}",
-              file=sys.stderr)
+        print(f"epcap publish: upload failed: {hub.describe(exc)}", file=sys.stderr)
         return 1
     signed = f", the signed statement {ENVELOPE}" if generated else ""
     print(f"uploaded {len(files)} files to hf://datasets/{repo}/{prefix}{signed} and the "

@@ -105,6 +105,7 @@ class LivePublisher:
         from harness.audit.rules.routing import TRACE_CAP_BYTES
         from harness.publish import (
             files_with_secrets,
+            hub,
             hub_reachable,
             moved_on,
             repo_head,
@@ -113,6 +114,7 @@ class LivePublisher:
         files = self.changed()
         if not files:
             return None
+        hub.use_deadlines()                 # every request: hub.HUB_TIMEOUT_S, never forever
         unreachable = hub_reachable()       # stop now, not after the client's retries
         if unreachable:
             self.stop(f"the hub cannot be reached ({redact_text(unreachable)})")
@@ -128,8 +130,9 @@ class LivePublisher:
         ops += [CommitOperationAdd(self.prefix + rel + TRACE_WITHHELD_SUFFIX,
                                    f"{digest}  {os.path.basename(rel)}\n".encode())
                 for rel, digest in sorted(withheld.items())]
-        parent = self.state["parent"] or repo_head(self.repo)
+        parent = self.state["parent"]
         try:
+            parent = parent or repo_head(self.repo)
             info = HfApi().create_commit(
                 repo_id=self.repo, repo_type="dataset", operations=ops, parent_commit=parent,
                 commit_message=f"epcap live {self.prefix.rstrip('/')}: {why}")
@@ -138,8 +141,8 @@ class LivePublisher:
                 self.stop(f"parent commit mismatch: hf://datasets/{self.repo} is no longer "
                           f"at {parent} (another commit came in between)")
             else:
-                self.stop(f"upload failed: {type(exc).__name__}: "
-                          f"{redact_text(str(exc).splitlines()[0] if str(exc) else '')}")
+                why = exc if isinstance(exc, hub.HubUnanswered) else hub.describe(exc)
+                self.stop(f"upload failed: {why}")
             return None
         oid = str(getattr(info, "oid", "") or "")
         self.state["parent"] = oid or None
