@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.errors import BadInput
-from harness.io.bounds import json_loads
+from harness.io.bounds import json_loads, problem
 from harness.io.safeio import open_stream
 
 TRACE_FORMAT = "epcap-routing-trace"
@@ -357,6 +357,31 @@ def _epcap_steps(trace: Trace, path: str, lines: Iterator[tuple[int, str, dict]]
         yield step, recs
 
 
+HEADER_RANGED = ("experts", "topk", "ep", "seq", "micro_batch")   # bounds.RANGES names
+
+
+def _header_ranges(obj: dict, path: str) -> None:
+    """The header's shape within the ranges the command line's values pass (bounds.RANGES,
+    as `forecast --ep/--seq/--micro-batch/--experts`), `ep` dividing the experts and top-k at
+    most the experts, as a run's own values must: a header `"ep": 4096` over 128 experts
+    left no EP size to forecast and printed an empty table. `ep`, `seq` and `micro_batch`
+    may be absent (null)."""
+    for key in HEADER_RANGED:
+        val = obj.get(key)
+        if val is None and key in ("ep", "seq", "micro_batch"):
+            continue
+        if type(val) is not int:
+            raise TraceError(path, 1, key, f"expected an integer, got {type(val).__name__}")
+        why = problem(key, val)
+        if why is not None:
+            raise TraceError(path, 1, key, why)
+    if obj["topk"] > obj["experts"]:
+        raise TraceError(path, 1, "topk", f"top-{obj['topk']} of {obj['experts']} experts")
+    if obj.get("ep") is not None and obj["experts"] % obj["ep"]:
+        raise TraceError(path, 1, "ep", f"{obj['experts']} experts do not divide over EP "
+                         f"{obj['ep']}")
+
+
 def _epcap_header(path: str, line_no: int, obj: dict, experts: int | None) -> Trace:
     """The Trace of an epcap header line (line 1), checked."""
     if line_no != 1 or obj.get("format") != TRACE_FORMAT or obj.get("version") != 1:
@@ -364,6 +389,7 @@ def _epcap_header(path: str, line_no: int, obj: dict, experts: int | None) -> Tr
                          "on line 1")
     for key in ("experts", "topk", "tokens"):
         _int(obj, key, path, 1)
+    _header_ranges(obj, path)
     if experts is not None and obj["experts"] != experts:
         raise TraceError(path, 1, "experts", f"trace has {obj['experts']}, this run "
                          f"needs {experts}")
