@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -30,6 +31,8 @@ from harness.publish.hub import HUB_TIMEOUT_S
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "hf_" + "x" * 34
 BOUND_S = 30
+
+pytestmark = pytest.mark.slow      # real servers and publish children: about 45 s in all
 
 
 def valid_upload(folder: Path) -> Path:
