@@ -6,6 +6,7 @@ lenient and bounded for untrusted uploads). Their columns are the rows'
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -40,7 +41,18 @@ def format_row(columns: Iterable[str], row: RowLike, secrets: list[str] | None =
     is an empty cell."""
     values = row.as_dict() if isinstance(row, Row) else row
     secrets = secret_values() if secrets is None else secrets
-    return "\t".join(cell_text(values.get(c), secrets) for c in columns) + "\n"
+    cells = tuple(values.get(c) for c in columns)
+    try:                # typed: True and 1, 1 and 1.0 print differently
+        return _line_of(tuple((type(v), v) for v in cells), tuple(secrets))
+    except TypeError:   # a value that cannot be a key (a list): formatted here
+        return "\t".join(cell_text(v, secrets) for v in cells) + "\n"
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _line_of(typed: tuple[tuple[type, Any], ...], secrets: tuple[str, ...]) -> str:
+    """A row's line from its (type, value) cells: the driver rewrites its derived tables
+    after every run, and each rewrite formats (and redacts) the same earlier rows again."""
+    return "\t".join(cell_text(v, list(secrets)) for _, v in typed) + "\n"
 
 
 def append_row(path: Path, columns: Iterable[str], row: RowLike) -> None:
