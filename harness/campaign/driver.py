@@ -62,6 +62,12 @@ from harness.timing import verdicts
 from harness.vocab import BUG_CLASSES, CANARY_OK, LauncherState, Purpose, Stage, StageMode, Status
 
 POLL_S = 0.05           # between polls, unless the launcher says otherwise (Launcher.poll_s)
+# The derived tables (selection, timing, comparison, trials, frontier) are rewritten at most
+# this often while runs go on, and always when the loop ends (done, stopped or interrupted):
+# each rewrite is an fsynced new file, ~5 ms, and the CPU campaign finishes a run every
+# 0.6 s; a cluster run takes minutes, so there every finished run is still written at once.
+# Tables a killed driver left behind are rebuilt from the events on resume.
+DERIVED_EVERY_S = 5.0
 # A harness failure (docs/taxonomy.md#harness-failures) is retried as a new attempt without
 # spending the cell's retries; this many in a row for one request, and the next stops the
 # campaign naming the traceback.
@@ -607,21 +613,25 @@ class Campaign:
     def run_pipelines(self, pipes: list[Pipe]) -> None:
         """Advance every pipeline: replay finished runs, start new ones, poll the launcher."""
         waiting: dict[int, tuple[Pipe, Request, int]] = {}
-        for pipe in pipes:
-            self.advance(pipe, None, waiting, first=True)
-        while waiting or self.active:
-            for pid, (pipe, req, retries_left) in self.launch_order(waiting):
-                if len(self.active) >= self.rb.max_parallel_cells:
-                    break
-                del waiting[pid]
-                self.active.append(self.launch(pipe, req, retries_left))
+        written = -DERIVED_EVERY_S
+        try:
+            for pipe in pipes:
+                self.advance(pipe, None, waiting, first=True)
+            while waiting or self.active:
+                for pid, (pipe, req, retries_left) in self.launch_order(waiting):
+                    if len(self.active) >= self.rb.max_parallel_cells:
+                        break
+                    del waiting[pid]
+                    self.active.append(self.launch(pipe, req, retries_left))
+                if self.ctx.dirty and time.monotonic() - written >= DERIVED_EVERY_S:
+                    self.write_derived()
+                    written = time.monotonic()
+                self.poll_once(waiting)
+                self.close_groups(waiting)
+            self.close_groups()
+        finally:            # done, a stop (exit 3) or an interrupt: the tables as they stand
             if self.ctx.dirty:
                 self.write_derived()
-            self.poll_once(waiting)
-            self.close_groups(waiting)
-        self.close_groups()
-        if self.ctx.dirty:
-            self.write_derived()
 
     def advance(self, pipe: Pipe, outcome: Outcome | None, waiting: dict,
                 first: bool = False) -> None:
