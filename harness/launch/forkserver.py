@@ -272,11 +272,19 @@ class ForkServer:
             self._pump(0.5)
         return ForkedProcess(self, self.pids.pop(0))
 
+    def end_input(self) -> None:
+        """EOF on the server's stdin: it kills its children's sessions and exits."""
+        if not self.proc.stdin.closed:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass                            # it is gone already: close() reaps it
+
     def close(self) -> None:
         """EOF on the server's stdin (it kills its children's sessions and exits), then reap
         it; one that does not exit within 10 s is killed."""
         if self.proc.poll() is None:
-            self.proc.stdin.close()
+            self.end_input()
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -345,4 +353,8 @@ def uses_forkserver(argv: list[str], env: dict) -> list[str]:
 
 
 if __name__ == "__main__":
-    sys.exit(serve(sys.argv[1:]))
+    code = serve(sys.argv[1:])
+    sys.stderr.flush()
+    # no interpreter teardown: the preload (torch) takes ~0.35 s to finalise, and the server
+    # holds nothing to flush (replies are os.write()s, its children are reaped above)
+    os._exit(code)

@@ -175,6 +175,8 @@ class LocalLauncher(Launcher):
     def close(self) -> None:
         """End the fork servers (each ends on EOF) and reap them: their forked runs' CPU
         then counts in this process's children (getrusage), and no idle server is left."""
+        for server in self._servers.values():     # every server told first: they end
+            server.end_input()                     # side by side
         for server in self._servers.values():
             server.close()
         self._servers.clear()
