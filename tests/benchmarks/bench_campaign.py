@@ -10,7 +10,8 @@ With EPCAP_BENCH_OLD=DIR (a checkout of another commit, e.g. `git worktree add -
 that checkout right after, and the overheads are printed side by side with their ratio
 (issue 44's target: this checkout's overhead <= 0.5 x the old one's). Both run with
 PYTHONPATH set to their own checkout (the shared venv's editable install points elsewhere).
-Usage: python tests/benchmarks/bench_campaign.py [RUNBOOK] (results go to a temporary
+Each campaign starts once the 1-minute load average is below 0.5 (waiting at most 150 s,
+said). Usage: python tests/benchmarks/bench_campaign.py [RUNBOOK] (results go to a temporary
 directory that is removed afterwards).
 """
 
@@ -36,6 +37,7 @@ def run_campaign(checkout: Path, runbook: str,
     """`epcap run RUNBOOK` by `checkout`'s harness in a temporary results root: its figures;
     `check(results root)`, when given, runs on the results before they are removed (its
     line is kept under "check")."""
+    settle()
     with tempfile.TemporaryDirectory(prefix="epcap-bench-") as tmp:
         load = os.getloadavg()[0]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -63,6 +65,20 @@ def run_campaign(checkout: Path, runbook: str,
             "events": events, "campaigns": steps,
             "cpu": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
             **overhead_parts(events)}
+
+
+IDLE_LOAD, SETTLE_S = 0.5, 150.0
+
+
+def settle() -> None:
+    """Wait (at most SETTLE_S) for the 1-minute load average to fall below IDLE_LOAD: the
+    targets are for an idle machine, and the campaign's first ETA scales with the load it
+    reads at its start (a campaign run right after another read ~2 and planned for it)."""
+    t0, load = time.monotonic(), os.getloadavg()[0]
+    while load >= IDLE_LOAD and time.monotonic() - t0 < SETTLE_S:
+        time.sleep(5)
+        load = os.getloadavg()[0]
+    print(f"(waited {time.monotonic() - t0:.0f} s for the load average: {load:.2f})", flush=True)
 
 
 def overhead_parts(events: list[dict]) -> dict[str, float]:
