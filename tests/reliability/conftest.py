@@ -88,6 +88,29 @@ def tiny(tmp_path) -> Path:
     return book / "tiny.yaml"
 
 
+def finished_tiny(base: Path) -> tuple[Path, Path]:
+    """(runbook, campaign directory) of the tiny campaign run to its end under `base` with
+    fake ranks (the in-process CLI, make_launcher patched for the call only)."""
+    import harness.campaign.cli as campaign_cli
+    shutil.copy(FIXTURES / "tiny.yaml", base / "tiny.yaml")
+    shutil.copy(FIXTURES / "models.yaml", base / "models.yaml")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(campaign_cli, "make_launcher", lambda name, rb=None: FakeLauncher())
+        res = run_cli("run", base / "tiny.yaml", "--results", base / "res", timeout_s=120)
+    assert res.code == 0, res.text
+    return base / "tiny.yaml", base / "res" / "tiny"
+
+
+def valid_upload(folder: Path) -> Path:
+    """The upload corpus's VALID campaign (tests/fixtures/uploads/corpus.py) under `folder`."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "upload_corpus", HERE.parent / "fixtures" / "uploads" / "corpus.py")
+    corpus = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(corpus)
+    return corpus.write_valid(folder)
+
+
 def files_under(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file())
 

@@ -20,7 +20,7 @@ from harness.health import probe
 from harness.results.provenance import repo_line
 from harness.results.tables import read_rows
 
-from .conftest import HERE, assert_bad_input, run_cli
+from .conftest import HERE, assert_bad_input, run_cli, valid_upload
 from .test_campaign_faults import MOUNT_PROBLEM, tmpfs
 
 REPO = HERE.parents[1]
@@ -229,16 +229,6 @@ def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def valid_upload(folder: Path) -> Path:
-    """The upload corpus's VALID campaign (tests/fixtures/uploads/corpus.py)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "upload_corpus", REPO / "tests" / "fixtures" / "uploads" / "corpus.py")
-    corpus = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(corpus)
-    return corpus.write_valid(folder)
 
 
 def test_publish_to_a_hub_that_refuses_connections_stops_within_15_s(tmp_path):

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from harness.io.boundary.campaigns import MARKER
 
-from .conftest import FIXTURES, FakeLauncher, assert_bad_input, run_cli
+from .conftest import assert_bad_input, finished_tiny, run_cli
 
 HEALTH = [HealthCheck.function_scoped_fixture]
 
@@ -25,15 +25,7 @@ HEALTH = [HealthCheck.function_scoped_fixture]
 @pytest.fixture(scope="module")
 def done_tiny(tmp_path_factory) -> tuple[Path, Path]:
     """(runbook, a finished tiny campaign directory), made once with fake ranks."""
-    import harness.campaign.cli as campaign_cli
-    base = tmp_path_factory.mktemp("done")
-    shutil.copy(FIXTURES / "tiny.yaml", base / "tiny.yaml")
-    shutil.copy(FIXTURES / "models.yaml", base / "models.yaml")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(campaign_cli, "make_launcher", lambda name, rb=None: FakeLauncher())
-        assert run_cli("run", base / "tiny.yaml", "--results", base / "res",
-                       timeout_s=120).code == 0
-    return base / "tiny.yaml", base / "res" / "tiny"
+    return finished_tiny(tmp_path_factory.mktemp("done"))
 
 
 def run(book: Path, results: Path, *extra: str):

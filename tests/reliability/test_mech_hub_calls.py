@@ -28,21 +28,13 @@ from hypothesis import strategies as st
 
 from harness.publish.hub import HUB_TIMEOUT_S
 
+from .conftest import valid_upload
+
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "hf_" + "x" * 34
 BOUND_S = 30
 
 pytestmark = pytest.mark.slow      # real servers and publish children: about 45 s in all
-
-
-def valid_upload(folder: Path) -> Path:
-    """The upload corpus's VALID campaign (tests/fixtures/uploads/corpus.py)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "upload_corpus", REPO / "tests" / "fixtures" / "uploads" / "corpus.py")
-    corpus = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(corpus)
-    return corpus.write_valid(folder)
 
 
 def publish(upload: Path, endpoint: str, *extra: str) -> tuple[int | None, str, float]:

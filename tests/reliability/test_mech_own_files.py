@@ -28,7 +28,7 @@ from harness.results.events import EVENTS_MAX_BYTES, EventLog, read_events, repa
 from harness.results.rows import ATTEMPT_COLUMNS
 from harness.results.tables import append_row
 
-from .conftest import FIXTURES, FakeLauncher, assert_bad_input, run_cli
+from .conftest import FakeLauncher, assert_bad_input, finished_tiny, run_cli
 
 HEALTH = [HealthCheck.function_scoped_fixture]
 OUTSIDE_TEXT = b'{"ev": "note", "t": 1}\nuser text, no newline'
@@ -37,15 +37,7 @@ OUTSIDE_TEXT = b'{"ev": "note", "t": 1}\nuser text, no newline'
 @pytest.fixture(scope="module")
 def done_campaign(tmp_path_factory) -> tuple[Path, Path]:
     """(runbook, a finished tiny campaign directory), made once with fake ranks."""
-    import harness.campaign.cli as campaign_cli
-    base = tmp_path_factory.mktemp("own")
-    shutil.copy(FIXTURES / "tiny.yaml", base / "tiny.yaml")
-    shutil.copy(FIXTURES / "models.yaml", base / "models.yaml")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(campaign_cli, "make_launcher", lambda name, rb=None: FakeLauncher())
-        res = run_cli("run", base / "tiny.yaml", "--results", base / "res", timeout_s=120)
-    assert res.code == 0, res.text
-    return base / "tiny.yaml", base / "res" / "tiny"
+    return finished_tiny(tmp_path_factory.mktemp("own"))
 
 
 def digest(folder: Path) -> dict[str, str]:
