@@ -16,8 +16,8 @@ without a task label (srun's own messages) go to stdout, the job's batch log.
 The local launcher starts one capture per rank (`--rank R`) whose output arrives on stdin (a
 pipe) or on a FIFO (`--fifo PATH`, for ranks forked by the fork server), and every line goes,
 redacted, to rank<R>.log. A task that starts its own ranks gives one capture all its ranks'
-FIFOs (`--fifo PATH --log rank<R>.log`, repeated): one thread per FIFO, each line still to its
-own rank's log, one interpreter's start instead of one per rank. The capture is its own
+FIFOs (`--fifo PATH --log rank<R>.log`, repeated): one thread per FIFO (a single FIFO too),
+each line still to its own rank's log, one interpreter's start instead of one per rank. The capture is its own
 process, so a rank outlives a driver that dies (resume finds it) without losing its log.
 """
 
@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import signal
 import sys
 import threading
 import time
@@ -126,25 +125,20 @@ def main(argv: list[str] | None = None) -> int:
     if len(args.log) > max(1, len(args.fifo)) or (len(args.fifo) > 1
                                                   and len(args.log) != len(args.fifo)):
         parser.error("give one --log per --fifo")
-    log = args.log[0] if args.log else None
     if not args.fifo:
         return run(args.cell_dir, max(1, args.ranks_per_task), sys.stdin.buffer,
-                   sys.stdout.buffer, args.rank, log)
-    if len(args.fifo) == 1:
-        source = open_fifo(args.fifo[0], args.fifo_timeout)
-        if source is None:
-            return 1
-        with source:
-            _remove_fifo(args.fifo[0])
-            return run(args.cell_dir, 1, source, sys.stdout.buffer, args.rank, log)
-    return copy_fifos(args.cell_dir, list(zip(args.fifo, args.log, strict=True)),
+                   sys.stdout.buffer, args.rank, args.log[0] if args.log else None)
+    logs = args.log or ([f"rank{args.rank}.log"] if args.rank is not None else [])
+    if len(logs) != len(args.fifo):
+        parser.error("a FIFO's lines need a file: give --rank or --log")
+    return copy_fifos(args.cell_dir, list(zip(args.fifo, logs, strict=True)),
                       args.fifo_timeout)
 
 
 def copy_fifos(cell_dir: str, pairs: list[tuple[str, str]], timeout_s: float) -> int:
     """Copy each (FIFO, log) pair on its own thread until its writer's EOF: 0, or 1 when a
     FIFO had no writer within `timeout_s` (it is then released by opening and closing its
-    write end, and removed, as a single capture gives up)."""
+    write end, and removed: a capture never outlives a rank that never started)."""
     secrets = secret_values()
     opened = [threading.Event() for _ in pairs]
     caps = [Capture(cell_dir, 1, secrets, None, log) for _, log in pairs]
@@ -179,23 +173,6 @@ def copy_fifos(cell_dir: str, pairs: list[tuple[str, str]], timeout_s: float) ->
         if opened[i].is_set():                      # else stuck on a FIFO gone: left
             thread.join()
     return 1 if gave_up else 0
-
-
-def open_fifo(path: str, timeout_s: float) -> BufferedReader | None:
-    """The FIFO opened for reading once its writer opens it, or None (and the FIFO removed)
-    when none does within `timeout_s`: a capture never outlives a rank that never started."""
-    def give_up(_signum, _frame):
-        raise TimeoutError
-    old = signal.signal(signal.SIGALRM, give_up)
-    signal.setitimer(signal.ITIMER_REAL, max(0.01, timeout_s))
-    try:
-        return open(path, "rb")  # noqa: SIM115 -- blocks until the writer opens it
-    except (TimeoutError, OSError):
-        _remove_fifo(path)
-        return None
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def _remove_fifo(path: str) -> None:
