@@ -19,12 +19,12 @@ from harness.io.boundary.campaigns import campaign_record
 from harness.io.lock import LOCK_NAME
 from harness.pipeline.stages import STAGE_OF_PURPOSE
 from harness.results.events import campaign_stats, read_events
-from harness.results.layout import EVENTS_JSONL, RUNBOOK_YAML
+from harness.results.layout import EVENTS_JSONL, REPORT_DIR, REPORT_FILE, RUNBOOK_YAML
 from harness.vocab import Event, Stage
 
 RUNNING, INTERRUPTED, STOPPED_AFTER, DONE = "running", "interrupted", "stopped_after", "done"
 _HOLDER_MAX = 4096
-REPORT_MD = Path("report") / "report.md"     # where `epcap run` builds a campaign's report
+REPORT_MD = Path(REPORT_DIR) / REPORT_FILE     # where `epcap run` builds a campaign's report
 
 
 def lock_holder(root: Path) -> dict | None:

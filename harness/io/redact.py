@@ -308,12 +308,20 @@ def looks_secret(text: str, secrets: list[str] | None = None) -> bool:
     return redact_text(text, secrets) != text
 
 
+# A binary file's text: runs of 6+ printable ASCII characters (`strings`' rule, 4 there). A
+# figure's compressed bytes once matched `user:PASSWORD@host` across control characters
+# (fig3_demand_QWEN2_57B.png of the default campaign, refused by publish).
+PRINTABLE_RUN = re.compile(rb"[\x20-\x7e]{6,}")
+
+
 def find_secrets(data: bytes, secrets: list[str] | None = None) -> list[str]:
     """What kinds of secret `data` still holds ('token-pattern', 'env-value', 'secret-option'
     for `--api-key=X`, `WANDB_API_KEY=X` and the like); [] when `redact_text` would leave it
     unchanged, so whatever the redaction pass would hide is found here."""
     secrets = secret_values() if secrets is None else secrets
     found = []
+    if b"\0" in data:      # binary (a PNG): its printable runs, as `strings` shows them; the
+        data = b"\n".join(PRINTABLE_RUN.findall(data))    # text rules never read noise
     text = data.decode("utf-8", "replace")
     if TOKEN_PATTERN.search(text):
         found.append("token-pattern")

@@ -53,7 +53,13 @@ from harness.report.sections import (
     unavailable,
 )
 from harness.results.facts import read_facts
-from harness.results.layout import EVENTS_JSONL, FRONTIER_TSV, PROVENANCE_TXT
+from harness.results.layout import (
+    EVENTS_JSONL,
+    FRONTIER_TSV,
+    PROVENANCE_TXT,
+    REPORT_DIR,
+    REPORT_FILE,
+)
 
 # The sections of report.md, in order; each is a module with render(ctx) -> lines.
 # `unavailable` lists what the others could not build, so it stays last.
@@ -149,7 +155,7 @@ def render_report(results_dir: Path | str, out: Path | str | None = None) -> Con
     """Build everything into `out` (default RESULTS_DIR/report); return the context (its
     out folder, the figures drawn, the parts unavailable)."""
     results_dir = Path(results_dir)
-    out = Path(out) if out is not None else results_dir / "report"
+    out = Path(out) if out is not None else results_dir / REPORT_DIR
     ctx = load_context(results_dir, out)
     # the folder is opened once (no link followed at `out`); every file goes through its fd
     with OutDir.open(out, "--out") as ctx.dest:
@@ -168,10 +174,10 @@ def render_report(results_dir: Path | str, out: Path | str | None = None) -> Con
         # escape sequence or carriage return is written escaped, never acted on by a viewer
         lines = narrow_lines([shown(line) for line in
                               redact_text("\n".join(body).rstrip()).split("\n")])
-        write_text_atomic(ctx.dest / "report.md", "\n".join(lines) + "\n")
+        write_text_atomic(ctx.dest / REPORT_FILE, "\n".join(lines) + "\n")
     return ctx
 
 
 def build_report(results_dir: Path | str, out: Path | str | None = None) -> Path:
     """Write report.md, figures and demand.tsv for a campaign; return the report.md path."""
-    return render_report(results_dir, out).out / "report.md"
+    return render_report(results_dir, out).out / REPORT_FILE

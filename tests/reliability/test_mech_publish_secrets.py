@@ -55,3 +55,31 @@ def test_publish_refuses_a_secret_in_a_file_name(tmp_path):
     name = "WANDB_API_KEY=abcdefgh1234.log"
     (tmp_path / name).write_text("clean\n")
     assert publish.files_with_secrets(tmp_path, [name]) == [name]
+
+
+# The bytes of the default campaign's fig3_demand_QWEN2_57B.png that publish refused (CI,
+# 2026-12-07): `user:PASSWORD@host` matched across control characters of compressed data.
+FIGURE_NOISE = (b"\xfc\x9c&\"*\n\x9f]r:y\xf2d\x04\x07\x07K\x8f[\xb7n\x15wHDJ\xa9\xd3\xdc"
+                b"\x01U\x9c+@GW\x0bu\x9a;\xa0\x82]9\x00@I=")      # its bytes 56128-56176
+BINARY_NOISE = st.binary(min_size=1, max_size=400).map(lambda b: b + b"\x00")
+PRINTED_SECRETS = st.sampled_from([
+    b"--api-key=Zk39abcdefghij", b"WANDB_API_KEY=0123456789abcdef",
+    b"hf_" + b"a1B2" * 9, b"alice:PASSWORD123xyz@host.example.org/repo",
+    b"Authorization: Bearer Qq9Zk39abcdefghijkl"])
+
+
+def test_a_figures_compressed_bytes_are_not_a_secret():
+    """Seen red: find_secrets read the figure's bytes as text and refused it
+    ('secret-option', the scp-like credential rule), so `epcap publish` of the default
+    campaign refused its own figure."""
+    from harness.io.redact import find_secrets
+    assert find_secrets(FIGURE_NOISE, []) == []
+
+
+@settings(max_examples=150, deadline=None)
+@given(before=BINARY_NOISE, after=BINARY_NOISE, secret=PRINTED_SECRETS)
+def test_a_secret_printed_inside_binary_data_is_still_found(before, after, secret):
+    """A binary file is scanned in its printable runs: a secret written into it as text
+    (a PNG text chunk, a log inside an archive) is found whatever bytes surround it."""
+    from harness.io.redact import find_secrets
+    assert find_secrets(before + b"\x00" + secret + b"\x00" + after, [])
