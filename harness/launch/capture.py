@@ -164,15 +164,21 @@ def copy_fifos(cell_dir: str, pairs: list[tuple[str, str]], timeout_s: float) ->
     for i, (path, _) in enumerate(pairs):
         if not opened[i].wait(max(0.0, deadline - time.monotonic())):
             gave_up = True
-            try:                                    # the blocked open() returns, reads EOF
-                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
-            except OSError:
-                pass
+            release_fifo(path)                      # the blocked open() returns, reads EOF
             opened[i].wait(RELEASE_WAIT_S)
     for i, thread in enumerate(threads):
         if opened[i].is_set():                      # else stuck on a FIFO gone: left
             thread.join()
     return 1 if gave_up else 0
+
+
+def release_fifo(path: str | os.PathLike) -> None:
+    """Open and close a FIFO's write end: a reader blocked opening it returns and reads EOF
+    (nothing happens when no reader is there or the FIFO is gone)."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:
+        pass
 
 
 def _remove_fifo(path: str) -> None:

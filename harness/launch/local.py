@@ -30,6 +30,7 @@ from pathlib import Path
 
 from harness.api.backend import RANK_FIFOS_ENV, LaunchSpec, free_port
 from harness.api.launcher import JobHandle, JobResult, Launcher
+from harness.launch.capture import release_fifo
 from harness.launch.forkserver import START_DEADLINE_S, ForkServer, uses_forkserver
 from harness.vocab import LauncherState
 
@@ -262,7 +263,7 @@ class LocalLauncher(Launcher):
                 # (its first request waits on the preload's import) plus the run's timeout: a
                 # capture that gave up first removed the FIFO under a rank not yet forked
                 # (issue 41).
-                cap = start_capture(cell_dir, task, spec.env, fifo=fifo, log=log_name,
+                cap = start_capture(cell_dir, task, spec.env, fifos=[(fifo, log_name)],
                                     fifo_timeout_s=0 if lose else timeout_s + START_DEADLINE_S)
                 captures.append(cap)
                 if lose:            # tests: the capture gives up (1 s) and removes it first
@@ -379,13 +380,13 @@ def record_exits(job: _Job, codes: list[int | None]) -> None:
 
 
 def start_capture(cell_dir: Path, rank: int, spec_env: dict[str, str],
-                  fifo: Path | None = None, fifo_timeout_s: float | None = None,
-                  log: str | None = None,
-                  fifos: list[tuple[Path, str]] | None = None) -> subprocess.Popen:
-    """The rank's capture process (redacts, writes rank<R>.log, or `log`); stdin is the
-    rank's pipe unless `fifo` (given up after `fifo_timeout_s` when no rank opens it), or
-    `fifos`: (FIFO, log name) pairs of several ranks, one thread each in one process.
-    Without the cell marker in its environment (it is no rank of the cell)."""
+                  fifos: list[tuple[Path, str | None]] | None = None,
+                  fifo_timeout_s: float | None = None,
+                  log: str | None = None) -> subprocess.Popen:
+    """The rank's capture process (redacts, writes rank<R>.log, or `log`): stdin is the
+    rank's pipe, or `fifos`, (FIFO, log name or None for rank<R>.log) pairs read one thread
+    each, a FIFO given up after `fifo_timeout_s` when no rank opens it. Without the cell
+    marker in its environment (it is no rank of the cell)."""
     env = {k: v for k, v in {**os.environ, **spec_env}.items() if k != MARKER_ENV}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HARNESS_ROOT),
                                                       env.get("PYTHONPATH")]))
@@ -393,7 +394,7 @@ def start_capture(cell_dir: Path, rank: int, spec_env: dict[str, str],
     # PYTHONPATH), ~10 ms of each capture's start-up; nor a sitecustomize meant for the ranks
     argv = [sys.executable, "-S", "-m", "harness.launch.capture",
             str(Path(cell_dir).resolve()), "--rank", str(rank)]
-    pairs = list(fifos or []) or ([(fifo, log)] if fifo is not None else [])
+    pairs = list(fifos or [])
     for path, name in pairs:
         argv += ["--fifo", str(path)] + (["--log", name] if name is not None else [])
     if pairs and fifo_timeout_s is not None:
@@ -416,10 +417,7 @@ def drain(captures: list[subprocess.Popen]) -> None:
     while waiting and time.monotonic() < deadline:
         for cap in waiting:     # a capture not yet in open() is released on a later pass
             for fifo in cap.fifos:
-                try:
-                    os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-                except OSError:
-                    pass        # opened and removed by the capture, or no reader yet
+                release_fifo(fifo)  # opened and removed by the capture, or no reader yet
         waiting = [c for c in waiting
                    if c.poll() is None and any(Path(f).exists() for f in c.fifos)]
         if waiting:

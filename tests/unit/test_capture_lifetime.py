@@ -24,7 +24,7 @@ def test_a_capture_whose_rank_never_opens_its_fifo_gives_up(tmp_path):
     fifo.parent.mkdir()
     os.mkfifo(fifo)
     t0 = time.monotonic()
-    cap = start_capture(tmp_path, 0, {}, fifo=fifo, fifo_timeout_s=1.0)
+    cap = start_capture(tmp_path, 0, {}, fifos=[(fifo, None)], fifo_timeout_s=1.0)
     assert cap.wait(timeout=30) == 1
     assert time.monotonic() - t0 < 30 and not fifo.exists()
 
@@ -33,7 +33,7 @@ def test_drain_releases_a_capture_still_waiting_for_its_writer(tmp_path):
     fifo = tmp_path / "f" / "out.fifo"
     fifo.parent.mkdir()
     os.mkfifo(fifo)
-    cap = start_capture(tmp_path, 3, {}, fifo=fifo, fifo_timeout_s=600)
+    cap = start_capture(tmp_path, 3, {}, fifos=[(fifo, None)], fifo_timeout_s=600)
     deadline = time.monotonic() + 20       # until it waits in open()
     while time.monotonic() < deadline and not _waits_on_fifo(cap.pid):
         time.sleep(0.05)
