@@ -40,7 +40,7 @@ import time
 import traceback
 
 PREFORK_ENV = "EPCAP_PREFORK"
-START_DEADLINE_S = 60.0         # how long start() waits for the server to name a child
+START_DEADLINE_S = 60.0         # how long started() waits for the server to name a child
 TRACE_BYTES = 8192              # a setup traceback's bound (the status pipe is never full)
 
 
