@@ -18,6 +18,7 @@ import numpy as np
 
 from harness.errors import BadInput
 from harness.grid import capacity as cap
+from harness.grid.risk import drop_risk_upper
 from harness.vocab import DEFAULT_PAD_MULTIPLE
 
 COLUMNS = ("source", "model", "ep", "micro_batch", "placement", "personality", "unit", "steps",
@@ -88,20 +89,6 @@ def distinct_per_rank(dest: np.ndarray, ep: int) -> np.ndarray:
     fresh = np.ones(srt.shape, dtype=bool)
     fresh[:, 1:] = srt[:, 1:] != srt[:, :-1]
     return np.bincount(srt[fresh], minlength=ep)
-
-
-def drop_risk_95(drops: int, steps: int) -> float:
-    """One-sided 95% upper bound of the per-step drop probability (Clopper-Pearson);
-    1 - 0.05^(1/n) when none of the n steps dropped."""
-    if steps <= 0:
-        raise ValueError("no steps")
-    if drops == 0:
-        return 1.0 - 0.05 ** (1.0 / steps)
-    if drops >= steps:
-        return 1.0
-    from scipy.stats import beta
-
-    return float(beta.ppf(0.95, drops + 1, steps - drops))
 
 
 class Forecaster:
@@ -183,7 +170,7 @@ class Forecaster:
                 "required_capacity": peak / n, "selected_capacity": selected,
                 "selected_budget_tokens": budget,
                 "over_provision": cap.over_provision(budget, max(peak, 1)),
-                "drop_risk_95": drop_risk_95(drops, len(peaks)),
+                "drop_risk_95": drop_risk_upper(drops, len(peaks)),     # grid.risk's bound
                 "buffer_bytes_per_rank": None if hidden is None else
                 budget * hidden * bytes_per_element,
                 "_micro_batch_given": s.micro_batch is not None}     # not a column

@@ -4,7 +4,10 @@ figure that fails to draw is a stated missing part, never a lost report."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from harness.errors import BadInput
 from harness.io.atomic import open_atomic
@@ -18,7 +21,8 @@ from harness.report.inputs import (
 )
 from harness.results.layout import CELL_JSON, Cell, parse_cell_name
 from harness.results.tables import Table
-from harness.telemetry.summary import rows_table
+from harness.telemetry.lines import FIELDS
+from harness.telemetry.summary import rows_array
 from harness.vocab import TIMED_OK, Purpose, Status
 
 
@@ -50,14 +54,14 @@ def build_demand(ctx: Context):
         fh.write("\t".join(DEMAND_COLUMNS) + "\n")
         for c in cells:
             logs = cell_logs(ctx.results_dir / "cells" / c.name)
-            df = rows_table(logs) if logs else None
-            if df is None or len(df) == 0:
+            rows = rows_array(logs) if logs else None
+            if rows is None or len(rows) == 0:
                 continue
-            df = df.rename(columns={"iter": "iteration"}).assign(run=c.name)
-            df[list(DEMAND_COLUMNS)].to_csv(fh, sep="\t", header=False, index=False,
-                                            lineterminator="\n")
+            fh.writelines(f"{c.name}\t{it}\t{layer}\t{rank}\t{actual}\t{budget}\t{expected}\n"
+                          for it, layer, rank, actual, budget, expected
+                          in rows[:, TSV_ORDER].tolist())
             if c.purpose == Purpose.MEASURE:
-                measured[c.name] = demand_map_rows(df)
+                measured[c.name] = demand_map_rows(rows)
     note = (f"[`demand.tsv`](demand.tsv): one row per dispatch telemetry row of the "
             f"{len(cells)} measure and validate cells (columns: {', '.join(DEMAND_COLUMNS)}). "
             "Heatmaps: measure cells only; value = max over all iterations (no warmup skipped) "
@@ -67,18 +71,43 @@ def build_demand(ctx: Context):
     return note, measured
 
 
-def demand_map_rows(df):
-    """What a heatmap keeps of a measure cell's rows: per (rank, layer) the max ratio
-    actual_valid_recv / expected_recv and whether any row saturated, and the cell's max
-    budget / expected_recv; None when no row has a non-zero uniform share. Reduced as each
-    cell is read, so the report holds one cell's rows at a time, not the campaign's."""
-    df = df[df["expected_recv"] > 0]          # a zero uniform share has no ratio
-    if df.empty:
+# demand.tsv's columns after `run`, as indices into a row of rows_array (FIELDS order)
+TSV_ORDER = [FIELDS.index("iter" if col == "iteration" else col) for col in DEMAND_COLUMNS[1:]]
+
+
+def demand_map_rows(rows: np.ndarray) -> DemandRows | None:
+    """What a heatmap keeps of a measure cell's rows (rows_array, FIELDS columns): per (rank,
+    layer) the max ratio actual_valid_recv / expected_recv and whether any row saturated
+    (actual >= budget), and the cell's max budget / expected_recv; None when no row has a
+    non-zero uniform share. Reduced as each cell is read, so the report holds one cell's
+    rows at a time, not the campaign's."""
+    col = {name: rows[:, i] for i, name in enumerate(FIELDS)}
+    keep = col["expected_recv"] > 0          # a zero uniform share has no ratio
+    if not keep.any():
         return None
-    d = df.assign(ratio=df["actual_valid_recv"] / df["expected_recv"],
-                  sat=df["actual_valid_recv"] >= df["budget"])
-    g = d.groupby(["rank", "layer"]).agg(ratio=("ratio", "max"), sat=("sat", "any"))
-    return g, float((d["budget"] / d["expected_recv"]).max())
+    rank, layer = col["rank"][keep], col["layer"][keep]
+    actual, budget, expected = (col[k][keep] for k in ("actual_valid_recv", "budget",
+                                                       "expected_recv"))
+    ranks, r_at = np.unique(rank, return_inverse=True)
+    layers, l_at = np.unique(layer, return_inverse=True)
+    ratio = np.full((len(ranks), len(layers)), np.nan)
+    np.fmax.at(ratio, (r_at, l_at), actual / expected)
+    sat = np.zeros(ratio.shape, dtype=bool)
+    np.logical_or.at(sat, (r_at, l_at), actual >= budget)
+    return DemandRows([int(r) for r in ranks], [int(v) for v in layers], ratio, sat,
+                      float((budget / expected).max()))
+
+
+@dataclass(frozen=True)
+class DemandRows:
+    """One measure cell's heatmap: ranks x layers max ratio (NaN where the cell has no row)
+    and saturation, and its max budget / expected_recv."""
+
+    ranks: list[int]
+    layers: list[int]
+    ratio: np.ndarray
+    saturated: np.ndarray
+    budget_ratio: float
 
 
 def demand_maps(measured: dict) -> dict[str, list]:
@@ -90,12 +119,9 @@ def demand_maps(measured: dict) -> dict[str, list]:
         cell = parse_cell_name(name)
         if reduced is None:
             continue
-        g, budget_ratio = reduced
-        ratio = g["ratio"].unstack("layer")
-        sat = g["sat"].unstack("layer").reindex_like(ratio).fillna(False).astype(bool)
         out.setdefault(cell.model, []).append(DemandMap(
-            name, cell.backend, [int(r) for r in ratio.index], [int(v) for v in ratio.columns],
-            ratio.to_numpy(dtype=float), sat.to_numpy(dtype=bool), budget_ratio))
+            name, cell.backend, reduced.ranks, reduced.layers, reduced.ratio,
+            reduced.saturated, reduced.budget_ratio))
     return out
 
 

@@ -16,11 +16,11 @@ from harness.forecast.core import (
     Forecaster,
     Setting,
     distinct_per_rank,
-    drop_risk_95,
     neighbour_eps,
     routing_from_calls,
     share_bounds,
 )
+from harness.grid.risk import drop_risk_upper
 from harness.loadmodel import planners
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "traces" / "megatron_ep2"
@@ -101,9 +101,9 @@ def test_selection_rounds_the_peak_onto_the_grid_and_bounds_the_drop_risk():
 
 def test_share_and_risk_rules():
     assert share_bounds(10, 4).tolist() == [0, 3, 6, 8, 10]      # first 10 % 4 shares +1
-    assert drop_risk_95(0, 65) == pytest.approx(0.0450, abs=1e-4)
-    assert drop_risk_95(1, 10) == pytest.approx(0.3942, abs=1e-4)   # Clopper-Pearson
-    assert drop_risk_95(10, 10) == 1.0
+    assert drop_risk_upper(0, 65) == pytest.approx(0.0450, abs=1e-4)    # the forecast's bound
+    assert drop_risk_upper(1, 10) == pytest.approx(0.3942, abs=1e-4)   # Clopper-Pearson
+    assert drop_risk_upper(10, 10) == 1.0
     assert distinct_per_rank(np.array([[0, 0, 1], [1, 1, 1]]), 3).tolist() == [1, 2, 0]
     assert neighbour_eps(8, 64) == [4, 8, 16, 32] and neighbour_eps(8, 48) == [4, 8, 16]
     assert neighbour_eps(3, 6) == [3, 6]

@@ -6,9 +6,13 @@ import math
 
 import numpy as np
 import pytest
-from scipy.stats import genextreme
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.special import gammaln
+from scipy.stats import beta, genextreme
 
 from harness.errors import BadInput
+from harness.grid import risk
 from harness.grid.capacity import budget_tokens, is_executable, step_up
 from harness.grid.risk import (
     MIN_FIT_STEPS,
@@ -124,3 +128,45 @@ def test_select_for_risk_bad_target_and_unreachable_target():
                                     (3e-7, "< 0.0001%"), (0.5, "50.0%")])
 def test_percent(p, text):
     assert percent(p) == text
+
+
+# The closed forms against scipy's own (an implementation this file did not write): the GEV
+# survival function (harness.grid.risk._sf, scipy.stats.genextreme.sf) and the Clopper-Pearson
+# bound (drop_risk_upper, scipy.stats.beta.ppf), on generated shapes, scales and points --
+# inside, at and beyond both ends of the support, c = 0 and c near 0, and a point mass.
+@settings(max_examples=400, deadline=None)
+@given(c=st.one_of(st.just(0.0), st.floats(-0.9, 3.0), st.floats(-1e-8, 1e-8)),
+       loc=st.floats(-1e4, 1e5), scale=st.one_of(st.just(0.0), st.floats(1e-3, 1e4)),
+       spread=st.floats(-60.0, 60.0))
+def test_survival_function_is_scipys_genextreme(c, loc, scale, spread):
+    x = loc + spread * (scale or 1.0)
+    mine = float(risk._sf(np.array(c), np.array(loc), np.array(scale), x))
+    theirs = float(loc > x) if scale == 0 else float(genextreme.sf(x, c, loc, scale))
+    assert mine == pytest.approx(theirs, rel=1e-12, abs=1e-300)
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps=st.integers(1, 5000), share=st.floats(0.0, 1.0))
+def test_drop_risk_upper_is_the_clopper_pearson_bound(steps, share):
+    dropped = round(share * steps)
+    theirs = 1.0 if dropped == steps else float(beta.ppf(0.95, dropped + 1, steps - dropped))
+    assert risk.drop_risk_upper(dropped, steps) == pytest.approx(theirs, rel=1e-12)
+
+
+def test_lgamma_is_scipys_gammaln():
+    x = np.linspace(0.1, 4.0, 997)          # 1 + shape over SHAPE_LIMITS, where the fit reads it
+    assert np.allclose(risk._lgamma(x), gammaln(x), rtol=1e-13, atol=1e-15)
+
+
+def test_the_pipelines_risk_figures_import_no_scipy_stats():
+    """The driver fits and reads a tail at every accepted validation: importing scipy.stats
+    for it cost the default campaign ~0.5 s at its first validation (issue 44's overhead)."""
+    import subprocess
+    import sys
+    code = ("import sys; from harness.grid import heldout, risk; "
+            "m = risk.fit_risk(list(range(1000, 1040)) * 2); m.at(1050); "
+            "risk.drop_risk_upper(0, 30); "
+            "print(sorted(n for n in sys.modules if n.startswith('scipy.stats')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[]"

@@ -143,3 +143,31 @@ def test_every_environment_name_the_contract_covers_is_scrubbed(before, word, af
     assert is_secret_env(name)
     assert value in secret_values({name: value})
     assert value not in redact_text(f"argv --x {value} and {value}!", secret_values({name: value}))
+
+
+# secret_values() of os.environ is cached while os.environ is unchanged: after any run of
+# sets, changes and deletions of secret- and plain-named variables it is what a fresh scan of
+# os.environ gives (seen red with a cache that ignored a changed value).
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["EPCAPT_TOKEN", "EPCAPT_API_KEY", "EPCAPT_PLAIN",
+                                           "EPCAPT_PASSWORD_FILE"]),
+                          st.one_of(st.none(), st.text("abcdefXYZ0123456789", min_size=0,
+                                                       max_size=24))), max_size=12))
+def test_env_secrets_follow_every_change_of_the_environment(changes):
+    import os
+
+    from harness.io.redact import _secret_values, secret_values
+    saved = {k: os.environ.get(k) for k, _ in changes}
+    try:
+        for name, value in changes:
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+            assert secret_values() == _secret_values(dict(os.environ))
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

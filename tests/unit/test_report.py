@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from harness.errors import BadInput
 from harness.io.outdir import OutDir
@@ -690,3 +692,42 @@ def test_figure_4_labels_an_arm_with_drops_with_its_dropped_slots():
     assert placeholder_label("drops", 399) == "not timed: drops, 399 slots dropped"
     assert placeholder_label("does_not_fit", None) == "does not fit"
     assert placeholder_label("crash", 0) == "not timed: crash"
+
+
+# The heatmap's reduction (demand_map_rows) against a plain recount of generated rows, in the
+# scanner's FIELDS order: per (rank, layer) the max actual/expected over rows with a non-zero
+# uniform share, saturated where any row's actual reached its budget, NaN where a pair has no
+# row; the cell's max budget/expected. Seen red with `actual > budget` as saturation and with
+# rows of expected_recv 0 kept.
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2), st.integers(0, 3),
+                          st.integers(0, 40), st.integers(0, 60), st.integers(0, 60)),
+                min_size=1, max_size=60))
+def test_the_heatmap_keeps_each_pairs_max_ratio_and_any_saturation(rows):
+    import math
+
+    import numpy as np
+
+    from harness.report.demand import demand_map_rows
+    from harness.telemetry.lines import FIELDS
+    arr = np.array([[{"iter": it, "layer": layer, "rank": rank, "expected_recv": exp,
+                      "actual_valid_recv": act, "budget": bud}[f] for f in FIELDS]
+                    for it, layer, rank, exp, act, bud in rows], dtype=np.int64)
+    got = demand_map_rows(arr)
+    kept = [r for r in rows if r[3] > 0]
+    if not kept:
+        assert got is None
+        return
+    ratio, sat = {}, {}
+    for _, layer, rank, exp, act, bud in kept:
+        ratio[rank, layer] = max(ratio.get((rank, layer), -1.0), act / exp)
+        sat[rank, layer] = sat.get((rank, layer), False) or act >= bud
+    assert got.ranks == sorted({k[0] for k in ratio}) and got.layers == sorted({k[1] for k in ratio})
+    for i, rank in enumerate(got.ranks):
+        for j, layer in enumerate(got.layers):
+            if (rank, layer) in ratio:
+                assert got.ratio[i, j] == ratio[rank, layer]
+                assert bool(got.saturated[i, j]) == sat[rank, layer]
+            else:
+                assert math.isnan(got.ratio[i, j]) and not got.saturated[i, j]
+    assert got.budget_ratio == max(bud / exp for _, _, _, exp, _, bud in kept)
