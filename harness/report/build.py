@@ -69,10 +69,12 @@ SECTIONS = (header, answers, summary, overview, selection, balance, risk, fronti
 
 # Sections rendered in a forked child each while the parent draws the figures and the other
 # sections: CPU-bound, they read only the results directory (the audit re-derives every
-# cell; the forecast replays every measure cell's routing trace and writes forecast.tsv/png
-# through the report folder's descriptor). On two cores this takes their seconds off the
-# report's wall time.
-BESIDE = (audit, forecast)
+# cell; the forecast replays every measure cell's routing trace and writes forecast.tsv/png,
+# the risk section draws fig5_steps_*.png, both through the report folder's descriptor). On
+# two cores this takes their seconds off the report's wall time. Those in DRAWS are forked
+# once matplotlib is imported here, so the parent and they import it once, not each.
+BESIDE = (audit, forecast, risk)
+DRAWS = (forecast, risk)
 
 
 class Beside:
@@ -159,7 +161,10 @@ def render_report(results_dir: Path | str, out: Path | str | None = None) -> Con
     ctx = load_context(results_dir, out)
     # the folder is opened once (no link followed at `out`); every file goes through its fd
     with OutDir.open(out, "--out") as ctx.dest:
-        beside = {section: Beside(ctx, section.render) for section in BESIDE}
+        beside = {section: Beside(ctx, section.render) for section in BESIDE
+                  if section not in DRAWS}
+        import harness.figures  # noqa: F401 - lazy (slow import): before the drawing children
+        beside.update({section: Beside(ctx, section.render) for section in DRAWS})
         try:
             build_outputs(ctx)
             body: list[str] = []

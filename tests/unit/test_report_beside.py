@@ -93,9 +93,10 @@ def test_a_cancelled_child_is_reaped(tmp_path: Path):
     assert not marker.exists()
 
 
-def test_the_audit_and_the_forecast_are_the_sections_rendered_beside():
-    from harness.report.sections import audit, forecast
-    assert build.BESIDE == (audit, forecast)
+def test_the_audit_the_forecast_and_the_risk_figures_are_rendered_beside():
+    from harness.report.sections import audit, forecast, risk
+    assert build.BESIDE == (audit, forecast, risk)
+    assert set(build.DRAWS) <= set(build.BESIDE)
     assert all(section in build.SECTIONS for section in build.BESIDE)
 
 
