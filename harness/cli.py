@@ -273,9 +273,20 @@ def run(runbook, results, launcher, dry_run, no_test_only, fresh, stages, until,
     def checked_run(**kwargs) -> int | None:
         # lazy: each command imports only its own room; inside _call, so a broken package
         # first on PYTHONPATH is one line, never a traceback (issue 41)
-        from harness.campaign.cli import cli_run
         refuse_secret_paths(results=kwargs["results"])
-        return cli_run(**kwargs)
+        if dry_run or stages or until or models or backends or retry:
+            from harness.campaign.cli import cli_run
+            return cli_run(**kwargs)
+        # a plain run of a new campaign: the fork servers start importing now, beside the
+        # driver's own imports (harness/campaign/warm.py); the local launcher adopts them
+        from harness.campaign.warm import prestart_servers
+        from harness.launch.local import release_prestarted
+        try:
+            prestart_servers(runbook, results, launcher)
+            from harness.campaign.cli import cli_run
+            return cli_run(**kwargs)
+        finally:
+            release_prestarted()
 
     _call(checked_run, runbook=runbook, results=results, launcher=launcher,
           dry_run=dry_run, fresh=fresh, stages=tuple(stages), until=until,

@@ -55,11 +55,10 @@ from harness.results.events import (
 from harness.results.facts import write_facts
 from harness.results.layout import EVENTS_JSONL, PROVENANCE_TXT
 from harness.results.provenance import capture_provenance, write_provenance
-from harness.runbook.load import load_runbook
+from harness.runbook.load import default_runbook, load_runbook
 from harness.runbook.model import Runbook
 from harness.vocab import FAILURE_CLASSES, Purpose, Stage, StageMode, Status
 
-DEFAULT_RUNBOOK = "runbooks/local-cpu.yaml"
 DRIVER_LOG = "driver.log"       # the driver's lines once its stdout's reader is gone
 DRIVER_ERROR = "harness-error.txt"  # the traceback of the driver's own failure (issue 41)
 
@@ -83,12 +82,6 @@ def _install_signals() -> dict:
 def _restore_signals(old: dict) -> None:
     for sig, h in old.items():
         signal.signal(sig, h)
-
-
-def default_runbook() -> Path:
-    """runbooks/local-cpu.yaml here, else the one shipped next to the harness package."""
-    here = Path(DEFAULT_RUNBOOK)
-    return here if here.is_file() else Path(__file__).resolve().parents[2] / DEFAULT_RUNBOOK
 
 
 def check_planned_capacities(rb: Runbook) -> None:

@@ -158,6 +158,31 @@ class _Job:
         self.harness: tuple[str, str] | None = None     # (what broke, its traceback)
 
 
+# Fork servers started before any launcher exists (`prestart`: `epcap run` of a new campaign,
+# harness/campaign/warm.py), by preload list; the first local launcher to need one adopts it.
+_PRESTARTED: dict[tuple[str, ...], ForkServer] = {}
+
+
+def prestart(specs: list[LaunchSpec]) -> None:
+    """Start now the fork server of every run here that forks from one, for the launcher made
+    later to adopt (their imports then overlap the driver's own start-up)."""
+    for spec in specs:
+        preload = uses_forkserver(spec.argv, {**os.environ, **spec.env})
+        if preload and tuple(preload) not in _PRESTARTED:
+            _PRESTARTED[tuple(preload)] = ForkServer(preload, str(HARNESS_ROOT), dict(os.environ))
+
+
+def release_prestarted() -> None:
+    """Kill and reap the prestarted servers no launcher adopted (the command failed first,
+    or its launcher forks nothing): no run was asked of them, and one still importing would
+    otherwise hold the command's exit until its import ends."""
+    while _PRESTARTED:
+        _, server = _PRESTARTED.popitem()
+        if server.proc.poll() is None:
+            server.proc.kill()
+        server.close()
+
+
 class LocalLauncher(Launcher):
     """Runs cells as local subprocess groups."""
 
@@ -183,10 +208,13 @@ class LocalLauncher(Launcher):
         self._servers.clear()
 
     def _server(self, preload: list[str]) -> ForkServer:
-        """The fork server that pre-imported `preload` (started on first use)."""
+        """The fork server that pre-imported `preload` (started on first use, or the one
+        `prestart` started for this process, adopted)."""
         key = tuple(preload)
         if key not in self._servers or self._servers[key].proc.poll() is not None:
-            self._servers[key] = ForkServer(preload, str(HARNESS_ROOT), dict(os.environ))
+            early = _PRESTARTED.pop(key, None)
+            self._servers[key] = early if early is not None and early.proc.poll() is None \
+                else ForkServer(preload, str(HARNESS_ROOT), dict(os.environ))
         return self._servers[key]
 
     def warm(self, specs: list[LaunchSpec]) -> None:

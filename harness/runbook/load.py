@@ -81,6 +81,15 @@ REQUIRED_TOP = ("campaign", "models", "shape", "backends")
 DEPRECATED_HOURS_KEY = "gpu_hours_per_cell"   # held wall-clock hours: renamed cell_wall_hours
 
 
+DEFAULT_RUNBOOK = "runbooks/local-cpu.yaml"     # what `epcap run` reads without a RUNBOOK
+
+
+def default_runbook() -> Path:
+    """runbooks/local-cpu.yaml here, else the one shipped next to the harness package."""
+    here = Path(DEFAULT_RUNBOOK)
+    return here if here.is_file() else Path(__file__).resolve().parents[2] / DEFAULT_RUNBOOK
+
+
 def cell_wall_hours(doc: _Doc, data: dict) -> float | None:
     """`cell_wall_hours` (the wall-clock hours one cell holds its allocation); the old key
     `gpu_hours_per_cell`, which held the same wall-clock hours under a GPU-hours name, is

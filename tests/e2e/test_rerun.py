@@ -47,10 +47,21 @@ def slurm_ok() -> bool:
 
 def runbook_text() -> str:
     """The reduced runbook, two select backends timed once each (a short campaign)."""
+    return load_corpus().short_runbook_text() + "max_parallel_cells: 2\n"   # the two models overlap
+
+
+def load_corpus():
     spec = importlib.util.spec_from_file_location("upload_corpus_rerun", CORPUS_PY)
     corpus = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(corpus)
-    return corpus.short_runbook_text() + "max_parallel_cells: 2\n"   # the two models overlap
+    return corpus
+
+
+def selection_of(camp: Path) -> list[dict]:
+    """capacity_selection.tsv's rows without the columns that name a cell or a time."""
+    rows = read_rows(camp / "capacity_selection.tsv")
+    return [{k: v for k, v in r.items() if not ("wall" in k or k.endswith("_ms") or "utc" in k
+                                                 or k == "cell_dir")} for r in rows]
 
 
 def epcap(env: dict, *args) -> subprocess.CompletedProcess:
@@ -70,7 +81,7 @@ def finishes(camp: Path) -> dict[str, dict]:
     pytest.param("slurm", marks=[pytest.mark.slurm, pytest.mark.skipif(
         "not slurm_ok()", reason="no Slurm answers here (`sinfo`); the local run covers it")]),
 ])
-def test_retry_comment_edit_and_model_rerun(tmp_path, launcher):
+def test_retry_comment_edit_and_model_rerun(tmp_path, tmp_path_factory, launcher):
     plant = tmp_path / "plant"
     plant.mkdir()
     (plant / "sitecustomize.py").write_text(SITECUSTOMIZE)
@@ -111,6 +122,10 @@ def test_retry_comment_edit_and_model_rerun(tmp_path, launcher):
     inval = [e for e in read_events(camp) if e["ev"] == "cells_invalidated"]
     assert inval[-1]["reason"] == "--retry crash" and CRASH_CELL in inval[-1]["cells"]
     assert not any(c.startswith("DEEPSEEK") for c in inval[-1]["cells"])
+    # the whole selection now equals the session's local run of the same runbook (issue 42:
+    # on Slurm, one job per cell -- the per-stage allocation's twin is in test_slurm.py)
+    local = load_corpus().harness_campaign(tmp_path_factory.getbasetemp())
+    assert selection_of(camp) == selection_of(local) != []
 
     # 4. a result-bearing edit of one model: exactly its finished cells are invalidated,
     #    and `--model` re-runs them
