@@ -42,6 +42,16 @@ def nested_number_problem(section: str, values: object) -> tuple[str, str] | Non
             why = bounds.problem(f"{section}.{key}", val)
             if why is not None:
                 return f"{section}.{key}", why
+        elif val is not None and f"{section}.{key}" in bounds.RANGES:   # a number's key
+            hint = ""
+            if isinstance(val, str):
+                try:
+                    float(val)      # YAML 1.1 (PyYAML) reads 1e-3, without a '.', as text
+                    hint = " (YAML reads a number written without a '.' before its exponent " \
+                           "as text: write it as 1.0e-3)"
+                except ValueError:
+                    pass
+            return f"{section}.{key}", f"must be a number, got {bounds.short_text(val)}{hint}"
     return None
 
 
