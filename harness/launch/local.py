@@ -213,8 +213,11 @@ class LocalLauncher(Launcher):
         key = tuple(preload)
         if key not in self._servers or self._servers[key].proc.poll() is not None:
             early = _PRESTARTED.pop(key, None)
-            self._servers[key] = early if early is not None and early.proc.poll() is None \
-                else ForkServer(preload, str(HARNESS_ROOT), dict(os.environ))
+            if early is not None and early.proc.poll() is not None:
+                early.close()           # it died (its import failed): a new one says why
+                early = None
+            self._servers[key] = early or ForkServer(preload, str(HARNESS_ROOT),
+                                                     dict(os.environ))
         return self._servers[key]
 
     def warm(self, specs: list[LaunchSpec]) -> None:
