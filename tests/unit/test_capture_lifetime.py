@@ -35,7 +35,8 @@ def test_drain_releases_a_capture_still_waiting_for_its_writer(tmp_path):
     os.mkfifo(fifo)
     cap = start_capture(tmp_path, 3, {}, fifos=[(fifo, None)], fifo_timeout_s=600)
     deadline = time.monotonic() + 20       # until it waits in open()
-    while time.monotonic() < deadline and not _waits_on_fifo(cap.pid):
+    while not _waits_on_fifo(cap.pid):
+        assert time.monotonic() < deadline, "the capture never waited on its FIFO"
         time.sleep(0.05)
     t0 = time.monotonic()
     drain([cap])
@@ -94,11 +95,15 @@ def _threads_on_fifo(pid: int) -> int:
 
 
 def _waits_on_fifo(pid: int) -> bool:
+    """Some thread of `pid` blocks opening a FIFO (the capture reads each FIFO in a thread
+    of its own: the main thread's wchan is a futex, so every task's is read; reading only
+    the main one never matched and the caller waited out its whole deadline)."""
     try:
-        return "fifo" in Path(f"/proc/{pid}/wchan").read_text() or \
+        chans = [Path(f"/proc/{pid}/task/{tid}/wchan").read_text()
+                 for tid in os.listdir(f"/proc/{pid}/task")]
+        return any("fifo" in c or c in ("pipe_wait", "wait_for_partner") for c in chans) or \
             any("out.fifo" in os.readlink(f"/proc/{pid}/fd/{fd}") for fd in
-                os.listdir(f"/proc/{pid}/fd")) or \
-            Path(f"/proc/{pid}/wchan").read_text() in ("pipe_wait", "wait_for_partner")
+                os.listdir(f"/proc/{pid}/fd"))
     except OSError:
         return False
 
