@@ -78,6 +78,7 @@ def no_traceback(res: subprocess.CompletedProcess) -> None:
     assert "Traceback" not in res.stdout + res.stderr, res.stdout + res.stderr
 
 
+@pytest.mark.slow          # real campaigns (8.5 s for both on 2 cores)
 @pytest.mark.parametrize("lose, hit, then", [("1", CANARY.format(1), CANARY.format(2)),
                                              ("@2", MEASURE.format(1), MEASURE.format(2))])
 def test_a_lost_fifo_is_a_harness_failure_retried_and_not_counted(tmp_path, lose, hit, then):
@@ -116,6 +117,7 @@ def test_a_lost_fifo_is_a_harness_failure_retried_and_not_counted(tmp_path, lose
         [("measure", want, "ok")], rows
 
 
+@pytest.mark.slow          # a real campaign (9.1 s on 2 cores)
 def test_b_a_harness_failure_that_repeats_stops_the_campaign_naming_its_file(tmp_path):
     """Seen red: with the bound removed (`n > HARNESS_RETRIES` never true) the canary was
     retried 99 times (every FIFO the hook lost) and the run was still going at 40 s, never

@@ -120,13 +120,17 @@ def test_a_silent_hub_ends_publish_naming_the_endpoint_and_the_deadline(tmp_path
 BODY = st.binary(max_size=300).filter(lambda b: not b.lstrip().startswith((b"{", b"[")))
 
 
+# A 5xx answer is retried by huggingface_hub's client (5 retries, 1+2+4+8+8 s: 24 s a
+# publish, measured) before publish describes it: the generator draws the statuses answered
+# at once, and a retried one (503, its body hostile) is an explicit example.
 @settings(max_examples=8, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(status=st.sampled_from((200, 202, 302, 404, 500, 503)),
+@given(status=st.sampled_from((200, 202, 302, 404)),
        ctype=st.sampled_from(("text/html", "text/plain; charset=utf-8",
                               "application/octet-stream")), body=BODY)
 @example(status=200, ctype="text/html", body=b"<html>portal</html>")
 @example(status=200, ctype="text/html", body=b"\x1b[31mred\x1b[0m\xff\r\nx")
+@example(status=503, ctype="text/plain; charset=utf-8", body=b"\x1b]0;title\x07busy\r\n")
 def test_an_answer_that_is_not_the_hubs_is_described(tmp_path_factory, status, ctype, body):
     upload = valid_upload(tmp_path_factory.mktemp("campaign"))
     with answering_hub(status, ctype, body) as endpoint:
