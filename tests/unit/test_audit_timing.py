@@ -474,3 +474,27 @@ def test_publish_dry_run_refuses_a_timing_lie(lie, capsys, monkeypatch):
     assert cli_publish(str(lie), "org/runs", dry_run=True) != 0
     said = capsys.readouterr()
     assert NOT_REDERIVED in said.out + said.err
+
+
+def test_an_abandoned_cells_partial_group_is_explained_and_only_there(tmp_path, control):
+    """The driver killed while echo's validate ran (control.yaml): that abandoned cell's
+    last (iteration, layer) group may lack a rank (CI saw it once: UNKNOWN). Cut its last
+    row: still VALID (the events and cell.json say it was abandoned; its rows are no
+    result). The same cut with the cell_abandoned event removed: undecided, UNKNOWN."""
+    lie = corpus.link_copy(control, tmp_path / "lie")
+    cell = lie / "cells" / "QWEN3_30B__echo__validate__cap1p25__a1"
+    rerun = lie / "cells" / "QWEN3_30B__echo__validate__cap1p25__a2"
+    for rank in (0, 1):         # the killed run's logs as far as its rank 1 got: the re-run's
+        lines = (rerun / f"rank{rank}.log").read_text().splitlines(keepends=True)
+        rows = [i for i, line in enumerate(lines) if "][dispatch]" in line]
+        assert rows, "the re-run holds dispatch rows"
+        keep = lines[:rows[3]] if rank == 0 else lines[:rows[2]]   # rank 1 one row short
+        corpus.replace_file(cell / f"rank{rank}.log", "".join(keep).encode())
+    u = audit(lie)
+    assert (u.verdict, u.why) == ("VALID", []), u.why
+    events = lie / "events.jsonl"
+    kept = [line for line in events.read_text().splitlines(keepends=True)
+            if not ('"cell_abandoned"' in line and cell.name in line)]
+    corpus.replace_file(events, "".join(kept).encode())
+    u = audit(lie)
+    assert u.verdict == "UNKNOWN" and any("lack or repeat a rank" in w for w in u.why), u.why

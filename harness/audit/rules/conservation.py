@@ -17,6 +17,7 @@ never copy them), so sum(demand) = sum(N); clipping only lowers it.
 from __future__ import annotations
 
 from harness.audit.model import Check, Rule, Source, Table, Upload, verdict_of
+from harness.audit.rules.rederive import abandoned_cells
 from harness.audit.vocab import CONSERVATION
 from harness.results.layout import ATTEMPTS_TSV, CELL_JSON
 
@@ -51,6 +52,10 @@ def check_conservation(table: Table, upload: Upload) -> Check:
                        f"layer) groups break conservation, first {first_issue}")
         if s.partial_groups:
             code = exit_code(cell.cell_json)
+            if code is None and cell.path in abandoned_cells(upload):
+                continue        # its driver was killed mid-run (events and cell.json say so)
+                                # and the request ran again: a killed run's last groups are
+                                # partial, and its rows are no result
             if code is None:
                 unknown.append(f"{key}: {s.partial_groups} (iteration, layer) groups lack or "
                                f"repeat a rank ({first_issue}) and {CELL_JSON} states no "
