@@ -27,8 +27,9 @@ DRIVER = "harness.campaign.cli"      # the module whose import the servers overl
 
 def prestart_servers(runbook: str | None, results: str | None, launcher: str | None) -> bool:
     """Start the fork server of every backend's canary when `epcap run` will run a new
-    campaign locally (its directory under `results` does not exist yet); whether it did. Nothing for a resumed or finished campaign (the driver warms what it still
-    runs) or another launcher (no fork server). A runbook that fails to load or a backend
+    campaign locally (its directory under `results` does not exist yet); whether it did.
+    Nothing for a resumed or finished campaign (the driver warms what it still runs) or
+    another launcher (no fork server). A runbook that fails to load or a backend
     that cannot build its command is left to the run, which says why. The caller calls
     `release_prestarted()` when the command ends. Nothing either when the driver is
     imported already (an in-process caller: no import left to overlap)."""
@@ -36,10 +37,10 @@ def prestart_servers(runbook: str | None, results: str | None, launcher: str | N
         return False
     try:
         rb = load_runbook(runbook or default_runbook())
-        if (launcher or rb.launcher) != LOCAL or (Path(results or "results") / rb.campaign).exists():
+        root = Path(results or "results") / rb.campaign
+        if (launcher or rb.launcher) != LOCAL or root.exists():
             return False
         model, capacity = canary_model(rb), cap.format_capacity(rb.capacity.measure)
-        root = Path(results or "results") / rb.campaign
         specs = []
         for b in rb.backends:
             cell = Cell(rb.campaign, model, b.name, Purpose.CANARY, capacity, 1)
