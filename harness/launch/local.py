@@ -163,13 +163,18 @@ class _Job:
 _PRESTARTED: dict[tuple[str, ...], ForkServer] = {}
 
 
+def start_server(preload: list[str]) -> ForkServer:
+    """A fork server importing `preload`, in the harness's root with this environment."""
+    return ForkServer(preload, str(HARNESS_ROOT), dict(os.environ))
+
+
 def prestart(specs: list[LaunchSpec]) -> None:
     """Start now the fork server of every run here that forks from one, for the launcher made
     later to adopt (their imports then overlap the driver's own start-up)."""
     for spec in specs:
         preload = uses_forkserver(spec.argv, {**os.environ, **spec.env})
         if preload and tuple(preload) not in _PRESTARTED:
-            _PRESTARTED[tuple(preload)] = ForkServer(preload, str(HARNESS_ROOT), dict(os.environ))
+            _PRESTARTED[tuple(preload)] = start_server(preload)
 
 
 def release_prestarted() -> None:
@@ -216,8 +221,7 @@ class LocalLauncher(Launcher):
             if early is not None and early.proc.poll() is not None:
                 early.close()           # it died (its import failed): a new one says why
                 early = None
-            self._servers[key] = early or ForkServer(preload, str(HARNESS_ROOT),
-                                                     dict(os.environ))
+            self._servers[key] = early or start_server(preload)
         return self._servers[key]
 
     def warm(self, specs: list[LaunchSpec]) -> None:
