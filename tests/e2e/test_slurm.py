@@ -18,11 +18,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from slurm_jobs import PY, SLEEP, Rb
 
 from harness.api.backend import DEFAULT_FAILURE_PATTERNS, LaunchSpec
 from harness.launch import slurm as S
 from harness.launch import slurm_script as SS
-from harness.runbook.model import SlurmConfig
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.usefixtures("slurm_up")]
 
@@ -30,14 +30,6 @@ ROOT = Path(__file__).resolve().parents[2]
 EPCAP = [sys.executable, "-m", "harness.cli"]
 REDUCED = ROOT / "tests" / "fixtures" / "runbooks" / "reduced.yaml"
 CORPUS_PY = ROOT / "tests" / "fixtures" / "uploads" / "corpus.py"
-PY = sys.executable
-
-
-class Rb:
-    """The parts of a runbook the Slurm launcher reads."""
-
-    def __init__(self, campaign: str, **slurm):
-        self.campaign, self.slurm, self.path = campaign, SlurmConfig(**slurm), None
 
 
 def wait_all(launcher: S.SlurmLauncher, handles: dict, limit_s: float) -> dict:
@@ -312,49 +304,6 @@ def test_sigint_driver_cancels_its_jobs(tmp_path):
 
 
 # ---- (b) failures reach the right taxonomy class, with their logs ----------------------------
-
-EXIT3 = ("import os, sys; print('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'], "
-         "'master', os.environ['MASTER_ADDR'], flush=True); sys.exit(3)")
-HOG = ("import time; print('allocating', flush=True); a = bytearray(700 * 2**20); "
-       "a[::4096] = b'x' * len(a[::4096]); time.sleep(60)")
-SLEEP = "import time; print('started', flush=True); time.sleep(600)"
-ITERATING = ("import os, time\n"
-             "rank = int(os.environ['RANK'])\n"
-             "for it in range(10**6):\n"
-             "    print(f'[MOE_DROP_DEBUG][dispatch] iter={it} layer=0 rank={rank} '\n"
-             "          'expected_recv=128 actual_valid_recv=100 budget=256', flush=True)\n"
-             "    time.sleep(1)\n")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def failure_jobs(slurm_up, tmp_path_factory):
-    """Submit the failing jobs at module start: the time-limit one needs 60-90 s of Slurm
-    time, which then overlaps the other tests (these checks come last in the file)."""
-    base = tmp_path_factory.mktemp("slurm-fail")
-    # 12 tasks of plain `python -c` (a few MiB each): 256M per task, not DefMemPerCPU's 2 GiB,
-    # so they leave the node's memory to the campaigns that run beside them (the per-stage
-    # allocation waited 50 s behind them for a node whose memory they held)
-    lean = "256M"
-    plain = S.SlurmLauncher(Rb("e2e-fail", mem_per_task=lean))
-    small = S.SlurmLauncher(Rb("e2e-fail", mem_per_task="150M"))
-    short = S.SlurmLauncher(Rb("e2e-fail", time_limit="1", mem_per_task=lean))  # 1 minute
-    # a one-minute allocation (one planned cell) whose step runs to its limit
-    staged = S.SlurmLauncher(Rb("e2e-fail", time_limit="1", allocation="per-stage",
-                                mem_per_task=lean))
-    staged.use_group("time.M", 1, base)
-    handles, owners = {}, {}
-    for key, launcher, code, ntasks, timeout_s in (
-            ("exit3", plain, EXIT3, 2, 300), ("oom", small, HOG, 1, 300),
-            ("slurm_timeout", short, SLEEP, 1, 300), ("no_progress", plain, SLEEP, 1, 4),
-            ("warned", short, ITERATING, 2, 300), ("warned_step", staged, ITERATING, 1, 300),
-            ("term", plain, SLEEP, 2, 300), ("usr1", plain, SLEEP, 2, 300)):
-        spec = LaunchSpec(argv=[PY, "-c", code], ntasks=ntasks)
-        handles[key] = launcher.submit(key, spec, base / key, timeout_s)
-        owners[key] = launcher
-    yield handles, owners
-    for key, h in handles.items():
-        owners[key].cancel(h)
-
 
 @pytest.fixture(scope="module")
 def failures(failure_jobs):

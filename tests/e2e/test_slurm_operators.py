@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -20,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from slurm_jobs import sbatch_by_hand
 
 from harness.launch import slurm as S
 from harness.launch import slurm_script as SS
@@ -151,7 +151,7 @@ def telemetry(log: Path) -> list[str]:
 
 
 def test_a_cells_batch_script_rerun_by_hand_reproduces_it_elsewhere(tmp_path):
-    """`sbatch --wait slurm.sbatch DIR` on the real Slurm, nothing set by hand: the same
+    """`sbatch slurm.sbatch DIR` on the real Slurm, nothing set by hand: the same
     telemetry rows and exit status as the cell's own job, written only into DIR; the cell
     directory is left byte for byte, and the by-hand job is not the cell's (`.rerun`)."""
     results = tmp_path / "res"
@@ -162,27 +162,24 @@ def test_a_cells_batch_script_rerun_by_hand_reproduces_it_elsewhere(tmp_path):
     mine = tmp_path / "mine"
     mine.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run(["sbatch", "--wait", f"--output={mine}/slurm-%j.out",
-                           str(cell / SS.SCRIPT_NAME), str(mine)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
+    done, job, state, code = sbatch_by_hand([f"--output={mine}/slurm-%j.out",
+                                             str(cell / SS.SCRIPT_NAME), str(mine)],
+                                            tmp_path, env)
+    assert (state, code) == ("COMPLETED", "0:0"), done.stdout + done.stderr
     assert telemetry(mine / "rank0.log") == telemetry(cell / "rank0.log") != []
     assert {p.name: p.read_bytes() for p in cell.iterdir()} == before
-    # sbatch's own line, wherever it is (the last word of stdout was once another line's)
-    job = re.search(r"Submitted batch job (\d+)", done.stdout + done.stderr)
-    assert job, done.stdout + done.stderr
     # asked by id AND name: sacct -j alone can answer with an older job of the same id (job
     # ids restart with a controller's fresh state while slurmdbd keeps every earlier record;
     # CI once read the name "allocation" of such a job here)
     want = SS.script_meta(cell / SS.SCRIPT_NAME)["job_name"] + SS.RERUN_SUFFIX
     ids: list[str] = []
     for _ in range(40):             # the record reaches slurmdbd a moment after the job ends
-        ids = S.run_cmd(["sacct", "-X", "-n", "-P", "--duplicates", "-j", job[1], "--name",
+        ids = S.run_cmd(["sacct", "-X", "-n", "-P", "--duplicates", "-j", job, "--name",
                          want, "-o", "JobID"]).stdout.split()
         if ids:
             break
         time.sleep(0.25)
-    assert ids == [job[1]], (ids, want, done.stdout)
+    assert ids == [job], (ids, want, done.stdout)
 
 
 def test_a_bad_partition_stops_at_the_dry_run_before_any_job(tmp_path):

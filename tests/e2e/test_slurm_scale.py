@@ -24,11 +24,11 @@ import time
 from pathlib import Path
 
 import pytest
+from slurm_jobs import Rb, sbatch_by_hand
 
 from harness.api.backend import LaunchSpec
 from harness.launch import slurm as S
 from harness.launch import slurm_script as SS
-from harness.runbook.model import SlurmConfig
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.usefixtures("slurm_up")]
 
@@ -133,7 +133,7 @@ def short_runbook(where: Path) -> Path:
 
 
 def test_a_dry_runs_batch_script_runs_when_submitted_by_hand_as_is(tmp_path):
-    """`epcap run --dry-run`, then `sbatch --wait <dry run>/cells/<canary>/slurm.sbatch` from
+    """`epcap run --dry-run`, then `sbatch <dry run>/cells/<canary>/slurm.sbatch` from
     another directory with no argument and no option. Catches: the script failing at once
     (its default output directory made with mktemp beside a cell that a dry run never
     creates), its batch log landing in the submitting directory (no #SBATCH --output), and
@@ -148,11 +148,9 @@ def test_a_dry_runs_batch_script_runs_when_submitted_by_hand_as_is(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run(["sbatch", "--wait", str(script)], cwd=elsewhere, env=env,
-                          capture_output=True, text=True, timeout=300)
-    job = done.stdout.split()[-1] if done.stdout.split() else "?"
+    done, job, state, code = sbatch_by_hand([str(script)], elsewhere, env)
     log = script.parent.parent / f"{script.parent.name}.rerun.{job}.out"
-    assert done.returncode == 0, done.stdout + done.stderr + (
+    assert (state, code) == ("COMPLETED", "0:0"), done.stdout + done.stderr + (
         log.read_text() if log.exists() else "(no batch log)")
     out = script.parent.parent / f"{script.parent.name}.rerun.{job}"
     rows = [line for line in (out / "rank0.log").read_text().splitlines()
@@ -170,13 +168,6 @@ AFFINITY = ("import json, os\n"
             "              if l.startswith('Cpus_allowed_list'))\n"
             "print('[AFFINITY]', json.dumps({'rank': int(os.environ['RANK']),\n"
             "      'cpus': sorted(os.sched_getaffinity(0)), 'listed': listed}), flush=True)\n")
-
-
-class Rb:
-    """The parts of a runbook the Slurm launcher reads."""
-
-    def __init__(self, campaign: str, **slurm):
-        self.campaign, self.slurm, self.path = campaign, SlurmConfig(**slurm), None
 
 
 def test_each_rank_runs_on_cores_of_its_own(tmp_path):
@@ -209,13 +200,6 @@ def test_each_rank_runs_on_cores_of_its_own(tmp_path):
     assert "#SBATCH --cpus-per-task=1" in (cell / SS.SCRIPT_NAME).read_text()
 
 
-class _Rb:
-    """The parts of a runbook the Slurm launcher reads."""
-
-    def __init__(self, campaign: str, **slurm):
-        self.campaign, self.slurm, self.path = campaign, SlurmConfig(**slurm), None
-
-
 ROWS = 6
 COUNTED = ("import time\n"
            f"for it in range({ROWS}):\n"
@@ -237,7 +221,7 @@ def test_a_job_slurm_requeues_runs_again_and_keeps_the_earlier_runs_logs(tmp_pat
     update StartTime=now` (an operator's command; the wait is Slurm's, not the driver's).
     Seen red: without the script's requeue lines the first run's rows were overwritten and
     the detail said nothing."""
-    launcher = S.SlurmLauncher(_Rb("e2e-requeue", requeue=True, time_limit="00:05:00",
+    launcher = S.SlurmLauncher(Rb("e2e-requeue", requeue=True, time_limit="00:05:00",
                                    mem_per_task="256M"))
     cell = tmp_path / "cell"
     handle = launcher.submit("requeued", LaunchSpec(argv=[sys.executable, "-c", COUNTED],
