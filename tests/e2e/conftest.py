@@ -38,11 +38,14 @@ def failure_jobs(tmp_path_factory):
         owners[key].cancel(h)
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(autouse=True)
 def failure_jobs_submitted_early(request):
-    """When the session will classify the failing jobs and Slurm answers, submit them at its
-    first end-to-end test: their one-minute time limits then run beside the modules before
-    test_slurm.py (measured: the wait there was 67 s of the suite)."""
+    """At the session's first Slurm test, when the session will classify the failing jobs
+    and Slurm answers, submit them: their one-minute time limits then run beside the Slurm
+    modules before test_slurm.py (measured: the wait there was 67 s of the suite). Under
+    xdist the Slurm modules run in order on one worker (tests/conftest.py), this one."""
+    if request.node.get_closest_marker("slurm") is None:
+        return
     wanted = any("failure_jobs" in getattr(item, "fixturenames", ())
                  for item in request.session.items)
     if wanted and S.slurm_available()[0]:

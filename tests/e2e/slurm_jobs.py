@@ -3,8 +3,8 @@
 TERM/USR1), and a batch script submitted by hand as a user would, waited on.
 
 The time-limit jobs need 60-90 s of Slurm time (a one-minute limit, enforced on slurmctld's
-30 s check), so tests/e2e/conftest.py submits them when the session's first end-to-end test
-starts: the wait overlaps the modules before test_slurm.py instead of being paid there."""
+30 s check), so tests/e2e/conftest.py submits them at the session's first Slurm test: the
+wait overlaps the Slurm modules before test_slurm.py instead of being paid there."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ EXIT3 = ("import os, sys; print('rank', os.environ['RANK'], 'of', os.environ['WO
          "'master', os.environ['MASTER_ADDR'], flush=True); sys.exit(3)")
 HOG = ("import time; print('allocating', flush=True); a = bytearray(700 * 2**20); "
        "a[::4096] = b'x' * len(a[::4096]); time.sleep(60)")
-# a running job the tests signal from outside: it must outlive the modules before test_slurm.py
-# (its failure tests come last there; the plain launcher's limit is Slurm's 30 minutes)
-SLEEP = "import time; print('started', flush=True); time.sleep(1500)"
+# a running job the tests signal from outside: it outlives the Slurm tests before
+# test_slurm.py's failure tests (about 3 minutes), and a killed session's copy ends by itself
+SLEEP = "import time; print('started', flush=True); time.sleep(600)"
 ITERATING = ("import os, time\n"
              "rank = int(os.environ['RANK'])\n"
              "for it in range(10**6):\n"

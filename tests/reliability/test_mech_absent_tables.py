@@ -54,8 +54,13 @@ def make_special(at: Path, kind: str) -> None:
         at.symlink_to(at.with_name("a-fifo"))
     else:
         sock = socket.socket(socket.AF_UNIX)
-        sock.bind(str(at))
-        sock.close()
+        here = os.getcwd()
+        os.chdir(at.parent)         # bound by its name: a tmp path under xdist's popen-gwN/
+        try:                        # can pass AF_UNIX's 108 bytes
+            sock.bind(at.name)
+        finally:
+            os.chdir(here)
+            sock.close()
 
 
 def results_with(case: Path) -> Path:
