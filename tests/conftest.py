@@ -3,33 +3,22 @@ pytest-xdist, keep each module on one worker and the Slurm modules in order on o
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import os
 from pathlib import Path
 
 import docrun
 import pytest
+import scopes
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
-# README's first session (the default campaign) is made once a worker: its two users share one.
-README_SCOPE = ("tests/e2e/test_default_campaign.py", "tests/unit/test_doc_examples.py")
-
-
-@functools.cache
-def uses_slurm(module: Path) -> bool:
-    """A module that marks tests `slurm` puts jobs on the one CI Slurm node."""
-    return "pytest.mark.slurm" in module.read_text(encoding="utf-8")
-
-
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """`make test` runs two xdist workers (`-n 2 --dist loadscope`): most tests are one Python
-    process on one core of the two. The scopes are ours: a module's tests stay on one worker
-    (its module fixtures made once); the modules that use Slurm form one scope, run in order
-    (the node's 16 declared CPUs, and test_slurm.py's failing jobs submitted at the first
-    Slurm test); README_SCOPE forms one."""
+    process on one core of the two. The scopes are ours (tests/scopes.py): a module's tests
+    stay on one worker, every module that uses Slurm is one scope run in order, README's first
+    session is one."""
     if config.getvalue("dist") != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling
@@ -41,10 +30,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
     class ModuleScopes(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            if module in README_SCOPE:
-                return "readme"
-            return "slurm" if uses_slurm(root / module) else module
+            return scopes.scope_of(nodeid, root)
 
     return ModuleScopes(config, log)
 
