@@ -29,6 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from bytecode import compile_bytecode  # noqa: E402
+
 from harness.results.events import campaign_stats, elapsed, read_events  # noqa: E402
 
 
@@ -36,7 +38,8 @@ def run_campaign(checkout: Path, runbook: str,
                  check: Callable[[Path], str] | None = None) -> dict | None:
     """`epcap run RUNBOOK` by `checkout`'s harness in a temporary results root: its figures;
     `check(results root)`, when given, runs on the results before they are removed (its
-    line is kept under "check")."""
+    line is kept under "check"). The checkout's bytecode is compiled first (bytecode.py)."""
+    print(compile_bytecode(checkout))
     settle()
     with tempfile.TemporaryDirectory(prefix="epcap-bench-") as tmp:
         load = os.getloadavg()[0]
